@@ -1,0 +1,1 @@
+//! eta (being written).

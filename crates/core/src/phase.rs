@@ -1,0 +1,1 @@
+//! phase (being written).

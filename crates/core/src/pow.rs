@@ -1,0 +1,1 @@
+//! pow (being written).

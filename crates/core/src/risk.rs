@@ -1,0 +1,1 @@
+//! risk (being written).

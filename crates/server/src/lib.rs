@@ -1,0 +1,1 @@
+//! The Anteroom server: gate, queue API, waiting page, admin API, scheduler.

@@ -1,0 +1,2 @@
+//! The `anteroom` binary.
+fn main() {}

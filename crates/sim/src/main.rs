@@ -1,0 +1,2 @@
+//! `anteroom-sim`: flash-crowd simulator and benchmarks.
+fn main() {}

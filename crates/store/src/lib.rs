@@ -1,0 +1,1 @@
+//! The QueueStore trait and its backends.
