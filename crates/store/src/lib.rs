@@ -1,1 +1,272 @@
-//! The QueueStore trait and its backends.
+//! The `QueueStore` trait: everything the server asks of the queue's storage,
+//! per event, with two backends (embedded redb, Redis / Redis Cluster) that
+//! pass one conformance suite.
+//!
+//! Architecture invariant: every operation that touches more than one piece
+//! of an event's state (join, admit, redeem, release, expire) is atomic in the
+//! backend, so no interleaving of gateway nodes can double-admit a visitor,
+//! lose a member or leak a slot.
+#![forbid(unsafe_code)]
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
+
+use std::fmt;
+
+use anteroom_core::phase::AdminState;
+use anteroom_core::score::JoinScoring;
+use async_trait::async_trait;
+
+#[cfg(feature = "conformance")]
+pub mod conformance;
+pub mod embedded;
+pub mod redis;
+
+/// An event id, validated once at the border: `^[A-Za-z0-9_-]{1,64}$`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct EventId(String);
+
+impl EventId {
+    pub const MAX_LEN: usize = 64;
+
+    pub fn new(id: &str) -> Result<Self, StoreError> {
+        let ok = !id.is_empty()
+            && id.len() <= Self::MAX_LEN
+            && id
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+        if ok {
+            Ok(Self(id.to_owned()))
+        } else {
+            Err(StoreError::InvalidInput("event id must match ^[A-Za-z0-9_-]{1,64}$"))
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for EventId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Longest member (session id or JWT `sub`) a store accepts, in bytes.
+pub const MAX_MEMBER_LEN: usize = 256;
+
+/// Checks a queue member id at the border; backends call it on every input.
+pub fn check_member(member: &str) -> Result<(), StoreError> {
+    if member.is_empty() || member.len() > MAX_MEMBER_LEN {
+        return Err(StoreError::InvalidInput("member id must be 1..=256 bytes"));
+    }
+    Ok(())
+}
+
+/// A 128-bit single-use nonce (admission tokens, proof-of-work answers).
+pub type Nonce = [u8; 16];
+
+/// Where a member stands in one event.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MemberState {
+    /// In the queue: `rank` visitors are ahead (0 = next).
+    Waiting { rank: u64, queue_length: u64 },
+    /// Left the queue with an admission token not yet redeemed.
+    Admitted { nonce: Nonce, expires_at_us: i64 },
+    /// Holds an active session.
+    Active { expires_at_us: i64 },
+    /// Not known to the event.
+    None,
+}
+
+/// What `join` did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JoinOutcome {
+    /// `true` only for the call that inserted the member (insert-if-absent).
+    pub new: bool,
+    /// The member's state after the call; a member already admitted or active
+    /// keeps that state (a join never demotes anybody).
+    pub state: MemberState,
+}
+
+/// One visitor released from the queue by `admit`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Admission {
+    pub member: String,
+    pub nonce: Nonce,
+}
+
+/// Parameters of one admission step.
+#[derive(Clone, Debug)]
+pub struct AdmitRequest {
+    /// Admit at most this many (the policy's decision).
+    pub max: u64,
+    /// Hard cap: active + outstanding tokens never exceed it after the step.
+    pub max_active: u64,
+    /// One fresh random nonce per possible admission; `nonces.len() >= max`.
+    pub nonces: Vec<Nonce>,
+    /// Absolute expiry (canonical µs) of the tokens issued by this step.
+    pub token_expires_at_us: i64,
+}
+
+/// What `redeem` found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RedeemOutcome {
+    /// The nonce was consumed; the member now holds an active session.
+    Redeemed,
+    /// The nonce was consumed before (any second redemption, even by the same session).
+    AlreadyUsed,
+    /// No such outstanding token for this member (never issued, expired or evicted).
+    NotAdmitted,
+}
+
+/// Idle and lifetime limits applied by `expire`.
+#[derive(Clone, Copy, Debug)]
+pub struct ExpireRequest {
+    /// Waiting members not seen since this canonical time lose their place.
+    pub waiting_seen_before_us: i64,
+}
+
+/// What one `expire` sweep freed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Expired {
+    pub idle_waiters: u64,
+    pub unredeemed_tokens: u64,
+    pub sessions: u64,
+}
+
+/// Live numbers of one event.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct EventStats {
+    pub waiting: u64,
+    pub active: u64,
+    /// Admission tokens issued and neither redeemed nor expired.
+    pub outstanding: u64,
+    pub admitted_total: u64,
+    pub redeemed_total: u64,
+    /// Admissions in the last 60 s / 300 s of canonical time.
+    pub admitted_last_1m: u64,
+    pub admitted_last_5m: u64,
+    /// Waiters and sessions that ended (release, idle, expiry) in the last 60 s.
+    pub churn_last_1m: u64,
+    /// Unredeemed tokens that expired in the last 5 minutes (no-shows).
+    pub no_shows_last_5m: u64,
+}
+
+/// A session whose pass must stop working (released, evicted, expired).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Revocation {
+    pub member: String,
+    pub at_us: i64,
+}
+
+/// Where a store error came from, so the server maps it once to a status,
+/// a stable JSON code and a metric label.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The backend cannot be reached or did not answer in time: the server
+    /// drains the affected event(s).
+    #[error("queue store unavailable: {0}")]
+    Unavailable(String),
+    /// The caller passed something the store refuses (bad id, oversized member).
+    #[error("invalid input: {0}")]
+    InvalidInput(&'static str),
+    /// The data on disk or in Redis is not ours or is damaged.
+    #[error("corrupt store data: {0}")]
+    Corrupt(String),
+    /// The disk is full or not writable; nothing unacknowledged was claimed durable.
+    #[error("store storage failure: {0}")]
+    Storage(String),
+}
+
+impl StoreError {
+    /// Stable label for metrics and logs.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            StoreError::Unavailable(_) => "unavailable",
+            StoreError::InvalidInput(_) => "invalid_input",
+            StoreError::Corrupt(_) => "corrupt",
+            StoreError::Storage(_) => "storage",
+        }
+    }
+}
+
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+/// The queue's storage, per event. Implementations are cheap to clone behind
+/// an `Arc` and safe to call from many tasks at once.
+///
+/// Time: every time-dependent decision uses the store's canonical clock
+/// (`now_us`): Redis `TIME`, or the node's clock for the embedded store.
+/// Gateway nodes never pass their own wall clock into ordering.
+#[async_trait]
+pub trait QueueStore: Send + Sync + 'static {
+    /// Backend name for logs and benchmarks ("embedded", "redis", "redis-cluster").
+    fn name(&self) -> &'static str;
+
+    /// The canonical clock, microseconds since the Unix epoch.
+    async fn now_us(&self, event: &EventId) -> Result<i64>;
+
+    /// Insert-if-absent: a member already waiting keeps its score (a refresh
+    /// never moves anybody back); a member admitted or active keeps that state.
+    /// The score comes from `anteroom_core::score::arrival_score` at the
+    /// canonical time of the join. Marks the member as seen.
+    async fn join(&self, event: &EventId, member: &str, scoring: &JoinScoring) -> Result<JoinOutcome>;
+
+    /// Where `member` stands. With `touch`, a waiting member is marked as seen
+    /// now (position polls keep a place alive; see `expire`).
+    async fn status(&self, event: &EventId, member: &str, touch: bool) -> Result<MemberState>;
+
+    /// Number of waiting members.
+    async fn queue_length(&self, event: &EventId) -> Result<u64>;
+
+    /// Atomically takes up to `min(req.max, req.max_active - active - outstanding)`
+    /// best-ranked waiters, records one nonce each as their outstanding token,
+    /// and counts them. Never admits while the event is paused or closed.
+    async fn admit(&self, event: &EventId, req: &AdmitRequest) -> Result<Vec<Admission>>;
+
+    /// Atomically consumes `nonce` if it is `member`'s outstanding token and
+    /// opens an active session ending at `session_expires_at_us`.
+    async fn redeem(&self, event: &EventId, member: &str, nonce: &Nonce, session_expires_at_us: i64) -> Result<RedeemOutcome>;
+
+    /// Moves an active session's end to `expires_at_us` (idle renewal by the
+    /// gate; callers cap it at the session's lifetime). `false` if not active.
+    async fn extend(&self, event: &EventId, member: &str, expires_at_us: i64) -> Result<bool>;
+
+    /// Ends the member's presence (waiting, admitted or active) and records a
+    /// revocation so every node stops honouring its pass. `false` if absent.
+    async fn release(&self, event: &EventId, member: &str) -> Result<bool>;
+
+    /// Records sessions that a node admitted on its own while the store was
+    /// unreachable (drain mode), as active until `expires_at_us`. Members
+    /// already active or admitted are left as they are; waiting ones leave the
+    /// queue. Returns how many were newly recorded.
+    async fn reconcile_active(&self, event: &EventId, members: &[(String, i64)]) -> Result<u64>;
+
+    /// Drops idle waiters, expired tokens and ended sessions at canonical now.
+    async fn expire(&self, event: &EventId, req: &ExpireRequest) -> Result<Expired>;
+
+    async fn stats(&self, event: &EventId) -> Result<EventStats>;
+
+    /// Revocations recorded at or after `since_us` (canonical), oldest first.
+    async fn revocations_since(&self, event: &EventId, since_us: i64) -> Result<Vec<Revocation>>;
+
+    /// Single-use guard for proof-of-work answers: `true` the first time a
+    /// nonce is seen, `false` ever after (until `expires_at_us` passes).
+    async fn consume_once(&self, event: &EventId, nonce: &Nonce, expires_at_us: i64) -> Result<bool>;
+
+    /// Cluster-wide tick guard: `true` for exactly one caller per
+    /// `(event, tick)`, however many gateway nodes ask.
+    async fn claim_tick(&self, event: &EventId, tick: u64, ttl_ms: u64) -> Result<bool>;
+
+    /// Pause / resume / close, shared by every node and durable.
+    async fn set_admin_state(&self, event: &EventId, state: AdminState) -> Result<()>;
+    async fn admin_state(&self, event: &EventId) -> Result<AdminState>;
+
+    /// Event configuration documents (JSON) put through the admin API, so a
+    /// live change reaches every node and survives restart.
+    async fn put_event_config(&self, event: &EventId, json: &str) -> Result<()>;
+    async fn event_configs(&self) -> Result<Vec<(EventId, String)>>;
+
+    /// Readiness of the data of one event (with Redis Cluster, of its slot's master).
+    async fn ping(&self, event: &EventId) -> Result<()>;
+}

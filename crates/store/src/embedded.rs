@@ -1,0 +1,1 @@
+//! Embedded backend (being written).
