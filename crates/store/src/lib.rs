@@ -19,6 +19,8 @@ use async_trait::async_trait;
 pub mod conformance;
 pub mod embedded;
 pub mod redis;
+#[cfg(feature = "conformance")]
+pub mod testing;
 
 /// An event id, validated once at the border: `^[A-Za-z0-9_-]{1,64}$`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -1,1 +1,532 @@
-//! Redis backend (being written).
+//! Redis and Redis Cluster backend of [`QueueStore`]: any number of stateless
+//! gateway nodes share one queue per event.
+//!
+//! Every multi-step operation is one Lua script (see `redis/*.lua`), atomic on
+//! the node that holds the event's slot, and takes its time from that node's
+//! `TIME`, so gateway clocks never order the queue. The key layout is in
+//! [`keys`]; every call is bounded by [`RedisConfig::timeout`] and fails as
+//! [`StoreError::Unavailable`] rather than hanging.
+
+mod conn;
+mod keys;
+mod scripts;
+
+use std::time::Duration;
+
+use anteroom_core::phase::AdminState;
+use anteroom_core::score::JoinScoring;
+use async_trait::async_trait;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterClientBuilder;
+
+use self::conn::{Conn, Lua, bounded};
+use self::keys::{CONFIGS, EventKeys};
+use crate::{
+    Admission, AdmitRequest, EventId, EventStats, ExpireRequest, Expired, JoinOutcome, MemberState,
+    Nonce, QueueStore, RedeemOutcome, Result, Revocation, StoreError, check_member,
+};
+
+/// How to reach Redis.
+#[derive(Clone, Debug)]
+pub struct RedisConfig {
+    /// One `redis://` URL for standalone; one or more seed nodes for a cluster.
+    pub urls: Vec<String>,
+    /// Talk the Redis Cluster protocol (slot routing, MOVED/ASK).
+    pub cluster: bool,
+    /// Bound of every operation, connecting included.
+    pub timeout: Duration,
+}
+
+/// The Redis backend. Cheap to clone: clones share one multiplexed connection.
+#[derive(Clone)]
+pub struct RedisStore {
+    conn: Conn,
+    timeout: Duration,
+    cluster: bool,
+}
+
+/// Largest number of members one expire script call sweeps per category, so
+/// a sweep never blocks Redis for long; `expire` repeats until done.
+const EXPIRE_BATCH: u64 = 20_000;
+
+/// How long revocations are kept: far longer than any pass lives, so every
+/// node's once-a-second refresh sees each one.
+const REVOCATION_RETENTION_US: i64 = 3_600_000_000;
+
+impl RedisStore {
+    /// Connects to standalone Redis (`cluster: false`, exactly one URL) or to a
+    /// Redis Cluster through its seed nodes. An unreachable server is
+    /// `Unavailable` after at most `cfg.timeout`.
+    pub async fn connect(cfg: &RedisConfig) -> Result<Self> {
+        let conn = if cfg.cluster {
+            if cfg.urls.is_empty() {
+                return Err(StoreError::InvalidInput(
+                    "redis cluster needs at least one seed url",
+                ));
+            }
+            let client = ClusterClientBuilder::new(cfg.urls.clone())
+                .connection_timeout(cfg.timeout)
+                .response_timeout(cfg.timeout)
+                .build()
+                .map_err(|_| StoreError::InvalidInput("invalid redis cluster url"))?;
+            Conn::Cluster(bounded(cfg.timeout, client.get_async_connection()).await?)
+        } else {
+            let [url] = cfg.urls.as_slice() else {
+                return Err(StoreError::InvalidInput(
+                    "standalone redis takes exactly one url",
+                ));
+            };
+            let client = redis::Client::open(url.as_str())
+                .map_err(|_| StoreError::InvalidInput("invalid redis url"))?;
+            let config = ConnectionManagerConfig::new()
+                .set_connection_timeout(Some(cfg.timeout))
+                .set_response_timeout(Some(cfg.timeout));
+            Conn::Single(
+                bounded(
+                    cfg.timeout,
+                    ConnectionManager::new_with_config(client, config),
+                )
+                .await?,
+            )
+        };
+        Ok(Self {
+            conn,
+            timeout: cfg.timeout,
+            cluster: cfg.cluster,
+        })
+    }
+
+    async fn eval<T: redis::FromRedisValue>(
+        &self,
+        script: &Lua,
+        keys: &[String],
+        args: &[Vec<u8>],
+    ) -> Result<T> {
+        self.conn.eval(script, keys, args, self.timeout).await
+    }
+
+    async fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T> {
+        self.conn.query(cmd, self.timeout).await
+    }
+
+    /// The member-state keys, in the order `join.lua` and `status.lua` take them.
+    fn member_keys(k: &EventKeys) -> [String; 5] {
+        [
+            k.queue(),
+            k.seen(),
+            k.active(),
+            k.tokens(),
+            k.token_expiries(),
+        ]
+    }
+}
+
+/// One script argument, as Redis sees it on the wire.
+fn int(v: impl Into<i64>) -> Vec<u8> {
+    v.into().to_string().into_bytes()
+}
+
+fn uint(v: u64) -> Vec<u8> {
+    v.to_string().into_bytes()
+}
+
+fn text(s: &str) -> Vec<u8> {
+    s.as_bytes().to_vec()
+}
+
+fn count(v: i64) -> u64 {
+    u64::try_from(v).unwrap_or(0)
+}
+
+/// Decodes the `{new, kind, a, b, nonce}` reply of `join.lua` / `status.lua`.
+fn decode_state((new, kind, a, b, nonce): (i64, i64, i64, i64, Vec<u8>)) -> Result<JoinOutcome> {
+    let state = match kind {
+        0 => MemberState::None,
+        1 => MemberState::Waiting {
+            rank: count(a),
+            queue_length: count(b),
+        },
+        2 => MemberState::Admitted {
+            nonce: decode_nonce(&nonce)?,
+            expires_at_us: a,
+        },
+        3 => MemberState::Active { expires_at_us: a },
+        _ => {
+            return Err(StoreError::Corrupt(format!(
+                "unknown member state {kind} from redis"
+            )));
+        }
+    };
+    Ok(JoinOutcome {
+        new: new == 1,
+        state,
+    })
+}
+
+fn decode_nonce(raw: &[u8]) -> Result<Nonce> {
+    Nonce::try_from(raw)
+        .map_err(|_| StoreError::Corrupt(format!("stored nonce has {} bytes, not 16", raw.len())))
+}
+
+fn state_name(state: AdminState) -> &'static str {
+    match state {
+        AdminState::Running => "running",
+        AdminState::Paused => "paused",
+        AdminState::Closed => "closed",
+    }
+}
+
+#[async_trait]
+impl QueueStore for RedisStore {
+    fn name(&self) -> &'static str {
+        if self.cluster {
+            "redis-cluster"
+        } else {
+            "redis"
+        }
+    }
+
+    async fn now_us(&self, event: &EventId) -> Result<i64> {
+        // Run on the event's own node: that is the clock its scores use.
+        self.eval(&scripts::NOW, &[EventKeys::new(event).queue()], &[])
+            .await
+    }
+
+    async fn join(
+        &self,
+        event: &EventId,
+        member: &str,
+        scoring: &JoinScoring,
+    ) -> Result<JoinOutcome> {
+        check_member(member)?;
+        let k = EventKeys::new(event);
+        let args = [
+            text(member),
+            int(scoring.opens_at_us),
+            int(scoring.prewindow_score),
+            int(scoring.tiebreak),
+            int(i64::from(scoring.behind)),
+        ];
+        decode_state(
+            self.eval(&scripts::JOIN, &Self::member_keys(&k), &args)
+                .await?,
+        )
+    }
+
+    async fn status(&self, event: &EventId, member: &str, touch: bool) -> Result<MemberState> {
+        check_member(member)?;
+        let k = EventKeys::new(event);
+        let args = [text(member), int(i64::from(touch))];
+        Ok(decode_state(
+            self.eval(&scripts::STATUS, &Self::member_keys(&k), &args)
+                .await?,
+        )?
+        .state)
+    }
+
+    async fn queue_length(&self, event: &EventId) -> Result<u64> {
+        self.query(redis::cmd("ZCARD").arg(EventKeys::new(event).queue()))
+            .await
+    }
+
+    async fn admit(&self, event: &EventId, req: &AdmitRequest) -> Result<Vec<Admission>> {
+        let max = req
+            .max
+            .min(u64::try_from(req.nonces.len()).unwrap_or(u64::MAX));
+        if max == 0 {
+            return Ok(Vec::new());
+        }
+        let k = EventKeys::new(event);
+        let keys = [
+            k.queue(),
+            k.seen(),
+            k.tokens(),
+            k.token_expiries(),
+            k.active(),
+            k.state(),
+            k.totals(),
+            k.admitted_per_s(),
+        ];
+        // Only the nonces that can be used travel to Redis.
+        let take = usize::try_from(max).unwrap_or(usize::MAX);
+        let mut args = Vec::with_capacity(3 + take);
+        args.extend([
+            uint(max),
+            uint(req.max_active),
+            int(req.token_expires_at_us),
+        ]);
+        args.extend(req.nonces[..take].iter().map(|n| n.to_vec()));
+        let members: Vec<String> = self.eval(&scripts::ADMIT, &keys, &args).await?;
+        if members.len() > take {
+            return Err(StoreError::Corrupt(
+                "admit returned more members than nonces".into(),
+            ));
+        }
+        Ok(members
+            .into_iter()
+            .zip(&req.nonces)
+            .map(|(member, nonce)| Admission {
+                member,
+                nonce: *nonce,
+            })
+            .collect())
+    }
+
+    async fn redeem(
+        &self,
+        event: &EventId,
+        member: &str,
+        nonce: &Nonce,
+        session_expires_at_us: i64,
+    ) -> Result<RedeemOutcome> {
+        check_member(member)?;
+        let k = EventKeys::new(event);
+        let keys = [
+            k.tokens(),
+            k.token_expiries(),
+            k.used(),
+            k.active(),
+            k.totals(),
+        ];
+        let args = [text(member), nonce.to_vec(), int(session_expires_at_us)];
+        match self.eval::<i64>(&scripts::REDEEM, &keys, &args).await? {
+            0 => Ok(RedeemOutcome::Redeemed),
+            1 => Ok(RedeemOutcome::AlreadyUsed),
+            2 => Ok(RedeemOutcome::NotAdmitted),
+            other => Err(StoreError::Corrupt(format!(
+                "unknown redeem outcome {other} from redis"
+            ))),
+        }
+    }
+
+    async fn extend(&self, event: &EventId, member: &str, expires_at_us: i64) -> Result<bool> {
+        check_member(member)?;
+        let args = [text(member), int(expires_at_us)];
+        Ok(self
+            .eval::<i64>(&scripts::EXTEND, &[EventKeys::new(event).active()], &args)
+            .await?
+            == 1)
+    }
+
+    async fn release(&self, event: &EventId, member: &str) -> Result<bool> {
+        check_member(member)?;
+        let k = EventKeys::new(event);
+        let keys = [
+            k.queue(),
+            k.seen(),
+            k.tokens(),
+            k.token_expiries(),
+            k.active(),
+            k.revocations(),
+            k.churn_per_s(),
+        ];
+        Ok(self
+            .eval::<i64>(&scripts::RELEASE, &keys, &[text(member)])
+            .await?
+            == 1)
+    }
+
+    async fn reconcile_active(&self, event: &EventId, members: &[(String, i64)]) -> Result<u64> {
+        let k = EventKeys::new(event);
+        let keys = [k.queue(), k.seen(), k.token_expiries(), k.active()];
+        let mut recorded = 0;
+        // Bounded batches: one script per batch keeps each step short; every
+        // member's check-and-record is still atomic.
+        for batch in members.chunks(1000) {
+            let mut args = Vec::with_capacity(batch.len() * 2);
+            for (member, expires_at_us) in batch {
+                check_member(member)?;
+                args.push(text(member));
+                args.push(int(*expires_at_us));
+            }
+            recorded += count(self.eval::<i64>(&scripts::RECONCILE, &keys, &args).await?);
+        }
+        Ok(recorded)
+    }
+
+    async fn expire(&self, event: &EventId, req: &ExpireRequest) -> Result<Expired> {
+        let k = EventKeys::new(event);
+        let keys = [
+            k.queue(),
+            k.seen(),
+            k.tokens(),
+            k.token_expiries(),
+            k.active(),
+            k.used(),
+            k.revocations(),
+            k.admitted_per_s(),
+            k.churn_per_s(),
+            k.no_shows_per_s(),
+        ];
+        let args = [
+            int(req.waiting_seen_before_us),
+            uint(EXPIRE_BATCH),
+            int(REVOCATION_RETENTION_US),
+        ];
+        let mut total = Expired::default();
+        loop {
+            let (idle, tokens, sessions): (i64, i64, i64) =
+                self.eval(&scripts::EXPIRE, &keys, &args).await?;
+            total.idle_waiters += count(idle);
+            total.unredeemed_tokens += count(tokens);
+            total.sessions += count(sessions);
+            let full = [idle, tokens, sessions]
+                .iter()
+                .any(|&n| count(n) >= EXPIRE_BATCH);
+            if !full {
+                return Ok(total);
+            }
+        }
+    }
+
+    async fn stats(&self, event: &EventId) -> Result<EventStats> {
+        let k = EventKeys::new(event);
+        let keys = [
+            k.queue(),
+            k.active(),
+            k.token_expiries(),
+            k.totals(),
+            k.admitted_per_s(),
+            k.churn_per_s(),
+            k.no_shows_per_s(),
+        ];
+        let v: Vec<i64> = self.eval(&scripts::STATS, &keys, &[]).await?;
+        let [
+            waiting,
+            active,
+            outstanding,
+            admitted_total,
+            redeemed_total,
+            a1,
+            a5,
+            churn,
+            no_shows,
+        ] = v[..]
+        else {
+            return Err(StoreError::Corrupt(format!(
+                "stats script returned {} numbers, not 9",
+                v.len()
+            )));
+        };
+        Ok(EventStats {
+            waiting: count(waiting),
+            active: count(active),
+            outstanding: count(outstanding),
+            admitted_total: count(admitted_total),
+            redeemed_total: count(redeemed_total),
+            admitted_last_1m: count(a1),
+            admitted_last_5m: count(a5),
+            churn_last_1m: count(churn),
+            no_shows_last_5m: count(no_shows),
+        })
+    }
+
+    async fn revocations_since(&self, event: &EventId, since_us: i64) -> Result<Vec<Revocation>> {
+        let key = EventKeys::new(event).revocations();
+        let rows: Vec<(String, f64)> = self
+            .query(
+                redis::cmd("ZRANGEBYSCORE")
+                    .arg(key)
+                    .arg(since_us)
+                    .arg("+inf")
+                    .arg("WITHSCORES"),
+            )
+            .await?;
+        // Scores are integers below 2^53, exact in an f64.
+        #[allow(clippy::cast_possible_truncation)]
+        Ok(rows
+            .into_iter()
+            .map(|(member, at)| Revocation {
+                member,
+                at_us: at as i64,
+            })
+            .collect())
+    }
+
+    async fn consume_once(
+        &self,
+        event: &EventId,
+        nonce: &Nonce,
+        expires_at_us: i64,
+    ) -> Result<bool> {
+        // The key expires by the server's own clock, the canonical one; a
+        // deadline already past is remembered for a millisecond, which is
+        // harmless: the caller refuses expired answers anyway.
+        let at_ms = expires_at_us.div_euclid(1000) + 1;
+        let key = EventKeys::new(event).once(nonce);
+        let set: Option<String> = self
+            .query(
+                redis::cmd("SET")
+                    .arg(key)
+                    .arg(1)
+                    .arg("NX")
+                    .arg("PXAT")
+                    .arg(at_ms.max(1)),
+            )
+            .await?;
+        Ok(set.is_some())
+    }
+
+    async fn claim_tick(&self, event: &EventId, tick: u64, ttl_ms: u64) -> Result<bool> {
+        let key = EventKeys::new(event).tick(tick);
+        let set: Option<String> = self
+            .query(
+                redis::cmd("SET")
+                    .arg(key)
+                    .arg(1)
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(ttl_ms.max(1)),
+            )
+            .await?;
+        Ok(set.is_some())
+    }
+
+    async fn set_admin_state(&self, event: &EventId, state: AdminState) -> Result<()> {
+        let key = EventKeys::new(event).state();
+        self.query::<()>(redis::cmd("SET").arg(key).arg(state_name(state)))
+            .await
+    }
+
+    async fn admin_state(&self, event: &EventId) -> Result<AdminState> {
+        let stored: Option<String> = self
+            .query(redis::cmd("GET").arg(EventKeys::new(event).state()))
+            .await?;
+        match stored.as_deref() {
+            None | Some("running") => Ok(AdminState::Running),
+            Some("paused") => Ok(AdminState::Paused),
+            Some("closed") => Ok(AdminState::Closed),
+            Some(other) => Err(StoreError::Corrupt(format!(
+                "unknown admin state {other:?} in redis"
+            ))),
+        }
+    }
+
+    async fn put_event_config(&self, event: &EventId, json: &str) -> Result<()> {
+        self.query::<()>(
+            redis::cmd("HSET")
+                .arg(CONFIGS)
+                .arg(event.as_str())
+                .arg(json),
+        )
+        .await
+    }
+
+    async fn event_configs(&self) -> Result<Vec<(EventId, String)>> {
+        let rows: Vec<(String, String)> = self.query(redis::cmd("HGETALL").arg(CONFIGS)).await?;
+        let mut configs = rows
+            .into_iter()
+            .map(|(id, json)| {
+                EventId::new(&id)
+                    .map(|id| (id, json))
+                    .map_err(|_| StoreError::Corrupt(format!("bad event id {id:?} in {CONFIGS}")))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        configs.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(configs)
+    }
+
+    async fn ping(&self, event: &EventId) -> Result<()> {
+        self.now_us(event).await.map(|_| ())
+    }
+}

@@ -1,0 +1,112 @@
+//! Key layout of the Redis backend.
+//!
+//! Every key of event `E` is `anteroom:{E}:<name>`: the hash tag `{E}` puts all
+//! of an event's keys in one Redis Cluster slot (so its Lua scripts are legal
+//! there) while different events spread across the cluster. The one cross-event
+//! key is [`CONFIGS`]; `@` cannot appear in an event id, so it never collides.
+//! Nothing outside the `anteroom:` prefix is ever read or written.
+
+use crate::{EventId, Nonce};
+
+/// Hash of event id → configuration JSON, for every event.
+pub(crate) const CONFIGS: &str = "anteroom:{@config}:events";
+
+/// The keys of one event, in the order the scripts expect them.
+pub(crate) struct EventKeys {
+    prefix: String,
+}
+
+impl EventKeys {
+    pub(crate) fn new(event: &EventId) -> Self {
+        Self {
+            prefix: format!("anteroom:{{{}}}:", event.as_str()),
+        }
+    }
+
+    fn key(&self, name: &str) -> String {
+        let mut k = String::with_capacity(self.prefix.len() + name.len());
+        k.push_str(&self.prefix);
+        k.push_str(name);
+        k
+    }
+
+    /// Waiting members, scored by arrival score (lower is served first).
+    pub(crate) fn queue(&self) -> String {
+        self.key("q")
+    }
+    /// Waiting members, scored by when they were last seen (idle expiry).
+    pub(crate) fn seen(&self) -> String {
+        self.key("seen")
+    }
+    /// Active sessions, scored by expiry: the slot count is a range count over
+    /// it, so no counter can drift after a crash.
+    pub(crate) fn active(&self) -> String {
+        self.key("active")
+    }
+    /// Outstanding admission tokens: member → nonce.
+    pub(crate) fn tokens(&self) -> String {
+        self.key("tok")
+    }
+    /// Outstanding admission tokens: member scored by token expiry.
+    pub(crate) fn token_expiries(&self) -> String {
+        self.key("tokexp")
+    }
+    /// Redeemed nonces, scored by their token's expiry (replay guard).
+    pub(crate) fn used(&self) -> String {
+        self.key("used")
+    }
+    /// Revoked passes: member scored by revocation time.
+    pub(crate) fn revocations(&self) -> String {
+        self.key("rev")
+    }
+    /// Admin state: `running`, `paused` or `closed`.
+    pub(crate) fn state(&self) -> String {
+        self.key("state")
+    }
+    /// Lifetime totals (`admitted`, `redeemed`).
+    pub(crate) fn totals(&self) -> String {
+        self.key("totals")
+    }
+    /// Per-second histories for the rates in `stats`.
+    pub(crate) fn admitted_per_s(&self) -> String {
+        self.key("h:admitted")
+    }
+    pub(crate) fn churn_per_s(&self) -> String {
+        self.key("h:churn")
+    }
+    pub(crate) fn no_shows_per_s(&self) -> String {
+        self.key("h:noshow")
+    }
+    /// Guard of one admission tick.
+    pub(crate) fn tick(&self, tick: u64) -> String {
+        self.key(&format!("tick:{tick}"))
+    }
+    /// Guard of one single-use proof-of-work nonce.
+    pub(crate) fn once(&self, nonce: &Nonce) -> String {
+        let mut name = String::with_capacity(5 + 32);
+        name.push_str("once:");
+        for b in nonce {
+            name.push(char::from(HEX[usize::from(b >> 4)]));
+            name.push(char::from(HEX[usize::from(b & 0xf)]));
+        }
+        self.key(&name)
+    }
+}
+
+const HEX: &[u8; 16] = b"0123456789abcdef";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_share_the_event_hash_tag() {
+        let k = EventKeys::new(&EventId::new("drop-1").unwrap());
+        assert_eq!(k.queue(), "anteroom:{drop-1}:q");
+        assert_eq!(k.tick(7), "anteroom:{drop-1}:tick:7");
+        assert_eq!(
+            k.once(&[0xab; 16]),
+            format!("anteroom:{{drop-1}}:once:{}", "ab".repeat(16))
+        );
+    }
+}
