@@ -1,0 +1,4 @@
+//! The gate.
+
+pub mod normalize;
+pub mod routes;

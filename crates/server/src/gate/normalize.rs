@@ -1,0 +1,157 @@
+//! Path normalisation for the gate: one canonical spelling of a request path,
+//! so that route matching cannot be bypassed by encoding tricks.
+//!
+//! The gate matches protected prefixes against the *normalised* path, while
+//! the origin receives whatever the client sent. Everything an origin might
+//! decode into a different path than ours is therefore either canonicalised
+//! here (unreserved escapes, dot segments, repeated slashes) or refused
+//! (encoded slashes, backslashes, NUL, `..;` segments, malformed escapes).
+//!
+//! Lower-casing is not done here: routes compare ASCII case-insensitively.
+
+use thiserror::Error;
+
+#[cfg(test)]
+mod tests;
+
+/// Why a path was refused. Every variant is a client error: the caller
+/// answers `400` JSON with [`NormalizeError::code`] and the `Display` text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
+pub enum NormalizeError {
+    #[error("the path contains a NUL byte")]
+    Nul,
+    #[error("the path contains an encoded slash (%2F)")]
+    EncodedSlash,
+    #[error("the path contains a backslash")]
+    Backslash,
+    #[error("the path contains a control character")]
+    ControlChar,
+    #[error("the path contains a malformed percent-escape")]
+    BadEscape,
+    #[error("the path contains a dot segment with parameters")]
+    DotSegmentParam,
+}
+
+impl NormalizeError {
+    /// The stable `error` code of the JSON answer.
+    pub const fn code(self) -> &'static str {
+        "bad_request"
+    }
+}
+
+/// Normalises a request path (optionally followed by `?query`).
+///
+/// - `%XX` escapes of unreserved characters (`A-Z a-z 0-9 - . _ ~`) are
+///   decoded; every other escape is kept, with its hex digits uppercased;
+/// - dot segments (`.`, `..`, also as `%2e`) are resolved, never above `/`;
+/// - repeated `/` are collapsed; a trailing `/` is kept;
+/// - the query, if any, is kept verbatim (it plays no part in routing).
+///
+/// The result always starts with `/`, and normalising it again changes
+/// nothing.
+pub fn normalize_path(raw: &str) -> Result<String, NormalizeError> {
+    if let Some(bad) = raw.chars().find(|c| c.is_ascii_control()) {
+        return Err(if bad == '\0' {
+            NormalizeError::Nul
+        } else {
+            NormalizeError::ControlChar
+        });
+    }
+    let (path, query) = match raw.find('?') {
+        Some(i) => raw.split_at(i),
+        None => (raw, ""),
+    };
+    let decoded = decode_unreserved(path)?;
+    let mut out = resolve_segments(&decoded)?;
+    out.push_str(query);
+    Ok(out)
+}
+
+/// Whether a decoded byte is an RFC 3986 unreserved character.
+fn is_unreserved(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~')
+}
+
+fn hex_value(b: u8) -> Option<u8> {
+    char::from(b)
+        .to_digit(16)
+        .and_then(|d| u8::try_from(d).ok())
+}
+
+/// Decodes unreserved escapes and uppercases the others. Decoding never
+/// produces a `%`, so a second pass finds exactly the escapes the first kept:
+/// that is what makes normalisation idempotent (no double decoding).
+fn decode_unreserved(path: &str) -> Result<String, NormalizeError> {
+    let mut out = String::with_capacity(path.len());
+    let mut rest = path;
+    while let Some(i) = rest.find(['%', '\\']) {
+        out.push_str(&rest[..i]);
+        let bytes = rest.as_bytes();
+        if bytes[i] == b'\\' {
+            return Err(NormalizeError::Backslash);
+        }
+        let (hi, lo) = match (bytes.get(i + 1), bytes.get(i + 2)) {
+            (Some(&h), Some(&l)) => (h, l),
+            _ => return Err(NormalizeError::BadEscape),
+        };
+        let value = match (hex_value(hi), hex_value(lo)) {
+            (Some(h), Some(l)) => h << 4 | l,
+            _ => return Err(NormalizeError::BadEscape),
+        };
+        match value {
+            0 => return Err(NormalizeError::Nul),
+            b'/' => return Err(NormalizeError::EncodedSlash),
+            b'\\' => return Err(NormalizeError::Backslash),
+            // C0 and C1 never start valid UTF-8; they only appear in
+            // overlong encodings (`%C0%AE` = '.') that old servers decode.
+            0xC0 | 0xC1 => return Err(NormalizeError::BadEscape),
+            v if is_unreserved(v) => out.push(char::from(v)),
+            _ => {
+                out.push('%');
+                out.push(char::from(hi.to_ascii_uppercase()));
+                out.push(char::from(lo.to_ascii_uppercase()));
+            }
+        }
+        // The three bytes are ASCII, so `i + 3` is a char boundary.
+        rest = &rest[i + 3..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+/// Resolves dot segments and collapses empty ones (RFC 3986 5.2.4, with
+/// `..` stopping at the root).
+fn resolve_segments(path: &str) -> Result<String, NormalizeError> {
+    let mut stack: Vec<&str> = Vec::new();
+    // A path ending in `/`, `/.` or `/..` names a directory: keep the slash.
+    let mut trailing_slash = false;
+    for segment in path.split('/') {
+        trailing_slash = true;
+        match segment {
+            "" | "." => {}
+            ".." => {
+                stack.pop();
+            }
+            _ => {
+                // Servlet containers drop `;params` before resolving dots, so
+                // `/public/..;/tickets` would reach `/tickets` there while we
+                // saw `/public/..;/tickets`: refuse the ambiguity.
+                let bare = segment.split(';').next().unwrap_or(segment);
+                if bare == "." || bare == ".." {
+                    return Err(NormalizeError::DotSegmentParam);
+                }
+                stack.push(segment);
+                trailing_slash = false;
+            }
+        }
+    }
+    let mut out = String::with_capacity(path.len() + 1);
+    for segment in &stack {
+        out.push('/');
+        out.push_str(segment);
+    }
+    if out.is_empty() || trailing_slash {
+        out.push('/');
+    }
+    Ok(out)
+}

@@ -1,0 +1,137 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use proptest::prelude::*;
+
+use super::{NormalizeError, normalize_path};
+
+#[track_caller]
+fn check(raw: &str, expected: &str) {
+    assert_eq!(
+        normalize_path(raw).as_deref(),
+        Ok(expected),
+        "input: {raw:?}"
+    );
+}
+
+#[track_caller]
+fn refuse(raw: &str, expected: NormalizeError) {
+    assert_eq!(normalize_path(raw), Err(expected), "input: {raw:?}");
+}
+
+#[test]
+fn canonical_paths_are_unchanged() {
+    check("/", "/");
+    check("/tickets", "/tickets");
+    check("/tickets/", "/tickets/");
+    check("/Tickets/2026", "/Tickets/2026");
+    check("/a;b=c/d", "/a;b=c/d");
+    check("/caf%C3%A9", "/caf%C3%A9");
+}
+
+#[test]
+fn unreserved_escapes_are_decoded_others_uppercased() {
+    check("/%74ickets", "/tickets");
+    check("/%54%49%43%4b%45%54%53", "/TICKETS");
+    check("/a%2db%5fc%7ed", "/a-b_c~d");
+    check("/caf%c3%a9", "/caf%C3%A9");
+    check("/a%20b", "/a%20b");
+    check("/50%25", "/50%25");
+    check("/%252e%252e/x", "/%252e%252e/x");
+    check("/a%3fb", "/a%3Fb");
+}
+
+#[test]
+fn dot_segments_and_slashes_are_resolved() {
+    check("", "/");
+    check("tickets", "/tickets");
+    check("//tickets", "/tickets");
+    check("/a//b///c", "/a/b/c");
+    check("/a/../tickets", "/tickets");
+    check("/a/./tickets", "/a/tickets");
+    check("/../../tickets", "/tickets");
+    check("/a/%2e%2e/tickets", "/tickets");
+    check("/a/.%2E/tickets", "/tickets");
+    check("/a/%2e/b", "/a/b");
+    check("/a/b/..", "/a/");
+    check("/a/b/.", "/a/b/");
+    check("/..", "/");
+    check("/...", "/...");
+    check("/.well-known/x", "/.well-known/x");
+}
+
+#[test]
+fn query_is_kept_verbatim() {
+    check("/a/../tickets?x=/../%2F&y", "/tickets?x=/../%2F&y");
+    check("?q", "/?q");
+}
+
+#[test]
+fn tricks_are_refused() {
+    refuse("/tickets%00", NormalizeError::Nul);
+    refuse("/tickets\0", NormalizeError::Nul);
+    refuse("/a%2Ftickets", NormalizeError::EncodedSlash);
+    refuse("/a%2ftickets", NormalizeError::EncodedSlash);
+    refuse("/a\\..\\tickets", NormalizeError::Backslash);
+    refuse("/a%5c..%5Ctickets", NormalizeError::Backslash);
+    refuse("/a\r\nX: y", NormalizeError::ControlChar);
+    refuse("/a%", NormalizeError::BadEscape);
+    refuse("/a%4", NormalizeError::BadEscape);
+    refuse("/a%zz", NormalizeError::BadEscape);
+    refuse("/a%C0%AE%C0%AE/tickets", NormalizeError::BadEscape);
+    refuse("/public/..;/tickets", NormalizeError::DotSegmentParam);
+    refuse("/public/.;x/tickets", NormalizeError::DotSegmentParam);
+    refuse("/public/%2e%2e;/tickets", NormalizeError::DotSegmentParam);
+}
+
+#[test]
+fn errors_map_to_bad_request() {
+    assert_eq!(NormalizeError::EncodedSlash.code(), "bad_request");
+    assert_eq!(
+        NormalizeError::EncodedSlash.to_string(),
+        "the path contains an encoded slash (%2F)"
+    );
+}
+
+/// Path-like input: mostly the characters that matter to normalisation.
+fn pathish() -> impl Strategy<Value = String> {
+    prop::collection::vec(
+        prop_oneof![
+            Just("/".to_owned()),
+            Just(".".to_owned()),
+            Just("..".to_owned()),
+            Just(";".to_owned()),
+            Just("?".to_owned()),
+            "%[0-9a-fA-F]{2}",
+            "%2[eE]",
+            "[a-zA-Z0-9~_-]{1,3}",
+            any::<char>().prop_map(String::from),
+        ],
+        0..24,
+    )
+    .prop_map(|parts| parts.concat())
+}
+
+fn assert_canonical(raw: &str) {
+    if let Ok(once) = normalize_path(raw) {
+        assert!(once.starts_with('/'), "{raw:?} -> {once:?}");
+        assert_eq!(normalize_path(&once).as_ref(), Ok(&once), "{raw:?}");
+        let path = once.split('?').next().unwrap_or_default();
+        assert!(!path.contains("//"), "{raw:?} -> {once:?}");
+        assert!(
+            path.split('/').all(|s| s != "." && s != ".."),
+            "{raw:?} -> {once:?}"
+        );
+    }
+}
+
+proptest! {
+    #[test]
+    fn arbitrary_strings_never_panic_and_normalise_once(raw in any::<String>()) {
+        assert_canonical(&raw);
+    }
+
+    #[test]
+    fn pathlike_strings_normalise_once(raw in pathish()) {
+        assert_canonical(&raw);
+    }
+}

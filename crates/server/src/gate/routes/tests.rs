@@ -1,0 +1,112 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use anteroom_store::EventId;
+
+use super::{RouteTable, check_prefix};
+use crate::gate::normalize::normalize_path;
+
+fn table(routes: &[(&str, &str)]) -> RouteTable {
+    RouteTable::new(
+        routes
+            .iter()
+            .map(|(prefix, event)| ((*prefix).to_owned(), EventId::new(event).unwrap()))
+            .collect(),
+    )
+}
+
+/// Looks up a raw request path the way the gate does: normalise, then match.
+#[track_caller]
+fn check(table: &RouteTable, raw: &str, expected: Option<&str>) {
+    let path = normalize_path(raw).unwrap();
+    assert_eq!(
+        table.lookup(&path).map(EventId::as_str),
+        expected,
+        "raw {raw:?}, normalised {path:?}"
+    );
+}
+
+#[test]
+fn bypass_spellings_of_a_protected_prefix_are_protected() {
+    let t = table(&[("/tickets", "drop")]);
+    for raw in [
+        "/tickets",
+        "/Tickets",
+        "/TICKETS/",
+        "/%74ickets",
+        "/%54ICKETS",
+        "//tickets",
+        "/a/../tickets",
+        "/a/%2e%2e/tickets",
+        "/./tickets/",
+        "/tickets/x",
+        "/tickets?x=1",
+        "/tickets;jsessionid=1",
+        "/tickets/../tickets/2026",
+    ] {
+        check(&t, raw, Some("drop"));
+    }
+}
+
+#[test]
+fn prefix_matches_on_segment_boundaries_only() {
+    let t = table(&[("/tickets", "drop")]);
+    for raw in [
+        "/ticketsfoo",
+        "/ticket",
+        "/",
+        "/other/tickets",
+        "/tickets/..",
+        "/x?/tickets",
+    ] {
+        check(&t, raw, None);
+    }
+}
+
+#[test]
+fn root_prefix_protects_everything() {
+    let t = table(&[("/", "all")]);
+    for raw in ["/", "/x", "//", "/a/b?c", "/..", ""] {
+        check(&t, raw, Some("all"));
+    }
+}
+
+#[test]
+fn longest_prefix_wins_across_events() {
+    let t = table(&[
+        ("/", "site"),
+        ("/tickets", "drop"),
+        ("/tickets/VIP/", "vip"),
+    ]);
+    check(&t, "/", Some("site"));
+    check(&t, "/shop", Some("site"));
+    check(&t, "/tickets", Some("drop"));
+    check(&t, "/tickets/vipx", Some("drop"));
+    check(&t, "/tickets/vip", Some("vip"));
+    check(&t, "/Tickets/Vip/row/1", Some("vip"));
+    check(&t, "/tickets/vip/../x", Some("drop"));
+}
+
+#[test]
+fn first_event_wins_a_shared_prefix() {
+    let t = table(&[("/a", "one"), ("/A/", "two")]);
+    check(&t, "/a/b", Some("one"));
+}
+
+#[test]
+fn prefixes_are_normalised() {
+    assert_eq!(check_prefix("/tickets/").unwrap(), "/tickets");
+    assert_eq!(check_prefix("tickets").unwrap(), "/tickets");
+    assert_eq!(check_prefix("/%74ickets//").unwrap(), "/tickets");
+    assert_eq!(check_prefix("/").unwrap(), "/");
+    assert_eq!(check_prefix("/a?x").unwrap(), "/a");
+    assert!(check_prefix("/a%2Fb").is_err());
+    let t = table(&[("/%74ickets/", "drop")]);
+    check(&t, "/TICKETS", Some("drop"));
+}
+
+#[test]
+fn empty_table_protects_nothing() {
+    let t = table(&[]);
+    assert!(t.is_empty());
+    check(&t, "/tickets", None);
+}
