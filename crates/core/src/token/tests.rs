@@ -1,0 +1,305 @@
+use super::*;
+use proptest::prelude::*;
+
+const OLD: &[u8] = b"old secret, at least thirty-two bytes long";
+const NEW: &[u8] = b"new secret, at least thirty-two bytes long";
+const OTHER: &[u8] = b"a stranger's secret, thirty-two bytes long";
+const NOW: i64 = 1_780_000_000_000;
+
+fn claims(kind: TokenKind) -> Claims {
+    Claims {
+        kind,
+        event: "drop-2026".into(),
+        session_tag: session_tag("session-a"),
+        issued_at_ms: NOW,
+        expires_at_ms: NOW + 60_000,
+        nonce: [7; 16],
+        difficulty: 0,
+    }
+}
+
+fn ring(secrets: &[&[u8]]) -> Keyring {
+    Keyring::new(secrets).unwrap()
+}
+
+const ADMISSION: Expect<'static> = Expect {
+    kind: TokenKind::Admission,
+    event: "drop-2026",
+    session: "session-a",
+};
+
+/// Verifies `token` against `expect` with the `[NEW, OLD]` keyring at `now`.
+fn check(token: &str, expect: Expect<'_>, now: i64, expected: Result<(), TokenError>) {
+    let got = ring(&[NEW, OLD]).verify(token, &expect, now).map(|_| ());
+    assert_eq!(got, expected, "token {token:?}");
+}
+
+/// Re-encodes a token's payload after `edit`, keeping the original signature.
+fn tamper(token: &str, edit: impl FnOnce(&mut Vec<u8>)) -> String {
+    let (p, t) = token.split_once('.').unwrap();
+    let mut payload = URL_SAFE_NO_PAD.decode(p).unwrap();
+    edit(&mut payload);
+    format!("{}.{t}", URL_SAFE_NO_PAD.encode(payload))
+}
+
+#[test]
+fn round_trip() {
+    for kind in [TokenKind::Admission, TokenKind::Pass, TokenKind::Challenge] {
+        let mut c = claims(kind);
+        c.difficulty = if kind == TokenKind::Challenge { 18 } else { 0 };
+        let token = ring(&[NEW]).sign(&c);
+        assert!(token.len() < 150, "{}", token.len());
+        assert!(
+            token
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
+        );
+        let expect = Expect { kind, ..ADMISSION };
+        assert_eq!(ring(&[NEW]).verify(&token, &expect, NOW), Ok(c));
+    }
+}
+
+#[test]
+fn every_rejection() {
+    let signer = ring(&[NEW]);
+    let good = signer.sign(&claims(TokenKind::Admission));
+    let expires = NOW + 60_000;
+    let a = ADMISSION;
+    let cases: Vec<(String, Expect<'_>, i64, Result<(), TokenError>)> = vec![
+        (good.clone(), a, NOW, Ok(())),
+        (good.clone(), a, expires - 1, Ok(())),
+        (good.clone(), a, expires, Err(TokenError::Expired)),
+        (good.clone(), a, i64::MAX, Err(TokenError::Expired)),
+        (
+            good.clone(),
+            Expect {
+                event: "drop-2027",
+                ..a
+            },
+            NOW,
+            Err(TokenError::WrongEvent),
+        ),
+        (
+            good.clone(),
+            Expect { event: "", ..a },
+            NOW,
+            Err(TokenError::WrongEvent),
+        ),
+        (
+            good.clone(),
+            Expect {
+                session: "session-b",
+                ..a
+            },
+            NOW,
+            Err(TokenError::WrongSession),
+        ),
+        (
+            good.clone(),
+            Expect {
+                kind: TokenKind::Pass,
+                ..a
+            },
+            NOW,
+            Err(TokenError::WrongKind),
+        ),
+        // Truncated anywhere: in the signature, at the dot, in the payload.
+        (
+            good[..good.len() - 1].to_owned(),
+            a,
+            NOW,
+            Err(TokenError::Malformed),
+        ),
+        (
+            good[..good.len() - 4].to_owned(),
+            a,
+            NOW,
+            Err(TokenError::Malformed),
+        ),
+        (
+            good.split('.').next().unwrap().to_owned(),
+            a,
+            NOW,
+            Err(TokenError::Malformed),
+        ),
+        (good[10..].to_owned(), a, NOW, Err(TokenError::Malformed)),
+        (String::new(), a, NOW, Err(TokenError::Malformed)),
+        (".".into(), a, NOW, Err(TokenError::Malformed)),
+        (format!("{good}.x"), a, NOW, Err(TokenError::Malformed)),
+        (format!("{good}="), a, NOW, Err(TokenError::Malformed)),
+        (
+            "x".repeat(MAX_TOKEN_LEN + 1),
+            a,
+            NOW,
+            Err(TokenError::Malformed),
+        ),
+        // Forged: payload edited, signature kept.
+        (
+            tamper(&good, |p| p[20] ^= 1),
+            a,
+            NOW,
+            Err(TokenError::BadSignature),
+        ),
+        (
+            tamper(&good, |p| p[54] = 1),
+            a,
+            NOW,
+            Err(TokenError::BadSignature),
+        ),
+        (
+            tamper(&good, |p| p[0] = 2),
+            a,
+            NOW,
+            Err(TokenError::Malformed),
+        ),
+        (
+            tamper(&good, |p| p[1] = 9),
+            a,
+            NOW,
+            Err(TokenError::Malformed),
+        ),
+        (
+            tamper(&good, |p| p[55] += 1),
+            a,
+            NOW,
+            Err(TokenError::Malformed),
+        ),
+        (
+            tamper(&good, |p| p[2] ^= 0xff),
+            a,
+            NOW,
+            Err(TokenError::UnknownKey),
+        ),
+        // Signed by a key nobody configured.
+        (
+            ring(&[OTHER]).sign(&claims(TokenKind::Admission)),
+            a,
+            NOW,
+            Err(TokenError::UnknownKey),
+        ),
+    ];
+    for (token, expect, now, expected) in cases {
+        check(&token, expect, now, expected);
+    }
+}
+
+#[test]
+fn forged_signature_of_right_length_is_bad_signature() {
+    let good = ring(&[NEW]).sign(&claims(TokenKind::Admission));
+    let (p, _) = good.split_once('.').unwrap();
+    let forged = format!("{p}.{}", URL_SAFE_NO_PAD.encode([0u8; 32]));
+    check(&forged, ADMISSION, NOW, Err(TokenError::BadSignature));
+}
+
+#[test]
+fn key_rotation() {
+    let old_token = ring(&[OLD]).sign(&claims(TokenKind::Pass));
+    let pass = Expect {
+        kind: TokenKind::Pass,
+        ..ADMISSION
+    };
+    // A new key prepended: old tokens still verify, new ones use the new key.
+    check(&old_token, pass, NOW, Ok(()));
+    let rotated = ring(&[NEW, OLD]);
+    let new_token = rotated.sign(&claims(TokenKind::Pass));
+    assert_eq!(
+        ring(&[NEW]).verify(&new_token, &pass, NOW).map(|_| ()),
+        Ok(())
+    );
+    // The old key retired: its tokens are now from an unknown key.
+    assert_eq!(
+        ring(&[NEW]).verify(&old_token, &pass, NOW),
+        Err(TokenError::UnknownKey)
+    );
+    // The score key follows the oldest secret, so a rotation keeps pre-window order.
+    let score =
+        |r: &Keyring| crate::score::JoinScoring::new(&r.score_key(), "e", "m", 0, 1_000_000, false);
+    assert_eq!(score(&rotated), score(&ring(&[OLD])));
+    assert_ne!(score(&rotated), score(&ring(&[NEW])));
+}
+
+#[test]
+fn keyring_construction() {
+    let none: [&[u8]; 0] = [];
+    assert_eq!(Keyring::new(&none).err(), Some(KeyError::NoKeys));
+    assert_eq!(
+        Keyring::new(&[NEW, &[0u8; 31]]).err(),
+        Some(KeyError::TooShort { index: 1 })
+    );
+    assert!(Keyring::new(&[[0u8; 32]]).is_ok());
+    let debug = format!("{:?}", ring(&[NEW, OLD]));
+    assert!(!debug.contains("secret"), "{debug}");
+}
+
+#[test]
+fn long_event_fails_closed() {
+    let mut c = claims(TokenKind::Admission);
+    c.event = "é".repeat(200); // 400 bytes
+    let token = ring(&[NEW]).sign(&c);
+    assert!(token.len() <= MAX_TOKEN_LEN);
+    check(
+        &token,
+        Expect {
+            event: &c.event,
+            ..ADMISSION
+        },
+        NOW,
+        Err(TokenError::WrongEvent),
+    );
+    c.event = "e".repeat(MAX_EVENT_LEN);
+    let token = ring(&[NEW]).sign(&c);
+    check(
+        &token,
+        Expect {
+            event: &c.event,
+            ..ADMISSION
+        },
+        NOW,
+        Ok(()),
+    );
+}
+
+#[test]
+fn codes_are_distinct() {
+    use TokenError::*;
+    let all = [
+        Malformed,
+        UnknownKey,
+        BadSignature,
+        Expired,
+        WrongKind,
+        WrongEvent,
+        WrongSession,
+    ];
+    let codes: std::collections::HashSet<_> = all.iter().map(|e| e.code()).collect();
+    assert_eq!(codes.len(), all.len());
+    assert!(codes.iter().all(|c| c.starts_with("token_")));
+}
+
+proptest! {
+    #[test]
+    fn verify_never_panics_on_strings(s in ".{0,600}") {
+        let _ = ring(&[NEW, OLD]).verify(&s, &ADMISSION, NOW);
+    }
+
+    #[test]
+    fn verify_never_panics_on_encoded_bytes(
+        payload in proptest::collection::vec(any::<u8>(), 0..400),
+        tag in proptest::collection::vec(any::<u8>(), 0..40),
+    ) {
+        let token = format!("{}.{}", URL_SAFE_NO_PAD.encode(&payload), URL_SAFE_NO_PAD.encode(&tag));
+        let got = ring(&[NEW, OLD]).verify(&token, &ADMISSION, NOW);
+        prop_assert!(got.is_err());
+    }
+
+    #[test]
+    fn any_single_edit_of_a_token_is_rejected(pos in 0usize..200, byte in any::<u8>()) {
+        let good = ring(&[NEW]).sign(&claims(TokenKind::Admission));
+        let mut bytes = good.clone().into_bytes();
+        let pos = pos % bytes.len();
+        prop_assume!(bytes[pos] != byte);
+        bytes[pos] = byte;
+        let edited = String::from_utf8_lossy(&bytes).into_owned();
+        prop_assert!(ring(&[NEW]).verify(&edited, &ADMISSION, NOW).is_err());
+    }
+}
