@@ -1,1 +1,490 @@
-//! Embedded backend (being written).
+//! The embedded backend: a durable single-node queue store on local disk.
+//!
+//! Every event has one single-writer actor (see [`actor`]) owning the event's
+//! memory (an order-statistic index, see [`index`]) and its redb file (see
+//! [`disk`]); durable operations go through the actor and are acknowledged
+//! only after their group commit. Reads (status, length, stats, revocations)
+//! lock the event's memory directly, so a position poll never waits for a
+//! commit. Architecture invariant: memory never shows a change the actor has
+//! not committed or is not about to commit in the current batch; if a commit
+//! fails, memory is rebuilt from disk before anybody else is answered.
+
+mod actor;
+mod disk;
+mod index;
+mod load;
+mod state;
+mod table;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::Sender;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+
+use anteroom_core::phase::AdminState;
+use anteroom_core::score::JoinScoring;
+use async_trait::async_trait;
+use redb::Database;
+use tokio::sync::oneshot;
+
+use self::actor::{Actor, Command, Op, Reply, lock};
+use self::state::EventState;
+use crate::{
+    Admission, AdmitRequest, EventId, EventStats, ExpireRequest, Expired, JoinOutcome, MemberState,
+    Nonce, QueueStore, RedeemOutcome, Result, Revocation, StoreError, check_member,
+};
+
+/// Settings of the embedded store.
+#[derive(Clone)]
+pub struct EmbeddedOptions {
+    /// The canonical clock, µs since the Unix epoch (the node's clock by default).
+    pub clock: Arc<dyn Fn() -> i64 + Send + Sync>,
+    /// Most commands one group commit takes.
+    pub max_batch: usize,
+    /// redb page cache per event file, in bytes. Reads are served from memory,
+    /// so a small cache only slows start-up scans down a little.
+    pub cache_bytes: usize,
+}
+
+impl Default for EmbeddedOptions {
+    fn default() -> Self {
+        Self {
+            clock: Arc::new(system_clock_us),
+            max_batch: 4096,
+            cache_bytes: 16 << 20,
+        }
+    }
+}
+
+impl fmt::Debug for EmbeddedOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EmbeddedOptions")
+            .field("max_batch", &self.max_batch)
+            .field("cache_bytes", &self.cache_bytes)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The node's wall clock: this is the edge where the embedded store's
+/// canonical time comes from (tests inject their own).
+pub fn system_clock_us() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
+}
+
+/// One live event: its memory and the way to its actor.
+struct EventHandle {
+    state: Arc<Mutex<EventState>>,
+    tx: Mutex<Option<Sender<Command>>>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+struct Inner {
+    dir: PathBuf,
+    opts: EmbeddedOptions,
+    meta: Database,
+    meta_path: PathBuf,
+    events: Mutex<HashMap<EventId, Arc<EventHandle>>>,
+    admin: Mutex<HashMap<EventId, AdminState>>,
+    ticks: Mutex<HashMap<(EventId, u64), i64>>,
+}
+
+/// The embedded store. Cheap to clone; dropping the last clone stops every
+/// actor after its last commit and closes the files.
+#[derive(Clone)]
+pub struct EmbeddedStore {
+    inner: Arc<Inner>,
+}
+
+fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn io_error(path: &Path, e: std::io::Error) -> StoreError {
+    StoreError::Storage(format!("{}: {e}", path.display()))
+}
+
+impl EmbeddedStore {
+    /// Opens (creating if needed) the data directory and rebuilds every
+    /// event's queue from disk. A directory that is not ours, or a damaged
+    /// file, is refused with [`StoreError::Corrupt`] naming it; a disk that
+    /// cannot be written is [`StoreError::Storage`].
+    pub async fn open(path: &Path, opts: EmbeddedOptions) -> Result<Self> {
+        let path = path.to_owned();
+        tokio::task::spawn_blocking(move || Self::open_blocking(&path, opts))
+            .await
+            .map_err(|e| StoreError::Unavailable(format!("store open task failed: {e}")))?
+    }
+
+    fn open_blocking(dir: &Path, opts: EmbeddedOptions) -> Result<Self> {
+        if dir.exists() && !dir.is_dir() {
+            return Err(StoreError::Corrupt(format!(
+                "{}: exists and is not a directory",
+                dir.display()
+            )));
+        }
+        let meta_path = dir.join("meta.redb");
+        let events_dir = dir.join("events");
+        if dir.is_dir() && !meta_path.exists() {
+            let mut entries = std::fs::read_dir(dir).map_err(|e| io_error(dir, e))?;
+            if entries.next().is_some() {
+                return Err(StoreError::Corrupt(format!(
+                    "{}: not an anteroom data directory (no meta.redb, but not empty)",
+                    dir.display()
+                )));
+            }
+        }
+        std::fs::create_dir_all(&events_dir).map_err(|e| io_error(&events_dir, e))?;
+        let meta = disk::open_file(&meta_path, disk::META_MAGIC, 1 << 20)?;
+        let admin = read_admin(&meta, &meta_path)?;
+        let store = Self {
+            inner: Arc::new(Inner {
+                dir: dir.to_owned(),
+                opts,
+                meta,
+                meta_path,
+                events: Mutex::new(HashMap::new()),
+                admin: Mutex::new(admin),
+                ticks: Mutex::new(HashMap::new()),
+            }),
+        };
+        let mut found = Vec::new();
+        for entry in std::fs::read_dir(&events_dir).map_err(|e| io_error(&events_dir, e))? {
+            let p = entry.map_err(|e| io_error(&events_dir, e))?.path();
+            let id = p
+                .file_name()
+                .and_then(|n| n.to_str())
+                .and_then(|n| n.strip_suffix(".redb"))
+                .and_then(|n| EventId::new(n).ok())
+                .ok_or_else(|| {
+                    StoreError::Corrupt(format!("{}: not an anteroom event file", p.display()))
+                })?;
+            found.push(id);
+        }
+        // Events load in parallel: each is its own file and its own index.
+        let loaded: Vec<Result<(EventId, Arc<EventHandle>)>> = std::thread::scope(|s| {
+            let jobs: Vec<_> = found
+                .into_iter()
+                .map(|id| s.spawn(|| store.start_event(&id).map(|h| (id, h))))
+                .collect();
+            jobs.into_iter()
+                .map(|j| {
+                    j.join()
+                        .unwrap_or_else(|_| Err(StoreError::Corrupt("event load panicked".into())))
+                })
+                .collect()
+        });
+        let mut events = locked(&store.inner.events);
+        for r in loaded {
+            let (id, h) = r?;
+            events.insert(id, h);
+        }
+        drop(events);
+        Ok(store)
+    }
+
+    fn event_path(&self, id: &EventId) -> PathBuf {
+        self.inner.dir.join("events").join(format!("{id}.redb"))
+    }
+
+    /// Opens an event's file, rebuilds its memory and starts its actor.
+    fn start_event(&self, id: &EventId) -> Result<Arc<EventHandle>> {
+        let path = self.event_path(id);
+        let db = disk::open_file(&path, disk::EVENT_MAGIC, self.inner.opts.cache_bytes)?;
+        let mut st = load::load(&db, &path)?;
+        st.admin = locked(&self.inner.admin)
+            .get(id)
+            .copied()
+            .unwrap_or_default();
+        let state = Arc::new(Mutex::new(st));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let actor = Actor {
+            db,
+            path,
+            state: state.clone(),
+            clock: self.inner.opts.clock.clone(),
+            max_batch: self.inner.opts.max_batch.max(1),
+        };
+        let thread = std::thread::Builder::new()
+            .name(format!("event-{id}"))
+            .spawn(move || actor.run(rx))
+            .map_err(|e| StoreError::Storage(format!("cannot start event actor: {e}")))?;
+        Ok(Arc::new(EventHandle {
+            state,
+            tx: Mutex::new(Some(tx)),
+            thread: Mutex::new(Some(thread)),
+        }))
+    }
+
+    /// The event's handle, starting it on first use.
+    fn event(&self, id: &EventId) -> Result<Arc<EventHandle>> {
+        let mut events = locked(&self.inner.events);
+        if let Some(h) = events.get(id) {
+            return Ok(h.clone());
+        }
+        // First use of an event: creating its file is rare and quick, so it
+        // is done right here rather than on a blocking pool.
+        let h = self.start_event(id)?;
+        events.insert(id.clone(), h.clone());
+        Ok(h)
+    }
+
+    async fn call(&self, id: &EventId, op: Op) -> Result<Reply> {
+        let h = self.event(id)?;
+        let (tx, rx) = oneshot::channel();
+        let sent = locked(&h.tx)
+            .as_ref()
+            .map(|s| s.send(Command { op, tx }).is_ok());
+        if sent != Some(true) {
+            return Err(StoreError::Unavailable(format!(
+                "event {id}: actor stopped"
+            )));
+        }
+        rx.await
+            .map_err(|_| StoreError::Unavailable(format!("event {id}: actor stopped")))?
+    }
+
+    fn clock(&self) -> i64 {
+        (self.inner.opts.clock)()
+    }
+
+    /// Runs a read on the event's memory at the canonical time.
+    fn read<T>(&self, id: &EventId, f: impl FnOnce(&mut EventState, i64) -> T) -> Result<T> {
+        let h = self.event(id)?;
+        let mut st = lock(&h.state);
+        if let Some(why) = &st.failed {
+            return Err(StoreError::Storage(why.clone()));
+        }
+        let now = st.peek(self.clock());
+        Ok(f(&mut st, now))
+    }
+
+    async fn meta_write(
+        &self,
+        f: impl FnOnce(&Database, &Path) -> Result<()> + Send + 'static,
+    ) -> Result<()> {
+        let inner = self.inner.clone();
+        tokio::task::spawn_blocking(move || f(&inner.meta, &inner.meta_path))
+            .await
+            .map_err(|e| StoreError::Unavailable(format!("meta write task failed: {e}")))?
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // Closing the channels lets each actor commit what it holds and exit;
+        // joining them closes the files, so the directory can be reopened.
+        let events: Vec<_> = locked(&self.events).drain().map(|(_, h)| h).collect();
+        for h in &events {
+            locked(&h.tx).take();
+        }
+        for h in &events {
+            if let Some(t) = locked(&h.thread).take() {
+                let _ = t.join();
+            }
+        }
+    }
+}
+
+fn admin_code(s: AdminState) -> u8 {
+    match s {
+        AdminState::Running => 0,
+        AdminState::Paused => 1,
+        AdminState::Closed => 2,
+    }
+}
+
+fn read_admin(db: &Database, path: &Path) -> Result<HashMap<EventId, AdminState>> {
+    let rows = disk::scan(db, path, disk::ADMIN, |k, v| {
+        let state = match v {
+            0 => AdminState::Running,
+            1 => AdminState::Paused,
+            _ => AdminState::Closed,
+        };
+        Some((EventId::new(k).ok()?, state))
+    })?;
+    Ok(rows.into_iter().collect())
+}
+
+fn unexpected() -> StoreError {
+    StoreError::Unavailable("event actor answered the wrong operation".into())
+}
+
+#[async_trait]
+impl QueueStore for EmbeddedStore {
+    fn name(&self) -> &'static str {
+        "embedded"
+    }
+
+    async fn now_us(&self, event: &EventId) -> Result<i64> {
+        self.read(event, |_, now| now)
+    }
+
+    async fn join(
+        &self,
+        event: &EventId,
+        member: &str,
+        scoring: &JoinScoring,
+    ) -> Result<JoinOutcome> {
+        check_member(member)?;
+        match self.call(event, Op::Join(member.into(), *scoring)).await? {
+            Reply::Join(o) => Ok(o),
+            _ => Err(unexpected()),
+        }
+    }
+
+    async fn status(&self, event: &EventId, member: &str, touch: bool) -> Result<MemberState> {
+        check_member(member)?;
+        self.read(event, |st, now| st.status(member, touch, now))?
+    }
+
+    async fn queue_length(&self, event: &EventId) -> Result<u64> {
+        self.read(event, |st, _| st.order.len() as u64)
+    }
+
+    async fn admit(&self, event: &EventId, req: &AdmitRequest) -> Result<Vec<Admission>> {
+        match self.call(event, Op::Admit(req.clone())).await? {
+            Reply::Admit(a) => Ok(a),
+            _ => Err(unexpected()),
+        }
+    }
+
+    async fn redeem(
+        &self,
+        event: &EventId,
+        member: &str,
+        nonce: &Nonce,
+        session_expires_at_us: i64,
+    ) -> Result<RedeemOutcome> {
+        check_member(member)?;
+        match self
+            .call(
+                event,
+                Op::Redeem(member.into(), *nonce, session_expires_at_us),
+            )
+            .await?
+        {
+            Reply::Redeem(r) => Ok(r),
+            _ => Err(unexpected()),
+        }
+    }
+
+    async fn extend(&self, event: &EventId, member: &str, expires_at_us: i64) -> Result<bool> {
+        check_member(member)?;
+        match self
+            .call(event, Op::Extend(member.into(), expires_at_us))
+            .await?
+        {
+            Reply::Bool(b) => Ok(b),
+            _ => Err(unexpected()),
+        }
+    }
+
+    async fn release(&self, event: &EventId, member: &str) -> Result<bool> {
+        check_member(member)?;
+        match self.call(event, Op::Release(member.into())).await? {
+            Reply::Bool(b) => Ok(b),
+            _ => Err(unexpected()),
+        }
+    }
+
+    async fn reconcile_active(&self, event: &EventId, members: &[(String, i64)]) -> Result<u64> {
+        for (m, _) in members {
+            check_member(m)?;
+        }
+        match self.call(event, Op::Reconcile(members.to_vec())).await? {
+            Reply::Count(n) => Ok(n),
+            _ => Err(unexpected()),
+        }
+    }
+
+    async fn expire(&self, event: &EventId, req: &ExpireRequest) -> Result<Expired> {
+        match self.call(event, Op::Expire(*req)).await? {
+            Reply::Expired(e) => Ok(e),
+            _ => Err(unexpected()),
+        }
+    }
+
+    async fn stats(&self, event: &EventId) -> Result<EventStats> {
+        self.read(event, |st, now| st.stats(now))
+    }
+
+    async fn revocations_since(&self, event: &EventId, since_us: i64) -> Result<Vec<Revocation>> {
+        self.read(event, |st, _| st.revocations_since(since_us))
+    }
+
+    async fn consume_once(
+        &self,
+        event: &EventId,
+        nonce: &Nonce,
+        expires_at_us: i64,
+    ) -> Result<bool> {
+        match self
+            .call(event, Op::ConsumeOnce(*nonce, expires_at_us))
+            .await?
+        {
+            Reply::Bool(b) => Ok(b),
+            _ => Err(unexpected()),
+        }
+    }
+
+    async fn claim_tick(&self, event: &EventId, tick: u64, ttl_ms: u64) -> Result<bool> {
+        // One process is the whole cluster here: an in-memory set is enough.
+        let now = self.clock();
+        let mut ticks = locked(&self.inner.ticks);
+        if ticks.len() > 4096 {
+            ticks.retain(|_, exp| *exp > now);
+        }
+        let key = (event.clone(), tick);
+        match ticks.get(&key) {
+            Some(exp) if *exp > now => Ok(false),
+            _ => {
+                let ttl = i64::try_from(ttl_ms.saturating_mul(1000)).unwrap_or(i64::MAX);
+                ticks.insert(key, now.saturating_add(ttl));
+                Ok(true)
+            }
+        }
+    }
+
+    async fn set_admin_state(&self, event: &EventId, state: AdminState) -> Result<()> {
+        let key = event.as_str().to_owned();
+        self.meta_write(move |db, path| disk::put_admin(db, path, &key, admin_code(state)))
+            .await?;
+        locked(&self.inner.admin).insert(event.clone(), state);
+        // Under the event's lock, so no admit applied after this returns sees the old state.
+        let h = self.event(event)?;
+        lock(&h.state).admin = state;
+        Ok(())
+    }
+
+    async fn admin_state(&self, event: &EventId) -> Result<AdminState> {
+        Ok(locked(&self.inner.admin)
+            .get(event)
+            .copied()
+            .unwrap_or_default())
+    }
+
+    async fn put_event_config(&self, event: &EventId, json: &str) -> Result<()> {
+        let (key, json) = (event.as_str().to_owned(), json.to_owned());
+        self.meta_write(move |db, path| disk::put_config(db, path, &key, &json))
+            .await
+    }
+
+    async fn event_configs(&self) -> Result<Vec<(EventId, String)>> {
+        let inner = self.inner.clone();
+        tokio::task::spawn_blocking(move || {
+            disk::scan(&inner.meta, &inner.meta_path, disk::CONFIGS, |k, v| {
+                Some((EventId::new(k).ok()?, v.to_owned()))
+            })
+        })
+        .await
+        .map_err(|e| StoreError::Unavailable(format!("meta read task failed: {e}")))?
+    }
+
+    async fn ping(&self, event: &EventId) -> Result<()> {
+        self.read(event, |_, _| ())
+    }
+}

@@ -1,0 +1,294 @@
+//! On-disk layout of the embedded store (redb files) and error mapping.
+//!
+//! `<dir>/meta.redb` holds admin states and event configs; every event has its
+//! own `<dir>/events/<id>.redb`, so events commit (fsync) in parallel. Each
+//! file carries a magic record, so a foreign or damaged file is refused with
+//! [`StoreError::Corrupt`] naming it instead of being read as an empty queue.
+
+use std::io::ErrorKind;
+use std::path::Path;
+
+use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
+
+use crate::{Nonce, StoreError};
+
+pub(crate) const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
+pub(crate) const WAITING: TableDefinition<&str, &[u8]> = TableDefinition::new("waiting");
+pub(crate) const ADMITTED: TableDefinition<&str, &[u8]> = TableDefinition::new("admitted");
+pub(crate) const ACTIVE: TableDefinition<&str, i64> = TableDefinition::new("active");
+pub(crate) const USED: TableDefinition<&[u8], i64> = TableDefinition::new("used");
+pub(crate) const REVOKED: TableDefinition<u64, &[u8]> = TableDefinition::new("revoked");
+pub(crate) const ADMIN: TableDefinition<&str, u8> = TableDefinition::new("admin");
+pub(crate) const CONFIGS: TableDefinition<&str, &str> = TableDefinition::new("configs");
+
+pub(crate) const EVENT_MAGIC: &[u8] = b"anteroom-event/1";
+pub(crate) const META_MAGIC: &[u8] = b"anteroom-meta/1";
+
+/// Nonce namespaces in the `used` table.
+pub(crate) const USED_TOKEN: u8 = 0;
+pub(crate) const USED_POW: u8 = 1;
+
+/// One change of an event's durable state, applied in order in one commit.
+#[derive(Debug)]
+pub(crate) enum Write {
+    Waiting(Box<str>, i64, i64),
+    Unwait(Box<str>),
+    Admitted(Box<str>, Nonce, i64),
+    Unadmit(Box<str>),
+    Active(Box<str>, i64),
+    Deactivate(Box<str>),
+    Used(u8, Nonce, i64),
+    Unuse(u8, Nonce),
+    Revoked(u64, i64, Box<str>),
+    Unrevoke(u64),
+}
+
+/// Durable counters and the clock high-water mark, written with every commit.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Counters {
+    pub last_us: i64,
+    pub admitted_total: u64,
+    pub redeemed_total: u64,
+}
+
+/// Maps a redb error met while serving: I/O is a storage failure, anything
+/// that says the file is damaged is corruption.
+pub(crate) fn storage(path: &Path, e: impl Into<redb::Error>) -> StoreError {
+    match e.into() {
+        redb::Error::Corrupted(m) => StoreError::Corrupt(format!("{}: {m}", path.display())),
+        redb::Error::Io(io) => StoreError::Storage(format!("{}: {io}", path.display())),
+        other => StoreError::Storage(format!("{}: {other}", path.display())),
+    }
+}
+
+/// Is this I/O error about the disk (full, read-only, no permission) rather
+/// than about what is in the file?
+pub(crate) fn is_disk_problem(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        ErrorKind::PermissionDenied
+            | ErrorKind::ReadOnlyFilesystem
+            | ErrorKind::StorageFull
+            | ErrorKind::QuotaExceeded
+            | ErrorKind::WouldBlock
+    )
+}
+
+/// Opens (or creates) a redb file and checks its magic record.
+pub(crate) fn open_file(
+    path: &Path,
+    magic: &[u8],
+    cache_bytes: usize,
+) -> Result<Database, StoreError> {
+    let existed = path.exists();
+    let mut b = Database::builder();
+    b.set_cache_size(cache_bytes);
+    let db = b.create(path).map_err(|e| match redb::Error::from(e) {
+        redb::Error::Io(io) if is_disk_problem(&io) => {
+            StoreError::Storage(format!("{}: {io}", path.display()))
+        }
+        redb::Error::DatabaseAlreadyOpen => StoreError::Storage(format!(
+            "{}: already open by another process",
+            path.display()
+        )),
+        other => StoreError::Corrupt(format!(
+            "{}: not an anteroom data file ({other})",
+            path.display()
+        )),
+    })?;
+    let found = {
+        let r = db.begin_read().map_err(|e| storage(path, e))?;
+        match r.open_table(META) {
+            Ok(t) => t
+                .get("magic")
+                .map_err(|e| storage(path, e))?
+                .map(|v| v.value().to_vec()),
+            Err(redb::TableError::TableDoesNotExist(_)) => None,
+            Err(e) => return Err(StoreError::Corrupt(format!("{}: {e}", path.display()))),
+        }
+    };
+    match found {
+        Some(m) if m == magic => Ok(db),
+        Some(_) => Err(StoreError::Corrupt(format!(
+            "{}: wrong magic record",
+            path.display()
+        ))),
+        None if existed && has_tables(&db) => Err(StoreError::Corrupt(format!(
+            "{}: redb file without anteroom magic",
+            path.display()
+        ))),
+        None => {
+            let mut w = db.begin_write().map_err(|e| storage(path, e))?;
+            w.set_durability(Durability::Immediate)
+                .map_err(|e| storage(path, e))?;
+            {
+                let mut t = w.open_table(META).map_err(|e| storage(path, e))?;
+                t.insert("magic", magic).map_err(|e| storage(path, e))?;
+            }
+            w.commit().map_err(|e| storage(path, e))?;
+            Ok(db)
+        }
+    }
+}
+
+fn has_tables(db: &Database) -> bool {
+    db.begin_read()
+        .ok()
+        .and_then(|r| r.list_tables().ok().map(|mut t| t.next().is_some()))
+        .unwrap_or(false)
+}
+
+/// Writes one batch and the counters in ONE durable transaction.
+pub(crate) fn commit(
+    db: &Database,
+    path: &Path,
+    writes: &[Write],
+    c: Counters,
+) -> Result<(), StoreError> {
+    let e = |e: redb::Error| storage(path, e);
+    let mut w = db.begin_write().map_err(|x| e(x.into()))?;
+    w.set_durability(Durability::Immediate)
+        .map_err(|x| e(x.into()))?;
+    {
+        let mut meta = w.open_table(META).map_err(|x| e(x.into()))?;
+        meta.insert("last_us", c.last_us.to_le_bytes().as_slice())
+            .map_err(|x| e(x.into()))?;
+        meta.insert("admitted_total", c.admitted_total.to_le_bytes().as_slice())
+            .map_err(|x| e(x.into()))?;
+        meta.insert("redeemed_total", c.redeemed_total.to_le_bytes().as_slice())
+            .map_err(|x| e(x.into()))?;
+        let mut waiting = w.open_table(WAITING).map_err(|x| e(x.into()))?;
+        let mut admitted = w.open_table(ADMITTED).map_err(|x| e(x.into()))?;
+        let mut active = w.open_table(ACTIVE).map_err(|x| e(x.into()))?;
+        let mut used = w.open_table(USED).map_err(|x| e(x.into()))?;
+        let mut revoked = w.open_table(REVOKED).map_err(|x| e(x.into()))?;
+        for op in writes {
+            let r = match op {
+                Write::Waiting(m, score, seen) => waiting
+                    .insert(&**m, pair(*score, *seen).as_slice())
+                    .map(drop),
+                Write::Unwait(m) => waiting.remove(&**m).map(drop),
+                Write::Admitted(m, n, exp) => {
+                    let mut v = [0u8; 24];
+                    v[..16].copy_from_slice(n);
+                    v[16..].copy_from_slice(&exp.to_le_bytes());
+                    admitted.insert(&**m, v.as_slice()).map(drop)
+                }
+                Write::Unadmit(m) => admitted.remove(&**m).map(drop),
+                Write::Active(m, exp) => active.insert(&**m, *exp).map(drop),
+                Write::Deactivate(m) => active.remove(&**m).map(drop),
+                Write::Used(k, n, exp) => used.insert(used_key(*k, n).as_slice(), *exp).map(drop),
+                Write::Unuse(k, n) => used.remove(used_key(*k, n).as_slice()).map(drop),
+                Write::Revoked(seq, at, m) => {
+                    let mut v = at.to_le_bytes().to_vec();
+                    v.extend_from_slice(m.as_bytes());
+                    revoked.insert(*seq, v.as_slice()).map(drop)
+                }
+                Write::Unrevoke(seq) => revoked.remove(*seq).map(drop),
+            };
+            r.map_err(|x| e(x.into()))?;
+        }
+    }
+    w.commit().map_err(|x| e(x.into()))
+}
+
+pub(crate) fn pair(a: i64, b: i64) -> [u8; 16] {
+    let mut v = [0u8; 16];
+    v[..8].copy_from_slice(&a.to_le_bytes());
+    v[8..].copy_from_slice(&b.to_le_bytes());
+    v
+}
+
+pub(crate) fn i64_at(b: &[u8], at: usize) -> Option<i64> {
+    let mut x = [0u8; 8];
+    x.copy_from_slice(b.get(at..at + 8)?);
+    Some(i64::from_le_bytes(x))
+}
+
+pub(crate) fn used_key(kind: u8, n: &Nonce) -> [u8; 17] {
+    let mut k = [0u8; 17];
+    k[0] = kind;
+    k[1..].copy_from_slice(n);
+    k
+}
+
+/// Calls `f(key, value)` for every row of a `&str → &[u8]` table.
+pub(crate) fn scan_bytes(
+    db: &Database,
+    path: &Path,
+    def: TableDefinition<&str, &[u8]>,
+    mut f: impl FnMut(&str, &[u8]) -> Result<(), StoreError>,
+) -> Result<(), StoreError> {
+    let r = db.begin_read().map_err(|e| storage(path, e))?;
+    let t = match r.open_table(def) {
+        Ok(t) => t,
+        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(()),
+        Err(e) => return Err(storage(path, e)),
+    };
+    for row in t.iter().map_err(|e| storage(path, e))? {
+        let (k, v) = row.map_err(|e| storage(path, e))?;
+        f(k.value(), v.value())?;
+    }
+    Ok(())
+}
+
+/// Every row of a `K → V` table as owned values.
+pub(crate) fn scan<K, V, T>(
+    db: &Database,
+    path: &Path,
+    def: TableDefinition<K, V>,
+    mut f: impl FnMut(K::SelfType<'_>, V::SelfType<'_>) -> Option<T>,
+) -> Result<Vec<T>, StoreError>
+where
+    K: redb::Key + 'static,
+    V: redb::Value + 'static,
+{
+    let r = db.begin_read().map_err(|e| storage(path, e))?;
+    let t = match r.open_table(def) {
+        Ok(t) => t,
+        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+        Err(e) => return Err(storage(path, e)),
+    };
+    let mut out = Vec::new();
+    for row in t.iter().map_err(|e| storage(path, e))? {
+        let (k, v) = row.map_err(|e| storage(path, e))?;
+        if let Some(x) = f(k.value(), v.value()) {
+            out.push(x);
+        }
+    }
+    Ok(out)
+}
+
+/// Records an event's admin state durably in the shared meta file.
+pub(crate) fn put_admin(
+    db: &Database,
+    path: &Path,
+    key: &str,
+    value: u8,
+) -> Result<(), StoreError> {
+    let mut w = db.begin_write().map_err(|e| storage(path, e))?;
+    w.set_durability(Durability::Immediate)
+        .map_err(|e| storage(path, e))?;
+    {
+        let mut t = w.open_table(ADMIN).map_err(|e| storage(path, e))?;
+        t.insert(key, value).map_err(|e| storage(path, e))?;
+    }
+    w.commit().map_err(|e| storage(path, e))
+}
+
+/// Records an event's config document durably in the shared meta file.
+pub(crate) fn put_config(
+    db: &Database,
+    path: &Path,
+    key: &str,
+    json: &str,
+) -> Result<(), StoreError> {
+    let mut w = db.begin_write().map_err(|e| storage(path, e))?;
+    w.set_durability(Durability::Immediate)
+        .map_err(|e| storage(path, e))?;
+    {
+        let mut t = w.open_table(CONFIGS).map_err(|e| storage(path, e))?;
+        t.insert(key, json).map_err(|e| storage(path, e))?;
+    }
+    w.commit().map_err(|e| storage(path, e))
+}

@@ -1,0 +1,90 @@
+//! Rebuilding one event's memory from its redb file at start-up (and after a
+//! failed commit, so memory never claims more than the disk holds).
+
+use std::path::Path;
+
+use redb::{Database, ReadableDatabase, ReadableTableMetadata};
+
+use super::disk::{self, ACTIVE, ADMITTED, META, REVOKED, USED, WAITING};
+use super::index::{Order, cmp_key};
+use super::state::EventState;
+use crate::{Nonce, StoreError};
+
+fn corrupt(path: &Path, what: &str) -> StoreError {
+    StoreError::Corrupt(format!("{}: malformed {what} record", path.display()))
+}
+
+fn waiting_count(db: &Database, path: &Path) -> Result<u64, StoreError> {
+    let r = db.begin_read().map_err(|e| disk::storage(path, e))?;
+    match r.open_table(WAITING) {
+        Ok(t) => t.len().map_err(|e| disk::storage(path, e)),
+        Err(redb::TableError::TableDoesNotExist(_)) => Ok(0),
+        Err(e) => Err(disk::storage(path, e)),
+    }
+}
+
+pub(crate) fn load(db: &Database, path: &Path) -> Result<EventState, StoreError> {
+    let mut st = EventState::new();
+    disk::scan_bytes(db, path, META, |k, v| {
+        let num = || disk::i64_at(v, 0).ok_or_else(|| corrupt(path, "meta"));
+        match k {
+            "last_us" => st.counters.last_us = num()?,
+            "admitted_total" => st.counters.admitted_total = num()? as u64,
+            "redeemed_total" => st.counters.redeemed_total = num()? as u64,
+            _ => {}
+        }
+        Ok(())
+    })?;
+    let n = waiting_count(db, path)?;
+    st.table.reserve(n as usize);
+    let mut keys: Vec<(i64, u32)> = Vec::with_capacity(n as usize);
+    disk::scan_bytes(db, path, WAITING, |m, v| {
+        let (Some(score), Some(seen)) = (disk::i64_at(v, 0), disk::i64_at(v, 8)) else {
+            return Err(corrupt(path, "waiting"));
+        };
+        let slot = st
+            .table
+            .insert(m, score, seen)
+            .map_err(|_| corrupt(path, "waiting"))?;
+        keys.push((score, slot));
+        Ok(())
+    })?;
+    keys.sort_unstable_by(|a, b| cmp_key(&st.table, *a, *b));
+    st.order = Order::from_sorted(&keys);
+    drop(keys);
+    let mut bad = false;
+    disk::scan_bytes(db, path, ADMITTED, |m, v| {
+        let Some(exp) = disk::i64_at(v, 16) else {
+            bad = true;
+            return Ok(());
+        };
+        let mut nonce: Nonce = [0; 16];
+        nonce.copy_from_slice(&v[..16]);
+        st.admitted.insert(m.into(), (nonce, exp));
+        Ok(())
+    })?;
+    if bad {
+        return Err(corrupt(path, "admitted"));
+    }
+    for (m, exp) in disk::scan(db, path, ACTIVE, |m, exp| Some((Box::<str>::from(m), exp)))? {
+        st.active.insert(m, exp);
+    }
+    for (k, exp) in disk::scan(db, path, USED, |k, exp| {
+        let mut nonce: Nonce = [0; 16];
+        if k.len() != 17 {
+            return None;
+        }
+        nonce.copy_from_slice(&k[1..]);
+        Some(((k[0], nonce), exp))
+    })? {
+        st.used.insert(k, exp);
+    }
+    for (seq, at, m) in disk::scan(db, path, REVOKED, |seq, v| {
+        let at = disk::i64_at(v, 0)?;
+        let m = std::str::from_utf8(&v[8..]).ok()?;
+        Some((seq, at, Box::<str>::from(m)))
+    })? {
+        st.revocations.push_back((seq, at, m));
+    }
+    Ok(st)
+}

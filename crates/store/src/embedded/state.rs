@@ -1,0 +1,409 @@
+//! One event's state in memory, and the rules every operation applies to it.
+//!
+//! Only the event's actor mutates it durably: each operation changes memory
+//! and records the matching [`Write`]s, which the actor commits as a batch
+//! before anybody hears the answer. Reads (status, stats) take the same lock
+//! and see the same memory.
+
+use std::collections::{HashMap, VecDeque};
+
+use anteroom_core::phase::AdminState;
+use anteroom_core::score::{JoinScoring, arrival_score};
+
+use super::disk::{Counters, USED_POW, USED_TOKEN, Write};
+use super::index::Order;
+use super::table::MemberTable;
+use crate::{
+    Admission, AdmitRequest, EventStats, ExpireRequest, Expired, JoinOutcome, MemberState, Nonce,
+    RedeemOutcome, Revocation, StoreError, check_member,
+};
+
+const MINUTE_US: i64 = 60_000_000;
+/// Revocations are kept this long: far beyond any pass lifetime, and every
+/// node refreshes its revocation set about once a second.
+const REVOCATION_KEEP_US: i64 = 3600 * 1_000_000;
+
+pub(crate) struct EventState {
+    pub(crate) table: MemberTable,
+    pub(crate) order: Order,
+    pub(crate) admitted: HashMap<Box<str>, (Nonce, i64)>,
+    pub(crate) active: HashMap<Box<str>, i64>,
+    pub(crate) used: HashMap<(u8, Nonce), i64>,
+    pub(crate) revocations: VecDeque<(u64, i64, Box<str>)>,
+    pub(crate) counters: Counters,
+    pub(crate) admin: AdminState,
+    /// (time, count) of admissions, ended presences and no-shows, for stats.
+    admit_log: VecDeque<(i64, u64)>,
+    churn_log: VecDeque<(i64, u64)>,
+    noshow_log: VecDeque<(i64, u64)>,
+    /// Members whose last-seen moved by a status poll, persisted with the next commit.
+    pub(crate) dirty_seen: Vec<Box<str>>,
+    /// Changes of the batch being applied, not yet committed.
+    pub(crate) writes: Vec<Write>,
+    /// Set when a commit failed and memory could not be rebuilt from disk.
+    pub(crate) failed: Option<String>,
+}
+
+impl EventState {
+    pub(crate) fn new() -> Self {
+        Self {
+            table: MemberTable::new(),
+            order: Order::default(),
+            admitted: HashMap::new(),
+            active: HashMap::new(),
+            used: HashMap::new(),
+            revocations: VecDeque::new(),
+            counters: Counters::default(),
+            admin: AdminState::Running,
+            admit_log: VecDeque::new(),
+            churn_log: VecDeque::new(),
+            noshow_log: VecDeque::new(),
+            dirty_seen: Vec::new(),
+            writes: Vec::new(),
+            failed: None,
+        }
+    }
+
+    /// The next canonical instant: the node's clock, made strictly monotonic
+    /// so that arrival order is commit order even if the clock steps back.
+    pub(crate) fn tick(&mut self, clock_us: i64) -> i64 {
+        let now = clock_us.max(self.counters.last_us.saturating_add(1));
+        self.counters.last_us = now;
+        now
+    }
+
+    /// The canonical time for reads, without consuming an instant.
+    pub(crate) fn peek(&self, clock_us: i64) -> i64 {
+        clock_us.max(self.counters.last_us)
+    }
+
+    fn waiting_state(&self, slot: u32) -> MemberState {
+        MemberState::Waiting {
+            rank: self.order.rank(&self.table, (self.table.score(slot), slot)),
+            queue_length: self.order.len() as u64,
+        }
+    }
+
+    fn non_waiting(&self, member: &str) -> Option<MemberState> {
+        if let Some(&(nonce, expires_at_us)) = self.admitted.get(member) {
+            return Some(MemberState::Admitted {
+                nonce,
+                expires_at_us,
+            });
+        }
+        self.active
+            .get(member)
+            .map(|&expires_at_us| MemberState::Active { expires_at_us })
+    }
+
+    pub(crate) fn join(
+        &mut self,
+        member: &str,
+        s: &JoinScoring,
+        now: i64,
+    ) -> Result<JoinOutcome, StoreError> {
+        check_member(member)?;
+        if let Some(state) = self.non_waiting(member) {
+            return Ok(JoinOutcome { new: false, state });
+        }
+        if let Some(slot) = self.table.find(member) {
+            self.table.set_seen(slot, now);
+            self.writes
+                .push(Write::Waiting(member.into(), self.table.score(slot), now));
+            return Ok(JoinOutcome {
+                new: false,
+                state: self.waiting_state(slot),
+            });
+        }
+        let score = arrival_score(now, s);
+        let slot = self
+            .table
+            .insert(member, score, now)
+            .map_err(StoreError::InvalidInput)?;
+        self.order.insert(&self.table, (score, slot));
+        self.writes.push(Write::Waiting(member.into(), score, now));
+        Ok(JoinOutcome {
+            new: true,
+            state: self.waiting_state(slot),
+        })
+    }
+
+    pub(crate) fn status(
+        &mut self,
+        member: &str,
+        touch: bool,
+        now: i64,
+    ) -> Result<MemberState, StoreError> {
+        check_member(member)?;
+        if let Some(slot) = self.table.find(member) {
+            if touch {
+                self.table.set_seen(slot, now);
+                self.dirty_seen.push(member.into());
+            }
+            return Ok(self.waiting_state(slot));
+        }
+        Ok(self.non_waiting(member).unwrap_or(MemberState::None))
+    }
+
+    /// Persists the last-seen times moved by status polls since the last commit.
+    pub(crate) fn flush_seen(&mut self) {
+        for m in std::mem::take(&mut self.dirty_seen) {
+            if let Some(slot) = self.table.find(&m) {
+                let (score, seen) = (self.table.score(slot), self.table.seen(slot));
+                self.writes.push(Write::Waiting(m, score, seen));
+            }
+        }
+    }
+
+    pub(crate) fn admit(&mut self, req: &AdmitRequest, now: i64) -> Vec<Admission> {
+        if self.admin != AdminState::Running {
+            return Vec::new();
+        }
+        let taken = (self.active.len() + self.admitted.len()) as u64;
+        let n = req
+            .max
+            .min(req.max_active.saturating_sub(taken))
+            .min(req.nonces.len() as u64)
+            .min(self.order.len() as u64) as usize;
+        let slots = self.order.pop_front(n);
+        let mut out = Vec::with_capacity(slots.len());
+        for (slot, nonce) in slots.into_iter().zip(&req.nonces) {
+            let member: Box<str> = self.table.member(slot).into();
+            self.table.remove(slot);
+            self.admitted
+                .insert(member.clone(), (*nonce, req.token_expires_at_us));
+            self.writes.push(Write::Unwait(member.clone()));
+            self.writes.push(Write::Admitted(
+                member.clone(),
+                *nonce,
+                req.token_expires_at_us,
+            ));
+            out.push(Admission {
+                member: member.into(),
+                nonce: *nonce,
+            });
+        }
+        if !out.is_empty() {
+            self.counters.admitted_total += out.len() as u64;
+            self.admit_log.push_back((now, out.len() as u64));
+        }
+        out
+    }
+
+    pub(crate) fn redeem(
+        &mut self,
+        member: &str,
+        nonce: &Nonce,
+        session_expires_at_us: i64,
+        now: i64,
+    ) -> Result<RedeemOutcome, StoreError> {
+        check_member(member)?;
+        if self.used.contains_key(&(USED_TOKEN, *nonce)) {
+            return Ok(RedeemOutcome::AlreadyUsed);
+        }
+        let token_exp = match self.admitted.get(member) {
+            Some((n, exp)) if n == nonce && *exp > now => *exp,
+            _ => return Ok(RedeemOutcome::NotAdmitted),
+        };
+        let m: Box<str> = member.into();
+        self.admitted.remove(member);
+        self.active.insert(m.clone(), session_expires_at_us);
+        // Kept until the token would have expired anyway: after that the
+        // token itself is refused, so the record has done its job.
+        self.used.insert((USED_TOKEN, *nonce), token_exp);
+        self.counters.redeemed_total += 1;
+        self.writes.push(Write::Unadmit(m.clone()));
+        self.writes.push(Write::Active(m, session_expires_at_us));
+        self.writes.push(Write::Used(USED_TOKEN, *nonce, token_exp));
+        Ok(RedeemOutcome::Redeemed)
+    }
+
+    pub(crate) fn extend(&mut self, member: &str, expires_at_us: i64) -> Result<bool, StoreError> {
+        check_member(member)?;
+        match self.active.get_mut(member) {
+            Some(exp) => {
+                *exp = expires_at_us;
+                self.writes
+                    .push(Write::Active(member.into(), expires_at_us));
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// Takes a member out of the queue (not out of admitted/active).
+    fn unwait(&mut self, member: &str) -> bool {
+        let Some(slot) = self.table.find(member) else {
+            return false;
+        };
+        self.order
+            .remove(&self.table, (self.table.score(slot), slot));
+        self.table.remove(slot);
+        self.writes.push(Write::Unwait(member.into()));
+        true
+    }
+
+    fn revoke(&mut self, member: Box<str>, now: i64) {
+        let seq = self.revocations.back().map_or(1, |r| r.0 + 1);
+        self.writes.push(Write::Revoked(seq, now, member.clone()));
+        self.revocations.push_back((seq, now, member));
+    }
+
+    pub(crate) fn release(&mut self, member: &str, now: i64) -> Result<bool, StoreError> {
+        check_member(member)?;
+        let mut present = self.unwait(member);
+        if self.admitted.remove(member).is_some() {
+            self.writes.push(Write::Unadmit(member.into()));
+            present = true;
+        }
+        if self.active.remove(member).is_some() {
+            self.writes.push(Write::Deactivate(member.into()));
+            present = true;
+        }
+        if present {
+            self.revoke(member.into(), now);
+            self.churn_log.push_back((now, 1));
+        }
+        Ok(present)
+    }
+
+    pub(crate) fn reconcile(&mut self, members: &[(String, i64)]) -> Result<u64, StoreError> {
+        for (m, _) in members {
+            check_member(m)?;
+        }
+        let mut n = 0;
+        for (m, exp) in members {
+            if self.active.contains_key(m.as_str()) || self.admitted.contains_key(m.as_str()) {
+                continue;
+            }
+            self.unwait(m);
+            self.active.insert(m.as_str().into(), *exp);
+            self.writes.push(Write::Active(m.as_str().into(), *exp));
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    pub(crate) fn expire(&mut self, req: &ExpireRequest, now: i64) -> Expired {
+        let idle: Vec<u32> = self
+            .table
+            .live_slots()
+            .filter(|s| self.table.seen(*s) < req.waiting_seen_before_us)
+            .collect();
+        for &slot in &idle {
+            let member: Box<str> = self.table.member(slot).into();
+            self.order
+                .remove(&self.table, (self.table.score(slot), slot));
+            self.table.remove(slot);
+            self.writes.push(Write::Unwait(member));
+        }
+        let tokens: Vec<Box<str>> = self
+            .admitted
+            .iter()
+            .filter(|(_, (_, exp))| *exp <= now)
+            .map(|(m, _)| m.clone())
+            .collect();
+        for m in &tokens {
+            self.admitted.remove(m);
+            self.writes.push(Write::Unadmit(m.clone()));
+        }
+        let sessions: Vec<Box<str>> = self
+            .active
+            .iter()
+            .filter(|(_, exp)| **exp <= now)
+            .map(|(m, _)| m.clone())
+            .collect();
+        for m in sessions.iter().cloned() {
+            self.active.remove(&m);
+            self.writes.push(Write::Deactivate(m.clone()));
+            self.revoke(m, now);
+        }
+        let stale: Vec<(u8, Nonce)> = self
+            .used
+            .iter()
+            .filter(|(_, e)| **e <= now)
+            .map(|(k, _)| *k)
+            .collect();
+        for k in stale {
+            self.used.remove(&k);
+            self.writes.push(Write::Unuse(k.0, k.1));
+        }
+        while let Some(&(seq, at, _)) = self.revocations.front() {
+            if at >= now - REVOCATION_KEEP_US {
+                break;
+            }
+            self.revocations.pop_front();
+            self.writes.push(Write::Unrevoke(seq));
+        }
+        let ended = (idle.len() + sessions.len()) as u64;
+        if ended > 0 {
+            self.churn_log.push_back((now, ended));
+        }
+        if !tokens.is_empty() {
+            self.noshow_log.push_back((now, tokens.len() as u64));
+        }
+        self.prune_logs(now);
+        Expired {
+            idle_waiters: idle.len() as u64,
+            unredeemed_tokens: tokens.len() as u64,
+            sessions: sessions.len() as u64,
+        }
+    }
+
+    pub(crate) fn consume_once(&mut self, nonce: &Nonce, expires_at_us: i64, now: i64) -> bool {
+        match self.used.get(&(USED_POW, *nonce)) {
+            Some(exp) if *exp > now => false,
+            _ => {
+                self.used.insert((USED_POW, *nonce), expires_at_us);
+                self.writes
+                    .push(Write::Used(USED_POW, *nonce, expires_at_us));
+                true
+            }
+        }
+    }
+
+    fn prune_logs(&mut self, now: i64) {
+        for log in [
+            &mut self.admit_log,
+            &mut self.churn_log,
+            &mut self.noshow_log,
+        ] {
+            while log.front().is_some_and(|(at, _)| *at < now - 5 * MINUTE_US) {
+                log.pop_front();
+            }
+        }
+    }
+
+    pub(crate) fn stats(&mut self, now: i64) -> EventStats {
+        self.prune_logs(now);
+        let since = |log: &VecDeque<(i64, u64)>, window: i64| -> u64 {
+            log.iter()
+                .rev()
+                .take_while(|(at, _)| *at >= now - window)
+                .map(|(_, n)| n)
+                .sum()
+        };
+        EventStats {
+            waiting: self.order.len() as u64,
+            active: self.active.len() as u64,
+            outstanding: self.admitted.len() as u64,
+            admitted_total: self.counters.admitted_total,
+            redeemed_total: self.counters.redeemed_total,
+            admitted_last_1m: since(&self.admit_log, MINUTE_US),
+            admitted_last_5m: since(&self.admit_log, 5 * MINUTE_US),
+            churn_last_1m: since(&self.churn_log, MINUTE_US),
+            no_shows_last_5m: since(&self.noshow_log, 5 * MINUTE_US),
+        }
+    }
+
+    pub(crate) fn revocations_since(&self, since_us: i64) -> Vec<Revocation> {
+        self.revocations
+            .iter()
+            .filter(|(_, at, _)| *at >= since_us)
+            .map(|(_, at, m)| Revocation {
+                member: m.to_string(),
+                at_us: *at,
+            })
+            .collect()
+    }
+}
