@@ -1,2 +1,8 @@
 //! The Anteroom server: gate, queue API, waiting page, admin API, scheduler.
-pub mod gate;
+#![forbid(unsafe_code)]
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
+
+pub mod config;
+pub mod error;
+pub mod identity;
+pub mod page;

@@ -1,0 +1,245 @@
+//! Configuration: the outside (file < env < CLI, serde, in [`raw`]) and the
+//! inside (validated, typed, in this file), so the rest of the server never
+//! sees an unchecked value.
+//!
+//! Precedence: the TOML file, then `ANTEROOM_*` environment variables (`__`
+//! separates nesting levels: `ANTEROOM_SERVER__LISTEN`; `ANTEROOM_SECRET` and
+//! `ANTEROOM_ADMIN_TOKEN` are shorthands for the two secrets), then the
+//! command line. Any invalid value fails at start with a message naming it.
+
+pub mod raw;
+mod validate;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anteroom_store::EventId;
+use figment::Figment;
+use figment::providers::{Env, Format, Serialized, Toml};
+
+pub use raw::{RawConfig, RawEvent};
+pub use validate::event_from_raw;
+
+/// Largest total size of a request's headers the gate accepts (API.md: 431 above).
+pub const MAX_HEADER_BYTES: usize = 32 * 1024;
+
+/// A configuration value that failed validation; the message names the key.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid configuration: {key}: {message}")]
+pub struct ConfigError {
+    pub key: String,
+    pub message: String,
+}
+
+impl ConfigError {
+    pub(crate) fn new(key: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            key: key.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// Why loading failed: unreadable or malformed input, or an invalid value.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("configuration could not be read: {0}")]
+    Parse(#[from] Box<figment::Error>),
+    #[error(transparent)]
+    Invalid(#[from] ConfigError),
+}
+
+/// The validated configuration.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub server: ServerConfig,
+    pub store: StoreConfig,
+    /// Token secrets, newest first (each at least 32 bytes).
+    pub secrets: Vec<String>,
+    pub limits: Limits,
+    pub events: Vec<EventConfig>,
+}
+
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    pub listen: SocketAddr,
+    pub admin_listen: SocketAddr,
+    pub admin_token: String,
+    pub insecure_cookies: bool,
+    pub default_origin: Option<http::Uri>,
+    pub log_format: LogFormat,
+    pub header_read_timeout: Duration,
+    pub max_body_bytes: usize,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StoreConfig {
+    Embedded {
+        path: PathBuf,
+    },
+    Redis {
+        urls: Vec<String>,
+        cluster: bool,
+        timeout: Duration,
+    },
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct Limits {
+    /// 0 disables the limit.
+    pub per_ip_per_second: u32,
+    pub per_session_per_second: u32,
+    pub trusted_proxies: Vec<ipnet::IpNet>,
+}
+
+/// One event, validated.
+#[derive(Clone, Debug)]
+pub struct EventConfig {
+    pub id: EventId,
+    pub origin: http::Uri,
+    /// Protected path prefixes, as written (the route table normalises them).
+    pub paths: Vec<String>,
+    /// Opening time in ms since the Unix epoch; `None` = open now.
+    pub opens_at_ms: Option<i64>,
+    pub pre_window: Duration,
+    pub max_active: u64,
+    /// How long an active session lives without activity; each renewal of
+    /// the pass by the gate moves its end to now + `session_ttl`.
+    pub session_ttl: Duration,
+    pub token_ttl: Duration,
+    pub pass_ttl: Duration,
+    pub queue_idle_timeout: Duration,
+    pub identity: Identity,
+    pub admission: Admission,
+    pub bots: Bots,
+    /// The outside form, kept for `GET /admin/events/E` and the store.
+    pub raw: RawEvent,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Identity {
+    Cookie,
+    Jwt(JwtConfig),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JwtConfig {
+    pub algorithm: jsonwebtoken::Algorithm,
+    /// HS256: the shared secret; RS256 / EdDSA: the public key PEM.
+    pub key: String,
+    pub issuer: Option<String>,
+    pub audience: Option<String>,
+}
+
+/// How the scheduler releases visitors (the policy's parameters).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Admission {
+    Batch {
+        size: u64,
+        interval: Duration,
+    },
+    Continuous {
+        max_per_minute: u64,
+    },
+    Capacity {
+        health_url: http::Uri,
+        field: String,
+        target: u64,
+    },
+    Adaptive {
+        target_p95: Duration,
+        max_error_rate: f64,
+    },
+}
+
+impl Admission {
+    /// Time between two scheduler ticks.
+    pub fn tick(&self) -> Duration {
+        match self {
+            Admission::Batch { interval, .. } => *interval,
+            _ => Duration::from_secs(1),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChallengeLevel {
+    Off,
+    High,
+    Medium,
+    All,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HighRisk {
+    BackOfQueue,
+    Captcha,
+    Reject,
+    Allow,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Bots {
+    pub challenge: ChallengeLevel,
+    pub difficulty: u8,
+    pub high_risk: HighRisk,
+}
+
+/// Command-line values that override file and environment.
+#[derive(Clone, Debug, Default)]
+pub struct Overrides {
+    pub listen: Option<String>,
+    pub admin_listen: Option<String>,
+}
+
+impl Config {
+    /// Loads file < env < CLI and validates.
+    pub fn load(file: Option<&Path>, overrides: &Overrides) -> Result<Self, LoadError> {
+        let mut figment = Figment::new();
+        if let Some(file) = file {
+            figment = figment.merge(Toml::file_exact(file));
+        }
+        figment = figment.merge(
+            Env::prefixed("ANTEROOM_")
+                .split("__")
+                .filter(|k| k != "secret" && k != "admin_token"),
+        );
+        if let Ok(secret) = std::env::var("ANTEROOM_SECRET") {
+            figment = figment.merge(Serialized::default("keys.secrets", vec![secret]));
+        }
+        if let Ok(token) = std::env::var("ANTEROOM_ADMIN_TOKEN") {
+            figment = figment.merge(Serialized::default("server.admin_token", token));
+        }
+        if let Some(listen) = &overrides.listen {
+            figment = figment.merge(Serialized::default("server.listen", listen));
+        }
+        if let Some(listen) = &overrides.admin_listen {
+            figment = figment.merge(Serialized::default("server.admin_listen", listen));
+        }
+        let raw: RawConfig = figment.extract().map_err(Box::new)?;
+        Ok(validate::config(&raw)?)
+    }
+
+    /// Parses and validates a TOML document (tests, `demo`).
+    pub fn from_toml(text: &str) -> Result<Self, LoadError> {
+        let raw: RawConfig = Figment::from(Toml::string(text))
+            .extract()
+            .map_err(Box::new)?;
+        Ok(validate::config(&raw)?)
+    }
+
+    /// Validates an already assembled outside form.
+    pub fn from_raw(raw: &RawConfig) -> Result<Self, ConfigError> {
+        validate::config(raw)
+    }
+}
+
+#[cfg(test)]
+mod tests;

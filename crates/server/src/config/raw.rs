@@ -1,0 +1,116 @@
+//! The outside of the configuration: exactly the shape of the TOML file (and
+//! of `PUT /admin/events/E` bodies), before anything is checked.
+//!
+//! Durations, addresses and URLs stay strings here so that validation can name
+//! the key of a bad value (`events[0].token_ttl: ...`) instead of a serde path.
+
+use serde::{Deserialize, Serialize};
+
+/// The whole file: `[server]`, `[store]`, `[keys]`, `[limits]`, `[[events]]`.
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RawConfig {
+    pub server: RawServer,
+    pub store: RawStore,
+    pub keys: RawKeys,
+    pub limits: RawLimits,
+    pub events: Vec<RawEvent>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RawServer {
+    pub listen: Option<String>,
+    pub admin_listen: Option<String>,
+    pub admin_token: Option<String>,
+    pub insecure_cookies: Option<bool>,
+    pub default_origin: Option<String>,
+    /// `"text"` (default) or `"json"`.
+    pub log_format: Option<String>,
+    /// A client must send its whole request head within this time.
+    pub header_read_timeout: Option<String>,
+    /// Largest JSON body the queue API reads, in bytes.
+    pub max_body_bytes: Option<u64>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RawStore {
+    pub kind: Option<String>,
+    pub path: Option<String>,
+    pub urls: Option<Vec<String>>,
+    pub cluster: Option<bool>,
+    pub timeout: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RawKeys {
+    pub secrets: Option<Vec<String>>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RawLimits {
+    pub per_ip_per_second: Option<u32>,
+    pub per_session_per_second: Option<u32>,
+    pub trusted_proxies: Option<Vec<String>>,
+}
+
+/// One `[[events]]` table, also the body of `PUT /admin/events/E`.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct RawEvent {
+    pub id: Option<String>,
+    pub origin: Option<String>,
+    pub paths: Option<Vec<String>>,
+    pub opens_at: Option<String>,
+    pub pre_window: Option<String>,
+    pub max_active: Option<u64>,
+    pub session_ttl: Option<String>,
+    pub token_ttl: Option<String>,
+    pub pass_ttl: Option<String>,
+    pub queue_idle_timeout: Option<String>,
+    pub identity: Option<String>,
+    pub jwt: Option<RawJwt>,
+    pub admission: Option<RawAdmission>,
+    pub bots: Option<RawBots>,
+}
+
+/// `[events.jwt]`: how a `Bearer` JWT is checked when `identity = "jwt"`.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct RawJwt {
+    /// `"HS256"`, `"RS256"` or `"EdDSA"`: pinned, nothing else is accepted.
+    pub algorithm: Option<String>,
+    /// HS256 shared secret.
+    pub secret: Option<String>,
+    /// RS256 / EdDSA public key, PEM.
+    pub public_key_pem: Option<String>,
+    pub issuer: Option<String>,
+    pub audience: Option<String>,
+}
+
+/// `admission = { mode = "...", ... }`; which keys apply depends on `mode`.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct RawAdmission {
+    pub mode: Option<String>,
+    pub batch_size: Option<u64>,
+    pub interval: Option<String>,
+    pub max_per_minute: Option<u64>,
+    pub health_url: Option<String>,
+    pub field: Option<String>,
+    pub target: Option<u64>,
+    pub target_p95: Option<String>,
+    pub max_error_rate: Option<f64>,
+}
+
+/// `bots = { challenge = "medium", difficulty = 18, high_risk = "back_of_queue" }`.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct RawBots {
+    pub challenge: Option<String>,
+    pub difficulty: Option<u8>,
+    pub high_risk: Option<String>,
+}

@@ -1,0 +1,153 @@
+//! Validation messages name the key of the bad value.
+
+use super::*;
+
+const BASE: &str = r#"
+[server]
+admin_token = "admin-token-123"
+[keys]
+secrets = ["0123456789abcdef0123456789abcdef"]
+[[events]]
+id = "drop"
+origin = "http://127.0.0.1:9000"
+paths = ["/tickets"]
+admission = { mode = "batch", batch_size = 5, interval = "100ms" }
+bots = { challenge = "medium", difficulty = 18, high_risk = "back_of_queue" }
+"#;
+
+/// Applies `edit` to the base document and expects the given error text.
+fn check(edit: (&str, &str), expected: &str) {
+    let text = BASE.replacen(edit.0, edit.1, 1);
+    assert_ne!(text, BASE, "edit {edit:?} did not apply");
+    match Config::from_toml(&text) {
+        Ok(_) => panic!("{edit:?} was accepted"),
+        Err(e) => assert_eq!(e.to_string(), expected, "for {edit:?}"),
+    }
+}
+
+#[test]
+fn the_base_document_is_valid_with_defaults() {
+    let c = Config::from_toml(BASE).unwrap();
+    assert_eq!(c.server.listen.to_string(), "127.0.0.1:8080");
+    assert_eq!(c.server.admin_listen.to_string(), "127.0.0.1:9090");
+    assert!(!c.server.insecure_cookies);
+    assert_eq!(
+        c.store,
+        StoreConfig::Embedded {
+            path: "./anteroom-data".into()
+        }
+    );
+    let e = &c.events[0];
+    assert_eq!(e.max_active, 500);
+    assert_eq!(e.pass_ttl, Duration::from_secs(60));
+    assert_eq!(e.token_ttl, Duration::from_secs(120));
+    assert_eq!(
+        e.admission,
+        Admission::Batch {
+            size: 5,
+            interval: Duration::from_millis(100)
+        }
+    );
+    assert_eq!(e.bots.challenge, ChallengeLevel::Medium);
+}
+
+#[test]
+fn invalid_values_name_their_key() {
+    let inv = "invalid configuration: ";
+    check(
+        ("id = \"drop\"", "id = \"drop\"\nmax_active = 0"),
+        &format!("{inv}events[0].max_active: must be > 0"),
+    );
+    check(
+        ("id = \"drop\"", "id = \"a b\""),
+        &format!("{inv}events[0].id: must match ^[A-Za-z0-9_-]{{1,64}}$"),
+    );
+    check(
+        ("id = \"drop\"", "id = \"drop\"\ntoken_ttl = \"soon\""),
+        &format!("{inv}events[0].token_ttl: \"soon\" is not a duration like \"90s\" or \"10m\""),
+    );
+    check(
+        ("http://127.0.0.1:9000", "ftp://x"),
+        &format!(
+            "{inv}events[0].origin: \"ftp://x\" must be an http:// or https:// URL with a host"
+        ),
+    );
+    check(
+        ("batch_size = 5", "batch_size = 0"),
+        &format!("{inv}events[0].admission.batch_size: must be > 0"),
+    );
+    check(
+        ("mode = \"batch\"", "mode = \"fifo\""),
+        &format!(
+            "{inv}events[0].admission.mode: \"fifo\" is not batch, continuous, capacity or adaptive"
+        ),
+    );
+    check(
+        ("high_risk = \"back_of_queue\"", "high_risk = \"shrug\""),
+        &format!(
+            "{inv}events[0].bots.high_risk: \"shrug\" is not back_of_queue, captcha, reject or allow"
+        ),
+    );
+    check(
+        ("0123456789abcdef0123456789abcdef", "short"),
+        &format!("{inv}keys.secrets[0]: must be at least 32 bytes"),
+    );
+    check(
+        ("admin_token = \"admin-token-123\"", "admin_token = \"\""),
+        &format!(
+            "{inv}server.admin_token: must be set (at least 8 characters; ANTEROOM_ADMIN_TOKEN)"
+        ),
+    );
+    check(
+        ("[server]", "[server]\nlisten = \"localhost\""),
+        &format!("{inv}server.listen: \"localhost\" is not an address like 127.0.0.1:8080"),
+    );
+    check(
+        ("[server]", "[server]\nlog_format = \"xml\""),
+        &format!("{inv}server.log_format: \"xml\" is not \"text\" or \"json\""),
+    );
+    check(
+        ("id = \"drop\"", "id = \"drop\"\nidentity = \"jwt\""),
+        &format!("{inv}events[0].jwt.algorithm: \"\" is not HS256, RS256 or EdDSA"),
+    );
+}
+
+#[test]
+fn unknown_keys_and_duplicates_are_refused() {
+    let text = BASE.replacen("[server]", "[server]\nlisten_port = 1", 1);
+    let err = Config::from_toml(&text).unwrap_err().to_string();
+    assert!(err.contains("listen_port"), "{err}");
+    let twice = format!(
+        "{BASE}\n[[events]]\nid = \"drop\"\norigin = \"http://127.0.0.1:9001\"\npaths = [\"/other\"]\n"
+    );
+    assert_eq!(
+        Config::from_toml(&twice).unwrap_err().to_string(),
+        "invalid configuration: events[1].id: duplicate event id \"drop\""
+    );
+}
+
+#[test]
+fn env_overrides_file_and_cli_overrides_env() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("anteroom.toml");
+    std::fs::write(&file, BASE).unwrap();
+    figment::Jail::expect_with(|jail| {
+        jail.set_env("ANTEROOM_SERVER__ADMIN_LISTEN", "127.0.0.1:9999");
+        jail.set_env("ANTEROOM_SERVER__LISTEN", "127.0.0.1:8888");
+        jail.set_env("ANTEROOM_ADMIN_TOKEN", "from-the-environment");
+        jail.set_env("ANTEROOM_SECRET", "ffffffffffffffffffffffffffffffffffff");
+        let overrides = Overrides {
+            listen: Some("127.0.0.1:7777".into()),
+            admin_listen: None,
+        };
+        let c = Config::load(Some(&file), &overrides).unwrap();
+        assert_eq!(c.server.listen.to_string(), "127.0.0.1:7777");
+        assert_eq!(c.server.admin_listen.to_string(), "127.0.0.1:9999");
+        assert_eq!(c.server.admin_token, "from-the-environment");
+        assert_eq!(
+            c.secrets,
+            vec!["ffffffffffffffffffffffffffffffffffff".to_owned()]
+        );
+        Ok(())
+    });
+}

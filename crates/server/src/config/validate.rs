@@ -1,0 +1,432 @@
+//! From the outside to the inside: every check, each error naming its key.
+
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::{Duration, UNIX_EPOCH};
+
+use anteroom_store::EventId;
+
+use super::raw::{RawAdmission, RawBots, RawConfig, RawEvent, RawJwt};
+use super::{
+    Admission, Bots, ChallengeLevel, Config, ConfigError, EventConfig, HighRisk, Identity,
+    JwtConfig, Limits, LogFormat, ServerConfig, StoreConfig,
+};
+
+type Result<T> = std::result::Result<T, ConfigError>;
+
+pub(super) fn config(raw: &RawConfig) -> Result<Config> {
+    let server = server(raw)?;
+    let store = store(raw)?;
+    let secrets = secrets(raw)?;
+    let limits = limits(raw)?;
+    let mut events = Vec::with_capacity(raw.events.len());
+    let mut ids = HashSet::new();
+    let mut prefixes = HashSet::new();
+    for (i, e) in raw.events.iter().enumerate() {
+        let key = format!("events[{i}]");
+        let event = event_from_raw(&key, e)?;
+        if !ids.insert(event.id.clone()) {
+            return Err(ConfigError::new(
+                format!("{key}.id"),
+                format!("duplicate event id {:?}", event.id.as_str()),
+            ));
+        }
+        for (j, p) in event.paths.iter().enumerate() {
+            if !prefixes.insert(p.to_ascii_lowercase()) {
+                return Err(ConfigError::new(
+                    format!("{key}.paths[{j}]"),
+                    format!("{p:?} is already protected by another event"),
+                ));
+            }
+        }
+        events.push(event);
+    }
+    Ok(Config {
+        server,
+        store,
+        secrets,
+        limits,
+        events,
+    })
+}
+
+fn server(raw: &RawConfig) -> Result<ServerConfig> {
+    let s = &raw.server;
+    let admin_token = s.admin_token.clone().unwrap_or_default();
+    if admin_token.len() < 8 {
+        return Err(ConfigError::new(
+            "server.admin_token",
+            "must be set (at least 8 characters; ANTEROOM_ADMIN_TOKEN)",
+        ));
+    }
+    let log_format = match s.log_format.as_deref().unwrap_or("text") {
+        "text" => LogFormat::Text,
+        "json" => LogFormat::Json,
+        other => {
+            return Err(ConfigError::new(
+                "server.log_format",
+                format!("{other:?} is not \"text\" or \"json\""),
+            ));
+        }
+    };
+    let default_origin = s
+        .default_origin
+        .as_deref()
+        .map(|o| origin("server.default_origin", o))
+        .transpose()?;
+    let max_body_bytes = s.max_body_bytes.unwrap_or(16 * 1024);
+    if !(64..=1024 * 1024).contains(&max_body_bytes) {
+        return Err(ConfigError::new(
+            "server.max_body_bytes",
+            "must be between 64 and 1048576",
+        ));
+    }
+    Ok(ServerConfig {
+        listen: addr(
+            "server.listen",
+            s.listen.as_deref().unwrap_or("127.0.0.1:8080"),
+        )?,
+        admin_listen: addr(
+            "server.admin_listen",
+            s.admin_listen.as_deref().unwrap_or("127.0.0.1:9090"),
+        )?,
+        admin_token,
+        insecure_cookies: s.insecure_cookies.unwrap_or(false),
+        default_origin,
+        log_format,
+        header_read_timeout: positive(
+            "server.header_read_timeout",
+            s.header_read_timeout.as_deref(),
+            "10s",
+        )?,
+        max_body_bytes: usize::try_from(max_body_bytes).unwrap_or(16 * 1024),
+    })
+}
+
+fn store(raw: &RawConfig) -> Result<StoreConfig> {
+    let s = &raw.store;
+    match s.kind.as_deref().unwrap_or("embedded") {
+        "embedded" => Ok(StoreConfig::Embedded {
+            path: PathBuf::from(s.path.as_deref().unwrap_or("./anteroom-data")),
+        }),
+        "redis" => {
+            let urls = s.urls.clone().unwrap_or_default();
+            if urls.is_empty() {
+                return Err(ConfigError::new(
+                    "store.urls",
+                    "must list at least one redis:// URL",
+                ));
+            }
+            for (i, u) in urls.iter().enumerate() {
+                if !(u.starts_with("redis://") || u.starts_with("rediss://")) {
+                    return Err(ConfigError::new(
+                        format!("store.urls[{i}]"),
+                        "must start with redis:// or rediss://",
+                    ));
+                }
+            }
+            Ok(StoreConfig::Redis {
+                urls,
+                cluster: s.cluster.unwrap_or(false),
+                timeout: positive("store.timeout", s.timeout.as_deref(), "1s")?,
+            })
+        }
+        other => Err(ConfigError::new(
+            "store.kind",
+            format!("{other:?} is not \"embedded\" or \"redis\""),
+        )),
+    }
+}
+
+fn secrets(raw: &RawConfig) -> Result<Vec<String>> {
+    let secrets = raw.keys.secrets.clone().unwrap_or_default();
+    if secrets.is_empty() {
+        return Err(ConfigError::new(
+            "keys.secrets",
+            "must hold at least one secret (ANTEROOM_SECRET)",
+        ));
+    }
+    for (i, s) in secrets.iter().enumerate() {
+        if s.len() < anteroom_core::token::MIN_SECRET_LEN {
+            return Err(ConfigError::new(
+                format!("keys.secrets[{i}]"),
+                "must be at least 32 bytes",
+            ));
+        }
+    }
+    Ok(secrets)
+}
+
+fn limits(raw: &RawConfig) -> Result<Limits> {
+    let l = &raw.limits;
+    let mut trusted_proxies = Vec::new();
+    for (i, c) in l.trusted_proxies.iter().flatten().enumerate() {
+        let net = c
+            .parse::<ipnet::IpNet>()
+            .or_else(|_| c.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+            .map_err(|_| {
+                ConfigError::new(
+                    format!("limits.trusted_proxies[{i}]"),
+                    format!("{c:?} is not a CIDR"),
+                )
+            })?;
+        trusted_proxies.push(net);
+    }
+    Ok(Limits {
+        per_ip_per_second: l.per_ip_per_second.unwrap_or(20),
+        per_session_per_second: l.per_session_per_second.unwrap_or(2),
+        trusted_proxies,
+    })
+}
+
+/// Validates one event; `key` prefixes every error (`events[0]`, or the
+/// admin API's `event`).
+pub fn event_from_raw(key: &str, e: &RawEvent) -> Result<EventConfig> {
+    let k = |field: &str| format!("{key}.{field}");
+    let id = EventId::new(e.id.as_deref().unwrap_or(""))
+        .map_err(|_| ConfigError::new(k("id"), "must match ^[A-Za-z0-9_-]{1,64}$"))?;
+    let origin = origin(&k("origin"), e.origin.as_deref().unwrap_or(""))?;
+    let paths = e.paths.clone().unwrap_or_else(|| vec!["/".to_owned()]);
+    if paths.is_empty() {
+        return Err(ConfigError::new(
+            k("paths"),
+            "must list at least one path prefix",
+        ));
+    }
+    for (i, p) in paths.iter().enumerate() {
+        if !p.starts_with('/') {
+            return Err(ConfigError::new(
+                format!("{key}.paths[{i}]"),
+                "must start with /",
+            ));
+        }
+    }
+    let opens_at_ms = e
+        .opens_at
+        .as_deref()
+        .map(|t| timestamp(&k("opens_at"), t))
+        .transpose()?;
+    let max_active = e.max_active.unwrap_or(500);
+    if max_active == 0 {
+        return Err(ConfigError::new(k("max_active"), "must be > 0"));
+    }
+    let identity = match e.identity.as_deref().unwrap_or("cookie") {
+        "cookie" => Identity::Cookie,
+        "jwt" => Identity::Jwt(jwt(&k("jwt"), e.jwt.as_ref())?),
+        other => {
+            return Err(ConfigError::new(
+                k("identity"),
+                format!("{other:?} is not \"cookie\" or \"jwt\""),
+            ));
+        }
+    };
+    Ok(EventConfig {
+        id,
+        origin,
+        paths,
+        opens_at_ms,
+        pre_window: duration(&k("pre_window"), e.pre_window.as_deref(), "60s")?,
+        max_active,
+        session_ttl: positive(&k("session_ttl"), e.session_ttl.as_deref(), "10m")?,
+        token_ttl: positive(&k("token_ttl"), e.token_ttl.as_deref(), "2m")?,
+        pass_ttl: positive(&k("pass_ttl"), e.pass_ttl.as_deref(), "60s")?,
+        queue_idle_timeout: positive(
+            &k("queue_idle_timeout"),
+            e.queue_idle_timeout.as_deref(),
+            "5m",
+        )?,
+        identity,
+        admission: admission(&k("admission"), e.admission.as_ref())?,
+        bots: bots(&k("bots"), e.bots.as_ref())?,
+        raw: e.clone(),
+    })
+}
+
+fn jwt(key: &str, j: Option<&RawJwt>) -> Result<JwtConfig> {
+    let default = RawJwt::default();
+    let j = j.unwrap_or(&default);
+    let algorithm = match j.algorithm.as_deref().unwrap_or("") {
+        "HS256" => jsonwebtoken::Algorithm::HS256,
+        "RS256" => jsonwebtoken::Algorithm::RS256,
+        "EdDSA" => jsonwebtoken::Algorithm::EdDSA,
+        other => {
+            return Err(ConfigError::new(
+                format!("{key}.algorithm"),
+                format!("{other:?} is not HS256, RS256 or EdDSA"),
+            ));
+        }
+    };
+    let key_value = match algorithm {
+        jsonwebtoken::Algorithm::HS256 => {
+            j.secret.clone().filter(|s| s.len() >= 32).ok_or_else(|| {
+                ConfigError::new(
+                    format!("{key}.secret"),
+                    "HS256 needs a secret of at least 32 bytes",
+                )
+            })?
+        }
+        _ => j
+            .public_key_pem
+            .clone()
+            .filter(|p| p.contains("-----BEGIN"))
+            .ok_or_else(|| {
+                ConfigError::new(format!("{key}.public_key_pem"), "needs a PEM public key")
+            })?,
+    };
+    // Parse the key now, so a bad key fails at start rather than per request.
+    crate::identity::jwt::decoding_key(algorithm, &key_value)
+        .map_err(|e| ConfigError::new(format!("{key}.public_key_pem"), e.to_string()))?;
+    Ok(JwtConfig {
+        algorithm,
+        key: key_value,
+        issuer: j.issuer.clone(),
+        audience: j.audience.clone(),
+    })
+}
+
+fn admission(key: &str, a: Option<&RawAdmission>) -> Result<Admission> {
+    let default = RawAdmission::default();
+    let a = a.unwrap_or(&default);
+    let k = |field: &str| format!("{key}.{field}");
+    match a.mode.as_deref().unwrap_or("batch") {
+        "batch" => {
+            let size = a.batch_size.unwrap_or(50);
+            if size == 0 {
+                return Err(ConfigError::new(k("batch_size"), "must be > 0"));
+            }
+            Ok(Admission::Batch {
+                size,
+                interval: positive(&k("interval"), a.interval.as_deref(), "5s")?,
+            })
+        }
+        "continuous" => match a.max_per_minute {
+            Some(n) if n > 0 => Ok(Admission::Continuous { max_per_minute: n }),
+            _ => Err(ConfigError::new(k("max_per_minute"), "must be > 0")),
+        },
+        "capacity" => {
+            let url = a.health_url.as_deref().unwrap_or("");
+            Ok(Admission::Capacity {
+                health_url: origin(&k("health_url"), url)?,
+                field: a.field.clone().unwrap_or_else(|| "concurrency".to_owned()),
+                target: a
+                    .target
+                    .filter(|t| *t > 0)
+                    .ok_or_else(|| ConfigError::new(k("target"), "must be > 0"))?,
+            })
+        }
+        "adaptive" => {
+            let rate = a.max_error_rate.unwrap_or(0.02);
+            if !(0.0..=1.0).contains(&rate) {
+                return Err(ConfigError::new(
+                    k("max_error_rate"),
+                    "must be between 0 and 1",
+                ));
+            }
+            Ok(Admission::Adaptive {
+                target_p95: positive(&k("target_p95"), a.target_p95.as_deref(), "300ms")?,
+                max_error_rate: rate,
+            })
+        }
+        other => Err(ConfigError::new(
+            k("mode"),
+            format!("{other:?} is not batch, continuous, capacity or adaptive"),
+        )),
+    }
+}
+
+fn bots(key: &str, b: Option<&RawBots>) -> Result<Bots> {
+    let default = RawBots::default();
+    let b = b.unwrap_or(&default);
+    let challenge = match b.challenge.as_deref().unwrap_or("off") {
+        "off" => ChallengeLevel::Off,
+        "high" => ChallengeLevel::High,
+        "medium" => ChallengeLevel::Medium,
+        "all" => ChallengeLevel::All,
+        other => {
+            return Err(ConfigError::new(
+                format!("{key}.challenge"),
+                format!("{other:?} is not off, high, medium or all"),
+            ));
+        }
+    };
+    let high_risk = match b.high_risk.as_deref().unwrap_or("back_of_queue") {
+        "back_of_queue" => HighRisk::BackOfQueue,
+        "captcha" => HighRisk::Captcha,
+        "reject" => HighRisk::Reject,
+        "allow" => HighRisk::Allow,
+        other => {
+            return Err(ConfigError::new(
+                format!("{key}.high_risk"),
+                format!("{other:?} is not back_of_queue, captcha, reject or allow"),
+            ));
+        }
+    };
+    let difficulty = b.difficulty.unwrap_or(18);
+    if !(1..=32).contains(&difficulty) {
+        return Err(ConfigError::new(
+            format!("{key}.difficulty"),
+            "must be between 1 and 32",
+        ));
+    }
+    Ok(Bots {
+        challenge,
+        difficulty,
+        high_risk,
+    })
+}
+
+fn addr(key: &str, value: &str) -> Result<SocketAddr> {
+    value.parse().map_err(|_| {
+        ConfigError::new(
+            key,
+            format!("{value:?} is not an address like 127.0.0.1:8080"),
+        )
+    })
+}
+
+fn origin(key: &str, value: &str) -> Result<http::Uri> {
+    let uri: http::Uri = value
+        .parse()
+        .map_err(|_| ConfigError::new(key, format!("{value:?} is not a URL")))?;
+    let scheme_ok = matches!(uri.scheme_str(), Some("http") | Some("https"));
+    if !scheme_ok || uri.authority().is_none() {
+        return Err(ConfigError::new(
+            key,
+            format!("{value:?} must be an http:// or https:// URL with a host"),
+        ));
+    }
+    Ok(uri)
+}
+
+fn timestamp(key: &str, value: &str) -> Result<i64> {
+    let t = humantime::parse_rfc3339_weak(value).map_err(|_| {
+        ConfigError::new(
+            key,
+            format!("{value:?} is not an RFC 3339 time like 2026-12-01T10:00:00Z"),
+        )
+    })?;
+    let ms = t
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis())
+        .unwrap_or(0);
+    Ok(i64::try_from(ms).unwrap_or(i64::MAX))
+}
+
+fn duration(key: &str, value: Option<&str>, default: &str) -> Result<Duration> {
+    let value = value.unwrap_or(default);
+    humantime::parse_duration(value).map_err(|_| {
+        ConfigError::new(
+            key,
+            format!("{value:?} is not a duration like \"90s\" or \"10m\""),
+        )
+    })
+}
+
+fn positive(key: &str, value: Option<&str>, default: &str) -> Result<Duration> {
+    let d = duration(key, value, default)?;
+    if d.is_zero() {
+        return Err(ConfigError::new(key, "must be > 0"));
+    }
+    Ok(d)
+}

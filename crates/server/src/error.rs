@@ -1,0 +1,201 @@
+//! `ApiError`: every answer Anteroom itself makes with a 4xx/5xx, mapped once
+//! to a status, a stable JSON `error` code and a metric label.
+//!
+//! Messages never contain a token, cookie or session id: they are shown to
+//! clients and written to logs.
+
+use axum::Json;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+
+use anteroom_store::StoreError;
+
+/// JSON body of every error answer (API.md "Errors").
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ErrorBody {
+    /// Stable machine code, e.g. `unknown_event`.
+    pub error: &'static str,
+    /// Human text.
+    pub message: String,
+    /// Set with `challenge_required`: the proof-of-work challenge to solve.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub challenge: Option<serde_json::Value>,
+}
+
+/// Where an error came from: the client (downstream), the queue store or the
+/// origin (upstream), or Anteroom itself (internal). Logged with the error.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    Downstream,
+    Upstream,
+    Internal,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("no such event")]
+    UnknownEvent,
+    #[error("no origin serves this path")]
+    NoRoute,
+    #[error("not found")]
+    NotFound,
+    #[error("bad request: {0}")]
+    BadRequest(String),
+    #[error("the token is invalid, expired or not yours")]
+    InvalidToken,
+    #[error("the token was already redeemed")]
+    TokenUsed,
+    #[error("missing or invalid identity")]
+    InvalidIdentity,
+    #[error("missing or wrong admin token")]
+    Unauthorized,
+    #[error("too many requests")]
+    RateLimited { retry_after_secs: u64 },
+    #[error("blocked")]
+    Blocked,
+    #[error("a proof-of-work challenge must be solved first")]
+    ChallengeRequired { challenge: serde_json::Value },
+    #[error("the queue is unavailable right now; try again shortly")]
+    Draining { retry_after_secs: u64 },
+    #[error("request headers are larger than 32 KiB")]
+    HeadersTooLarge,
+    #[error("request body is too large")]
+    BodyTooLarge,
+    #[error("internal error")]
+    Internal,
+}
+
+impl ApiError {
+    /// Stable machine code: the JSON `error` field and the metric label.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ApiError::UnknownEvent => "unknown_event",
+            ApiError::NoRoute => "no_route",
+            ApiError::NotFound => "not_found",
+            ApiError::BadRequest(_) => "bad_request",
+            ApiError::InvalidToken => "invalid_token",
+            ApiError::TokenUsed => "token_used",
+            ApiError::InvalidIdentity => "invalid_identity",
+            ApiError::Unauthorized => "unauthorized",
+            ApiError::RateLimited { .. } => "rate_limited",
+            ApiError::Blocked => "blocked",
+            ApiError::ChallengeRequired { .. } => "challenge_required",
+            ApiError::Draining { .. } => "draining",
+            ApiError::HeadersTooLarge => "headers_too_large",
+            ApiError::BodyTooLarge => "body_too_large",
+            ApiError::Internal => "internal",
+        }
+    }
+
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ApiError::UnknownEvent | ApiError::NoRoute | ApiError::NotFound => {
+                StatusCode::NOT_FOUND
+            }
+            ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ApiError::InvalidToken
+            | ApiError::InvalidIdentity
+            | ApiError::Unauthorized
+            | ApiError::ChallengeRequired { .. } => StatusCode::UNAUTHORIZED,
+            ApiError::TokenUsed => StatusCode::CONFLICT,
+            ApiError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::Blocked => StatusCode::FORBIDDEN,
+            ApiError::Draining { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::HeadersTooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            ApiError::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    pub fn source(&self) -> Source {
+        match self {
+            ApiError::Draining { .. } => Source::Upstream,
+            ApiError::Internal => Source::Internal,
+            _ => Source::Downstream,
+        }
+    }
+
+    fn retry_after(&self) -> Option<u64> {
+        match self {
+            ApiError::RateLimited { retry_after_secs }
+            | ApiError::Draining { retry_after_secs } => Some(*retry_after_secs),
+            _ => None,
+        }
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Unavailable(_) => ApiError::Draining {
+                retry_after_secs: 5,
+            },
+            StoreError::InvalidInput(what) => ApiError::BadRequest(what.to_owned()),
+            StoreError::Corrupt(_) | StoreError::Storage(_) => {
+                tracing::error!(error = %e, "queue store failure");
+                ApiError::Internal
+            }
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let code = self.code();
+        metrics::counter!("anteroom_rejections_total", "reason" => code).increment(1);
+        if self.source() != Source::Downstream {
+            tracing::warn!(error = code, source = ?self.source(), "request failed");
+        }
+        let status = self.status();
+        let retry_after = self.retry_after();
+        let message = self.to_string();
+        let challenge = match self {
+            ApiError::ChallengeRequired { challenge } => Some(challenge),
+            _ => None,
+        };
+        let mut response = (
+            status,
+            Json(ErrorBody {
+                error: code,
+                message,
+                challenge,
+            }),
+        )
+            .into_response();
+        if let Some(secs) = retry_after {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_and_statuses_are_stable() {
+        let check = |e: ApiError, status: u16, code: &str| {
+            assert_eq!((e.status().as_u16(), e.code()), (status, code));
+        };
+        check(ApiError::UnknownEvent, 404, "unknown_event");
+        check(ApiError::NoRoute, 404, "no_route");
+        check(ApiError::InvalidToken, 401, "invalid_token");
+        check(ApiError::TokenUsed, 409, "token_used");
+        check(ApiError::HeadersTooLarge, 431, "headers_too_large");
+        check(ApiError::BodyTooLarge, 413, "body_too_large");
+        check(
+            ApiError::Draining {
+                retry_after_secs: 1,
+            },
+            503,
+            "draining",
+        );
+        check(StoreError::Unavailable("x".into()).into(), 503, "draining");
+        check(StoreError::InvalidInput("x").into(), 400, "bad_request");
+    }
+}

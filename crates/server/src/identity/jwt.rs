@@ -1,0 +1,137 @@
+//! JWT identity: the `sub` claim of a `Bearer` token is the queue member.
+//!
+//! The algorithm is pinned by configuration: `alg: none` cannot even be
+//! expressed, and a token whose header names any other algorithm (the
+//! RS256 → HS256 swap) is rejected before its signature is looked at.
+
+use jsonwebtoken::{Algorithm, DecodingKey, Validation};
+use serde::Deserialize;
+
+use crate::config::JwtConfig;
+
+/// Why a JWT was refused; details go to debug logs only.
+#[derive(Debug, thiserror::Error)]
+pub enum JwtError {
+    #[error("jwt rejected: {0}")]
+    Invalid(#[from] jsonwebtoken::errors::Error),
+    #[error("jwt subject missing or longer than 256 bytes")]
+    BadSubject,
+}
+
+#[derive(Deserialize)]
+struct Subject {
+    sub: String,
+}
+
+pub struct JwtVerifier {
+    key: DecodingKey,
+    validation: Validation,
+}
+
+impl std::fmt::Debug for JwtVerifier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "JwtVerifier({:?})", self.validation.algorithms)
+    }
+}
+
+/// The decoding key for `algorithm` from its configured text.
+pub fn decoding_key(
+    algorithm: Algorithm,
+    key: &str,
+) -> Result<DecodingKey, jsonwebtoken::errors::Error> {
+    match algorithm {
+        Algorithm::RS256 => DecodingKey::from_rsa_pem(key.as_bytes()),
+        Algorithm::EdDSA => DecodingKey::from_ed_pem(key.as_bytes()),
+        _ => Ok(DecodingKey::from_secret(key.as_bytes())),
+    }
+}
+
+impl JwtVerifier {
+    pub fn new(config: &JwtConfig) -> Result<Self, JwtError> {
+        let key = decoding_key(config.algorithm, &config.key)?;
+        let mut validation = Validation::new(config.algorithm);
+        validation.algorithms = vec![config.algorithm];
+        validation.set_required_spec_claims(&["exp", "sub"]);
+        validation.leeway = 5;
+        match &config.audience {
+            Some(aud) => validation.set_audience(&[aud]),
+            None => validation.validate_aud = false,
+        }
+        if let Some(iss) = &config.issuer {
+            validation.set_issuer(&[iss]);
+        }
+        Ok(Self { key, validation })
+    }
+
+    /// The verified `sub` of `token`.
+    pub fn subject(&self, token: &str) -> Result<String, JwtError> {
+        let data = jsonwebtoken::decode::<Subject>(token, &self.key, &self.validation)?;
+        let sub = data.claims.sub;
+        if sub.is_empty() || sub.len() > anteroom_store::MAX_MEMBER_LEN {
+            return Err(JwtError::BadSubject);
+        }
+        Ok(sub)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use jsonwebtoken::{EncodingKey, Header, encode};
+
+    const SECRET: &str = "an-hs256-secret-of-at-least-32-bytes!!";
+
+    fn verifier() -> JwtVerifier {
+        JwtVerifier::new(&JwtConfig {
+            algorithm: Algorithm::HS256,
+            key: SECRET.into(),
+            issuer: None,
+            audience: None,
+        })
+        .unwrap()
+    }
+
+    fn token(alg: Algorithm, secret: &str, sub: &str) -> String {
+        let claims = serde_json::json!({"sub": sub, "exp": 4_000_000_000u64});
+        encode(
+            &Header::new(alg),
+            &claims,
+            &EncodingKey::from_secret(secret.as_bytes()),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn accepts_the_pinned_algorithm_only() {
+        let v = verifier();
+        assert_eq!(
+            v.subject(&token(Algorithm::HS256, SECRET, "user-1"))
+                .unwrap(),
+            "user-1"
+        );
+        assert!(
+            v.subject(&token(Algorithm::HS384, SECRET, "user-1"))
+                .is_err()
+        );
+        assert!(
+            v.subject(&token(
+                Algorithm::HS256,
+                "another-secret-another-secret-xxxx",
+                "u"
+            ))
+            .is_err()
+        );
+    }
+
+    #[test]
+    fn rejects_alg_none() {
+        use base64::Engine as _;
+        let b64 = |s: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s);
+        let t = format!(
+            "{}.{}.",
+            b64(r#"{"alg":"none","typ":"JWT"}"#),
+            b64(r#"{"sub":"u","exp":4000000000}"#)
+        );
+        assert!(verifier().subject(&t).is_err());
+    }
+}
