@@ -4,5 +4,6 @@
 
 pub mod config;
 pub mod error;
+pub mod gate;
 pub mod identity;
 pub mod page;
