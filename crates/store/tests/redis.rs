@@ -1,0 +1,781 @@
+//! The Redis backend against a real standalone `redis-server` started by each
+//! test on a free port: every operation, script reload after `SCRIPT FLUSH`,
+//! faults (stopped, refused), foreign keys, and races between two gateway
+//! nodes sharing one Redis.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anteroom_core::phase::AdminState;
+use anteroom_core::score::{JoinScoring, arrival_score};
+use anteroom_store::redis::{RedisConfig, RedisStore};
+use anteroom_store::testing::RedisServer;
+use anteroom_store::{
+    AdmitRequest, EventId, ExpireRequest, MemberState, Nonce, QueueStore, RedeemOutcome, StoreError,
+};
+
+const TIMEOUT: Duration = Duration::from_millis(500);
+
+async fn store(server: &RedisServer) -> RedisStore {
+    let cfg = RedisConfig {
+        urls: vec![server.url()],
+        cluster: false,
+        timeout: TIMEOUT,
+    };
+    RedisStore::connect(&cfg).await.unwrap()
+}
+
+fn event(id: &str) -> EventId {
+    EventId::new(id).unwrap()
+}
+
+/// Scoring of an event that opened an hour ago: scores order by arrival time
+/// (an event open for more than ~50 days saturates and ties every score).
+fn open() -> JoinScoring {
+    static OPENS_AT_US: std::sync::LazyLock<i64> = std::sync::LazyLock::new(|| {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap();
+        i64::try_from(now.as_micros()).unwrap() - 3_600_000_000
+    });
+    JoinScoring {
+        opens_at_us: *OPENS_AT_US,
+        prewindow_score: -1,
+        tiebreak: 0,
+        behind: false,
+    }
+}
+
+fn nonces(n: usize, seed: u8) -> Vec<Nonce> {
+    (0..n)
+        .map(|i| {
+            let mut nonce = [seed; 16];
+            nonce[..8].copy_from_slice(&(i as u64).to_be_bytes());
+            nonce
+        })
+        .collect()
+}
+
+fn admit_req(max: u64, max_active: u64, expires: i64, seed: u8) -> AdmitRequest {
+    AdmitRequest {
+        max,
+        max_active,
+        nonces: nonces(max as usize, seed),
+        token_expires_at_us: expires,
+    }
+}
+
+/// A raw client for looking under the hood.
+async fn raw(server: &RedisServer) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn join_is_insert_if_absent_and_ranks() {
+    let server = RedisServer::start().unwrap();
+    let s = store(&server).await;
+    let e = event("join");
+    let scoring = JoinScoring {
+        opens_at_us: i64::MAX,
+        prewindow_score: -100,
+        tiebreak: 0,
+        behind: false,
+    };
+    let first = s.join(&e, "a", &scoring).await.unwrap();
+    assert!(first.new);
+    assert_eq!(
+        first.state,
+        MemberState::Waiting {
+            rank: 0,
+            queue_length: 1
+        }
+    );
+    let earlier = JoinScoring {
+        prewindow_score: -200,
+        ..scoring
+    };
+    let b = s.join(&e, "b", &earlier).await.unwrap();
+    assert_eq!(
+        b.state,
+        MemberState::Waiting {
+            rank: 0,
+            queue_length: 2
+        }
+    );
+    // A refresh keeps the score, whatever it would be now.
+    let again = s
+        .join(
+            &e,
+            "a",
+            &JoinScoring {
+                prewindow_score: -300,
+                ..scoring
+            },
+        )
+        .await
+        .unwrap();
+    assert!(!again.new);
+    assert_eq!(
+        again.state,
+        MemberState::Waiting {
+            rank: 1,
+            queue_length: 2
+        }
+    );
+    assert_eq!(s.queue_length(&e).await.unwrap(), 2);
+    assert_eq!(
+        s.status(&e, "nobody", false).await.unwrap(),
+        MemberState::None
+    );
+    assert!(matches!(
+        s.join(&e, "", &scoring).await,
+        Err(StoreError::InvalidInput(_))
+    ));
+    assert!(matches!(
+        s.join(&e, &"x".repeat(257), &scoring).await,
+        Err(StoreError::InvalidInput(_))
+    ));
+}
+
+#[tokio::test]
+async fn lua_score_mirrors_arrival_score() {
+    let server = RedisServer::start().unwrap();
+    let s = store(&server).await;
+    let mut conn = raw(&server).await;
+    let e = event("score");
+    let now = s.now_us(&e).await.unwrap();
+    let cases = [
+        (
+            "pre",
+            JoinScoring {
+                opens_at_us: now + 60_000_000,
+                prewindow_score: -12345,
+                tiebreak: 7,
+                behind: false,
+            },
+        ),
+        (
+            "pre-behind",
+            JoinScoring {
+                opens_at_us: now + 60_000_000,
+                prewindow_score: -5,
+                tiebreak: 7,
+                behind: true,
+            },
+        ),
+        (
+            "saturated",
+            JoinScoring {
+                opens_at_us: 0,
+                prewindow_score: -1,
+                tiebreak: 1023,
+                behind: false,
+            },
+        ),
+        (
+            "saturated-behind",
+            JoinScoring {
+                opens_at_us: i64::MIN / 2,
+                prewindow_score: -1,
+                tiebreak: 3,
+                behind: true,
+            },
+        ),
+        (
+            "open",
+            JoinScoring {
+                opens_at_us: now - 5_000_000,
+                prewindow_score: -1,
+                tiebreak: 999,
+                behind: false,
+            },
+        ),
+        (
+            "open-behind",
+            JoinScoring {
+                opens_at_us: now - 1,
+                prewindow_score: -1,
+                tiebreak: 1,
+                behind: true,
+            },
+        ),
+    ];
+    for (member, scoring) in cases {
+        let before = s.now_us(&e).await.unwrap();
+        s.join(&e, member, &scoring).await.unwrap();
+        let after = s.now_us(&e).await.unwrap();
+        let score: f64 = redis::cmd("ZSCORE")
+            .arg("anteroom:{score}:q")
+            .arg(member)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let score = score as i64;
+        // The script read TIME somewhere between `before` and `after`.
+        let matches = (before..=after).any(|t| arrival_score(t, &scoring) == score);
+        assert!(
+            matches,
+            "{member}: score {score} is not arrival_score(t) for t in {before}..={after}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn admit_redeem_extend_release() {
+    let server = RedisServer::start().unwrap();
+    let s = store(&server).await;
+    let e = event("flow");
+    for m in ["a", "b", "c", "d"] {
+        s.join(&e, m, &open()).await.unwrap();
+    }
+    let now = s.now_us(&e).await.unwrap();
+    let exp = now + 60_000_000;
+    // max_active caps active + outstanding.
+    let got = s.admit(&e, &admit_req(10, 2, exp, 1)).await.unwrap();
+    assert_eq!(
+        got.iter().map(|a| a.member.as_str()).collect::<Vec<_>>(),
+        ["a", "b"]
+    );
+    assert_eq!(got[0].nonce, nonces(10, 1)[0]);
+    assert_eq!(
+        s.status(&e, "a", false).await.unwrap(),
+        MemberState::Admitted {
+            nonce: got[0].nonce,
+            expires_at_us: exp
+        }
+    );
+    assert!(
+        s.admit(&e, &admit_req(10, 2, exp, 2))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // A join never demotes an admitted member.
+    let j = s.join(&e, "a", &open()).await.unwrap();
+    assert!(!j.new);
+    assert!(matches!(j.state, MemberState::Admitted { .. }));
+    assert_eq!(
+        s.status(&e, "c", false).await.unwrap(),
+        MemberState::Waiting {
+            rank: 0,
+            queue_length: 2
+        }
+    );
+
+    let ses = now + 120_000_000;
+    assert_eq!(
+        s.redeem(&e, "a", &got[1].nonce, ses).await.unwrap(),
+        RedeemOutcome::NotAdmitted
+    );
+    assert_eq!(
+        s.redeem(&e, "a", &got[0].nonce, ses).await.unwrap(),
+        RedeemOutcome::Redeemed
+    );
+    assert_eq!(
+        s.redeem(&e, "a", &got[0].nonce, ses).await.unwrap(),
+        RedeemOutcome::AlreadyUsed
+    );
+    assert_eq!(
+        s.status(&e, "a", false).await.unwrap(),
+        MemberState::Active { expires_at_us: ses }
+    );
+    assert!(s.extend(&e, "a", ses + 1).await.unwrap());
+    assert!(!s.extend(&e, "b", ses + 1).await.unwrap());
+    assert_eq!(
+        s.join(&e, "a", &open()).await.unwrap().state,
+        MemberState::Active {
+            expires_at_us: ses + 1
+        }
+    );
+
+    let st = s.stats(&e).await.unwrap();
+    assert_eq!((st.waiting, st.active, st.outstanding), (2, 1, 1));
+    assert_eq!(
+        (
+            st.admitted_total,
+            st.redeemed_total,
+            st.admitted_last_1m,
+            st.admitted_last_5m
+        ),
+        (2, 1, 2, 2)
+    );
+
+    // Release frees the slot and revokes the pass.
+    let before = s.now_us(&e).await.unwrap();
+    assert!(s.release(&e, "a").await.unwrap());
+    assert!(!s.release(&e, "a").await.unwrap());
+    let revs = s.revocations_since(&e, before).await.unwrap();
+    assert_eq!(revs.len(), 1);
+    assert_eq!(revs[0].member, "a");
+    assert!(revs[0].at_us >= before);
+    let got = s.admit(&e, &admit_req(10, 2, exp, 3)).await.unwrap();
+    assert_eq!(
+        got.iter().map(|a| a.member.as_str()).collect::<Vec<_>>(),
+        ["c"]
+    );
+    assert_eq!(s.stats(&e).await.unwrap().churn_last_1m, 1);
+}
+
+#[tokio::test]
+async fn paused_or_closed_never_admits() {
+    let server = RedisServer::start().unwrap();
+    let s = store(&server).await;
+    let e = event("pause");
+    s.join(&e, "a", &open()).await.unwrap();
+    assert_eq!(s.admin_state(&e).await.unwrap(), AdminState::Running);
+    for state in [AdminState::Paused, AdminState::Closed] {
+        s.set_admin_state(&e, state).await.unwrap();
+        assert_eq!(s.admin_state(&e).await.unwrap(), state);
+        assert!(
+            s.admit(&e, &admit_req(5, 5, i64::MAX / 2, 1))
+                .await
+                .unwrap()
+                .is_empty()
+        );
+    }
+    s.set_admin_state(&e, AdminState::Running).await.unwrap();
+    assert_eq!(
+        s.admit(&e, &admit_req(5, 5, i64::MAX / 2, 1))
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+}
+
+#[tokio::test]
+async fn expire_sweeps_idle_waiters_tokens_and_sessions() {
+    let server = RedisServer::start().unwrap();
+    let s = store(&server).await;
+    let e = event("expire");
+    for m in ["w1", "w2", "t1", "s1"] {
+        s.join(&e, m, &open()).await.unwrap();
+    }
+    let now = s.now_us(&e).await.unwrap();
+    // Tokens and sessions that end right away.
+    let t = s.admit(&e, &admit_req(1, 10, now + 1, 1)).await.unwrap(); // w1
+    assert_eq!(t[0].member, "w1");
+    let t2 = s
+        .admit(&e, &admit_req(1, 10, now + 200_000, 2))
+        .await
+        .unwrap(); // w2
+    assert_eq!(
+        s.redeem(&e, "w2", &t2[0].nonce, now + 1).await.unwrap(),
+        RedeemOutcome::Redeemed
+    );
+    // Touch t1 later than s1 so only s1 is idle.
+    let cut = s.now_us(&e).await.unwrap() + 1;
+    tokio::time::sleep(Duration::from_millis(2)).await;
+    s.status(&e, "t1", true).await.unwrap();
+    let st = s.stats(&e).await.unwrap();
+    assert_eq!(
+        (st.active, st.outstanding),
+        (0, 0),
+        "ended sessions and tokens hold no slot"
+    );
+    let before = s.now_us(&e).await.unwrap();
+    let x = s
+        .expire(
+            &e,
+            &ExpireRequest {
+                waiting_seen_before_us: cut,
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!((x.idle_waiters, x.unredeemed_tokens, x.sessions), (1, 1, 1));
+    assert_eq!(s.status(&e, "s1", false).await.unwrap(), MemberState::None);
+    assert_eq!(s.status(&e, "w1", false).await.unwrap(), MemberState::None);
+    assert!(matches!(
+        s.status(&e, "t1", false).await.unwrap(),
+        MemberState::Waiting { rank: 0, .. }
+    ));
+    assert_eq!(
+        s.redeem(&e, "w1", &t[0].nonce, now + 10).await.unwrap(),
+        RedeemOutcome::NotAdmitted
+    );
+    let revs = s.revocations_since(&e, before).await.unwrap();
+    assert_eq!(
+        revs.iter().map(|r| r.member.as_str()).collect::<Vec<_>>(),
+        ["w2"]
+    );
+    let st = s.stats(&e).await.unwrap();
+    assert_eq!((st.churn_last_1m, st.no_shows_last_5m), (2, 1));
+    assert_eq!(
+        s.expire(
+            &e,
+            &ExpireRequest {
+                waiting_seen_before_us: cut
+            }
+        )
+        .await
+        .unwrap(),
+        Default::default()
+    );
+}
+
+#[tokio::test]
+async fn reconcile_records_drain_admissions() {
+    let server = RedisServer::start().unwrap();
+    let s = store(&server).await;
+    let e = event("reconcile");
+    s.join(&e, "waiting", &open()).await.unwrap();
+    s.join(&e, "admitted", &open()).await.unwrap();
+    let now = s.now_us(&e).await.unwrap();
+    s.admit(&e, &admit_req(1, 10, now + 60_000_000, 1))
+        .await
+        .unwrap(); // "waiting" joined first
+    let later = now + 90_000_000;
+    let members: Vec<(String, i64)> = ["waiting", "admitted", "stranger"]
+        .iter()
+        .map(|m| (m.to_string(), later))
+        .collect();
+    // "waiting" is admitted (left as is); the other two become active.
+    assert_eq!(s.reconcile_active(&e, &members).await.unwrap(), 2);
+    assert!(matches!(
+        s.status(&e, "waiting", false).await.unwrap(),
+        MemberState::Admitted { .. }
+    ));
+    assert_eq!(
+        s.status(&e, "admitted", false).await.unwrap(),
+        MemberState::Active {
+            expires_at_us: later
+        }
+    );
+    assert_eq!(s.queue_length(&e).await.unwrap(), 0);
+    assert_eq!(s.reconcile_active(&e, &members).await.unwrap(), 0);
+}
+
+#[tokio::test]
+async fn guards_state_and_configs() {
+    let server = RedisServer::start().unwrap();
+    let s = store(&server).await;
+    let e = event("guards");
+    let now = s.now_us(&e).await.unwrap();
+    let n = [9u8; 16];
+    assert!(s.consume_once(&e, &n, now + 60_000_000).await.unwrap());
+    assert!(!s.consume_once(&e, &n, now + 60_000_000).await.unwrap());
+    assert!(
+        s.consume_once(&event("other"), &n, now + 60_000_000)
+            .await
+            .unwrap()
+    );
+    assert!(s.claim_tick(&e, 1, 1000).await.unwrap());
+    assert!(!s.claim_tick(&e, 1, 1000).await.unwrap());
+    assert!(s.claim_tick(&e, 2, 1000).await.unwrap());
+    s.put_event_config(&event("b"), r#"{"id":"b"}"#)
+        .await
+        .unwrap();
+    s.put_event_config(&event("a"), r#"{"id":"a"}"#)
+        .await
+        .unwrap();
+    s.put_event_config(&event("a"), r#"{"id":"a","v":2}"#)
+        .await
+        .unwrap();
+    let configs = s.event_configs().await.unwrap();
+    assert_eq!(
+        configs,
+        vec![
+            (event("a"), r#"{"id":"a","v":2}"#.to_string()),
+            (event("b"), r#"{"id":"b"}"#.to_string())
+        ]
+    );
+    s.ping(&e).await.unwrap();
+    assert_eq!(s.name(), "redis");
+}
+
+#[tokio::test]
+async fn scripts_reload_after_script_flush() {
+    let server = RedisServer::start().unwrap();
+    let s = store(&server).await;
+    let mut conn = raw(&server).await;
+    let e = event("flush");
+    assert!(s.join(&e, "a", &open()).await.unwrap().new);
+    let () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let cached: Vec<bool> = redis::cmd("SCRIPT")
+        .arg("EXISTS")
+        .arg(redis::Script::new(include_str!("../src/redis/join.lua")).get_hash())
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(cached, [false]);
+    assert!(s.join(&e, "b", &open()).await.unwrap().new);
+    let now = s.now_us(&e).await.unwrap();
+    assert_eq!(
+        s.admit(&e, &admit_req(2, 2, now + 10_000_000, 1))
+            .await
+            .unwrap()
+            .len(),
+        2
+    );
+    // After a restart the server is empty and knows no script either.
+    let mut server = server;
+    server.restart().unwrap();
+    let t0 = Instant::now();
+    loop {
+        match s.join(&e, "c", &open()).await {
+            Ok(j) => {
+                assert!(j.new);
+                break;
+            }
+            Err(StoreError::Unavailable(_)) if t0.elapsed() < Duration::from_secs(10) => {
+                tokio::time::sleep(Duration::from_millis(50)).await
+            }
+            Err(err) => panic!("no recovery after restart: {err}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn stopped_server_is_unavailable_within_the_timeout() {
+    let server = RedisServer::start().unwrap();
+    let s = store(&server).await;
+    let e = event("stopped");
+    s.join(&e, "a", &open()).await.unwrap();
+    server.pause().unwrap();
+    let t0 = Instant::now();
+    let err = s.join(&e, "b", &open()).await.unwrap_err();
+    assert!(matches!(err, StoreError::Unavailable(_)), "{err}");
+    assert!(t0.elapsed() < TIMEOUT * 3, "took {:?}", t0.elapsed());
+    let t0 = Instant::now();
+    assert!(matches!(s.stats(&e).await, Err(StoreError::Unavailable(_))));
+    assert!(t0.elapsed() < TIMEOUT * 3);
+    server.resume().unwrap();
+    let t0 = Instant::now();
+    loop {
+        match s.status(&e, "a", false).await {
+            Ok(state) => {
+                assert!(matches!(state, MemberState::Waiting { rank: 0, .. }));
+                break;
+            }
+            Err(_) if t0.elapsed() < Duration::from_secs(10) => {
+                tokio::time::sleep(Duration::from_millis(50)).await
+            }
+            Err(err) => panic!("no recovery after SIGCONT: {err}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn refused_connection_is_unavailable() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let cfg = RedisConfig {
+        urls: vec![format!("redis://127.0.0.1:{port}")],
+        cluster: false,
+        timeout: TIMEOUT,
+    };
+    let t0 = Instant::now();
+    assert!(matches!(
+        RedisStore::connect(&cfg).await,
+        Err(StoreError::Unavailable(_))
+    ));
+    assert!(t0.elapsed() < TIMEOUT * 3);
+
+    // A server that dies after connecting: calls fail fast, never hang.
+    let mut server = RedisServer::start().unwrap();
+    let s = store(&server).await;
+    server.kill().unwrap();
+    let t0 = Instant::now();
+    let err = s.join(&event("dead"), "a", &open()).await.unwrap_err();
+    assert!(matches!(err, StoreError::Unavailable(_)), "{err}");
+    assert!(t0.elapsed() < TIMEOUT * 3);
+    let bad = RedisConfig {
+        urls: vec![],
+        cluster: false,
+        timeout: TIMEOUT,
+    };
+    assert!(matches!(
+        RedisStore::connect(&bad).await,
+        Err(StoreError::InvalidInput(_))
+    ));
+}
+
+/// Runs every operation once on `e`.
+async fn exercise(s: &RedisStore, e: &EventId) {
+    for i in 0..20 {
+        s.join(e, &format!("m{i}"), &open()).await.unwrap();
+    }
+    let now = s.now_us(e).await.unwrap();
+    let got = s.admit(e, &admit_req(5, 10, now + 1, 1)).await.unwrap();
+    s.redeem(e, &got[0].member, &got[0].nonce, now + 1)
+        .await
+        .unwrap();
+    s.extend(e, &got[0].member, now + 2).await.unwrap();
+    s.release(e, "m10").await.unwrap();
+    s.reconcile_active(e, &[("m11".into(), now + 1)])
+        .await
+        .unwrap();
+    s.status(e, "m12", true).await.unwrap();
+    s.consume_once(e, &[1; 16], now + 1_000).await.unwrap();
+    s.claim_tick(e, 1, 1000).await.unwrap();
+    s.set_admin_state(e, AdminState::Paused).await.unwrap();
+    s.put_event_config(e, "{}").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    s.expire(
+        e,
+        &ExpireRequest {
+            waiting_seen_before_us: now + 10_000_000,
+        },
+    )
+    .await
+    .unwrap();
+    s.stats(e).await.unwrap();
+    s.revocations_since(e, 0).await.unwrap();
+    s.event_configs().await.unwrap();
+}
+
+#[tokio::test]
+async fn keys_of_other_applications_are_untouched() {
+    let server = RedisServer::start().unwrap();
+    let s = store(&server).await;
+    let mut conn = raw(&server).await;
+    let foreign = [
+        ("q", "1"),
+        ("app:{flow}:q", "2"),
+        ("anteroom", "3"),
+        ("{flow}:active", "4"),
+    ];
+    for (k, v) in foreign {
+        let () = redis::cmd("SET")
+            .arg(k)
+            .arg(v)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+    }
+    let () = redis::cmd("ZADD")
+        .arg("leaderboard")
+        .arg(1)
+        .arg("m1")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    exercise(&s, &event("flow")).await;
+    for (k, v) in foreign {
+        let got: String = redis::cmd("GET")
+            .arg(k)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(got, v, "{k}");
+    }
+    let board: Vec<(String, f64)> = redis::cmd("ZRANGE")
+        .arg("leaderboard")
+        .arg(0)
+        .arg(-1)
+        .arg("WITHSCORES")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(board, [("m1".to_string(), 1.0)]);
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("*")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let ours: Vec<&String> = keys
+        .iter()
+        .filter(|k| !foreign.iter().any(|(f, _)| f == k) && *k != "leaderboard")
+        .collect();
+    assert!(!ours.is_empty());
+    for k in ours {
+        assert!(
+            k.starts_with("anteroom:{flow}:") || k == "anteroom:{@config}:events",
+            "unexpected key {k}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_gateway_nodes_racing_admit_never_double_admit() {
+    let server = RedisServer::start().unwrap();
+    let nodes = [
+        Arc::new(store(&server).await),
+        Arc::new(store(&server).await),
+    ];
+    let e = event("race");
+    let scoring = open();
+    let mut joins = Vec::new();
+    for i in 0..400 {
+        let s = nodes[i % 2].clone();
+        let e = e.clone();
+        joins.push(tokio::spawn(async move {
+            s.join(&e, &format!("m{i}"), &scoring).await.unwrap()
+        }));
+    }
+    for j in joins {
+        assert!(j.await.unwrap().new);
+    }
+    let now = nodes[0].now_us(&e).await.unwrap();
+    let max_active = 150;
+    let mut tasks = Vec::new();
+    for t in 0..40u8 {
+        let s = nodes[usize::from(t) % 2].clone();
+        let e = e.clone();
+        tasks.push(tokio::spawn(async move {
+            s.admit(&e, &admit_req(7, max_active, now + 60_000_000, t))
+                .await
+                .unwrap()
+        }));
+    }
+    let mut admitted = HashSet::new();
+    for t in tasks {
+        for a in t.await.unwrap() {
+            assert!(
+                admitted.insert(a.member.clone()),
+                "{} admitted twice",
+                a.member
+            );
+        }
+    }
+    assert_eq!(admitted.len() as u64, max_active);
+    let st = nodes[1].stats(&e).await.unwrap();
+    assert_eq!(
+        (st.outstanding, st.waiting, st.admitted_total),
+        (max_active, 400 - max_active, max_active)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn claim_tick_is_won_once_across_nodes() {
+    let server = RedisServer::start().unwrap();
+    let nodes = [
+        Arc::new(store(&server).await),
+        Arc::new(store(&server).await),
+    ];
+    let e = event("ticks");
+    let mut tasks = Vec::new();
+    for t in 0..64 {
+        let s = nodes[t % 2].clone();
+        let e = e.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut won = Vec::new();
+            for tick in 0..50u64 {
+                if s.claim_tick(&e, tick, 10_000).await.unwrap() {
+                    won.push(tick);
+                }
+            }
+            won
+        }));
+    }
+    let mut wins = Vec::new();
+    for t in tasks {
+        wins.extend(t.await.unwrap());
+    }
+    wins.sort_unstable();
+    assert_eq!(wins, (0..50).collect::<Vec<_>>());
+}
