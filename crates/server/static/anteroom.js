@@ -1,0 +1,321 @@
+/* Anteroom waiting page script.
+ *
+ * Joins the queue, polls the position with jitter (paused while the tab is
+ * hidden), solves proof-of-work in a Web Worker when the server asks, and on
+ * admission redeems the token and goes to the return path. Everything it says
+ * comes from the JSON block the server rendered (`#anteroom-config`), in the
+ * visitor's language; the page is complete without this script.
+ */
+(function () {
+  'use strict';
+
+  var configEl = document.getElementById('anteroom-config');
+  if (!configEl) return;
+  var config = JSON.parse(configEl.textContent);
+  var t = config.messages;
+  var api = config.api;
+  var query = '?eventId=' + encodeURIComponent(config.eventId);
+  var numberFormat = new Intl.NumberFormat(config.lang);
+
+  // A crowd arrives together (a redirect wave); spreading the first poll over
+  // 0-3 s keeps it from polling in lockstep ever after.
+  var FIRST_POLL_SPREAD_MS = 3000;
+  // queue_idle_timeout defaults to 5 min: a hidden tab still checks in this
+  // often so the visitor does not lose the place by switching tabs.
+  var HIDDEN_KEEPALIVE_MS = 120000;
+  var MAX_BACKOFF_MS = 30000;
+
+  var el = {
+    status: document.getElementById('ar-status'),
+    headline: document.getElementById('ar-headline'),
+    detail: document.getElementById('ar-detail'),
+    eta: document.getElementById('ar-eta'),
+    notice: document.getElementById('ar-notice'),
+    countdown: document.getElementById('ar-countdown'),
+    progress: document.getElementById('ar-progress'),
+    cont: document.getElementById('ar-continue')
+  };
+
+  var timer = null;
+  var countdownTimer = null;
+  var firstPoll = true;
+  var failures = 0;
+  var redeeming = false;
+  var lastContact = Date.now();
+
+  function fill(template, values) {
+    return template.replace(/\{(\w+)\}/g, function (m, key) {
+      return Object.prototype.hasOwnProperty.call(values, key) ? values[key] : m;
+    });
+  }
+
+  function setText(node, text) {
+    if (!node) return;
+    // Writing the same text again would make screen readers repeat it.
+    if (node.textContent !== (text || '')) node.textContent = text || '';
+    node.hidden = !text;
+  }
+
+  function jitter(ms) {
+    return ms * (0.8 + Math.random() * 0.4);
+  }
+
+  /* ---- rendering ---- */
+
+  function duration(seconds) {
+    var h = Math.floor(seconds / 3600), m = Math.floor(seconds / 60) % 60, s = seconds % 60;
+    var pad = function (n) { return (n < 10 ? '0' : '') + n; };
+    if (h > 0) return h + ' h ' + pad(m) + ' min';
+    if (m > 0) return m + ' min ' + pad(s) + ' s';
+    return s + ' s';
+  }
+
+  function setProgress(percent) {
+    if (percent === null) {
+      el.progress.removeAttribute('value');
+    } else {
+      el.progress.value = percent;
+      el.progress.textContent = percent + '%';
+    }
+  }
+
+  function progressOf(rank, length) {
+    if (typeof rank !== 'number' || typeof length !== 'number') return null;
+    if (length === 0) return 100;
+    return Math.floor((length - Math.min(rank, length)) * 100 / length);
+  }
+
+  function show(status, headline, detail, eta, notice) {
+    el.status.setAttribute('data-status', status || '');
+    setText(el.headline, headline);
+    setText(el.detail, detail);
+    setText(el.eta, eta);
+    setText(el.notice, notice);
+  }
+
+  function message(text) {
+    setText(el.notice, text);
+  }
+
+  function stopCountdown() {
+    if (countdownTimer) clearInterval(countdownTimer);
+    countdownTimer = null;
+    setText(el.countdown, '');
+  }
+
+  // The countdown ticks every second in a role="timer" element, which screen
+  // readers do not announce; the live region only changes with the status.
+  function startCountdown(pos) {
+    var remainingMs = null;
+    if (pos.opensAt && pos.timestamp) {
+      // Server time difference, so a wrong client clock does not matter.
+      remainingMs = Date.parse(pos.opensAt) - Date.parse(pos.timestamp);
+    } else if (typeof pos.estimatedWaitSeconds === 'number') {
+      remainingMs = pos.estimatedWaitSeconds * 1000;
+    }
+    if (remainingMs === null || isNaN(remainingMs)) { stopCountdown(); return; }
+    var deadline = Date.now() + Math.max(0, remainingMs);
+    var tick = function () {
+      var left = Math.max(0, Math.ceil((deadline - Date.now()) / 1000));
+      setText(el.countdown, fill(t.countdown, { time: duration(left) }));
+    };
+    tick();
+    if (!countdownTimer) countdownTimer = setInterval(tick, 1000);
+  }
+
+  function render(pos) {
+    var status = pos.status;
+    if (status !== 'NOT_OPEN') stopCountdown();
+    if (status === 'WAITING' || status === 'PAUSED') {
+      var rank = pos.rank;
+      var headline = rank === 0 ? t.next
+        : fill(t.position, { position: numberFormat.format((rank || 0) + 1) });
+      var detail = typeof pos.queueLength === 'number'
+        ? fill(t.queueLength, { count: numberFormat.format(pos.queueLength) }) : '';
+      var eta;
+      if (rank === 0 || (typeof pos.estimatedWaitSeconds === 'number' && pos.estimatedWaitSeconds < 60)) {
+        eta = t.almostThere;
+      } else {
+        eta = pos.display ? fill(t.eta, { display: pos.display }) : t.etaUnknown;
+      }
+      show(status, headline, detail, eta, status === 'PAUSED' ? t.paused : '');
+      setProgress(progressOf(rank, pos.queueLength));
+    } else if (status === 'NOT_OPEN') {
+      show(status, t.notOpen, '', '', '');
+      setProgress(null);
+      startCountdown(pos);
+    } else if (status === 'ADMITTED') {
+      show(status, t.admitted, '', '', '');
+      setProgress(100);
+    } else if (status === 'ACTIVE') {
+      show(status, t.active, '', '', '');
+      setProgress(100);
+    } else if (status === 'CLOSED') {
+      show(status, t.closed, '', '', '');
+    } else if (status === 'DRAINING') {
+      show(status, t.draining, '', '', '');
+    } else {
+      show(status, t.joining, '', '', '');
+    }
+  }
+
+  /* ---- scheduling ---- */
+
+  function schedule(ms) {
+    if (timer) clearTimeout(timer);
+    timer = setTimeout(tick, Math.max(0, ms));
+  }
+
+  function scheduleNext(pollAfterMs) {
+    var delay = jitter(pollAfterMs > 0 ? pollAfterMs : 3000);
+    if (firstPoll) {
+      delay += Math.random() * FIRST_POLL_SPREAD_MS;
+      firstPoll = false;
+    }
+    schedule(delay);
+  }
+
+  function backoff(retryAfterSeconds) {
+    failures++;
+    var ms = retryAfterSeconds > 0 ? retryAfterSeconds * 1000
+      : Math.min(MAX_BACKOFF_MS, 1000 * Math.pow(2, failures));
+    schedule(jitter(ms));
+  }
+
+  function tick() {
+    timer = null;
+    if (document.hidden && Date.now() - lastContact < HIDDEN_KEEPALIVE_MS) {
+      // Resumed by visibilitychange; the keep-alive check runs again later.
+      schedule(HIDDEN_KEEPALIVE_MS);
+      return;
+    }
+    poll();
+  }
+
+  document.addEventListener('visibilitychange', function () {
+    if (!document.hidden && !redeeming && timer) {
+      schedule(Math.random() * 1000);
+    }
+  });
+
+  /* ---- talking to the server ---- */
+
+  function retryAfter(resp) {
+    var value = parseInt(resp.headers.get('Retry-After') || '', 10);
+    return isNaN(value) ? 0 : value;
+  }
+
+  function call(method, path, body) {
+    var init = { method: method, credentials: 'same-origin', headers: { 'Accept': 'application/json' } };
+    if (body !== undefined) {
+      init.headers['Content-Type'] = 'application/json';
+      init.body = JSON.stringify(body);
+    }
+    return fetch(api + path + query, init).then(function (resp) {
+      lastContact = Date.now();
+      return resp.json().catch(function () { return {}; }).then(function (json) {
+        return { resp: resp, json: json };
+      });
+    });
+  }
+
+  function enter(answer) {
+    return call('POST', '/enter', answer).then(handle, networkError);
+  }
+
+  function poll() {
+    return call('GET', '/position').then(handle, networkError);
+  }
+
+  function networkError() {
+    message(t.retrying);
+    backoff(0);
+  }
+
+  function handle(r) {
+    var resp = r.resp, json = r.json;
+    if (resp.status === 200) {
+      failures = 0;
+      return onPosition(json);
+    }
+    if (resp.status === 401 && json && json.challenge) {
+      return solve(json.challenge);
+    }
+    if (resp.status === 429) {
+      message(t.rateLimited);
+      return backoff(retryAfter(resp));
+    }
+    if (resp.status === 503) {
+      show('DRAINING', t.draining, '', '', '');
+      return backoff(retryAfter(resp));
+    }
+    if (resp.status === 403) {
+      show('BLOCKED', t.blocked, '', '', '');
+      return;
+    }
+    message(t.retrying);
+    backoff(retryAfter(resp));
+  }
+
+  function onPosition(pos) {
+    render(pos);
+    if (pos.status === 'NONE') {
+      // Not (or no longer) in the queue, e.g. idled out: join again.
+      return enter();
+    }
+    if (pos.status === 'ADMITTED' && pos.token) return redeem(pos.token);
+    if (pos.status === 'ACTIVE') return leave();
+    if (pos.status === 'CLOSED') return;
+    scheduleNext(pos.pollAfterMs);
+  }
+
+  function redeem(token) {
+    redeeming = true;
+    return call('POST', '/redeem', { token: token }).then(function (r) {
+      if (r.resp.status === 200) return leave();
+      // A used or expired token: the position endpoint says what is true now
+      // (ACTIVE if another tab redeemed it, WAITING again otherwise).
+      redeeming = false;
+      scheduleNext(1000);
+    }, function () {
+      redeeming = false;
+      networkError();
+    });
+  }
+
+  function leave() {
+    redeeming = true;
+    location.replace(config.returnPath);
+  }
+
+  /* ---- proof of work ---- */
+
+  var worker = null;
+
+  function solve(challenge) {
+    message(t.checking);
+    if (typeof Worker === 'undefined') {
+      message(t.blocked);
+      return;
+    }
+    if (!worker) worker = new Worker(config.worker);
+    worker.onmessage = function (event) {
+      var result = event.data || {};
+      if (result.error || typeof result.nonce !== 'number') {
+        message(t.retrying);
+        backoff(0);
+        return;
+      }
+      // Exposed for the browser tests and for operators' debugging.
+      window.anteroomLastPow = result;
+      message('');
+      enter({ challenge: challenge.challenge, nonce: result.nonce });
+    };
+    worker.postMessage({ challenge: challenge.challenge, difficulty: challenge.difficulty });
+  }
+
+  /* ---- start ---- */
+
+  if (config.position) render(config.position);
+  enter();
+})();
