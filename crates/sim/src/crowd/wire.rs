@@ -1,0 +1,120 @@
+//! The bits of the API.md wire format a visitor needs: the QueuePosition
+//! body, the challenge, and the two cookies, kept by hand so thousands of
+//! visitors can share one connection pool yet each keep their own identity.
+
+use reqwest::header::{HeaderMap, SET_COOKIE};
+use serde::Deserialize;
+
+/// The QueuePosition answer (only the fields the simulator reads).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct QueuePosition {
+    pub status: String,
+    #[serde(default)]
+    pub estimated_wait_seconds: Option<f64>,
+    #[serde(default)]
+    pub poll_after_ms: Option<u64>,
+    #[serde(default)]
+    pub token: Option<String>,
+}
+
+/// The `401 challenge_required` answer to enter.
+#[derive(Debug, Deserialize)]
+pub struct ChallengeAnswer {
+    pub challenge: Challenge,
+}
+
+/// A proof-of-work challenge.
+#[derive(Debug, Deserialize)]
+pub struct Challenge {
+    pub challenge: String,
+    pub difficulty: u8,
+}
+
+/// Any JSON error body from Anteroom.
+#[derive(Debug, Deserialize)]
+pub struct ErrorBody {
+    pub error: String,
+}
+
+/// One visitor's cookies: the session and, once redeemed, the pass.
+#[derive(Debug, Default, Clone)]
+pub struct Cookies {
+    pub sid: Option<String>,
+    pub pass: Option<String>,
+}
+
+impl Cookies {
+    /// Keeps every `anteroom_*` cookie the answer sets (and forgets cleared ones).
+    pub fn absorb(&mut self, headers: &HeaderMap) {
+        for value in headers.get_all(SET_COOKIE) {
+            let Ok(value) = value.to_str() else { continue };
+            let pair = value.split(';').next().unwrap_or_default();
+            let Some((name, val)) = pair.split_once('=') else {
+                continue;
+            };
+            let val = (!val.trim().is_empty()).then(|| val.trim().to_owned());
+            match name.trim() {
+                "anteroom_sid" => self.sid = val,
+                "anteroom_pass" => self.pass = val,
+                _ => {}
+            }
+        }
+    }
+
+    /// The `Cookie` header to send, if any cookie is held.
+    pub fn header(&self) -> Option<String> {
+        let mut parts = Vec::with_capacity(2);
+        if let Some(sid) = &self.sid {
+            parts.push(format!("anteroom_sid={sid}"));
+        }
+        if let Some(pass) = &self.pass {
+            parts.push(format!("anteroom_pass={pass}"));
+        }
+        (!parts.is_empty()).then(|| parts.join("; "))
+    }
+}
+
+/// Seconds from a `Retry-After` header, when present and numeric.
+pub fn retry_after(headers: &HeaderMap) -> Option<u64> {
+    headers
+        .get(reqwest::header::RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use reqwest::header::HeaderValue;
+
+    #[test]
+    fn keeps_session_and_pass_cookies() {
+        let mut h = HeaderMap::new();
+        h.append(
+            SET_COOKIE,
+            HeaderValue::from_static("anteroom_sid=abc; HttpOnly; Path=/"),
+        );
+        h.append(
+            SET_COOKIE,
+            HeaderValue::from_static("anteroom_pass=p.q; Max-Age=60"),
+        );
+        h.append(SET_COOKIE, HeaderValue::from_static("other=1"));
+        let mut c = Cookies::default();
+        c.absorb(&h);
+        assert_eq!(
+            c.header().as_deref(),
+            Some("anteroom_sid=abc; anteroom_pass=p.q")
+        );
+        let mut cleared = HeaderMap::new();
+        cleared.append(
+            SET_COOKIE,
+            HeaderValue::from_static("anteroom_pass=; Max-Age=0"),
+        );
+        c.absorb(&cleared);
+        assert_eq!(c.header().as_deref(), Some("anteroom_sid=abc"));
+    }
+}
