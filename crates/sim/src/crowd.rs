@@ -10,6 +10,8 @@ mod arrival;
 mod visitor;
 mod wire;
 
+pub use wire::{Cookies, QueuePosition};
+
 use std::{net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
 
 use anyhow::Context;

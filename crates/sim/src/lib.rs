@@ -5,6 +5,7 @@
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod crowd;
+pub mod http;
 pub mod origin;
 pub mod plot;
 pub mod report;
