@@ -1,0 +1,190 @@
+//! The reverse proxy: forwards an admitted (or unprotected) request to its
+//! origin and streams the answer back, WebSocket and other upgrades included.
+//!
+//! Bodies are streamed both ways, never buffered, so a large upload or a
+//! long download costs the gateway a few buffers, not the body's size.
+//! Connections to origins are kept alive in a pool, so a busy gate does not
+//! pay a TCP handshake per request. Origins are plain `http://`: TLS, where
+//! wanted, is terminated in front of Anteroom.
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::Request;
+use axum::response::{IntoResponse, Response};
+use http::uri::{PathAndQuery, Uri};
+use http::{HeaderName, HeaderValue, StatusCode, Version};
+use hyper::upgrade::OnUpgrade;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+
+mod error;
+mod headers;
+mod upgrade;
+
+pub use error::ProxyError;
+
+/// A pooled HTTP/1 client to the origins.
+#[derive(Clone, Debug)]
+pub struct Proxy {
+    client: Client<HttpConnector, Body>,
+    response_timeout: Duration,
+}
+
+impl Default for Proxy {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Proxy {
+    /// How long a TCP connect to an origin may take before `504`.
+    pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+    /// How long an origin may take to answer with its response head before
+    /// `504`; the body may then stream for as long as it needs.
+    pub const RESPONSE_TIMEOUT: Duration = Duration::from_secs(60);
+    /// Idle pooled connections are closed after this, before an origin's
+    /// own keep-alive timeout would close them under a request.
+    const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+
+    pub fn new() -> Self {
+        Self::with_timeouts(Self::CONNECT_TIMEOUT, Self::RESPONSE_TIMEOUT)
+    }
+
+    pub fn with_timeouts(connect: Duration, response: Duration) -> Self {
+        let mut connector = HttpConnector::new();
+        connector.set_connect_timeout(Some(connect));
+        connector.set_nodelay(true);
+        let client = Client::builder(TokioExecutor::new())
+            .pool_timer(TokioTimer::new())
+            .pool_idle_timeout(Self::POOL_IDLE_TIMEOUT)
+            .build(connector);
+        Self {
+            client,
+            response_timeout: response,
+        }
+    }
+
+    /// Forwards `req` to `origin` (scheme and authority; a path there is
+    /// prepended to the request's) and answers with the origin's response,
+    /// or with `502`/`504` JSON when the origin fails.
+    ///
+    /// The origin sees `X-Forwarded-For` (the visitor's `client_ip` appended
+    /// to any earlier hops), `X-Forwarded-Proto`, `X-Forwarded-Host` and
+    /// `Host: <origin authority>`. Every client-sent `X-Anteroom-*` header
+    /// is dropped, and so is any header named in `extra`, before `extra` is
+    /// added: only the gate speaks for Anteroom. `extra` may also override
+    /// the forwarding headers (e.g. `X-Forwarded-Proto: https` behind a
+    /// trusted TLS terminator).
+    pub async fn forward(
+        &self,
+        req: Request,
+        origin: &Uri,
+        client_ip: IpAddr,
+        extra: Vec<(HeaderName, HeaderValue)>,
+    ) -> Response {
+        match self.try_forward(req, origin, client_ip, extra).await {
+            Ok(response) => response,
+            Err(err) => {
+                tracing::warn!(error = ?err, origin = %origin, "proxy: origin failed");
+                err.into_response()
+            }
+        }
+    }
+
+    async fn try_forward(
+        &self,
+        req: Request,
+        origin: &Uri,
+        client_ip: IpAddr,
+        extra: Vec<(HeaderName, HeaderValue)>,
+    ) -> Result<Response, ProxyError> {
+        let (mut parts, body) = req.into_parts();
+        let target = target_uri(origin, &parts.uri)?;
+        let upgrade = headers::upgrade_protocol(&parts.headers);
+        // Taken before the request is rebuilt: it is how the visitor's side
+        // of an upgraded connection is reached once the origin agrees.
+        let client_side = upgrade
+            .as_ref()
+            .and_then(|_| parts.extensions.remove::<OnUpgrade>());
+        let forwarding = headers::Forwarding {
+            client_ip,
+            proto: parts.uri.scheme_str().unwrap_or("http"),
+            host: headers::request_host(&parts.headers, &parts.uri),
+            origin_authority: target.authority(),
+            upgrade: upgrade.clone(),
+        };
+        headers::rewrite_request(&mut parts.headers, forwarding, extra);
+        let mut outgoing = Request::new(body);
+        *outgoing.method_mut() = parts.method;
+        *outgoing.uri_mut() = target;
+        // The pool speaks HTTP/1.1 to origins whatever the visitor spoke.
+        *outgoing.version_mut() = Version::HTTP_11;
+        *outgoing.headers_mut() = parts.headers;
+
+        let pending = self.client.request(outgoing);
+        let mut response = tokio::time::timeout(self.response_timeout, pending)
+            .await
+            .map_err(|_| ProxyError::Timeout)?
+            .map_err(ProxyError::from_client)?;
+
+        if response.status() == StatusCode::SWITCHING_PROTOCOLS {
+            let Some(client_side) = client_side else {
+                return Err(ProxyError::UnexpectedUpgrade);
+            };
+            let origin_side = hyper::upgrade::on(&mut response);
+            upgrade::tunnel(client_side, origin_side);
+        }
+        let (mut parts, body) = response.into_parts();
+        headers::rewrite_response(&mut parts.headers, parts.status);
+        Ok(Response::from_parts(parts, Body::new(body)))
+    }
+}
+
+/// The origin's scheme and authority, the origin's path (if any) followed
+/// by the request's path and query.
+fn target_uri(origin: &Uri, request: &Uri) -> Result<Uri, ProxyError> {
+    if origin.scheme() != Some(&http::uri::Scheme::HTTP) {
+        return Err(ProxyError::BadOrigin);
+    }
+    let authority = origin.authority().ok_or(ProxyError::BadOrigin)?.clone();
+    let requested = request.path_and_query().map_or("/", PathAndQuery::as_str);
+    let base = origin.path().trim_end_matches('/');
+    let path_and_query = if base.is_empty() {
+        PathAndQuery::try_from(requested)
+    } else {
+        PathAndQuery::try_from(format!("{base}{requested}"))
+    }
+    .map_err(|_| ProxyError::BadOrigin)?;
+    Uri::builder()
+        .scheme(http::uri::Scheme::HTTP)
+        .authority(authority)
+        .path_and_query(path_and_query)
+        .build()
+        .map_err(|_| ProxyError::BadOrigin)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[track_caller]
+    fn check(origin: &str, request: &str, expected: Option<&str>) {
+        let origin: Uri = origin.parse().unwrap();
+        let request: Uri = request.parse().unwrap();
+        let got = target_uri(&origin, &request).ok().map(|u| u.to_string());
+        assert_eq!(got.as_deref(), expected);
+    }
+
+    #[test]
+    fn target_uri_keeps_path_and_query() {
+        check("http://o:9000", "/a/b?c=d", Some("http://o:9000/a/b?c=d"));
+        check("http://o:9000/", "/", Some("http://o:9000/"));
+        check("http://o/base/", "/a?x", Some("http://o/base/a?x"));
+        check("http://o", "http://visitor.example/a", Some("http://o/a"));
+        check("https://o", "/a", None);
+        check("/relative", "/a", None);
+    }
+}

@@ -1,0 +1,65 @@
+//! Why forwarding failed, mapped once to a status and a stable JSON code.
+
+use std::error::Error as _;
+use std::io;
+
+use axum::Json;
+use axum::response::{IntoResponse, Response};
+use http::StatusCode;
+use thiserror::Error;
+
+/// An upstream failure: the origin is down, slow or misconfigured. Never the
+/// visitor's fault, so never a 4xx.
+#[derive(Debug, Error)]
+pub enum ProxyError {
+    #[error("the origin is not an absolute http:// URL")]
+    BadOrigin,
+    #[error("the origin could not be reached")]
+    Unreachable(#[source] hyper_util::client::legacy::Error),
+    #[error("the origin did not answer in time")]
+    Timeout,
+    #[error("the origin switched protocols unasked")]
+    UnexpectedUpgrade,
+}
+
+impl ProxyError {
+    /// Classifies a client error: a connect timeout is a timeout (`504`),
+    /// everything else (refused, reset, malformed answer) is `502`.
+    pub(super) fn from_client(err: hyper_util::client::legacy::Error) -> Self {
+        let mut source = err.source();
+        while let Some(cause) = source {
+            if cause
+                .downcast_ref::<io::Error>()
+                .is_some_and(|io| io.kind() == io::ErrorKind::TimedOut)
+            {
+                return Self::Timeout;
+            }
+            source = cause.source();
+        }
+        Self::Unreachable(err)
+    }
+
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Self::Timeout => StatusCode::GATEWAY_TIMEOUT,
+            _ => StatusCode::BAD_GATEWAY,
+        }
+    }
+
+    /// Stable machine code: the JSON `error` field and the metric label.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::Timeout => "gateway_timeout",
+            _ => "bad_gateway",
+        }
+    }
+}
+
+impl IntoResponse for ProxyError {
+    fn into_response(self) -> Response {
+        // The message names no address or internal detail: it reaches the
+        // visitor; the details go to the log line written by the caller.
+        let body = serde_json::json!({ "error": self.code(), "message": self.to_string() });
+        (self.status(), Json(body)).into_response()
+    }
+}
