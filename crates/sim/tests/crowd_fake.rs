@@ -1,0 +1,225 @@
+//! The crowd against a tiny fake of Anteroom's queue API (strict FIFO, batch
+//! admission, proof-of-work for bot-like visitors), so the simulator's own
+//! plumbing — cookies, challenges, polling, redeem, release, the report — is
+//! checked without the real server. The real server's smoke test is `smoke.rs`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::{
+    collections::{HashMap, VecDeque},
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use anteroom_sim::crowd::{Arrival, CrowdArgs, OriginSource, simulate};
+use axum::{
+    Json, Router,
+    extract::State,
+    http::{HeaderMap, StatusCode, header},
+    response::{IntoResponse, Response},
+    routing::{get, post},
+};
+use serde_json::{Value, json};
+
+#[derive(Default)]
+struct Queue {
+    next_sid: u64,
+    waiting: VecDeque<String>,
+    admitted: HashMap<String, String>,
+    active: HashMap<String, ()>,
+}
+
+type Shared = Arc<Mutex<Queue>>;
+
+fn sid_of(h: &HeaderMap) -> Option<String> {
+    let cookies = h.get(header::COOKIE)?.to_str().ok()?;
+    cookies
+        .split("; ")
+        .find_map(|c| c.strip_prefix("anteroom_sid="))
+        .map(str::to_owned)
+}
+
+fn position(q: &Queue, sid: &str) -> Value {
+    if let Some(token) = q.admitted.get(sid) {
+        return json!({"status": "ADMITTED", "token": token, "pollAfterMs": 50});
+    }
+    if q.active.contains_key(sid) {
+        return json!({"status": "ACTIVE", "pollAfterMs": 50});
+    }
+    match q.waiting.iter().position(|s| s == sid) {
+        Some(rank) => {
+            json!({"status": "WAITING", "rank": rank, "estimatedWaitSeconds": 5 + rank / 10, "pollAfterMs": 50})
+        }
+        None => json!({"status": "NONE", "pollAfterMs": 50}),
+    }
+}
+
+async fn enter(State(q): State<Shared>, h: HeaderMap, body: axum::body::Bytes) -> Response {
+    let bot = h.get(header::ACCEPT_LANGUAGE).is_none();
+    if bot {
+        // Bots answer a 4-bit challenge first.
+        let answered: Option<Value> = serde_json::from_slice(&body).ok();
+        let ok = answered.is_some_and(|a| {
+            let (c, n) = (
+                a["challenge"].as_str().unwrap_or(""),
+                a["nonce"].as_u64().unwrap_or(0),
+            );
+            c == "fake"
+                && anteroom_core::pow::leading_zero_bits(&anteroom_core::pow::hash(c, n)) >= 4
+        });
+        if !ok {
+            let body = json!({"error": "challenge_required", "message": "solve", "challenge": {"challenge": "fake", "difficulty": 4}});
+            return (StatusCode::UNAUTHORIZED, Json(body)).into_response();
+        }
+    }
+    let mut q = q.lock().unwrap();
+    let sid = match sid_of(&h) {
+        Some(s) => s,
+        None => {
+            q.next_sid += 1;
+            format!("s{}", q.next_sid)
+        }
+    };
+    if !q.waiting.contains(&sid) && !q.admitted.contains_key(&sid) {
+        q.waiting.push_back(sid.clone());
+    }
+    let cookie = format!("anteroom_sid={sid}; HttpOnly; Path=/");
+    ([(header::SET_COOKIE, cookie)], Json(position(&q, &sid))).into_response()
+}
+
+async fn poll(State(q): State<Shared>, h: HeaderMap) -> Json<Value> {
+    let q = q.lock().unwrap();
+    Json(position(&q, &sid_of(&h).unwrap_or_default()))
+}
+
+async fn redeem(State(q): State<Shared>, h: HeaderMap, Json(body): Json<Value>) -> Response {
+    let mut q = q.lock().unwrap();
+    let sid = sid_of(&h).unwrap_or_default();
+    if q.admitted.get(&sid).map(String::as_str) != body["token"].as_str() {
+        return (
+            StatusCode::UNAUTHORIZED,
+            Json(json!({"error": "invalid_token"})),
+        )
+            .into_response();
+    }
+    q.admitted.remove(&sid);
+    q.active.insert(sid.clone(), ());
+    let cookie = format!("anteroom_pass=p-{sid}; HttpOnly; Path=/");
+    (
+        [(header::SET_COOKIE, cookie)],
+        Json(json!({"status": "ACTIVE", "pass": format!("p-{sid}")})),
+    )
+        .into_response()
+}
+
+async fn release(State(q): State<Shared>, h: HeaderMap) -> StatusCode {
+    q.lock()
+        .unwrap()
+        .active
+        .remove(&sid_of(&h).unwrap_or_default());
+    StatusCode::NO_CONTENT
+}
+
+async fn gate(h: HeaderMap) -> StatusCode {
+    let cookies = h
+        .get(header::COOKIE)
+        .and_then(|c| c.to_str().ok())
+        .unwrap_or("");
+    if cookies.contains("anteroom_pass=") {
+        StatusCode::OK
+    } else {
+        StatusCode::TOO_MANY_REQUESTS
+    }
+}
+
+/// Serves the fake and admits up to 25 every 20 ms while under 20 active.
+async fn start_fake() -> String {
+    let q: Shared = Arc::default();
+    let app = Router::new()
+        .route("/api/queue/enter", post(enter))
+        .route("/api/queue/position", get(poll))
+        .route("/api/queue/redeem", post(redeem))
+        .route("/api/queue/release", post(release))
+        .fallback(gate)
+        .with_state(q.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    tokio::spawn(async move {
+        let mut n = 0u64;
+        loop {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            let mut q = q.lock().unwrap();
+            let room = 20usize
+                .saturating_sub(q.active.len() + q.admitted.len())
+                .min(25);
+            for _ in 0..room {
+                let Some(sid) = q.waiting.pop_front() else {
+                    break;
+                };
+                n += 1;
+                q.admitted.insert(sid, format!("t{n}"));
+            }
+        }
+    });
+    format!("http://{addr}")
+}
+
+fn args(target: String) -> CrowdArgs {
+    CrowdArgs {
+        target,
+        event: "drop".into(),
+        visitors: 200,
+        arrival: Arrival::Poisson,
+        rate: 2000.0,
+        bots: 0.2,
+        abandon: 0.0,
+        browse: 40,
+        browse_path: "/".into(),
+        json: false,
+        plot: None,
+        origin_stats: None,
+        origin_listen: None,
+        origin_latency: "fixed:0ms".parse().unwrap(),
+        max_active: Some(20),
+        fixed_poll: None,
+        connections: 64,
+        timeout: 120,
+        seed: 3,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crowd_against_a_fifo_fake_is_judged_fair() {
+    let outcome = simulate(&args(start_fake().await), OriginSource::None)
+        .await
+        .unwrap();
+    let r = &outcome.report;
+    println!("{}", anteroom_sim::report::render_text(r));
+    assert_eq!(r.visitors, 200);
+    assert_eq!(r.admitted, 200, "{r:#?}");
+    assert_eq!(r.redeemed, 200, "{r:#?}");
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    assert_eq!(r.inversions, 0, "{r:#?}");
+    assert!(r.challenges_solved > 0, "bots were challenged: {r:#?}");
+    assert!(r.max_active_observed <= 20, "{r:#?}");
+    assert!(r.polls_per_visitor > 0.0);
+    assert!(!outcome.timeline.is_empty());
+    let json = serde_json::to_value(r).unwrap();
+    for key in [
+        "visitors",
+        "admitted",
+        "inversions",
+        "kendall_tau",
+        "max_origin_concurrency",
+        "max_active",
+        "eta_honest_share",
+        "first_eta_to_wait_median",
+        "polls_per_visitor",
+        "errors",
+        "bot_admitted_share",
+        "human_admitted_share",
+        "duration_s",
+    ] {
+        assert!(json.get(key).is_some(), "missing {key}");
+    }
+}
