@@ -126,15 +126,15 @@ impl Actor {
             st.flush_seen();
             (std::mem::take(&mut st.writes), st.counters)
         };
-        if !writes.is_empty() {
-            if let Err(e) = disk::commit(&self.db, &self.path, &writes, counters) {
-                tracing::error!(path = %self.path.display(), error = %e, "event commit failed; reloading from disk");
-                self.recover();
-                for (tx, _) in answers {
-                    let _ = tx.send(Err(StoreError::Storage(e.to_string())));
-                }
-                return;
+        if !writes.is_empty()
+            && let Err(e) = disk::commit(&self.db, &self.path, &writes, counters)
+        {
+            tracing::error!(path = %self.path.display(), error = %e, "event commit failed; reloading from disk");
+            self.recover();
+            for (tx, _) in answers {
+                let _ = tx.send(Err(StoreError::Storage(e.to_string())));
             }
+            return;
         }
         for (tx, r) in answers {
             // A caller that gave up (dropped its future) still had its change committed.

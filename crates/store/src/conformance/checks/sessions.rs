@@ -1,0 +1,331 @@
+//! Named rules about tokens, sessions, expiry and event-wide state.
+
+use anteroom_core::phase::AdminState;
+
+use super::{Store, admit, join_n, now, rank};
+use crate::conformance::{Ctx, HOUR_US, nonce, open_scoring};
+use crate::{EventId, ExpireRequest, MemberState, RedeemOutcome};
+
+pub(super) async fn redeem_is_single_use(s: Store, c: Ctx) {
+    let ev = c.event("redeem");
+    let ms = join_n(&s, &ev, "m", 3).await;
+    let t = now(&s, &ev).await;
+    let got = admit(&s, &ev, 2, 10, t + HOUR_US).await;
+    let (na, nb) = (got[0].nonce, got[1].nonce);
+    let sess = t + HOUR_US;
+    assert_eq!(
+        s.redeem(&ev, &ms[0], &nb, sess).await.unwrap(),
+        RedeemOutcome::NotAdmitted,
+        "another member's token"
+    );
+    assert_eq!(
+        s.redeem(&ev, &ms[0], &nonce(), sess).await.unwrap(),
+        RedeemOutcome::NotAdmitted,
+        "a nonce never issued"
+    );
+    assert_eq!(
+        s.redeem(&ev, &ms[2], &na, sess).await.unwrap(),
+        RedeemOutcome::NotAdmitted,
+        "a waiting member"
+    );
+    assert_eq!(
+        s.redeem(&ev, &ms[0], &na, sess).await.unwrap(),
+        RedeemOutcome::Redeemed
+    );
+    assert_eq!(
+        s.status(&ev, &ms[0], false).await.unwrap(),
+        MemberState::Active {
+            expires_at_us: sess
+        }
+    );
+    assert_eq!(
+        s.redeem(&ev, &ms[0], &na, sess).await.unwrap(),
+        RedeemOutcome::AlreadyUsed,
+        "same member again"
+    );
+    assert_eq!(
+        s.redeem(&ev, &ms[1], &na, sess).await.unwrap(),
+        RedeemOutcome::AlreadyUsed,
+        "other member, used nonce"
+    );
+    assert_eq!(
+        s.redeem(&ev, &ms[1], &nb, sess).await.unwrap(),
+        RedeemOutcome::Redeemed
+    );
+}
+
+pub(super) async fn release_ends_every_presence(s: Store, c: Ctx) {
+    let ev = c.event("release");
+    let ms = join_n(&s, &ev, "m", 4).await;
+    let t = now(&s, &ev).await;
+    let got = admit(&s, &ev, 2, 10, t + HOUR_US).await;
+    assert_eq!(
+        s.redeem(&ev, &ms[1], &got[1].nonce, t + HOUR_US)
+            .await
+            .unwrap(),
+        RedeemOutcome::Redeemed
+    );
+    for m in [&ms[0], &ms[1], &ms[3]] {
+        assert!(s.release(&ev, m).await.unwrap(), "release {m}");
+        assert_eq!(s.status(&ev, m, false).await.unwrap(), MemberState::None);
+    }
+    assert!(
+        !s.release(&ev, "ghost").await.unwrap(),
+        "release of an absent member"
+    );
+    assert_eq!(
+        s.status(&ev, &ms[2], false).await.unwrap(),
+        MemberState::Waiting {
+            rank: 0,
+            queue_length: 1
+        }
+    );
+    assert_eq!(
+        s.redeem(&ev, &ms[0], &got[0].nonce, t + HOUR_US)
+            .await
+            .unwrap(),
+        RedeemOutcome::NotAdmitted
+    );
+    let revoked: Vec<String> = s
+        .revocations_since(&ev, t)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.member)
+        .collect();
+    assert!(
+        revoked.contains(&ms[1]),
+        "released session is revoked: {revoked:?}"
+    );
+    assert_eq!(s.stats(&ev).await.unwrap().active, 0);
+}
+
+pub(super) async fn extend_moves_session_end(s: Store, c: Ctx) {
+    let ev = c.event("extend");
+    let ms = join_n(&s, &ev, "m", 2).await;
+    let t = now(&s, &ev).await;
+    let got = admit(&s, &ev, 1, 10, t + HOUR_US).await;
+    s.redeem(&ev, &ms[0], &got[0].nonce, t + 1000)
+        .await
+        .unwrap();
+    assert!(s.extend(&ev, &ms[0], t + HOUR_US).await.unwrap());
+    assert_eq!(
+        s.status(&ev, &ms[0], false).await.unwrap(),
+        MemberState::Active {
+            expires_at_us: t + HOUR_US
+        }
+    );
+    assert!(
+        !s.extend(&ev, &ms[1], t + HOUR_US).await.unwrap(),
+        "a waiting member has no session"
+    );
+    assert!(!s.extend(&ev, "ghost", t + HOUR_US).await.unwrap());
+}
+
+pub(super) async fn expire_drops_idle_waiters(s: Store, c: Ctx) {
+    let ev = c.event("idle");
+    let sc = open_scoring(&*s, &ev).await;
+    s.join(&ev, "old", &sc).await.unwrap();
+    s.join(&ev, "polled", &sc).await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(3)).await;
+    let cutoff = now(&s, &ev).await;
+    tokio::time::sleep(std::time::Duration::from_millis(3)).await;
+    s.join(&ev, "fresh", &sc).await.unwrap();
+    s.status(&ev, "polled", true).await.unwrap();
+    let e = s
+        .expire(
+            &ev,
+            &ExpireRequest {
+                waiting_seen_before_us: cutoff,
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        e.idle_waiters, 1,
+        "only the member not seen since the cutoff"
+    );
+    assert_eq!(
+        s.status(&ev, "old", false).await.unwrap(),
+        MemberState::None
+    );
+    assert_eq!(
+        s.status(&ev, "polled", false).await.unwrap(),
+        MemberState::Waiting {
+            rank: 0,
+            queue_length: 2
+        }
+    );
+    assert!(
+        s.join(&ev, "old", &sc).await.unwrap().new,
+        "re-entry after expiry goes to the back"
+    );
+    assert_eq!(rank(&s.status(&ev, "old", false).await.unwrap()), 2);
+}
+
+pub(super) async fn expire_drops_tokens_and_sessions(s: Store, c: Ctx) {
+    let ev = c.event("expiry");
+    let ms = join_n(&s, &ev, "m", 4).await;
+    let t = now(&s, &ev).await;
+    let stale = admit(&s, &ev, 2, 10, t - 1).await;
+    assert_eq!(
+        s.redeem(&ev, &ms[0], &stale[0].nonce, t + HOUR_US)
+            .await
+            .unwrap(),
+        RedeemOutcome::NotAdmitted,
+        "expired token"
+    );
+    let live = admit(&s, &ev, 2, 10, t + HOUR_US).await;
+    s.redeem(&ev, &ms[2], &live[0].nonce, t - 1).await.unwrap();
+    s.redeem(&ev, &ms[3], &live[1].nonce, t + HOUR_US)
+        .await
+        .unwrap();
+    let e = s
+        .expire(
+            &ev,
+            &ExpireRequest {
+                waiting_seen_before_us: i64::MIN,
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!((e.idle_waiters, e.unredeemed_tokens, e.sessions), (0, 2, 1));
+    assert_eq!(
+        s.status(&ev, &ms[0], false).await.unwrap(),
+        MemberState::None
+    );
+    assert_eq!(
+        s.status(&ev, &ms[2], false).await.unwrap(),
+        MemberState::None
+    );
+    assert!(matches!(
+        s.status(&ev, &ms[3], false).await.unwrap(),
+        MemberState::Active { .. }
+    ));
+    let revoked: Vec<String> = s
+        .revocations_since(&ev, t)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.member)
+        .collect();
+    assert_eq!(revoked, [ms[2].clone()], "the expired session is revoked");
+    let st = s.stats(&ev).await.unwrap();
+    assert_eq!((st.active, st.outstanding, st.no_shows_last_5m), (1, 0, 2));
+}
+
+pub(super) async fn stats_count_admissions(s: Store, c: Ctx) {
+    let ev = c.event("stats");
+    let ms = join_n(&s, &ev, "m", 4).await;
+    let t = now(&s, &ev).await;
+    let got = admit(&s, &ev, 3, 10, t + HOUR_US).await;
+    s.redeem(&ev, &ms[0], &got[0].nonce, t + HOUR_US)
+        .await
+        .unwrap();
+    s.release(&ev, &ms[3]).await.unwrap();
+    let st = s.stats(&ev).await.unwrap();
+    assert_eq!((st.waiting, st.active, st.outstanding), (0, 1, 2));
+    assert_eq!((st.admitted_total, st.redeemed_total), (3, 1));
+    assert_eq!((st.admitted_last_1m, st.admitted_last_5m), (3, 3));
+    assert_eq!(st.churn_last_1m, 1, "one release");
+}
+
+pub(super) async fn consume_once_is_single_use(s: Store, c: Ctx) {
+    let ev = c.event("once");
+    let exp = now(&s, &ev).await + HOUR_US;
+    let (a, b) = (nonce(), nonce());
+    assert!(s.consume_once(&ev, &a, exp).await.unwrap());
+    assert!(!s.consume_once(&ev, &a, exp).await.unwrap(), "second use");
+    assert!(s.consume_once(&ev, &b, exp).await.unwrap());
+    let other = c.event("once2");
+    assert!(
+        s.consume_once(&other, &a, exp).await.unwrap(),
+        "nonces are per event"
+    );
+}
+
+pub(super) async fn claim_tick_once_per_tick(s: Store, c: Ctx) {
+    let ev = c.event("tick");
+    let tasks: Vec<_> = (0..8)
+        .map(|_| {
+            let (s, ev) = (s.clone(), ev.clone());
+            tokio::spawn(async move { s.claim_tick(&ev, 7, 60_000).await.unwrap() })
+        })
+        .collect();
+    let mut won = 0;
+    for t in tasks {
+        won += usize::from(t.await.unwrap());
+    }
+    assert_eq!(won, 1, "exactly one claimer per tick");
+    assert!(
+        s.claim_tick(&ev, 8, 60_000).await.unwrap(),
+        "the next tick is free"
+    );
+    assert!(!s.claim_tick(&ev, 8, 60_000).await.unwrap());
+}
+
+pub(super) async fn admin_state_is_stored(s: Store, c: Ctx) {
+    let ev = c.event("admin");
+    assert_eq!(
+        s.admin_state(&ev).await.unwrap(),
+        AdminState::Running,
+        "default"
+    );
+    for st in [AdminState::Paused, AdminState::Closed, AdminState::Running] {
+        s.set_admin_state(&ev, st).await.unwrap();
+        assert_eq!(s.admin_state(&ev).await.unwrap(), st);
+    }
+}
+
+pub(super) async fn event_configs_are_stored(s: Store, c: Ctx) {
+    let (a, b) = (c.event("cfg-a"), c.event("cfg-b"));
+    s.put_event_config(&a, r#"{"v":1}"#).await.unwrap();
+    s.put_event_config(&b, r#"{"v":2}"#).await.unwrap();
+    s.put_event_config(&a, r#"{"v":3}"#).await.unwrap();
+    let all = s.event_configs().await.unwrap();
+    let get = |e: &EventId| all.iter().find(|(id, _)| id == e).map(|(_, j)| j.clone());
+    assert_eq!(get(&a).as_deref(), Some(r#"{"v":3}"#), "a put replaces");
+    assert_eq!(get(&b).as_deref(), Some(r#"{"v":2}"#));
+}
+
+pub(super) async fn reconcile_active_records_drained_sessions(s: Store, c: Ctx) {
+    let ev = c.event("reconcile");
+    let ms = join_n(&s, &ev, "m", 3).await;
+    let t = now(&s, &ev).await;
+    let got = admit(&s, &ev, 1, 10, t + HOUR_US).await;
+    let exp = t + HOUR_US;
+    let members = vec![
+        (ms[0].clone(), exp),
+        (ms[1].clone(), exp),
+        ("walk-in".to_owned(), exp),
+    ];
+    assert_eq!(
+        s.reconcile_active(&ev, &members).await.unwrap(),
+        2,
+        "admitted members are left as they are"
+    );
+    assert_eq!(
+        s.status(&ev, &ms[0], false).await.unwrap(),
+        MemberState::Admitted {
+            nonce: got[0].nonce,
+            expires_at_us: exp
+        }
+    );
+    assert_eq!(
+        s.status(&ev, &ms[1], false).await.unwrap(),
+        MemberState::Active { expires_at_us: exp }
+    );
+    assert_eq!(
+        s.status(&ev, &ms[2], false).await.unwrap(),
+        MemberState::Waiting {
+            rank: 0,
+            queue_length: 1
+        }
+    );
+    assert_eq!(
+        s.reconcile_active(&ev, &members).await.unwrap(),
+        0,
+        "idempotent"
+    );
+    assert_eq!(s.stats(&ev).await.unwrap().active, 2);
+}

@@ -1,0 +1,216 @@
+//! The embedded backend against the conformance suite, the model check, a
+//! restart, bad data directories and a `kill -9` in the middle of joins.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+
+use anteroom_core::score::JoinScoring;
+use anteroom_store::embedded::{EmbeddedOptions, EmbeddedStore};
+use anteroom_store::{AdmitRequest, EventId, MemberState, QueueStore, StoreError, conformance};
+
+async fn open(dir: &Path) -> EmbeddedStore {
+    EmbeddedStore::open(dir, EmbeddedOptions::default())
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn embedded_passes_the_conformance_suite() {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn QueueStore> = Arc::new(open(dir.path()).await);
+    conformance::test_suite(store).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn embedded_matches_the_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn QueueStore> = Arc::new(open(dir.path()).await);
+    conformance::model_check(store, 48).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_suite_passes_again_after_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    conformance::test_suite(Arc::new(open(dir.path()).await)).await;
+    conformance::test_suite(Arc::new(open(dir.path()).await)).await;
+}
+
+/// Everything a member can be, written, then compared after reopening.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restart_restores_every_position() {
+    let dir = tempfile::tempdir().unwrap();
+    let ev = EventId::new("restart").unwrap();
+    let members: Vec<String> = (0..600).map(|i| format!("m{i:04}")).collect();
+    let before: HashMap<String, MemberState> = {
+        let s = open(dir.path()).await;
+        let t = s.now_us(&ev).await.unwrap();
+        for (i, m) in members.iter().enumerate() {
+            // A third pre-window (shuffled), the rest after opening.
+            let sc = JoinScoring {
+                opens_at_us: if i % 3 == 0 { t + 3_600_000_000 } else { t - 1 },
+                prewindow_score: -((i as i64 * 7919) % 1000) - 1,
+                tiebreak: 0,
+                behind: i % 50 == 0,
+            };
+            s.join(&ev, m, &sc).await.unwrap();
+        }
+        let req = AdmitRequest {
+            max: 5,
+            max_active: 10,
+            nonces: (0..5u8).map(|i| [i; 16]).collect(),
+            token_expires_at_us: t + 3_600_000_000,
+        };
+        let got = s.admit(&ev, &req).await.unwrap();
+        s.redeem(&ev, &got[0].member, &got[0].nonce, t + 3_600_000_000)
+            .await
+            .unwrap();
+        s.set_admin_state(&ev, anteroom_core::phase::AdminState::Paused)
+            .await
+            .unwrap();
+        s.put_event_config(&ev, "{}").await.unwrap();
+        let mut m = HashMap::new();
+        for x in &members {
+            m.insert(x.clone(), s.status(&ev, x, false).await.unwrap());
+        }
+        m
+    };
+    let s = open(dir.path()).await;
+    for x in &members {
+        assert_eq!(
+            s.status(&ev, x, false).await.unwrap(),
+            before[x],
+            "{x} after restart"
+        );
+    }
+    assert_eq!(
+        s.admin_state(&ev).await.unwrap(),
+        anteroom_core::phase::AdminState::Paused
+    );
+    assert_eq!(
+        s.event_configs().await.unwrap(),
+        vec![(ev.clone(), "{}".to_owned())]
+    );
+    let st = s.stats(&ev).await.unwrap();
+    assert_eq!(
+        (
+            st.waiting,
+            st.active,
+            st.outstanding,
+            st.admitted_total,
+            st.redeemed_total
+        ),
+        (595, 1, 4, 5, 1)
+    );
+}
+
+fn corrupt_names(r: Result<EmbeddedStore, StoreError>, file: &str) {
+    match r {
+        Err(StoreError::Corrupt(m)) => assert!(m.contains(file), "{m} should name {file}"),
+        Err(e) => panic!("expected Corrupt naming {file}, got {e}"),
+        Ok(_) => panic!("expected Corrupt naming {file}, got a store"),
+    }
+}
+
+#[tokio::test]
+async fn foreign_or_damaged_data_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("plain-file");
+    std::fs::write(&file, b"hello").unwrap();
+    corrupt_names(
+        EmbeddedStore::open(&file, EmbeddedOptions::default()).await,
+        "plain-file",
+    );
+
+    let other = dir.path().join("someone-elses");
+    std::fs::create_dir(&other).unwrap();
+    std::fs::write(other.join("notes.txt"), b"mine").unwrap();
+    corrupt_names(
+        EmbeddedStore::open(&other, EmbeddedOptions::default()).await,
+        "someone-elses",
+    );
+
+    let bad_meta = dir.path().join("bad-meta");
+    std::fs::create_dir(&bad_meta).unwrap();
+    std::fs::write(bad_meta.join("meta.redb"), vec![0x5a; 8192]).unwrap();
+    corrupt_names(
+        EmbeddedStore::open(&bad_meta, EmbeddedOptions::default()).await,
+        "meta.redb",
+    );
+
+    let bad_event = dir.path().join("bad-event");
+    drop(open(&bad_event).await);
+    std::fs::write(bad_event.join("events").join("drop.redb"), vec![0x17; 8192]).unwrap();
+    corrupt_names(
+        EmbeddedStore::open(&bad_event, EmbeddedOptions::default()).await,
+        "drop.redb",
+    );
+
+    // A redb file of the wrong kind (an event file where meta belongs).
+    let swapped = dir.path().join("swapped");
+    {
+        let s = open(&swapped).await;
+        let sc = JoinScoring {
+            opens_at_us: 0,
+            prewindow_score: -1,
+            tiebreak: 0,
+            behind: false,
+        };
+        s.join(&EventId::new("e").unwrap(), "m", &sc).await.unwrap();
+    }
+    std::fs::copy(
+        swapped.join("events").join("e.redb"),
+        swapped.join("meta.redb"),
+    )
+    .unwrap();
+    corrupt_names(
+        EmbeddedStore::open(&swapped, EmbeddedOptions::default()).await,
+        "meta.redb",
+    );
+}
+
+/// `kill -9` a process in the middle of joins: every join it acknowledged
+/// is there after reopening, in acknowledged order per writer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_loses_no_acknowledged_join() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_crash_writer"))
+        .arg(dir.path())
+        .arg("crash")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let mut acked: Vec<(u32, u64, String)> = Vec::new();
+    for line in BufReader::new(stdout).lines() {
+        let line = line.unwrap();
+        let mut parts = line.split(' ');
+        let t = parts.next().unwrap().parse().unwrap();
+        let i = parts.next().unwrap().parse().unwrap();
+        acked.push((t, i, parts.next().unwrap().to_owned()));
+        if acked.len() == 5000 {
+            child.kill().unwrap(); // SIGKILL: no destructor, no flush.
+            break;
+        }
+    }
+    child.wait().unwrap();
+    let s = open(dir.path()).await;
+    let ev = EventId::new("crash").unwrap();
+    let mut last_rank: HashMap<u32, (u64, u64)> = HashMap::new();
+    for (t, i, m) in &acked {
+        let rank = match s.status(&ev, m, false).await.unwrap() {
+            MemberState::Waiting { rank, .. } => rank,
+            other => panic!("acknowledged {m} lost after kill -9: {other:?}"),
+        };
+        if let Some((pi, pr)) = last_rank.insert(*t, (*i, rank)) {
+            assert!(
+                pi < *i && pr < rank,
+                "writer {t}: {m} acknowledged after #{pi} but ranks {rank} <= {pr}"
+            );
+        }
+    }
+    assert!(s.queue_length(&ev).await.unwrap() >= acked.len() as u64);
+}
