@@ -110,14 +110,8 @@ impl RedisStore {
     }
 
     /// The member-state keys, in the order `join.lua` and `status.lua` take them.
-    fn member_keys(k: &EventKeys) -> [String; 5] {
-        [
-            k.queue(),
-            k.seen(),
-            k.active(),
-            k.tokens(),
-            k.token_expiries(),
-        ]
+    fn member_keys(k: &EventKeys) -> [String; 4] {
+        [k.queue(), k.seen(), k.active_ends(), k.tokens()]
     }
 }
 
@@ -138,19 +132,25 @@ fn count(v: i64) -> u64 {
     u64::try_from(v).unwrap_or(0)
 }
 
-/// Decodes the `{new, kind, a, b, nonce}` reply of `join.lua` / `status.lua`.
-fn decode_state((new, kind, a, b, nonce): (i64, i64, i64, i64, Vec<u8>)) -> Result<JoinOutcome> {
+/// Decodes the `{new, kind, a, b, text}` reply of `join.lua` / `status.lua`.
+fn decode_state((new, kind, a, b, text): (i64, i64, i64, i64, Vec<u8>)) -> Result<JoinOutcome> {
     let state = match kind {
         0 => MemberState::None,
         1 => MemberState::Waiting {
             rank: count(a),
             queue_length: count(b),
         },
-        2 => MemberState::Admitted {
-            nonce: decode_nonce(&nonce)?,
-            expires_at_us: a,
+        2 => {
+            let (nonce, expiry) = text.split_at_checked(16).ok_or_else(|| bad_token(&text))?;
+            let nonce = Nonce::try_from(nonce).map_err(|_| bad_token(&text))?;
+            MemberState::Admitted {
+                nonce,
+                expires_at_us: decode_i64(expiry)?,
+            }
+        }
+        3 => MemberState::Active {
+            expires_at_us: decode_i64(&text)?,
         },
-        3 => MemberState::Active { expires_at_us: a },
         _ => {
             return Err(StoreError::Corrupt(format!(
                 "unknown member state {kind} from redis"
@@ -163,9 +163,24 @@ fn decode_state((new, kind, a, b, nonce): (i64, i64, i64, i64, Vec<u8>)) -> Resu
     })
 }
 
-fn decode_nonce(raw: &[u8]) -> Result<Nonce> {
-    Nonce::try_from(raw)
-        .map_err(|_| StoreError::Corrupt(format!("stored nonce has {} bytes, not 16", raw.len())))
+fn bad_token(raw: &[u8]) -> StoreError {
+    StoreError::Corrupt(format!(
+        "stored token has {} bytes, not a nonce and an expiry",
+        raw.len()
+    ))
+}
+
+/// Parses an exact time stored as decimal text.
+fn decode_i64(raw: &[u8]) -> Result<i64> {
+    std::str::from_utf8(raw)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| {
+            StoreError::Corrupt(format!(
+                "stored time {:?} is not an integer",
+                String::from_utf8_lossy(raw)
+            ))
+        })
 }
 
 fn state_name(state: AdminState) -> &'static str {
@@ -286,6 +301,7 @@ impl QueueStore for RedisStore {
             k.token_expiries(),
             k.used(),
             k.active(),
+            k.active_ends(),
             k.totals(),
         ];
         let args = [text(member), nonce.to_vec(), int(session_expires_at_us)];
@@ -301,11 +317,10 @@ impl QueueStore for RedisStore {
 
     async fn extend(&self, event: &EventId, member: &str, expires_at_us: i64) -> Result<bool> {
         check_member(member)?;
+        let k = EventKeys::new(event);
         let args = [text(member), int(expires_at_us)];
-        Ok(self
-            .eval::<i64>(&scripts::EXTEND, &[EventKeys::new(event).active()], &args)
-            .await?
-            == 1)
+        let keys = [k.active(), k.active_ends()];
+        Ok(self.eval::<i64>(&scripts::EXTEND, &keys, &args).await? == 1)
     }
 
     async fn release(&self, event: &EventId, member: &str) -> Result<bool> {
@@ -319,6 +334,7 @@ impl QueueStore for RedisStore {
             k.active(),
             k.revocations(),
             k.churn_per_s(),
+            k.active_ends(),
         ];
         Ok(self
             .eval::<i64>(&scripts::RELEASE, &keys, &[text(member)])
@@ -328,7 +344,13 @@ impl QueueStore for RedisStore {
 
     async fn reconcile_active(&self, event: &EventId, members: &[(String, i64)]) -> Result<u64> {
         let k = EventKeys::new(event);
-        let keys = [k.queue(), k.seen(), k.token_expiries(), k.active()];
+        let keys = [
+            k.queue(),
+            k.seen(),
+            k.token_expiries(),
+            k.active(),
+            k.active_ends(),
+        ];
         let mut recorded = 0;
         // Bounded batches: one script per batch keeps each step short; every
         // member's check-and-record is still atomic.
@@ -357,6 +379,7 @@ impl QueueStore for RedisStore {
             k.admitted_per_s(),
             k.churn_per_s(),
             k.no_shows_per_s(),
+            k.active_ends(),
         ];
         let args = [
             int(req.waiting_seen_before_us),

@@ -138,6 +138,14 @@ async fn events_spread_over_masters_and_a_dead_master_drains_only_its_events() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn conformance_suite_on_a_three_master_cluster() {
+    let cluster = RedisCluster::start(3).unwrap();
+    let s: std::sync::Arc<dyn QueueStore> = std::sync::Arc::new(store(&cluster).await);
+    anteroom_store::conformance::test_suite(s.clone()).await;
+    anteroom_store::conformance::model_check(s, 32).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn scripts_reload_on_every_master_after_script_flush() {
     let cluster = RedisCluster::start(3).unwrap();
     let s = store(&cluster).await;

@@ -9,10 +9,9 @@ local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local st = redis.call('GET', KEYS[6])
 if st == 'paused' or st == 'closed' then return {} end
 
--- Only live sessions and tokens hold a slot; ones past their end wait for
--- the expire sweep but no longer count, so a late sweep never blocks admission.
-local live = string.format('(%d', now)
-local used = redis.call('ZCOUNT', KEYS[5], live, '+inf') + redis.call('ZCOUNT', KEYS[4], live, '+inf')
+-- Sessions and tokens hold their slot until the expire sweep drops them:
+-- the slot count is the size of two sets, so no counter can drift.
+local used = redis.call('ZCARD', KEYS[5]) + redis.call('ZCARD', KEYS[4])
 local n = math.min(tonumber(ARGV[1]), tonumber(ARGV[2]) - used, #ARGV - 3)
 if n <= 0 then return {} end
 
@@ -29,7 +28,8 @@ for first = 1, #popped / 2, CHUNK do
     local m = popped[2 * i - 1]
     members[i] = m
     toks[#toks + 1] = m
-    toks[#toks + 1] = ARGV[3 + i]
+    -- nonce (16 bytes) then the exact expiry; the zset score is for sweeping.
+    toks[#toks + 1] = ARGV[3 + i] .. exp
     exps[#exps + 1] = exp
     exps[#exps + 1] = m
     names[#names + 1] = m

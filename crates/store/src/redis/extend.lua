@@ -1,11 +1,10 @@
--- extend: move a live active session's end.
--- KEYS: 1 active   ARGV: 1 member, 2 new expiry (us)
--- Returns 1 if the session was live and moved, else 0.
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local s = redis.call('ZSCORE', KEYS[1], ARGV[1])
-if s and tonumber(s) > now then
-  redis.call('ZADD', KEYS[1], 'XX', ARGV[2], ARGV[1])
+-- extend: move an active session's end (a session counts as active until
+-- the expire sweep drops it).
+-- KEYS: 1 active, 2 active ends   ARGV: 1 member, 2 new expiry (us)
+-- Returns 1 if the session was there and moved, else 0.
+if redis.call('HEXISTS', KEYS[2], ARGV[1]) == 1 then
+  redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
+  redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
   return 1
 end
 return 0

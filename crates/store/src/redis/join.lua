@@ -1,8 +1,10 @@
 -- join: insert-if-absent into the waiting queue, scored at canonical TIME.
--- KEYS: 1 queue, 2 seen, 3 active, 4 tokens, 5 token expiries
+-- KEYS: 1 queue, 2 seen, 3 active session ends, 4 tokens
 -- ARGV: 1 member, 2 opens_at_us, 3 prewindow_score, 4 tiebreak, 5 behind (0/1)
--- Returns {new, kind, a, b, nonce}: kind 1 waiting (a = rank, b = length),
--- 2 admitted (a = token expiry, nonce), 3 active (a = session expiry).
+-- Returns {new, kind, a, b, text}: kind 1 waiting (a = rank, b = length),
+-- 2 admitted (text = the token: 16-byte nonce then decimal expiry),
+-- 3 active (text = decimal session end). Times travel as text because
+-- Lua's doubles cannot carry every i64 exactly.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local m = ARGV[1]
@@ -13,15 +15,13 @@ if redis.call('ZSCORE', KEYS[1], m) then
   return {0, 1, redis.call('ZRANK', KEYS[1], m), redis.call('ZCARD', KEYS[1]), ''}
 end
 
--- A join never demotes a member who already left the queue.
-local act = redis.call('ZSCORE', KEYS[3], m)
-if act and tonumber(act) > now then
-  return {0, 3, tonumber(act), 0, ''}
-end
-local texp = redis.call('ZSCORE', KEYS[5], m)
-if texp and tonumber(texp) > now then
-  return {0, 2, tonumber(texp), 0, redis.call('HGET', KEYS[4], m) or ''}
-end
+-- A join never demotes a member who already left the queue. Tokens and
+-- sessions count until the expire sweep drops them, exactly as admit counts
+-- the slots they hold, so the two always agree.
+local token = redis.call('HGET', KEYS[4], m)
+if token then return {0, 2, 0, 0, token} end
+local ends = redis.call('HGET', KEYS[3], m)
+if ends then return {0, 3, 0, 0, ends} end
 
 -- Mirror of anteroom_core::score::arrival_score. Every value is an integer
 -- below 2^53, so Lua's doubles compute it exactly; a product beyond 2^52

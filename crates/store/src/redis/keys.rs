@@ -43,7 +43,13 @@ impl EventKeys {
     pub(crate) fn active(&self) -> String {
         self.key("active")
     }
-    /// Outstanding admission tokens: member → nonce.
+    /// Exact end of each active session (member → decimal µs); the zset
+    /// score is an f64, exact only below 2^53.
+    pub(crate) fn active_ends(&self) -> String {
+        self.key("active:ends")
+    }
+    /// Outstanding admission tokens: member → nonce (16 bytes) and the
+    /// token's exact expiry in decimal.
     pub(crate) fn tokens(&self) -> String {
         self.key("tok")
     }

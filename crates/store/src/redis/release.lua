@@ -1,7 +1,7 @@
 -- release: end a member's presence (waiting, admitted or active) and record
 -- a revocation so every node stops honouring its pass.
 -- KEYS: 1 queue, 2 seen, 3 tokens, 4 token expiries, 5 active, 6 revocations,
---       7 churn per second
+--       7 churn per second, 8 active ends
 -- ARGV: 1 member
 -- Returns 1 if the member was present, else 0.
 local t = redis.call('TIME')
@@ -11,6 +11,7 @@ local m = ARGV[1]
 local n = redis.call('ZREM', KEYS[1], m) + redis.call('ZREM', KEYS[4], m) + redis.call('ZREM', KEYS[5], m)
 redis.call('ZREM', KEYS[2], m)
 redis.call('HDEL', KEYS[3], m)
+redis.call('HDEL', KEYS[8], m)
 if n == 0 then return 0 end
 redis.call('ZADD', KEYS[6], now, m)
 redis.call('HINCRBY', KEYS[7], string.format('%d', math.floor(now / 1000000)), 1)

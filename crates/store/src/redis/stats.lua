@@ -6,7 +6,6 @@
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local sec = math.floor(now / 1000000)
-local live = string.format('(%d', now)
 
 -- Sum of the per-second buckets of the last `span` seconds.
 local function recent(key, span)
@@ -21,8 +20,8 @@ end
 local totals = redis.call('HMGET', KEYS[4], 'admitted', 'redeemed')
 return {
   redis.call('ZCARD', KEYS[1]),
-  redis.call('ZCOUNT', KEYS[2], live, '+inf'),
-  redis.call('ZCOUNT', KEYS[3], live, '+inf'),
+  redis.call('ZCARD', KEYS[2]),
+  redis.call('ZCARD', KEYS[3]),
   tonumber(totals[1] or 0),
   tonumber(totals[2] or 0),
   recent(KEYS[5], 60),
