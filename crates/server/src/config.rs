@@ -8,6 +8,7 @@
 //! command line. Any invalid value fails at start with a message naming it.
 
 pub mod raw;
+pub mod stored;
 mod validate;
 
 use std::net::SocketAddr;

@@ -1,4 +1,251 @@
-//! The gate.
+//! The gate: every public request that is not the queue API or the waiting
+//! page goes through a short pipeline of named phases.
+//!
+//! 1. [`classify`]: normalise the path and find the event protecting it, or
+//!    none (unprotected). A path that does not normalise is refused (`400`).
+//! 2. [`check_pass`]: the `anteroom_pass` cookie, verified locally (signature,
+//!    expiry, session binding, revocation cache). Never waits on the store,
+//!    except to renew an expired pass of a session the store says is active.
+//! 3. [`forward`] to the origin with `X-Anteroom-Event` / `X-Anteroom-Session`
+//!    (renewing the pass past half its life), or [`queue`]: `302` to the
+//!    waiting page for browser navigations, `429` + QueuePosition otherwise.
+//!
+//! Architecture invariant: a request whose normalised path is protected never
+//! reaches the origin without a valid pass for that event.
 
 pub mod normalize;
 pub mod routes;
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use percent_encoding::{NON_ALPHANUMERIC, utf8_percent_encode};
+
+use crate::api::{QueuePosition, empty};
+use crate::app::{AppState, EventRuntime};
+use crate::config::MAX_HEADER_BYTES;
+use crate::error::ApiError;
+use crate::identity::{self, PASS_COOKIE};
+use crate::passes::{self, PassCheck};
+
+/// Where a request goes, from its path alone.
+pub enum Route {
+    Protected(Arc<EventRuntime>),
+    Unprotected,
+}
+
+/// The axum fallback of the public listener.
+pub async fn gate(State(state): State<Arc<AppState>>, req: Request) -> Response {
+    let route = match classify(&state, req.uri().path()) {
+        Ok(route) => route,
+        Err(e) => return e.into_response(),
+    };
+    let client_ip = client_ip(&req);
+    match route {
+        Route::Unprotected => forward_unprotected(&state, req, client_ip).await,
+        Route::Protected(rt) => protected(&state, rt, req, client_ip).await,
+    }
+}
+
+/// Phase 1: which event, if any, protects `path`.
+pub fn classify(state: &AppState, path: &str) -> Result<Route, ApiError> {
+    let normalized = normalize::normalize_path(path)
+        .map_err(|e| ApiError::BadRequest(format!("request path refused: {e}")))?;
+    let events = state.events();
+    Ok(
+        match events
+            .routes
+            .lookup(&normalized)
+            .and_then(|id| events.get(id))
+        {
+            Some(rt) => Route::Protected(rt.clone()),
+            None => Route::Unprotected,
+        },
+    )
+}
+
+async fn protected(state: &AppState, rt: Arc<EventRuntime>, req: Request, ip: IpAddr) -> Response {
+    // A bad or missing JWT is simply "no pass": the request is queued.
+    let member = identity::resolve(req.headers(), rt.jwt.as_ref(), false, true)
+        .ok()
+        .flatten()
+        .map(|v| v.member);
+    if let Some(member) = &member {
+        if let Some(renew) = check_pass(state, &rt, member, req.headers()).await {
+            count("forwarded");
+            return forward(state, &rt, req, ip, member, renew).await;
+        }
+    }
+    count("queued");
+    queue(state, &rt, req, member.as_deref()).await
+}
+
+/// Phase 2: `Some(renew)` when the request carries a valid pass for the event.
+pub async fn check_pass(
+    state: &AppState,
+    rt: &EventRuntime,
+    member: &str,
+    headers: &HeaderMap,
+) -> Option<bool> {
+    let cookie = identity::cookie(headers, PASS_COOKIE);
+    match passes::check(state, rt, member, cookie, state.now_ms()) {
+        PassCheck::Valid { renew, .. } => Some(renew),
+        // The pass ran out while the visitor was idle; if the session is
+        // still active in the store, the pass is simply renewed.
+        PassCheck::Expired { .. } => match state.store.status(rt.id(), member, false).await {
+            Ok(anteroom_store::MemberState::Active { .. }) => Some(true),
+            _ => None,
+        },
+        PassCheck::Missing => None,
+    }
+}
+
+/// Phase 3a: proxy to the event's origin, renewing the pass when due.
+async fn forward(
+    state: &AppState,
+    rt: &EventRuntime,
+    req: Request,
+    ip: IpAddr,
+    member: &str,
+    renew: bool,
+) -> Response {
+    let renewal = renew.then(|| {
+        let (pass, _) = passes::issue(&state.keyring, rt, member, state.now_ms());
+        extend_in_background(state, rt, member);
+        crate::api::redeem::pass_cookie(state, rt, req.headers(), Some(&pass))
+    });
+    let mut extra = vec![(
+        HeaderName::from_static("x-anteroom-event"),
+        header_value(rt.id().as_str()),
+    )];
+    extra.push((
+        HeaderName::from_static("x-anteroom-session"),
+        header_value(member),
+    ));
+    let mut response = timed_forward(state, req, &rt.config.origin, ip, extra).await;
+    if let Some(cookie) = renewal {
+        response.headers_mut().append(header::SET_COOKIE, cookie);
+    }
+    response
+}
+
+/// Moves the session's end forward for idle tracking; the request never
+/// waits for it, and a store error only costs this one renewal.
+fn extend_in_background(state: &AppState, rt: &EventRuntime, member: &str) {
+    let store = state.store.clone();
+    let event = rt.id().clone();
+    let member = member.to_owned();
+    let ttl_ms = i64::try_from(rt.config.session_ttl.as_millis()).unwrap_or(i64::MAX);
+    let until_us = state.now_ms().saturating_add(ttl_ms).saturating_mul(1000);
+    tokio::spawn(async move {
+        if let Err(e) = store.extend(&event, &member, until_us).await {
+            tracing::debug!(event = %event, error = e.kind(), "session extend failed");
+        }
+    });
+}
+
+/// Phase 3b: send the visitor to the waiting room.
+async fn queue(
+    state: &AppState,
+    rt: &EventRuntime,
+    req: Request,
+    member: Option<&str>,
+) -> Response {
+    let navigation =
+        matches!(*req.method(), Method::GET | Method::HEAD) && accepts_html(req.headers());
+    if navigation {
+        let target = req.uri().path_and_query().map_or("/", |pq| pq.as_str());
+        let location = format!(
+            "/queue/{}?return={}",
+            rt.id(),
+            utf8_percent_encode(target, NON_ALPHANUMERIC)
+        );
+        let mut response = empty(StatusCode::FOUND);
+        response
+            .headers_mut()
+            .insert(header::LOCATION, header_value(&location));
+        response
+            .headers_mut()
+            .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        return response;
+    }
+    metrics::counter!("anteroom_rejections_total", "reason" => "queued").increment(1);
+    let lang = crate::api::lang(req.headers());
+    let position = match member {
+        Some(m) => crate::api::enter::position_of(state, rt, m, false, lang, "/").await,
+        None => QueuePosition::build(state, rt, "", &anteroom_store::MemberState::None, lang, "/"),
+    };
+    position.respond(StatusCode::TOO_MANY_REQUESTS)
+}
+
+async fn forward_unprotected(state: &AppState, req: Request, ip: IpAddr) -> Response {
+    let origin = match &state.server.default_origin {
+        Some(o) => o.clone(),
+        None => match state.events().only() {
+            Some(rt) => rt.config.origin.clone(),
+            None => return ApiError::NoRoute.into_response(),
+        },
+    };
+    count("unprotected");
+    timed_forward(state, req, &origin, ip, Vec::new()).await
+}
+
+async fn timed_forward(
+    state: &AppState,
+    req: Request,
+    origin: &axum::http::Uri,
+    ip: IpAddr,
+    extra: Vec<(HeaderName, HeaderValue)>,
+) -> Response {
+    let started = Instant::now();
+    let response = state.proxy.forward(req, origin, ip, extra).await;
+    metrics::histogram!("anteroom_proxy_latency_seconds").record(started.elapsed().as_secs_f64());
+    response
+}
+
+/// Middleware for the whole public listener: refuses request heads above
+/// 32 KiB in total with `431` JSON (hyper's own limits are set higher, so
+/// this answer, with its body, is the one clients see).
+pub async fn limit_headers(req: Request, next: Next) -> Response {
+    let size: usize = req
+        .headers()
+        .iter()
+        .map(|(k, v)| k.as_str().len() + v.len() + 4)
+        .sum();
+    if size > MAX_HEADER_BYTES {
+        return ApiError::HeadersTooLarge.into_response();
+    }
+    next.run(req).await
+}
+
+fn accepts_html(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| v.contains("text/html"))
+}
+
+fn client_ip(req: &Request) -> IpAddr {
+    req.extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map_or(IpAddr::V4(Ipv4Addr::LOCALHOST), |c| c.0.ip())
+}
+
+fn header_value(s: &str) -> HeaderValue {
+    HeaderValue::from_str(s).unwrap_or(HeaderValue::from_static(""))
+}
+
+fn count(outcome: &'static str) {
+    metrics::counter!("anteroom_gate_requests_total", "outcome" => outcome).increment(1);
+}
+
+/// Whether `path` is protected by some event (phase 1 alone).
+pub fn is_protected(state: &AppState, path: &str) -> bool {
+    matches!(classify(state, path), Ok(Route::Protected(_)))
+}

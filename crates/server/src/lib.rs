@@ -1,9 +1,104 @@
 //! The Anteroom server: gate, queue API, waiting page, admin API, scheduler.
+//!
+//! [`run`] is the one entry point: the binary and every test start the server
+//! through it, on listeners they bound themselves (port 0 in tests).
 #![forbid(unsafe_code)]
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
+pub mod admin;
+pub mod api;
+pub mod app;
 pub mod config;
+pub mod demo;
 pub mod error;
 pub mod gate;
 pub mod identity;
+pub mod metrics;
+pub mod openapi;
 pub mod page;
+pub mod passes;
+pub mod proxy;
+pub mod scheduler;
+mod serve;
+
+use std::future::Future;
+use std::sync::Arc;
+
+use anteroom_store::QueueStore;
+use anteroom_store::embedded::{EmbeddedOptions, EmbeddedStore};
+use anteroom_store::redis::{RedisConfig, RedisStore};
+use anyhow::Context as _;
+use axum::Router;
+
+pub use app::AppState;
+pub use config::Config;
+
+/// Opens the configured queue store.
+pub async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn QueueStore>> {
+    Ok(match &config.store {
+        config::StoreConfig::Embedded { path } => {
+            std::fs::create_dir_all(path).with_context(|| format!("store.path: cannot create {}", path.display()))?;
+            let store = EmbeddedStore::open(path, EmbeddedOptions::default())
+                .await
+                .with_context(|| format!("store.path: cannot open the embedded store in {}", path.display()))?;
+            Arc::new(store)
+        }
+        config::StoreConfig::Redis { urls, cluster, timeout } => {
+            let cfg = RedisConfig { urls: urls.clone(), cluster: *cluster, timeout: *timeout };
+            Arc::new(RedisStore::connect(&cfg).await.context("store.urls: cannot connect to Redis")?)
+        }
+    })
+}
+
+/// Runs the server on the given listeners until `shutdown` completes.
+pub async fn run(
+    public: tokio::net::TcpListener,
+    admin: tokio::net::TcpListener,
+    config: Config,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let store = open_store(&config).await?;
+    run_with_store(public, admin, config, store, shutdown).await
+}
+
+/// [`run`] with a store the caller opened (tests share or break one).
+pub async fn run_with_store(
+    public: tokio::net::TcpListener,
+    admin: tokio::net::TcpListener,
+    config: Config,
+    store: Arc<dyn QueueStore>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    metrics::install();
+    let events = config::stored::resolve(&config.events, store.as_ref())
+        .await
+        .context("loading event configuration")?;
+    let state = Arc::new(AppState::new(&config, events, store, Arc::new(app::SystemClock))?);
+    for rt in state.events().iter() {
+        scheduler::refresh_once(&state, rt).await;
+    }
+    scheduler::spawn_all(&state);
+    tracing::info!(public = %public.local_addr()?, admin = %admin.local_addr()?, store = state.store.name(), "anteroom listening");
+
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let public_app = public_router(state.clone());
+    let admin_app = admin::router(state.clone());
+    let limits = serve::Limits { header_read_timeout: config.server.header_read_timeout };
+    let public_task = tokio::spawn(serve::serve(public, public_app, limits, stop_rx.clone()));
+    let admin_task = tokio::spawn(serve::serve(admin, admin_app, limits, stop_rx));
+    shutdown.await;
+    let _ = stop_tx.send(true);
+    let _ = public_task.await;
+    let _ = admin_task.await;
+    app::lock(&state.tasks).abort_all();
+    Ok(())
+}
+
+/// The public listener: queue API and page routes, the gate as fallback, and
+/// the header-size guard around everything.
+pub fn public_router(state: Arc<AppState>) -> Router {
+    api::router()
+        .fallback(gate::gate)
+        .layer(axum::middleware::from_fn(gate::limit_headers))
+        .with_state(state)
+}

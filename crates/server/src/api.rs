@@ -1,0 +1,150 @@
+//! The queue API (public listener): enter, position, redeem, release, and the
+//! waiting page routes. Handlers are thin: they resolve the event and the
+//! visitor, call the store, and answer through [`model::QueuePosition`] or
+//! [`ApiError`].
+
+pub mod enter;
+pub mod model;
+pub mod page;
+pub mod redeem;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::http::{HeaderMap, HeaderValue, Uri, header};
+use axum::response::Response;
+use axum::routing::{get, post};
+use percent_encoding::percent_decode_str;
+
+use anteroom_store::EventId;
+
+use crate::app::{AppState, EventRuntime};
+use crate::error::ApiError;
+
+pub use model::{QueuePosition, Status};
+
+/// The public listener's API and page routes; the gate is the fallback.
+pub fn router() -> Router<Arc<AppState>> {
+    Router::new()
+        .route("/api/queue/enter", post(enter::enter))
+        .route("/api/queue/position", get(enter::position))
+        .route(
+            "/api/queue/redeem",
+            post(redeem::redeem_json).get(redeem::redeem_browser),
+        )
+        .route("/api/queue/release", post(redeem::release))
+        .route("/queue/{event}", get(page::waiting_page))
+        .route("/_anteroom/{*file}", get(page::asset))
+}
+
+/// The value of query parameter `name`, percent- and `+`-decoded.
+pub fn query_param(uri: &Uri, name: &str) -> Option<String> {
+    uri.query()?.split('&').find_map(|pair| {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        (k == name).then(|| {
+            percent_decode_str(&v.replace('+', " "))
+                .decode_utf8_lossy()
+                .into_owned()
+        })
+    })
+}
+
+/// The event a queue API call is about: `eventId`, or the only event.
+pub fn resolve_event(state: &AppState, uri: &Uri) -> Result<Arc<EventRuntime>, ApiError> {
+    match query_param(uri, "eventId") {
+        Some(id) => {
+            let id = EventId::new(&id).map_err(|_| ApiError::UnknownEvent)?;
+            state.event(&id).ok_or(ApiError::UnknownEvent)
+        }
+        None => state.events().only().cloned().ok_or_else(|| {
+            ApiError::BadRequest("eventId is required when several events are configured".into())
+        }),
+    }
+}
+
+/// Reads a request body of at most `limit` bytes.
+pub async fn read_body(body: Body, limit: usize) -> Result<Bytes, ApiError> {
+    axum::body::to_bytes(body, limit)
+        .await
+        .map_err(|_| ApiError::BodyTooLarge)
+}
+
+/// Parses an optional JSON body; an empty body is `None`.
+pub fn parse_json<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<Option<T>, ApiError> {
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(None);
+    }
+    serde_json::from_slice(bytes)
+        .map(Some)
+        .map_err(|e| ApiError::BadRequest(format!("invalid JSON body: {e}")))
+}
+
+/// A `return` path that stays on this site: a relative path starting with a
+/// single `/`, no scheme, no backslash, no control characters. Anything else
+/// becomes `/`, so the redeem redirect can never be an open redirect.
+pub fn safe_return(raw: Option<&str>) -> String {
+    match raw {
+        Some(p)
+            if p.starts_with('/')
+                && !p.starts_with("//")
+                && !p.contains('\\')
+                && !p.chars().any(char::is_control)
+                && p.len() <= 2048 =>
+        {
+            p.to_owned()
+        }
+        _ => "/".to_owned(),
+    }
+}
+
+/// Adds a `Set-Cookie` header when there is one.
+pub fn add_cookie(headers: &mut HeaderMap, cookie: Option<HeaderValue>) {
+    if let Some(c) = cookie {
+        headers.append(header::SET_COOKIE, c);
+    }
+}
+
+/// The `Accept-Language` header, for display strings.
+pub fn lang(headers: &HeaderMap) -> anteroom_core::eta::Lang {
+    let value = headers
+        .get(header::ACCEPT_LANGUAGE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    anteroom_core::eta::Lang::from_accept_language(value)
+}
+
+/// Responses built by hand never fail to build; this keeps the type honest.
+pub fn empty(status: axum::http::StatusCode) -> Response {
+    let mut r = Response::new(Body::empty());
+    *r.status_mut() = status;
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn return_paths_stay_on_site() {
+        let check =
+            |raw: Option<&str>, expected: &str| assert_eq!(safe_return(raw), expected, "{raw:?}");
+        check(Some("/shop?x=1"), "/shop?x=1");
+        check(Some("//evil.example/"), "/");
+        check(Some("https://evil.example/"), "/");
+        check(Some("/\\evil.example"), "/");
+        check(Some("/a\nb"), "/");
+        check(None, "/");
+    }
+
+    #[test]
+    fn query_params_are_decoded() {
+        let uri: Uri = "/x?eventId=drop&return=%2Fshop%3Fa%3D1&t=a+b"
+            .parse()
+            .unwrap();
+        assert_eq!(query_param(&uri, "eventId").as_deref(), Some("drop"));
+        assert_eq!(query_param(&uri, "return").as_deref(), Some("/shop?a=1"));
+        assert_eq!(query_param(&uri, "t").as_deref(), Some("a b"));
+        assert_eq!(query_param(&uri, "missing"), None);
+    }
+}

@@ -1,0 +1,198 @@
+//! QueuePosition: what a visitor is told about their place, built from the
+//! store's answer, the event's phase and the last stats snapshot.
+
+use anteroom_core::eta::{self, Estimate, Lang};
+use anteroom_core::phase::{Phase, phase};
+use anteroom_core::token::{Claims, TokenKind, session_tag};
+use anteroom_store::MemberState;
+use axum::Json;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use percent_encoding::{NON_ALPHANUMERIC, utf8_percent_encode};
+use serde::Serialize;
+
+use crate::app::{AppState, EventRuntime, rfc3339_ms};
+
+/// Where the visitor stands (API.md).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum Status {
+    NotOpen,
+    Waiting,
+    Admitted,
+    Active,
+    None,
+    Paused,
+    Closed,
+    Draining,
+}
+
+/// The QueuePosition JSON: every field always present, `null` when unknown.
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct QueuePosition {
+    pub event_id: String,
+    pub status: Status,
+    /// Visitors ahead (0 = next); only for WAITING and PAUSED.
+    pub rank: Option<u64>,
+    /// `rank + 1`; only for WAITING and PAUSED.
+    pub position: Option<u64>,
+    pub queue_length: u64,
+    pub estimated_wait_seconds: Option<u64>,
+    /// ISO 8601 duration, e.g. `PT6M12S`.
+    pub estimated_wait: Option<String>,
+    pub display: Option<String>,
+    pub poll_after_ms: u64,
+    /// The admission token, for ADMITTED.
+    pub token: Option<String>,
+    /// Where a browser redeems the token, for ADMITTED.
+    pub redirect: Option<String>,
+    pub timestamp: String,
+}
+
+/// Poll cadence outside the WAITING status, in ms.
+const IDLE_POLL_MS: u64 = 5_000;
+
+impl QueuePosition {
+    fn bare(state: &AppState, rt: &EventRuntime, status: Status, poll_after_ms: u64) -> Self {
+        Self {
+            event_id: rt.id().as_str().to_owned(),
+            status,
+            rank: None,
+            position: None,
+            queue_length: rt.live.snapshot().stats.waiting,
+            estimated_wait_seconds: None,
+            estimated_wait: None,
+            display: None,
+            poll_after_ms,
+            token: None,
+            redirect: None,
+            timestamp: rfc3339_ms(state.now_ms()),
+        }
+    }
+
+    /// The answer while the store cannot be reached for this event.
+    pub fn draining(state: &AppState, rt: &EventRuntime) -> Self {
+        Self::bare(state, rt, Status::Draining, IDLE_POLL_MS)
+    }
+
+    /// The position of `member` whose store state is `member_state`.
+    pub fn build(
+        state: &AppState,
+        rt: &EventRuntime,
+        member: &str,
+        member_state: &MemberState,
+        lang: Lang,
+        return_path: &str,
+    ) -> Self {
+        let now = state.now_ms();
+        let snapshot = rt.live.snapshot();
+        let pre_window = i64::try_from(rt.config.pre_window.as_millis()).unwrap_or(i64::MAX);
+        let phase = phase(now, rt.config.opens_at_ms, pre_window, snapshot.admin);
+        match (phase, member_state) {
+            (Phase::Closed, _) => Self::bare(state, rt, Status::Closed, IDLE_POLL_MS * 6),
+            (
+                _,
+                MemberState::Admitted {
+                    nonce,
+                    expires_at_us,
+                },
+            ) => {
+                let mut p = Self::bare(state, rt, Status::Admitted, 1_000);
+                let token = admission_token(state, rt, member, *nonce, *expires_at_us, now);
+                p.redirect = Some(format!(
+                    "/api/queue/redeem?eventId={}&token={}&return={}",
+                    rt.id(),
+                    token,
+                    utf8_percent_encode(return_path, NON_ALPHANUMERIC)
+                ));
+                p.token = Some(token);
+                p
+            }
+            (_, MemberState::Active { .. }) => Self::bare(state, rt, Status::Active, IDLE_POLL_MS),
+            (Phase::Scheduled | Phase::PreQueue, _) => {
+                Self::bare(state, rt, Status::NotOpen, IDLE_POLL_MS)
+            }
+            (_, MemberState::Waiting { rank, queue_length }) => {
+                let status = if phase == Phase::Paused {
+                    Status::Paused
+                } else {
+                    Status::Waiting
+                };
+                waiting(state, rt, status, *rank, *queue_length, lang)
+            }
+            (_, MemberState::None) => Self::bare(state, rt, Status::None, IDLE_POLL_MS),
+        }
+    }
+
+    /// `Retry-After` in whole seconds, at least 1.
+    pub fn retry_after_secs(&self) -> u64 {
+        self.poll_after_ms.div_ceil(1000).max(1)
+    }
+
+    /// The answer with `status` and a `Retry-After` header.
+    pub fn respond(self, status: StatusCode) -> Response {
+        let retry = self.retry_after_secs();
+        let mut r = (status, Json(self)).into_response();
+        r.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(retry));
+        r
+    }
+}
+
+fn waiting(
+    state: &AppState,
+    rt: &EventRuntime,
+    status: Status,
+    rank: u64,
+    len: u64,
+    lang: Lang,
+) -> QueuePosition {
+    let stats = rt.live.snapshot().stats;
+    let per_s = |n: u64, secs: f64| (n > 0).then(|| n as f64 / secs);
+    let rate = eta::blended_rate(
+        per_s(stats.admitted_last_1m, 60.0),
+        per_s(stats.admitted_last_5m, 300.0),
+    );
+    let churn = stats.churn_last_1m as f64 / 60.0;
+    let estimate: Option<Estimate> = if status == Status::Waiting {
+        eta::estimate(rank, rate, churn)
+    } else {
+        None
+    };
+    let jitter = rand::random::<f64>();
+    let mut p = QueuePosition::bare(
+        state,
+        rt,
+        status,
+        eta::poll_after_ms(rank, estimate, jitter),
+    );
+    p.rank = Some(rank);
+    p.position = Some(rank.saturating_add(1));
+    p.queue_length = len;
+    p.estimated_wait_seconds = estimate.map(|e| e.seconds);
+    p.estimated_wait = estimate.map(|e| eta::iso8601(e.seconds));
+    p.display = Some(eta::display(estimate, lang));
+    p
+}
+
+/// Signs the admission token for an outstanding admission: same nonce and
+/// expiry as the store holds, so redeeming it consumes exactly that nonce.
+fn admission_token(
+    state: &AppState,
+    rt: &EventRuntime,
+    member: &str,
+    nonce: [u8; 16],
+    expires_at_us: i64,
+    now_ms: i64,
+) -> String {
+    state.keyring.sign(&Claims {
+        kind: TokenKind::Admission,
+        event: rt.id().as_str().to_owned(),
+        session_tag: session_tag(member),
+        issued_at_ms: now_ms,
+        expires_at_ms: expires_at_us.div_euclid(1000),
+        nonce,
+        difficulty: 0,
+    })
+}

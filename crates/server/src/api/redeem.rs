@@ -1,0 +1,184 @@
+//! `POST|GET /api/queue/redeem` and `POST /api/queue/release`.
+//!
+//! Architecture invariant: an admission token is redeemed at most once; the
+//! store consumes its nonce atomically, so a second redemption (any session,
+//! any node) answers `409 token_used`.
+
+use std::sync::Arc;
+
+use anteroom_core::token::{Expect, TokenKind};
+use anteroom_store::RedeemOutcome;
+use axum::Json;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Serialize};
+
+use super::{empty, parse_json, query_param, read_body, resolve_event, safe_return};
+use crate::app::{AppState, EventRuntime, rfc3339_ms};
+use crate::error::ApiError;
+use crate::identity::{self, PASS_COOKIE};
+use crate::passes;
+
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RedeemBody {
+    pub token: String,
+}
+
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Redeemed {
+    /// Always `ACTIVE`.
+    pub status: &'static str,
+    pub pass: String,
+    pub expires_at: String,
+}
+
+/// Consumes an admission token and sets the pass cookie.
+#[utoipa::path(post, path = "/api/queue/redeem", tag = "queue",
+    params(("eventId" = Option<String>, Query, description = "event id; optional with one event")),
+    request_body = RedeemBody,
+    responses((status = 200, body = Redeemed), (status = 401, body = crate::error::ErrorBody),
+        (status = 409, body = crate::error::ErrorBody)))]
+pub async fn redeem_json(
+    State(state): State<Arc<AppState>>,
+    req: Request,
+) -> Result<Response, ApiError> {
+    let (parts, body) = req.into_parts();
+    let rt = resolve_event(&state, &parts.uri)?;
+    let body: Option<RedeemBody> =
+        parse_json(&read_body(body, state.server.max_body_bytes).await?)?;
+    let token = body
+        .ok_or_else(|| ApiError::BadRequest("a JSON body {\"token\": ...} is required".into()))?
+        .token;
+    let (redeemed, cookie) = redeem(&state, &rt, &parts.headers, &token).await?;
+    let mut response = (StatusCode::OK, Json(redeemed)).into_response();
+    response.headers_mut().append(header::SET_COOKIE, cookie);
+    Ok(response)
+}
+
+/// The browser form: `GET ...&token=T&return=/path`, answered `302` to the
+/// (same-site) return path.
+#[utoipa::path(get, path = "/api/queue/redeem", tag = "queue",
+    params(("eventId" = Option<String>, Query,), ("token" = String, Query,), ("return" = Option<String>, Query,)),
+    responses((status = 302, description = "redeemed; Location is the return path"),
+        (status = 401, body = crate::error::ErrorBody), (status = 409, body = crate::error::ErrorBody)))]
+pub async fn redeem_browser(
+    State(state): State<Arc<AppState>>,
+    req: Request,
+) -> Result<Response, ApiError> {
+    let rt = resolve_event(&state, req.uri())?;
+    let token = query_param(req.uri(), "token").ok_or(ApiError::InvalidToken)?;
+    let target = safe_return(query_param(req.uri(), "return").as_deref());
+    let (_, cookie) = redeem(&state, &rt, req.headers(), &token).await?;
+    let mut response = empty(StatusCode::FOUND);
+    let location = HeaderValue::from_str(&target).unwrap_or(HeaderValue::from_static("/"));
+    response.headers_mut().insert(header::LOCATION, location);
+    response.headers_mut().append(header::SET_COOKIE, cookie);
+    Ok(response)
+}
+
+async fn redeem(
+    state: &AppState,
+    rt: &EventRuntime,
+    headers: &HeaderMap,
+    token: &str,
+) -> Result<(Redeemed, HeaderValue), ApiError> {
+    let visitor = identity::resolve(
+        headers,
+        rt.jwt.as_ref(),
+        false,
+        state.server.insecure_cookies,
+    )?
+    .ok_or(ApiError::InvalidToken)?;
+    let now = state.now_ms();
+    let expect = Expect {
+        kind: TokenKind::Admission,
+        event: rt.id().as_str(),
+        session: &visitor.member,
+    };
+    let claims = state.keyring.verify(token, &expect, now).map_err(|e| {
+        tracing::debug!(event = %rt.id(), reason = e.code(), "admission token refused");
+        ApiError::InvalidToken
+    })?;
+    let session_end_us = now
+        .saturating_add(i64::try_from(rt.config.session_ttl.as_millis()).unwrap_or(i64::MAX))
+        .saturating_mul(1000);
+    let outcome = crate::metrics::timed_store(
+        "redeem",
+        state
+            .store
+            .redeem(rt.id(), &visitor.member, &claims.nonce, session_end_us),
+    )
+    .await?;
+    match outcome {
+        RedeemOutcome::Redeemed => {}
+        RedeemOutcome::AlreadyUsed => return Err(ApiError::TokenUsed),
+        RedeemOutcome::NotAdmitted => return Err(ApiError::InvalidToken),
+    }
+    metrics::counter!("anteroom_redeems_total", "event" => rt.id().to_string()).increment(1);
+    let (pass, expires_at_ms) = passes::issue(&state.keyring, rt, &visitor.member, now);
+    let cookie = pass_cookie(state, rt, headers, Some(&pass));
+    Ok((
+        Redeemed {
+            status: "ACTIVE",
+            pass,
+            expires_at: rfc3339_ms(expires_at_ms),
+        },
+        cookie,
+    ))
+}
+
+/// `Set-Cookie` for the pass cookie with this event's pass set (or removed).
+pub fn pass_cookie(
+    state: &AppState,
+    rt: &EventRuntime,
+    headers: &HeaderMap,
+    pass: Option<&str>,
+) -> HeaderValue {
+    let current = identity::cookie(headers, PASS_COOKIE);
+    let value = passes::merge(&state.keyring, current, rt.id(), pass);
+    // The cookie outlives one pass so an expired pass of a still-active
+    // session reaches the gate, which then renews it.
+    let max_age = if value.is_empty() {
+        std::time::Duration::ZERO
+    } else {
+        rt.config.session_ttl
+    };
+    identity::set_cookie(
+        PASS_COOKIE,
+        &value,
+        Some(max_age),
+        state.server.insecure_cookies,
+    )
+    .unwrap_or(HeaderValue::from_static(
+        "anteroom_pass=; Max-Age=0; Path=/",
+    ))
+}
+
+/// Ends the caller's active session or leaves the queue; frees the slot.
+#[utoipa::path(post, path = "/api/queue/release", tag = "queue",
+    params(("eventId" = Option<String>, Query, description = "event id; optional with one event")),
+    responses((status = 204, description = "released (or nothing to release)"),
+        (status = 404, body = crate::error::ErrorBody)))]
+pub async fn release(
+    State(state): State<Arc<AppState>>,
+    req: Request,
+) -> Result<Response, ApiError> {
+    let rt = resolve_event(&state, req.uri())?;
+    let visitor = identity::resolve(
+        req.headers(),
+        rt.jwt.as_ref(),
+        false,
+        state.server.insecure_cookies,
+    )?;
+    let mut response = empty(StatusCode::NO_CONTENT);
+    if let Some(visitor) = visitor {
+        crate::metrics::timed_store("release", state.store.release(rt.id(), &visitor.member))
+            .await?;
+        let cookie = pass_cookie(&state, &rt, req.headers(), None);
+        response.headers_mut().append(header::SET_COOKIE, cookie);
+    }
+    Ok(response)
+}

@@ -1,0 +1,258 @@
+//! `AppState`: everything a request handler or background task shares — the
+//! validated config, the store, the keyring, the route table and the live
+//! state of each event (policy, stats snapshot, revocation cache).
+//!
+//! Events can be replaced at run time (`PUT /admin/events/E`): the set of
+//! events is an `Arc` swapped under a lock, and each event's live state
+//! ([`Live`]) survives the swap so a config change keeps its history.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anteroom_core::phase::AdminState;
+use anteroom_core::score::ScoreKey;
+use anteroom_core::token::Keyring;
+use anteroom_store::{EventId, EventStats, QueueStore};
+
+use crate::config::{Config, EventConfig, Identity, ServerConfig};
+use crate::gate::routes::RouteTable;
+use crate::identity::JwtVerifier;
+use crate::page::Pages;
+use crate::passes::Revocations;
+use crate::proxy::Proxy;
+
+/// The wall clock, injected so tests and the core see one source of time.
+pub trait Clock: Send + Sync + 'static {
+    /// Milliseconds since the Unix epoch.
+    fn now_ms(&self) -> i64;
+}
+
+/// The system's wall clock.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now_ms(&self) -> i64 {
+        let ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis());
+        i64::try_from(ms).unwrap_or(i64::MAX)
+    }
+}
+
+/// RFC 3339 with milliseconds, UTC: `2026-12-01T10:03:12.412Z`.
+pub fn rfc3339_ms(ms: i64) -> String {
+    let t = UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0));
+    humantime::format_rfc3339_millis(t).to_string()
+}
+
+/// What the refresher last learnt about an event from the store.
+#[derive(Clone, Debug, Default)]
+pub struct Snapshot {
+    pub stats: EventStats,
+    pub admin: AdminState,
+    /// `false` while the store cannot be reached for this event (drain).
+    pub reachable: bool,
+    pub refreshed_at_ms: i64,
+}
+
+/// Per-event state that outlives config changes.
+#[derive(Debug, Default)]
+pub struct Live {
+    pub snapshot: RwLock<Snapshot>,
+    pub revocations: RwLock<Revocations>,
+    /// The admission policy's memory (no-show compensation, AIMD window).
+    pub policy: Mutex<PolicyMemory>,
+}
+
+/// What the scheduler keeps between ticks of one event.
+#[derive(Debug, Default)]
+pub struct PolicyMemory {
+    pub state: Option<anteroom_core::policy::PolicyState>,
+    /// `redeemed_total` at the previous tick, to report redemptions per tick.
+    pub last_redeemed_total: Option<u64>,
+}
+
+impl Live {
+    pub fn snapshot(&self) -> Snapshot {
+        read(&self.snapshot).clone()
+    }
+}
+
+/// One configured event: its validated config plus its live state.
+#[derive(Debug)]
+pub struct EventRuntime {
+    pub config: EventConfig,
+    /// Canonical µs that arrival scores count from (see `config::stored`).
+    pub anchor_us: i64,
+    pub jwt: Option<JwtVerifier>,
+    pub live: Arc<Live>,
+}
+
+impl EventRuntime {
+    fn new(config: EventConfig, anchor_us: i64, live: Arc<Live>) -> anyhow::Result<Self> {
+        let jwt = match &config.identity {
+            Identity::Jwt(j) => Some(JwtVerifier::new(j)?),
+            Identity::Cookie => None,
+        };
+        Ok(Self {
+            config,
+            anchor_us,
+            jwt,
+            live,
+        })
+    }
+
+    pub fn id(&self) -> &EventId {
+        &self.config.id
+    }
+}
+
+/// The current set of events and the route table built from it.
+#[derive(Debug, Default)]
+pub struct Events {
+    pub by_id: HashMap<EventId, Arc<EventRuntime>>,
+    /// Configuration order, for listings.
+    pub order: Vec<EventId>,
+    pub routes: RouteTable,
+}
+
+impl Events {
+    fn build(list: Vec<Arc<EventRuntime>>) -> Self {
+        let mut prefixes = Vec::new();
+        let mut by_id = HashMap::new();
+        let mut order = Vec::new();
+        for rt in list {
+            for p in &rt.config.paths {
+                prefixes.push((p.clone(), rt.id().clone()));
+            }
+            order.push(rt.id().clone());
+            by_id.insert(rt.id().clone(), rt);
+        }
+        Self {
+            by_id,
+            order,
+            routes: RouteTable::new(prefixes),
+        }
+    }
+
+    pub fn get(&self, id: &EventId) -> Option<&Arc<EventRuntime>> {
+        self.by_id.get(id)
+    }
+
+    /// The only event, when exactly one is configured.
+    pub fn only(&self) -> Option<&Arc<EventRuntime>> {
+        (self.order.len() == 1)
+            .then(|| self.order.first().and_then(|id| self.by_id.get(id)))
+            .flatten()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Arc<EventRuntime>> {
+        self.order.iter().filter_map(|id| self.by_id.get(id))
+    }
+}
+
+pub struct AppState {
+    pub server: ServerConfig,
+    pub store: Arc<dyn QueueStore>,
+    pub keyring: Keyring,
+    pub score_key: ScoreKey,
+    pub proxy: Proxy,
+    pub pages: Pages,
+    pub clock: Arc<dyn Clock>,
+    /// Background tasks (scheduler, refreshers); aborted at shutdown.
+    pub tasks: Mutex<tokio::task::JoinSet<()>>,
+    events: RwLock<Arc<Events>>,
+}
+
+impl std::fmt::Debug for AppState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AppState")
+            .field("store", &self.store.name())
+            .finish_non_exhaustive()
+    }
+}
+
+impl AppState {
+    /// `events` come from [`crate::config::stored::resolve`], with their anchors.
+    pub fn new(
+        config: &Config,
+        events: Vec<(EventConfig, i64)>,
+        store: Arc<dyn QueueStore>,
+        clock: Arc<dyn Clock>,
+    ) -> anyhow::Result<Self> {
+        let keyring = Keyring::new(&config.secrets)?;
+        let score_key = keyring.score_key();
+        let mut list = Vec::new();
+        for (e, anchor) in events {
+            list.push(Arc::new(EventRuntime::new(e, anchor, Arc::default())?));
+        }
+        Ok(Self {
+            server: config.server.clone(),
+            store,
+            keyring,
+            score_key,
+            proxy: Proxy::new(),
+            pages: Pages::new(&HashMap::new())?,
+            clock,
+            tasks: Mutex::default(),
+            events: RwLock::new(Arc::new(Events::build(list))),
+        })
+    }
+
+    pub fn now_ms(&self) -> i64 {
+        self.clock.now_ms()
+    }
+
+    /// The current events (a cheap snapshot; never held across a swap).
+    pub fn events(&self) -> Arc<Events> {
+        read(&self.events).clone()
+    }
+
+    pub fn event(&self, id: &EventId) -> Option<Arc<EventRuntime>> {
+        self.events().get(id).cloned()
+    }
+
+    /// Creates or replaces an event; its live state is kept. Returns `true`
+    /// when the event is new (the caller starts its background tasks).
+    pub fn upsert_event(&self, config: EventConfig, anchor_us: i64) -> anyhow::Result<bool> {
+        let mut guard = write(&self.events);
+        let current = guard.clone();
+        let existing = current.get(&config.id).cloned();
+        let live = existing
+            .as_ref()
+            .map_or_else(Arc::default, |rt| rt.live.clone());
+        let new = existing.is_none();
+        let replacement = Arc::new(EventRuntime::new(config, anchor_us, live)?);
+        let mut list: Vec<Arc<EventRuntime>> = current
+            .iter()
+            .map(|rt| {
+                if rt.id() == replacement.id() {
+                    replacement.clone()
+                } else {
+                    rt.clone()
+                }
+            })
+            .collect();
+        if new {
+            list.push(replacement);
+        }
+        *guard = Arc::new(Events::build(list));
+        Ok(new)
+    }
+}
+
+/// Lock helpers: a poisoned lock only means a panic elsewhere; the data (a
+/// cache or counters) is still usable, so carry on rather than panic again.
+pub fn read<T>(lock: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+    lock.read().unwrap_or_else(|e| e.into_inner())
+}
+
+pub fn write<T>(lock: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
+    lock.write().unwrap_or_else(|e| e.into_inner())
+}
+
+pub fn lock<T>(lock: &Mutex<T>) -> MutexGuard<'_, T> {
+    lock.lock().unwrap_or_else(|e| e.into_inner())
+}

@@ -1,0 +1,79 @@
+//! Prometheus metrics: one global recorder per process (tests start many
+//! servers in one process, so it is installed once behind a `OnceLock`).
+//!
+//! Every name starts with `anteroom_`. Labels are event ids, operation names
+//! and error codes: never a session id, token or IP address.
+
+use std::future::Future;
+use std::sync::OnceLock;
+use std::time::Instant;
+
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
+
+/// Latency buckets in seconds, from 100 µs to 10 s.
+const BUCKETS: &[f64] = &[
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+    5.0, 10.0,
+];
+
+/// Installs the recorder on first call; later calls return the same handle.
+/// `None` if another recorder was installed by someone else first.
+pub fn install() -> Option<PrometheusHandle> {
+    HANDLE
+        .get_or_init(|| {
+            let builder = PrometheusBuilder::new()
+                .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), BUCKETS)
+                .ok()?;
+            let handle = builder.install_recorder().ok()?;
+            describe();
+            Some(handle)
+        })
+        .clone()
+}
+
+fn describe() {
+    metrics::describe_gauge!(
+        "anteroom_waiting",
+        "Visitors waiting in the queue, per event"
+    );
+    metrics::describe_gauge!("anteroom_active", "Active sessions, per event");
+    metrics::describe_gauge!(
+        "anteroom_admitted_total",
+        "Visitors admitted since the event started, per event"
+    );
+    metrics::describe_counter!("anteroom_joins_total", "Enter calls, per event");
+    metrics::describe_counter!("anteroom_polls_total", "Position polls, per event");
+    metrics::describe_counter!(
+        "anteroom_redeems_total",
+        "Admission tokens redeemed, per event"
+    );
+    metrics::describe_counter!(
+        "anteroom_rejections_total",
+        "Requests answered with an error, by reason"
+    );
+    metrics::describe_counter!("anteroom_gate_requests_total", "Gate decisions, by outcome");
+    metrics::describe_histogram!(
+        "anteroom_proxy_latency_seconds",
+        "Time to the origin's response head"
+    );
+    metrics::describe_histogram!(
+        "anteroom_store_latency_seconds",
+        "Queue store call latency, by operation"
+    );
+}
+
+/// Renders the current metrics in Prometheus text format.
+pub fn render() -> String {
+    install().map(|h| h.render()).unwrap_or_default()
+}
+
+/// Awaits a store call and records its latency under `op`.
+pub async fn timed_store<T, F: Future<Output = T>>(op: &'static str, call: F) -> T {
+    let started = Instant::now();
+    let out = call.await;
+    metrics::histogram!("anteroom_store_latency_seconds", "op" => op)
+        .record(started.elapsed().as_secs_f64());
+    out
+}

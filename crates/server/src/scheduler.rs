@@ -1,0 +1,243 @@
+//! Background work per event: the admission scheduler, the stats and
+//! revocation refresher, and the watcher that picks up event changes made on
+//! other nodes.
+//!
+//! Architecture invariant: the scheduler never admits beyond `max_active`;
+//! the store enforces the cap atomically as well, so two nodes ticking at
+//! once cannot overshoot it, and `claim_tick` makes each tick run once
+//! cluster-wide.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anteroom_core::phase::phase;
+use anteroom_core::policy::{Mode, Observed, PolicyState};
+use anteroom_store::{AdmitRequest, EventId, ExpireRequest, StoreError};
+use rand::RngCore;
+
+use crate::app::{AppState, EventRuntime, Snapshot, lock, write};
+use crate::config::{Admission, stored};
+use crate::metrics::timed_store;
+
+/// How often each node refreshes an event's stats and revocation cache.
+pub const REFRESH_EVERY: Duration = Duration::from_millis(500);
+
+/// How often each node looks for event changes put on other nodes.
+const WATCH_CONFIGS_EVERY: Duration = Duration::from_secs(5);
+
+/// Starts the background tasks of one event.
+pub fn spawn_event(state: &Arc<AppState>, id: &EventId) {
+    let mut tasks = lock(&state.tasks);
+    tasks.spawn(schedule(state.clone(), id.clone()));
+    tasks.spawn(refresh(state.clone(), id.clone()));
+}
+
+/// Starts every event's tasks and the config watcher.
+pub fn spawn_all(state: &Arc<AppState>) {
+    for id in &state.events().order {
+        spawn_event(state, id);
+    }
+    lock(&state.tasks).spawn(watch_configs(state.clone()));
+}
+
+/// The core policy's mode for a configured admission.
+pub fn mode(a: &Admission) -> Mode {
+    let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+    match a {
+        Admission::Batch { size, interval } => Mode::Batch {
+            size: *size,
+            interval_ms: ms(*interval),
+        },
+        Admission::Continuous { max_per_minute } => Mode::Continuous {
+            max_per_minute: *max_per_minute,
+        },
+        Admission::Capacity { target, .. } => Mode::Capacity { target: *target },
+        Admission::Adaptive {
+            target_p95,
+            max_error_rate,
+        } => Mode::Adaptive {
+            target_p95_ms: target_p95.as_secs_f64() * 1000.0,
+            max_error_rate: *max_error_rate,
+        },
+    }
+}
+
+async fn schedule(state: Arc<AppState>, id: EventId) {
+    loop {
+        let Some(rt) = state.event(&id) else { return };
+        let tick_ms = i64::try_from(rt.config.admission.tick().as_millis())
+            .unwrap_or(1000)
+            .max(1);
+        let now = state.now_ms();
+        let tick = now.div_euclid(tick_ms) + 1;
+        let wait = u64::try_from(tick * tick_ms - now).unwrap_or(0);
+        tokio::time::sleep(Duration::from_millis(wait)).await;
+        let Some(rt) = state.event(&id) else { return };
+        match tick_once(&state, &rt, u64::try_from(tick).unwrap_or(0), tick_ms).await {
+            Ok(n) if n > 0 => tracing::debug!(event = %id, admitted = n, "admitted"),
+            Ok(_) => {}
+            Err(e) => tracing::warn!(event = %id, error = e.kind(), "admission tick failed"),
+        }
+    }
+}
+
+/// One admission tick: claim → expire → stats → decide → admit. Returns how
+/// many visitors were admitted.
+pub async fn tick_once(
+    state: &AppState,
+    rt: &EventRuntime,
+    tick: u64,
+    tick_ms: i64,
+) -> Result<u64, StoreError> {
+    let store = &state.store;
+    let id = rt.id();
+    let ttl = u64::try_from(tick_ms).unwrap_or(1000).saturating_mul(2);
+    if !timed_store("claim_tick", store.claim_tick(id, tick, ttl)).await? {
+        return Ok(0);
+    }
+    let now_us = timed_store("now", store.now_us(id)).await?;
+    let idle_us = micros(rt.config.queue_idle_timeout);
+    let expired = timed_store(
+        "expire",
+        store.expire(
+            id,
+            &ExpireRequest {
+                waiting_seen_before_us: now_us.saturating_sub(idle_us),
+            },
+        ),
+    )
+    .await?;
+    let admin = timed_store("admin_state", store.admin_state(id)).await?;
+    let pre_window = i64::try_from(rt.config.pre_window.as_millis()).unwrap_or(i64::MAX);
+    if !phase(
+        now_us.div_euclid(1000),
+        rt.config.opens_at_ms,
+        pre_window,
+        admin,
+    )
+    .admits()
+    {
+        return Ok(0);
+    }
+    let stats = timed_store("stats", store.stats(id)).await?;
+    let mode = mode(&rt.config.admission);
+    let decision = {
+        let mut memory = lock(&rt.live.policy);
+        let redeemed = memory
+            .last_redeemed_total
+            .map_or(0, |last| stats.redeemed_total.saturating_sub(last));
+        memory.last_redeemed_total = Some(stats.redeemed_total);
+        let policy = memory
+            .state
+            .get_or_insert_with(|| PolicyState::new(&mode, rt.config.max_active));
+        policy.record_outcome(0, redeemed, expired.unredeemed_tokens);
+        policy.decide(
+            &mode,
+            &Observed {
+                now_ms: now_us.div_euclid(1000),
+                active: stats.active,
+                outstanding: stats.outstanding,
+                max_active: rt.config.max_active,
+                queue_length: stats.waiting,
+                ..Observed::default()
+            },
+        )
+    };
+    if decision.admit == 0 {
+        return Ok(0);
+    }
+    let nonces = (0..decision.admit.min(10_000))
+        .map(|_| {
+            let mut n = [0u8; 16];
+            rand::rng().fill_bytes(&mut n);
+            n
+        })
+        .collect::<Vec<_>>();
+    let request = AdmitRequest {
+        max: nonces.len() as u64,
+        max_active: rt.config.max_active,
+        nonces,
+        token_expires_at_us: now_us.saturating_add(micros(rt.config.token_ttl)),
+    };
+    let admitted = timed_store("admit", store.admit(id, &request)).await?;
+    Ok(admitted.len() as u64)
+}
+
+fn micros(d: Duration) -> i64 {
+    i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
+}
+
+async fn refresh(state: Arc<AppState>, id: EventId) {
+    let mut every = tokio::time::interval(REFRESH_EVERY);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        every.tick().await;
+        let Some(rt) = state.event(&id) else { return };
+        refresh_once(&state, &rt).await;
+    }
+}
+
+/// Refreshes the stats snapshot and the revocation cache of one event. On a
+/// store error the snapshot is marked unreachable (drain) and the revocation
+/// cache is kept as it is.
+pub async fn refresh_once(state: &AppState, rt: &EventRuntime) {
+    let id = rt.id();
+    let stats = timed_store("stats", state.store.stats(id)).await;
+    let admin = timed_store("admin_state", state.store.admin_state(id)).await;
+    let revocations = crate::passes::refresh_revocations(state, rt).await;
+    let mut snapshot = write(&rt.live.snapshot);
+    match (stats, admin) {
+        (Ok(stats), Ok(admin)) => {
+            let event = id.to_string();
+            metrics::gauge!("anteroom_waiting", "event" => event.clone()).set(stats.waiting as f64);
+            metrics::gauge!("anteroom_active", "event" => event.clone()).set(stats.active as f64);
+            metrics::gauge!("anteroom_admitted_total", "event" => event)
+                .set(stats.admitted_total as f64);
+            *snapshot = Snapshot {
+                stats,
+                admin,
+                reachable: revocations.is_ok(),
+                refreshed_at_ms: state.now_ms(),
+            };
+        }
+        (Err(e), _) | (_, Err(e)) => {
+            if snapshot.reachable {
+                tracing::warn!(event = %id, error = e.kind(), "queue store unreachable; draining");
+            }
+            snapshot.reachable = false;
+        }
+    }
+}
+
+async fn watch_configs(state: Arc<AppState>) {
+    let mut every = tokio::time::interval(WATCH_CONFIGS_EVERY);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        every.tick().await;
+        let Ok(docs) = stored::read_all(state.store.as_ref()).await else {
+            continue;
+        };
+        for (id, doc) in docs {
+            let Some(raw) = doc.event else { continue };
+            if state.event(&id).is_some_and(|rt| rt.config.raw == raw) {
+                continue;
+            }
+            let Ok(config) = crate::config::event_from_raw(&format!("stored event {id}"), &raw)
+            else {
+                continue;
+            };
+            let anchor = config
+                .opens_at_ms
+                .map(|ms| ms.saturating_mul(1000))
+                .or(doc.anchor_us)
+                .unwrap_or(0);
+            match state.upsert_event(config, anchor) {
+                Ok(true) => spawn_event(&state, &id),
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::warn!(event = %id, error = %e, "stored event change not applied")
+                }
+            }
+        }
+    }
+}
