@@ -8,6 +8,8 @@
 pub mod admin;
 pub mod api;
 pub mod app;
+pub mod bots;
+pub mod client_ip;
 pub mod config;
 pub mod demo;
 pub mod error;

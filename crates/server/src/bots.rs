@@ -1,0 +1,366 @@
+//! Bot defence at enter and position: risk from the request, proof-of-work
+//! challenges, the high-risk policy (back of the queue, CAPTCHA hook, reject)
+//! and per-IP / per-session rate limits.
+//!
+//! The handlers call [`BotDefence::check_rate`] first (enter and position),
+//! then, on enter only, [`BotDefence::gate_enter`], which answers either
+//! "join" (possibly behind every verified visitor) or a [`BotRejection`] to
+//! turn into the API.md JSON with `From<BotRejection> for ApiError`.
+//!
+//! Order of the enter decision, and why:
+//! 1. high risk + `reject` → `403`: no point making a refused client work;
+//! 2. high risk + `captcha` → the CAPTCHA hook *instead of* proof-of-work, so
+//!    one round trip settles it (a token and a PoW answer cannot share a body
+//!    without the answer being consumed before the token is checked);
+//! 3. proof-of-work when `challenge` covers the risk level;
+//! 4. high risk + `back_of_queue` → join behind every verified visitor.
+
+pub mod captcha;
+pub mod challenge;
+pub mod config;
+pub mod rate;
+pub mod reputation;
+pub mod signals;
+
+use std::path::PathBuf;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use anteroom_core::risk::{Assessment, RiskLevel, Rules, assess};
+use anteroom_core::token::Keyring;
+use anteroom_store::{EventId, QueueStore, StoreError};
+
+pub use challenge::{EnterAnswer, PowAnswer};
+pub use config::{
+    BotsConfig, CaptchaConfig, ChallengeLevel, EventBots, HighRiskPolicy, ReputationFiles,
+};
+pub use rate::{RateKind, RateLimited, RateLimits};
+pub use signals::{EnterSignals, OwnedSignals, signals_from_headers};
+
+use crate::error::ApiError;
+
+/// Why the bot defence could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum BotsError {
+    #[error("reputation file {}: {message}", file.display())]
+    ReputationRead { file: PathBuf, message: String },
+    #[error("reputation file {}: line {line}: {message}", file.display())]
+    ReputationParse {
+        file: PathBuf,
+        line: usize,
+        message: String,
+    },
+    #[error("{0}")]
+    Captcha(String),
+}
+
+/// The visitor may join.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EnterVerdict {
+    /// `behind`: place behind every verified visitor (`JoinScoring`'s flag).
+    Join { behind: bool },
+}
+
+/// The visitor may not join yet.
+#[derive(Debug)]
+pub enum BotRejection {
+    /// `401 challenge_required` with a fresh challenge; `reason` says why the
+    /// last answer (if any) failed, e.g. `pow_insufficient_work`.
+    ChallengeRequired {
+        challenge: String,
+        difficulty: u8,
+        expires_at_ms: i64,
+        reason: &'static str,
+    },
+    /// `401`: solve the CAPTCHA and answer `{"captchaToken": "..."}`.
+    CaptchaRequired {
+        site_key: Option<String>,
+        reason: &'static str,
+    },
+    /// `403 blocked`.
+    Blocked,
+    /// The store could not record the answer as used.
+    Unavailable(StoreError),
+}
+
+/// The bot defence of one server; cheap to clone.
+#[derive(Clone)]
+pub struct BotDefence {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    reputation: reputation::Reputation,
+    rules: Rules,
+    tls_header: Option<String>,
+    captcha: Option<captcha::Captcha>,
+    limiters: rate::Limiters,
+    window: challenge::RiskWindow,
+    keyring: Arc<Keyring>,
+    challenge_ttl_ms: i64,
+}
+
+impl BotDefence {
+    /// Loads the reputation files (a malformed one fails, naming file and
+    /// line) and builds the limiters and the CAPTCHA client.
+    pub fn new(
+        cfg: &BotsConfig,
+        limits: RateLimits,
+        keyring: Arc<Keyring>,
+    ) -> Result<Self, BotsError> {
+        let captcha = cfg
+            .captcha
+            .as_ref()
+            .map(captcha::Captcha::new)
+            .transpose()?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                reputation: reputation::Reputation::load(&cfg.reputation)?,
+                rules: cfg.rules.clone(),
+                tls_header: cfg.tls_fingerprint_header.clone(),
+                captcha,
+                limiters: rate::Limiters::new(limits),
+                window: challenge::RiskWindow::default(),
+                keyring,
+                challenge_ttl_ms: i64::try_from(cfg.challenge_ttl.as_millis()).unwrap_or(i64::MAX),
+            }),
+        })
+    }
+
+    /// Every `every`: re-reads the reputation files whose stamp changed
+    /// (keeping the old lists and logging file and line when one is
+    /// malformed) and forgets idle rate-limit keys. Ends when the last
+    /// handle to this `BotDefence` is dropped.
+    pub fn spawn_reload(&self, every: Duration) -> tokio::task::JoinHandle<()> {
+        let weak: Weak<Inner> = Arc::downgrade(&self.inner);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            tick.tick().await;
+            loop {
+                tick.tick().await;
+                let Some(inner) = weak.upgrade() else { return };
+                inner.limiters.retain_recent();
+                // File reads are small and rare; a blocking thread keeps
+                // them off the runtime's workers all the same.
+                let result =
+                    tokio::task::spawn_blocking(move || inner.reputation.reload_if_changed()).await;
+                match result {
+                    Ok(Ok(true)) => tracing::info!("reputation lists reloaded"),
+                    Ok(Ok(false)) => {}
+                    Ok(Err(e)) => {
+                        tracing::error!(error = %e, "reputation reload failed; keeping the old lists")
+                    }
+                    Err(e) => tracing::error!(error = %e, "reputation reload task failed"),
+                }
+            }
+        })
+    }
+
+    /// Re-reads the reputation files now; on error the old lists stay.
+    pub fn reload(&self) -> Result<(), BotsError> {
+        self.inner.reputation.reload().map(|_| ())
+    }
+
+    /// The configured TLS fingerprint header, for [`signals_from_headers`].
+    pub fn tls_fingerprint_header(&self) -> Option<&str> {
+        self.inner.tls_header.as_deref()
+    }
+
+    /// Reads a request's signals with this server's TLS header.
+    pub fn signals(&self, headers: &http::HeaderMap, ip: std::net::IpAddr) -> EnterSignals {
+        EnterSignals {
+            ip,
+            headers: signals_from_headers(headers, self.tls_fingerprint_header()),
+        }
+    }
+
+    /// Counts one enter or position call against the IP and session limits.
+    pub fn check_rate(
+        &self,
+        kind: RateKind,
+        ip: std::net::IpAddr,
+        session: &str,
+    ) -> Result<(), RateLimited> {
+        self.inner.limiters.check(kind, ip, session)
+    }
+
+    /// Scores a request: header signals plus the IP's reputation.
+    pub fn assess(&self, req: &EnterSignals) -> Assessment {
+        let lists = self.inner.reputation.current();
+        let names = req.headers.names();
+        let signals = req.headers.with_reputation(&names, lists.lookup(req.ip));
+        assess(&signals, &self.inner.rules)
+    }
+
+    /// The proof-of-work difficulty `event` hands out now.
+    pub fn difficulty(&self, ev: &EventBots, event: &EventId, now_ms: i64) -> u8 {
+        self.inner.window.difficulty(ev, event, now_ms)
+    }
+
+    /// Decides whether the caller of enter may join; see the module for the
+    /// order of the steps.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn gate_enter(
+        &self,
+        ev: &EventBots,
+        event: &EventId,
+        session: &str,
+        req: &EnterSignals,
+        answer: Option<&EnterAnswer>,
+        store: &dyn QueueStore,
+        now_ms: i64,
+    ) -> Result<EnterVerdict, BotRejection> {
+        let risk = self.assess(req);
+        let high = risk.level == RiskLevel::High;
+        let label = match risk.level {
+            RiskLevel::Low => "low",
+            RiskLevel::Medium => "medium",
+            RiskLevel::High => "high",
+        };
+        metrics::counter!("anteroom_bot_risk_total", "level" => label).increment(1);
+        if risk.level > RiskLevel::Low {
+            tracing::debug!(event = %event, ip = %req.ip, score = risk.score, reasons = ?risk.reasons, "risky arrival");
+        }
+        let pow = answer.map_or(PowAnswer::None, EnterAnswer::pow_answer);
+        let token = answer.and_then(|a| a.captcha_token.as_deref());
+        if matches!(pow, PowAnswer::None) && token.is_none() {
+            // Only first contacts count, so a solver is not counted twice.
+            let risky = risk.level >= RiskLevel::Medium;
+            self.inner.window.record(event, risky, now_ms);
+        }
+
+        if high && ev.high_risk == HighRiskPolicy::Reject {
+            return Err(BotRejection::Blocked);
+        }
+        if high && ev.high_risk == HighRiskPolicy::Captcha {
+            if let Some(captcha) = &self.inner.captcha {
+                return self.captcha_step(captcha, token, req).await;
+            }
+            // Without a provider the safest open door is the back of the queue.
+            tracing::warn!(event = %event, "high_risk = captcha but no bots.captcha configured; placing at the back");
+        }
+        let needs_pow = match ev.challenge {
+            ChallengeLevel::Off => false,
+            ChallengeLevel::High => high,
+            ChallengeLevel::Medium => risk.level >= RiskLevel::Medium,
+            ChallengeLevel::All => true,
+        };
+        if needs_pow {
+            self.pow_step(ev, event, session, pow, store, now_ms)
+                .await?;
+        }
+        let behind = high
+            && matches!(
+                ev.high_risk,
+                HighRiskPolicy::BackOfQueue | HighRiskPolicy::Captcha
+            );
+        Ok(EnterVerdict::Join { behind })
+    }
+
+    async fn pow_step(
+        &self,
+        ev: &EventBots,
+        event: &EventId,
+        session: &str,
+        pow: PowAnswer<'_>,
+        store: &dyn QueueStore,
+        now_ms: i64,
+    ) -> Result<(), BotRejection> {
+        let inner = &self.inner;
+        let checked = challenge::check(
+            &inner.keyring,
+            event,
+            session,
+            pow,
+            ev.difficulty,
+            store,
+            now_ms,
+        )
+        .await
+        .map_err(BotRejection::Unavailable)?;
+        let label = match checked {
+            Ok(()) => "valid",
+            Err(challenge::reason::CHALLENGE_REQUIRED) => "issued",
+            Err(_) => "invalid",
+        };
+        metrics::counter!("anteroom_pow_answers_total", "result" => label).increment(1);
+        checked.map_err(|reason| {
+            let difficulty = self.difficulty(ev, event, now_ms);
+            challenge::fresh(
+                &inner.keyring,
+                event,
+                session,
+                difficulty,
+                now_ms,
+                inner.challenge_ttl_ms,
+                reason,
+            )
+        })
+    }
+
+    async fn captcha_step(
+        &self,
+        captcha: &captcha::Captcha,
+        token: Option<&str>,
+        req: &EnterSignals,
+    ) -> Result<EnterVerdict, BotRejection> {
+        let reason = match token {
+            None => "captcha_required",
+            Some(token) if captcha.verify(token, req.ip).await => {
+                return Ok(EnterVerdict::Join { behind: false });
+            }
+            Some(_) => "captcha_failed",
+        };
+        Err(BotRejection::CaptchaRequired {
+            site_key: captcha.site_key.clone(),
+            reason,
+        })
+    }
+}
+
+/// API.md's answers. A CAPTCHA demand is a `401 challenge_required` whose
+/// `challenge` object carries `captcha.siteKey` instead of a PoW string, so
+/// existing clients see a known code; a dedicated `captcha_required` code
+/// needs an `ApiError` variant.
+impl From<BotRejection> for ApiError {
+    fn from(r: BotRejection) -> Self {
+        match r {
+            BotRejection::ChallengeRequired {
+                challenge,
+                difficulty,
+                expires_at_ms,
+                reason,
+            } => ApiError::ChallengeRequired {
+                challenge: serde_json::json!({
+                    "challenge": challenge,
+                    "difficulty": difficulty,
+                    "expiresAt": rfc3339_ms(expires_at_ms),
+                    "reason": reason,
+                }),
+            },
+            BotRejection::CaptchaRequired { site_key, reason } => ApiError::ChallengeRequired {
+                challenge: serde_json::json!({
+                    "captcha": { "siteKey": site_key },
+                    "reason": reason,
+                }),
+            },
+            BotRejection::Blocked => ApiError::Blocked,
+            BotRejection::Unavailable(e) => ApiError::from(e),
+        }
+    }
+}
+
+impl From<RateLimited> for ApiError {
+    fn from(r: RateLimited) -> Self {
+        ApiError::RateLimited {
+            retry_after_secs: r.retry_after_s,
+        }
+    }
+}
+
+/// `2026-12-01T10:03:12.412Z`.
+fn rfc3339_ms(ms: i64) -> String {
+    let t = std::time::UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0));
+    humantime::format_rfc3339_millis(t).to_string()
+}
