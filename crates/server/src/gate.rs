@@ -75,11 +75,11 @@ async fn protected(state: &AppState, rt: Arc<EventRuntime>, req: Request, ip: Ip
         .ok()
         .flatten()
         .map(|v| v.member);
-    if let Some(member) = &member {
-        if let Some(renew) = check_pass(state, &rt, member, req.headers()).await {
-            count("forwarded");
-            return forward(state, &rt, req, ip, member, renew).await;
-        }
+    if let Some(member) = &member
+        && let Some(renew) = check_pass(state, &rt, member, req.headers()).await
+    {
+        count("forwarded");
+        return forward(state, &rt, req, ip, member, renew).await;
     }
     count("queued");
     queue(state, &rt, req, member.as_deref()).await

@@ -127,6 +127,7 @@ fn unknown_keys_and_duplicates_are_refused() {
 }
 
 #[test]
+#[allow(clippy::result_large_err)] // figment's Jail API fixes the error type
 fn env_overrides_file_and_cli_overrides_env() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("anteroom.toml");
