@@ -10,7 +10,10 @@ use std::{
     time::Duration,
 };
 
-use anteroom_sim::crowd::{Arrival, CrowdArgs, OriginSource, simulate};
+use anteroom_sim::{
+    crowd::{Arrival, CrowdArgs, OriginSource, simulate},
+    http::{HttpArgs, measure},
+};
 use axum::{
     Json, Router,
     extract::State,
@@ -221,5 +224,30 @@ async fn crowd_against_a_fifo_fake_is_judged_fair() {
         "duration_s",
     ] {
         assert!(json.get(key).is_some(), "missing {key}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_benchmark_measures_every_figure_against_the_fake() {
+    let target = start_fake().await;
+    let args = HttpArgs {
+        target: target.clone(),
+        event: Some("drop".into()),
+        // The fake's gate answers 200 to a request carrying a pass cookie
+        // and 429 otherwise: a baseline that fails is counted, not hidden.
+        baseline: Some(format!("{target}/baseline")),
+        baseline_proxy: None,
+        origin: None,
+        path: "/".into(),
+        duration: 1,
+        connections: 4,
+        json: true,
+    };
+    let figures = measure(&args).await.unwrap();
+    let names: Vec<&str> = figures.iter().map(|f| f.name).collect();
+    assert_eq!(names, ["gate", "position_polls", "joins"]);
+    for f in &figures {
+        assert!(f.target.ok > 0, "{f:?}");
+        assert!(f.baseline.is_some(), "{f:?}");
     }
 }
