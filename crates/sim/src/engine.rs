@@ -1,0 +1,288 @@
+//! `anteroom-sim engine`: the queue engine benchmark, straight against a
+//! `QueueStore` (no HTTP): durable joins/s with many concurrent callers (so
+//! group commit is exercised), join acknowledgement p99, rank latency
+//! (status calls), admits/s, resident bytes per waiter and restart time.
+//!
+//! The measuring code takes an `Arc<dyn QueueStore>`, so another backend only
+//! needs its own way to open (and reopen) the store.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use anteroom_core::score::JoinScoring;
+use anteroom_store::embedded::{EmbeddedOptions, EmbeddedStore};
+use anteroom_store::{AdmitRequest, EventId, QueueStore};
+use anyhow::{Context, bail};
+use serde::Serialize;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum StoreKind {
+    Embedded,
+    Redis,
+}
+
+/// Command-line arguments of `engine`.
+#[derive(Debug, clap::Args)]
+pub struct EngineArgs {
+    /// Waiters to join (and rebuild at restart).
+    #[arg(long, default_value_t = 1_000_000)]
+    pub waiters: u64,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Backend under test.
+    #[arg(long, value_enum, default_value_t = StoreKind::Embedded)]
+    pub store: StoreKind,
+    /// Redis URL (for `--store redis`).
+    #[arg(long)]
+    pub url: Option<String>,
+    /// Concurrent joining tasks.
+    #[arg(long, default_value_t = 256)]
+    pub tasks: u64,
+    /// Status calls timed for the rank percentiles.
+    #[arg(long, default_value_t = 200_000)]
+    pub rank_samples: u64,
+    /// Members admitted in the admit phase (at most a tenth of the waiters).
+    #[arg(long, default_value_t = 200_000)]
+    pub admits: u64,
+    /// Data directory for the embedded store (default: a fresh temp dir).
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+}
+
+/// The figures; the first nine keys are the stable contract of `--json`.
+#[derive(Debug, Serialize)]
+pub struct EngineReport {
+    pub store: &'static str,
+    pub waiters: u64,
+    pub joins_per_s: f64,
+    pub join_ack_p99_ms: f64,
+    pub rank_p50_us: f64,
+    pub rank_p99_us: f64,
+    pub admits_per_s: f64,
+    pub bytes_per_waiter: f64,
+    pub restart_s: f64,
+    pub join_ack_p50_ms: f64,
+    pub join_tasks: u64,
+    pub bytes_per_waiter_after_joins: f64,
+    pub rank_max_us: f64,
+}
+
+/// Latencies in whole µs, 1 µs buckets up to 1 s; lock-free so 256 tasks can record.
+struct Histogram(Vec<AtomicU64>);
+
+impl Histogram {
+    fn new() -> Self {
+        Self((0..1_000_001).map(|_| AtomicU64::new(0)).collect())
+    }
+    fn record(&self, us: u64) {
+        let i = (us as usize).min(self.0.len() - 1);
+        self.0[i].fetch_add(1, Ordering::Relaxed);
+    }
+    fn quantile_us(&self, q: f64) -> u64 {
+        let total: u64 = self.0.iter().map(|c| c.load(Ordering::Relaxed)).sum();
+        let want = ((total as f64) * q).ceil() as u64;
+        let mut seen = 0;
+        for (i, c) in self.0.iter().enumerate() {
+            seen += c.load(Ordering::Relaxed);
+            if seen >= want.max(1) {
+                return i as u64;
+            }
+        }
+        self.0.len() as u64
+    }
+}
+
+/// Resident set size of this process, from `/proc/self/statm`.
+fn rss_bytes() -> u64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+    let pages: u64 = statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(0);
+    pages * 4096
+}
+
+/// A member id shaped like a 128-bit session id (32 hex digits), derived from `i`.
+fn member(i: u64) -> String {
+    let mut z = i.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    format!("{:016x}{:016x}", z ^ (z >> 31), i)
+}
+
+pub async fn run(args: &EngineArgs) -> anyhow::Result<EngineReport> {
+    match args.store {
+        StoreKind::Embedded => run_embedded(args).await,
+        StoreKind::Redis => bail!("redis engine benchmark: not built yet"),
+    }
+}
+
+async fn open_embedded(dir: &Path) -> anyhow::Result<Arc<dyn QueueStore>> {
+    let store = EmbeddedStore::open(dir, EmbeddedOptions::default())
+        .await
+        .with_context(|| format!("opening the embedded store in {}", dir.display()))?;
+    Ok(Arc::new(store))
+}
+
+async fn run_embedded(args: &EngineArgs) -> anyhow::Result<EngineReport> {
+    let tmp = tempfile::tempdir()?;
+    let dir = args.dir.clone().unwrap_or_else(|| tmp.path().join("data"));
+    let event = EventId::new("bench")?;
+    let hist = Arc::new(Histogram::new());
+    let baseline = rss_bytes();
+    let store = open_embedded(&dir).await?;
+    let (joins_per_s, n) = joins(&store, &event, args, &hist).await?;
+    let after_joins = rss_bytes();
+    let (rank_p50_us, rank_p99_us, rank_max_us) =
+        ranks(&store, &event, n, args.rank_samples).await?;
+    let admitted = args.admits.min(n / 10);
+    let admits_per_s = admits(&store, &event, admitted).await?;
+    drop(store);
+    let t = Instant::now();
+    let store = open_embedded(&dir).await?;
+    let restart_s = t.elapsed().as_secs_f64();
+    let left = store.queue_length(&event).await?;
+    if left != n - admitted {
+        bail!("restart rebuilt {left} waiters, expected {}", n - admitted);
+    }
+    let after_restart = rss_bytes();
+    Ok(EngineReport {
+        store: "embedded",
+        waiters: n,
+        joins_per_s,
+        join_ack_p99_ms: hist.quantile_us(0.99) as f64 / 1000.0,
+        rank_p50_us,
+        rank_p99_us,
+        admits_per_s,
+        bytes_per_waiter: after_restart.saturating_sub(baseline) as f64 / left.max(1) as f64,
+        restart_s,
+        join_ack_p50_ms: hist.quantile_us(0.50) as f64 / 1000.0,
+        join_tasks: args.tasks,
+        bytes_per_waiter_after_joins: after_joins.saturating_sub(baseline) as f64 / n.max(1) as f64,
+        rank_max_us,
+    })
+}
+
+/// Joins `args.waiters` members from `args.tasks` concurrent tasks.
+async fn joins(
+    store: &Arc<dyn QueueStore>,
+    event: &EventId,
+    args: &EngineArgs,
+    hist: &Arc<Histogram>,
+) -> anyhow::Result<(f64, u64)> {
+    let now = store.now_us(event).await?;
+    let scoring = JoinScoring {
+        opens_at_us: now - 1_000_000,
+        prewindow_score: -1,
+        tiebreak: 0,
+        behind: false,
+    };
+    let tasks = args.tasks.max(1);
+    let n = args.waiters;
+    let start = Instant::now();
+    let mut handles = Vec::new();
+    for t in 0..tasks {
+        let (store, event, hist) = (store.clone(), event.clone(), hist.clone());
+        handles.push(tokio::spawn(async move {
+            let mut i = t;
+            while i < n {
+                let mut sc = scoring;
+                sc.tiebreak = (i & 1023) as i64;
+                let t0 = Instant::now();
+                store.join(&event, &member(i), &sc).await?;
+                hist.record(t0.elapsed().as_micros() as u64);
+                i += tasks;
+            }
+            Ok::<(), anteroom_store::StoreError>(())
+        }));
+    }
+    for h in handles {
+        h.await??;
+    }
+    let secs = start.elapsed().as_secs_f64();
+    Ok((n as f64 / secs, n))
+}
+
+/// Times `samples` status calls on random waiters; (p50, p99, max) in µs.
+async fn ranks(
+    store: &Arc<dyn QueueStore>,
+    event: &EventId,
+    n: u64,
+    samples: u64,
+) -> anyhow::Result<(f64, f64, f64)> {
+    if n == 0 {
+        return Ok((0.0, 0.0, 0.0));
+    }
+    let ids: Vec<String> = (0..samples)
+        .map(|_| member(rand::random::<u64>() % n))
+        .collect();
+    let mut ns = Vec::with_capacity(ids.len());
+    for m in &ids {
+        let t0 = Instant::now();
+        let st = store.status(event, m, false).await?;
+        ns.push(t0.elapsed().as_nanos() as u64);
+        if !matches!(st, anteroom_store::MemberState::Waiting { .. }) {
+            bail!("{m} is not waiting: {st:?}");
+        }
+    }
+    ns.sort_unstable();
+    let q = |p: f64| ns[((ns.len() as f64 * p) as usize).min(ns.len() - 1)] as f64 / 1000.0;
+    Ok((q(0.50), q(0.99), q(1.0)))
+}
+
+/// Admits `total` members in steps of 1024 from 16 concurrent schedulers
+/// (so their steps share group commits); members per second.
+async fn admits(store: &Arc<dyn QueueStore>, event: &EventId, total: u64) -> anyhow::Result<f64> {
+    let exp = store.now_us(event).await? + 3_600_000_000;
+    let left = Arc::new(AtomicU64::new(total));
+    let start = Instant::now();
+    let mut handles = Vec::new();
+    for _ in 0..16 {
+        let (store, event, left) = (store.clone(), event.clone(), left.clone());
+        handles.push(tokio::spawn(async move {
+            loop {
+                let step = left
+                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |l| {
+                        Some(l.saturating_sub(1024))
+                    })
+                    .map_or(0, |l| l.min(1024));
+                if step == 0 {
+                    return Ok::<(), anyhow::Error>(());
+                }
+                let req = AdmitRequest {
+                    max: step,
+                    max_active: u64::MAX,
+                    nonces: (0..step).map(|_| rand::random()).collect(),
+                    token_expires_at_us: exp,
+                };
+                let got = store.admit(&event, &req).await?.len() as u64;
+                if got != step {
+                    bail!("admit returned {got} of {step}");
+                }
+            }
+        }));
+    }
+    for h in handles {
+        h.await??;
+    }
+    Ok(total as f64 / start.elapsed().as_secs_f64().max(1e-9))
+}
+
+/// Prints the report as a table or as one JSON object.
+pub fn print(report: &EngineReport, json: bool) -> anyhow::Result<()> {
+    if json {
+        println!("{}", serde_json::to_string(report)?);
+        return Ok(());
+    }
+    let v = serde_json::to_value(report)?;
+    if let Some(map) = v.as_object() {
+        for (k, val) in map {
+            println!("{k:>30}  {val}");
+        }
+    }
+    Ok(())
+}
