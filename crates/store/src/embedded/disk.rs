@@ -13,7 +13,10 @@ use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinitio
 use crate::{Nonce, StoreError};
 
 pub(crate) const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
-pub(crate) const WAITING: TableDefinition<&str, &[u8]> = TableDefinition::new("waiting");
+/// Waiting members keyed by (score, member), so that post-open joins, whose
+/// scores rise, append at the tail of the B-tree instead of touching a random
+/// leaf each; and a start-up scan reads them back already in rank order.
+pub(crate) const WAITING: TableDefinition<&[u8], i64> = TableDefinition::new("waiting");
 pub(crate) const ADMITTED: TableDefinition<&str, &[u8]> = TableDefinition::new("admitted");
 pub(crate) const ACTIVE: TableDefinition<&str, i64> = TableDefinition::new("active");
 pub(crate) const USED: TableDefinition<&[u8], i64> = TableDefinition::new("used");
@@ -21,7 +24,7 @@ pub(crate) const REVOKED: TableDefinition<u64, &[u8]> = TableDefinition::new("re
 pub(crate) const ADMIN: TableDefinition<&str, u8> = TableDefinition::new("admin");
 pub(crate) const CONFIGS: TableDefinition<&str, &str> = TableDefinition::new("configs");
 
-pub(crate) const EVENT_MAGIC: &[u8] = b"anteroom-event/1";
+pub(crate) const EVENT_MAGIC: &[u8] = b"anteroom-event/2";
 pub(crate) const META_MAGIC: &[u8] = b"anteroom-meta/1";
 
 /// Nonce namespaces in the `used` table.
@@ -32,7 +35,7 @@ pub(crate) const USED_POW: u8 = 1;
 #[derive(Debug)]
 pub(crate) enum Write {
     Waiting(Box<str>, i64, i64),
-    Unwait(Box<str>),
+    Unwait(Box<str>, i64),
     Admitted(Box<str>, Nonce, i64),
     Unadmit(Box<str>),
     Active(Box<str>, i64),
@@ -165,9 +168,11 @@ pub(crate) fn commit(
         for op in writes {
             let r = match op {
                 Write::Waiting(m, score, seen) => waiting
-                    .insert(&**m, pair(*score, *seen).as_slice())
+                    .insert(waiting_key(*score, m).as_slice(), *seen)
                     .map(drop),
-                Write::Unwait(m) => waiting.remove(&**m).map(drop),
+                Write::Unwait(m, score) => {
+                    waiting.remove(waiting_key(*score, m).as_slice()).map(drop)
+                }
                 Write::Admitted(m, n, exp) => {
                     let mut v = [0u8; 24];
                     v[..16].copy_from_slice(n);
@@ -192,11 +197,21 @@ pub(crate) fn commit(
     w.commit().map_err(|x| e(x.into()))
 }
 
-pub(crate) fn pair(a: i64, b: i64) -> [u8; 16] {
-    let mut v = [0u8; 16];
-    v[..8].copy_from_slice(&a.to_le_bytes());
-    v[8..].copy_from_slice(&b.to_le_bytes());
-    v
+/// `score` big-endian with the sign bit flipped (so bytes sort like the
+/// numbers), then the member: byte order is rank order.
+pub(crate) fn waiting_key(score: i64, member: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(8 + member.len());
+    k.extend_from_slice(&((score as u64) ^ (1 << 63)).to_be_bytes());
+    k.extend_from_slice(member.as_bytes());
+    k
+}
+
+/// The inverse of [`waiting_key`].
+pub(crate) fn split_waiting_key(k: &[u8]) -> Option<(i64, &str)> {
+    let mut b = [0u8; 8];
+    b.copy_from_slice(k.get(..8)?);
+    let score = (u64::from_be_bytes(b) ^ (1 << 63)) as i64;
+    Some((score, std::str::from_utf8(&k[8..]).ok()?))
 }
 
 pub(crate) fn i64_at(b: &[u8], at: usize) -> Option<i64> {

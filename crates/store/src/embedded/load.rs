@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use redb::{Database, ReadableDatabase, ReadableTableMetadata};
+use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata};
 
 use super::disk::{self, ACTIVE, ADMITTED, META, REVOKED, USED, WAITING};
 use super::index::{Order, cmp_key};
@@ -38,18 +38,29 @@ pub(crate) fn load(db: &Database, path: &Path) -> Result<EventState, StoreError>
     let n = waiting_count(db, path)?;
     st.table.reserve(n as usize);
     let mut keys: Vec<(i64, u32)> = Vec::with_capacity(n as usize);
-    disk::scan_bytes(db, path, WAITING, |m, v| {
-        let (Some(score), Some(seen)) = (disk::i64_at(v, 0), disk::i64_at(v, 8)) else {
-            return Err(corrupt(path, "waiting"));
-        };
-        let slot = st
-            .table
-            .insert(m, score, seen)
-            .map_err(|_| corrupt(path, "waiting"))?;
-        keys.push((score, slot));
-        Ok(())
-    })?;
-    keys.sort_unstable_by(|a, b| cmp_key(&st.table, *a, *b));
+    {
+        let r = db.begin_read().map_err(|e| disk::storage(path, e))?;
+        match r.open_table(WAITING) {
+            Ok(t) => {
+                for row in t.iter().map_err(|e| disk::storage(path, e))? {
+                    let (k, seen) = row.map_err(|e| disk::storage(path, e))?;
+                    let (score, m) = disk::split_waiting_key(k.value())
+                        .ok_or_else(|| corrupt(path, "waiting"))?;
+                    let slot = st
+                        .table
+                        .insert(m, score, seen.value())
+                        .map_err(|_| corrupt(path, "waiting"))?;
+                    keys.push((score, slot));
+                }
+            }
+            Err(redb::TableError::TableDoesNotExist(_)) => {}
+            Err(e) => return Err(disk::storage(path, e)),
+        }
+    }
+    // Disk order is rank order already; the check is cheap insurance.
+    if !keys.is_sorted_by(|a, b| cmp_key(&st.table, *a, *b).is_le()) {
+        keys.sort_unstable_by(|a, b| cmp_key(&st.table, *a, *b));
+    }
     st.order = Order::from_sorted(&keys);
     drop(keys);
     let mut bad = false;

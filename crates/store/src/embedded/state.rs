@@ -169,10 +169,11 @@ impl EventState {
         let mut out = Vec::with_capacity(slots.len());
         for (slot, nonce) in slots.into_iter().zip(&req.nonces) {
             let member: Box<str> = self.table.member(slot).into();
+            let score = self.table.score(slot);
             self.table.remove(slot);
             self.admitted
                 .insert(member.clone(), (*nonce, req.token_expires_at_us));
-            self.writes.push(Write::Unwait(member.clone()));
+            self.writes.push(Write::Unwait(member.clone(), score));
             self.writes.push(Write::Admitted(
                 member.clone(),
                 *nonce,
@@ -236,10 +237,10 @@ impl EventState {
         let Some(slot) = self.table.find(member) else {
             return false;
         };
-        self.order
-            .remove(&self.table, (self.table.score(slot), slot));
+        let score = self.table.score(slot);
+        self.order.remove(&self.table, (score, slot));
         self.table.remove(slot);
-        self.writes.push(Write::Unwait(member.into()));
+        self.writes.push(Write::Unwait(member.into(), score));
         true
     }
 
@@ -292,10 +293,10 @@ impl EventState {
             .collect();
         for &slot in &idle {
             let member: Box<str> = self.table.member(slot).into();
-            self.order
-                .remove(&self.table, (self.table.score(slot), slot));
+            let score = self.table.score(slot);
+            self.order.remove(&self.table, (score, slot));
             self.table.remove(slot);
-            self.writes.push(Write::Unwait(member));
+            self.writes.push(Write::Unwait(member, score));
         }
         let tokens: Vec<Box<str>> = self
             .admitted
