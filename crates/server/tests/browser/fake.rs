@@ -1,0 +1,227 @@
+//! A tiny in-process stand-in for the Anteroom server, enough to drive the
+//! waiting page in Chromium: the real `page::Pages` render and static assets
+//! behind the real CSP, and scripted `/api/queue/*` answers the test steers
+//! (challenge first, then the rank it sets, then admission).
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use anteroom::page::{Lang, PageContext, Pages, content_security_policy, static_asset};
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde_json::{Value, json};
+
+pub const TOKEN: &str = "tok-1";
+
+/// What the fake answers; the test changes it while the page polls.
+#[derive(Debug, Clone)]
+pub struct Script {
+    /// Proof-of-work difficulty asked at the first enter, if any.
+    pub difficulty: Option<u8>,
+    pub rank: u64,
+    pub queue_length: u64,
+    pub wait_seconds: u64,
+    pub display: String,
+    pub poll_after_ms: u64,
+    pub admitted: bool,
+    // Observations.
+    pub challenge: Option<String>,
+    pub solved_nonce: Option<u64>,
+    pub rejected_answers: u32,
+    pub enters: u32,
+    pub polls: u32,
+    pub redeemed: bool,
+}
+
+impl Default for Script {
+    fn default() -> Self {
+        Self {
+            difficulty: None,
+            rank: 2,
+            queue_length: 40,
+            wait_seconds: 150,
+            display: "about 3 minutes".to_owned(),
+            poll_after_ms: 300,
+            admitted: false,
+            challenge: None,
+            solved_nonce: None,
+            rejected_answers: 0,
+            enters: 0,
+            polls: 0,
+            redeemed: false,
+        }
+    }
+}
+
+pub struct Fake {
+    pages: Pages,
+    script: Mutex<Script>,
+}
+
+impl Fake {
+    pub fn script(&self) -> MutexGuard<'_, Script> {
+        self.script.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Serves the fake on a free port; it lives as long as the test's runtime.
+pub async fn start(script: Script) -> (Arc<Fake>, SocketAddr) {
+    let fake = Arc::new(Fake {
+        pages: Pages::new(&HashMap::new()).unwrap(),
+        script: Mutex::new(script),
+    });
+    let app = Router::new()
+        .route("/queue/{event}", get(page))
+        .route("/_anteroom/{file}", get(asset))
+        .route("/api/queue/enter", post(enter))
+        .route("/api/queue/position", get(position))
+        .route("/api/queue/redeem", post(redeem))
+        .route("/protected", get(protected))
+        .with_state(fake.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (fake, addr)
+}
+
+async fn page(
+    State(fake): State<Arc<Fake>>,
+    Path(event): Path<String>,
+    Query(query): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+) -> Response {
+    let accept = headers
+        .get(header::ACCEPT_LANGUAGE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let nonce = format!("{:032x}", rand::random::<u128>());
+    let ctx = PageContext {
+        event_id: event,
+        event_name: Some("Winter drop".to_owned()),
+        return_path: query
+            .get("return")
+            .cloned()
+            .unwrap_or_else(|| "/".to_owned()),
+        lang: Lang::from_accept_language(accept),
+        position: None,
+        nonce: nonce.clone(),
+    };
+    let html = fake.pages.render(&ctx).unwrap();
+    (
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8".to_owned()),
+            (
+                header::CONTENT_SECURITY_POLICY,
+                content_security_policy(&nonce),
+            ),
+        ],
+        html,
+    )
+        .into_response()
+}
+
+async fn asset(Path(file): Path<String>) -> Response {
+    match static_asset(&file) {
+        Some((content_type, body)) => {
+            ([(header::CONTENT_TYPE, content_type)], body).into_response()
+        }
+        None => StatusCode::NOT_FOUND.into_response(),
+    }
+}
+
+fn position_json(s: &Script) -> Value {
+    if s.admitted {
+        return json!({"eventId": "demo", "status": "ADMITTED", "rank": null, "position": null,
+            "queueLength": s.queue_length, "estimatedWaitSeconds": 0, "display": "almost there",
+            "pollAfterMs": s.poll_after_ms, "token": TOKEN, "redirect": "/protected"});
+    }
+    json!({"eventId": "demo", "status": "WAITING", "rank": s.rank, "position": s.rank + 1,
+        "queueLength": s.queue_length, "estimatedWaitSeconds": s.wait_seconds, "display": s.display,
+        "pollAfterMs": s.poll_after_ms, "token": null, "redirect": null})
+}
+
+fn challenge_required(s: &mut Script, difficulty: u8) -> Response {
+    let challenge = format!("fake-challenge-{:032x}", rand::random::<u128>());
+    s.challenge = Some(challenge.clone());
+    let body = json!({"error": "challenge_required", "message": "solve this",
+        "challenge": {"challenge": challenge, "difficulty": difficulty, "expiresAt": "2099-01-01T00:00:00Z"}});
+    (StatusCode::UNAUTHORIZED, axum::Json(body)).into_response()
+}
+
+async fn enter(State(fake): State<Arc<Fake>>, body: Bytes) -> Response {
+    let mut s = fake.script();
+    s.enters += 1;
+    if let (Some(difficulty), None) = (s.difficulty, s.solved_nonce) {
+        let answer: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+        let (Some(challenge), Some(nonce)) =
+            (answer["challenge"].as_str(), answer["nonce"].as_u64())
+        else {
+            return challenge_required(&mut s, difficulty);
+        };
+        // Verified with the core's own functions, as the real server does.
+        let bits =
+            anteroom_core::pow::leading_zero_bits(&anteroom_core::pow::hash(challenge, nonce));
+        if s.challenge.as_deref() != Some(challenge) || bits < u32::from(difficulty) {
+            s.rejected_answers += 1;
+            return challenge_required(&mut s, difficulty);
+        }
+        s.solved_nonce = Some(nonce);
+    }
+    axum::Json(position_json(&s)).into_response()
+}
+
+async fn position(State(fake): State<Arc<Fake>>) -> Response {
+    let mut s = fake.script();
+    s.polls += 1;
+    axum::Json(position_json(&s)).into_response()
+}
+
+async fn redeem(State(fake): State<Arc<Fake>>, body: Bytes) -> Response {
+    let mut s = fake.script();
+    let answer: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    if !s.admitted || s.redeemed || answer["token"] != TOKEN {
+        return (
+            StatusCode::CONFLICT,
+            axum::Json(json!({"error": "token_used", "message": "no"})),
+        )
+            .into_response();
+    }
+    s.redeemed = true;
+    (
+        [(
+            header::SET_COOKIE,
+            "anteroom_pass=ok; Path=/; HttpOnly; SameSite=Strict",
+        )],
+        axum::Json(json!({"status": "ACTIVE", "pass": "ok", "expiresAt": "2099-01-01T00:00:00Z"})),
+    )
+        .into_response()
+}
+
+/// Plays the gate: without the pass, a browser is sent to the waiting page
+/// with its original path and query as `return`.
+async fn protected(uri: Uri, headers: HeaderMap) -> Response {
+    let cookies = headers
+        .get(header::COOKIE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    if cookies.split(';').any(|c| c.trim() == "anteroom_pass=ok") {
+        return (
+            [(header::CONTENT_TYPE, "text/html")],
+            "<!doctype html><title>origin</title><p id=arrived>arrived</p>",
+        )
+            .into_response();
+    }
+    let original = uri.path_and_query().map_or("/", |pq| pq.as_str());
+    let encoded =
+        percent_encoding::utf8_percent_encode(original, percent_encoding::NON_ALPHANUMERIC);
+    (
+        StatusCode::FOUND,
+        [(header::LOCATION, format!("/queue/demo?return={encoded}"))],
+    )
+        .into_response()
+}
