@@ -20,6 +20,13 @@ enum Command {
     /// Queue engine benchmark straight against a store: durable joins/s,
     /// rank latency, admits/s, memory per waiter, restart time.
     Engine(engine::EngineArgs),
+    /// A flash crowd of virtual visitors against a running anteroom, judged:
+    /// fairness, origin concurrency, ETA honesty, polls, latency, errors.
+    Crowd(anteroom_sim::crowd::CrowdArgs),
+    /// An instrumented origin that records its concurrency and can degrade.
+    Origin(anteroom_sim::origin::OriginArgs),
+    /// Hot-path throughput (position polls, joins, gated traffic) beside a baseline.
+    Http(anteroom_sim::http::HttpArgs),
 }
 
 #[tokio::main]
@@ -30,5 +37,8 @@ async fn main() -> anyhow::Result<()> {
             let report = engine::run(&args).await?;
             engine::print(&report, args.json)
         }
+        Command::Crowd(args) => anteroom_sim::crowd::run(args).await,
+        Command::Origin(args) => anteroom_sim::origin::run(args).await,
+        Command::Http(args) => anteroom_sim::http::run(args).await,
     }
 }
