@@ -15,6 +15,7 @@ use anteroom_core::score::ScoreKey;
 use anteroom_core::token::Keyring;
 use anteroom_store::{EventId, EventStats, QueueStore};
 
+use crate::bots::{BotDefence, RateLimits};
 use crate::config::{Config, EventConfig, Identity, ServerConfig};
 use crate::gate::routes::RouteTable;
 use crate::identity::JwtVerifier;
@@ -161,6 +162,8 @@ pub struct AppState {
     pub proxy: Proxy,
     pub pages: Pages,
     pub clock: Arc<dyn Clock>,
+    /// Risk scoring, proof-of-work and rate limits for enter and position.
+    pub bots: BotDefence,
     /// Background tasks (scheduler, refreshers); aborted at shutdown.
     pub tasks: Mutex<tokio::task::JoinSet<()>>,
     events: RwLock<Arc<Events>>,
@@ -184,6 +187,14 @@ impl AppState {
     ) -> anyhow::Result<Self> {
         let keyring = Keyring::new(&config.secrets)?;
         let score_key = keyring.score_key();
+        // The bot defence holds its own handle on the keys: challenges are
+        // verified from its tasks without borrowing the state.
+        let bots = BotDefence::new(
+            &config.bots,
+            RateLimits::from(&config.limits),
+            Arc::new(Keyring::new(&config.secrets)?),
+        )
+        .map_err(|e| anyhow::anyhow!("invalid configuration: bots: {e}"))?;
         let mut list = Vec::new();
         for (e, anchor) in events {
             list.push(Arc::new(EventRuntime::new(e, anchor, Arc::default())?));
@@ -196,6 +207,7 @@ impl AppState {
             proxy: Proxy::new(),
             pages: Pages::new(&HashMap::new())?,
             clock,
+            bots,
             tasks: Mutex::default(),
             events: RwLock::new(Arc::new(Events::build(list))),
         })

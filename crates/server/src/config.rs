@@ -59,6 +59,8 @@ pub struct Config {
     /// Token secrets, newest first (each at least 32 bytes).
     pub secrets: Vec<String>,
     pub limits: Limits,
+    /// `[bots]`, for [`crate::bots::BotDefence::new`].
+    pub bots: crate::bots::BotsConfig,
     pub events: Vec<EventConfig>,
 }
 
@@ -72,6 +74,11 @@ pub struct ServerConfig {
     pub log_format: LogFormat,
     pub header_read_timeout: Duration,
     pub max_body_bytes: usize,
+    /// `limits.trusted_proxies` in the file: peers whose `X-Forwarded-For`
+    /// is believed. Kept with the server settings because every handler
+    /// that needs a client address (enter, position, page, gate) has these
+    /// at hand.
+    pub trusted_proxies: Vec<ipnet::IpNet>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -92,12 +99,12 @@ pub enum StoreConfig {
     },
 }
 
+/// Per-client rate limits on enter and position (`[limits]`).
 #[derive(Clone, Debug, Default)]
 pub struct Limits {
     /// 0 disables the limit.
     pub per_ip_per_second: u32,
     pub per_session_per_second: u32,
-    pub trusted_proxies: Vec<ipnet::IpNet>,
 }
 
 /// One event, validated.
@@ -191,6 +198,7 @@ pub struct Bots {
     pub challenge: ChallengeLevel,
     pub difficulty: u8,
     pub high_risk: HighRisk,
+    pub adaptive_difficulty: bool,
 }
 
 /// Command-line values that override file and environment.

@@ -80,6 +80,9 @@ pub async fn run_with_store(
         scheduler::refresh_once(&state, rt).await;
     }
     scheduler::spawn_all(&state);
+    // Reputation files are re-read when they change; idle rate-limit keys
+    // are forgotten on the same tick.
+    let bots_reload = state.bots.spawn_reload(std::time::Duration::from_secs(10));
     tracing::info!(public = %public.local_addr()?, admin = %admin.local_addr()?, store = state.store.name(), "anteroom listening");
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
@@ -93,6 +96,7 @@ pub async fn run_with_store(
     let _ = public_task.await;
     let _ = admin_task.await;
     app::lock(&state.tasks).abort_all();
+    bots_reload.abort();
     Ok(())
 }
 

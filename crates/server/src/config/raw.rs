@@ -6,7 +6,8 @@
 
 use serde::{Deserialize, Serialize};
 
-/// The whole file: `[server]`, `[store]`, `[keys]`, `[limits]`, `[[events]]`.
+/// The whole file: `[server]`, `[store]`, `[keys]`, `[limits]`, `[bots]`,
+/// `[[events]]`.
 #[derive(Clone, Debug, Default, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RawConfig {
@@ -14,6 +15,10 @@ pub struct RawConfig {
     pub store: RawStore,
     pub keys: RawKeys,
     pub limits: RawLimits,
+    /// Server-wide bot defence: reputation files, TLS fingerprint header,
+    /// CAPTCHA hook, risk rules. Typed already (the bot defence owns its
+    /// shape); the files are checked when the server starts.
+    pub bots: crate::bots::BotsConfig,
     pub events: Vec<RawEvent>,
 }
 
@@ -113,4 +118,6 @@ pub struct RawBots {
     pub challenge: Option<String>,
     pub difficulty: Option<u8>,
     pub high_risk: Option<String>,
+    /// Raise the difficulty with the share of risky arrivals in the last minute.
+    pub adaptive_difficulty: Option<bool>,
 }

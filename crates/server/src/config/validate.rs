@@ -16,10 +16,11 @@ use super::{
 type Result<T> = std::result::Result<T, ConfigError>;
 
 pub(super) fn config(raw: &RawConfig) -> Result<Config> {
-    let server = server(raw)?;
+    let mut server = server(raw)?;
     let store = store(raw)?;
     let secrets = secrets(raw)?;
     let limits = limits(raw)?;
+    server.trusted_proxies = trusted_proxies(raw)?;
     let mut events = Vec::with_capacity(raw.events.len());
     let mut ids = HashSet::new();
     let mut prefixes = HashSet::new();
@@ -47,6 +48,7 @@ pub(super) fn config(raw: &RawConfig) -> Result<Config> {
         store,
         secrets,
         limits,
+        bots: raw.bots.clone(),
         events,
     })
 }
@@ -101,6 +103,7 @@ fn server(raw: &RawConfig) -> Result<ServerConfig> {
             "10s",
         )?,
         max_body_bytes: usize::try_from(max_body_bytes).unwrap_or(16 * 1024),
+        trusted_proxies: Vec::new(),
     })
 }
 
@@ -160,8 +163,15 @@ fn secrets(raw: &RawConfig) -> Result<Vec<String>> {
 
 fn limits(raw: &RawConfig) -> Result<Limits> {
     let l = &raw.limits;
+    Ok(Limits {
+        per_ip_per_second: l.per_ip_per_second.unwrap_or(20),
+        per_session_per_second: l.per_session_per_second.unwrap_or(2),
+    })
+}
+
+fn trusted_proxies(raw: &RawConfig) -> Result<Vec<ipnet::IpNet>> {
     let mut trusted_proxies = Vec::new();
-    for (i, c) in l.trusted_proxies.iter().flatten().enumerate() {
+    for (i, c) in raw.limits.trusted_proxies.iter().flatten().enumerate() {
         let net = c
             .parse::<ipnet::IpNet>()
             .or_else(|_| c.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
@@ -173,11 +183,7 @@ fn limits(raw: &RawConfig) -> Result<Limits> {
             })?;
         trusted_proxies.push(net);
     }
-    Ok(Limits {
-        per_ip_per_second: l.per_ip_per_second.unwrap_or(20),
-        per_session_per_second: l.per_session_per_second.unwrap_or(2),
-        trusted_proxies,
-    })
+    Ok(trusted_proxies)
 }
 
 /// Validates one event; `key` prefixes every error (`events[0]`, or the
@@ -373,6 +379,7 @@ fn bots(key: &str, b: Option<&RawBots>) -> Result<Bots> {
         challenge,
         difficulty,
         high_risk,
+        adaptive_difficulty: b.adaptive_difficulty.unwrap_or(false),
     })
 }
 
