@@ -8,11 +8,13 @@ pub mod model;
 pub mod page;
 pub mod redeem;
 
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 
 use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::http::{HeaderMap, HeaderValue, Uri, header};
+use axum::extract::ConnectInfo;
+use axum::http::{Extensions, HeaderMap, HeaderValue, Uri, header};
 use axum::response::Response;
 use axum::routing::{get, post};
 use percent_encoding::percent_decode_str;
@@ -61,6 +63,16 @@ pub fn resolve_event(state: &AppState, uri: &Uri) -> Result<Arc<EventRuntime>, A
             ApiError::BadRequest("eventId is required when several events are configured".into())
         }),
     }
+}
+
+/// The caller's address for rate limits and risk: the TCP peer, or the
+/// `X-Forwarded-For` hop that a trusted proxy (`limits.trusted_proxies`)
+/// vouches for. Without a peer (a router driven in-process) it is loopback.
+pub fn client_ip(state: &AppState, extensions: &Extensions, headers: &HeaderMap) -> IpAddr {
+    let peer = extensions
+        .get::<ConnectInfo<SocketAddr>>()
+        .map_or(IpAddr::V4(Ipv4Addr::LOCALHOST), |c| c.0.ip());
+    crate::client_ip::client_ip(peer, headers, &state.server.trusted_proxies)
 }
 
 /// Reads a request body of at most `limit` bytes.

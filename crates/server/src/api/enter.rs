@@ -1,25 +1,36 @@
 //! `POST /api/queue/enter` and `GET /api/queue/position`.
 
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use anteroom_core::phase::{Phase, phase};
 use anteroom_core::score::JoinScoring;
 use axum::extract::{Request, State};
-use axum::http::StatusCode;
-use axum::response::Response;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
-use super::{QueuePosition, add_cookie, lang, parse_json, read_body, resolve_event, safe_return};
+use super::{
+    QueuePosition, add_cookie, client_ip, lang, parse_json, read_body, resolve_event, safe_return,
+};
 use crate::app::{AppState, EventRuntime};
+use crate::bots::{EnterAnswer, EnterVerdict, EventBots, RateKind};
 use crate::error::ApiError;
 use crate::identity::{self, Visitor};
 
-/// Optional body of enter: a proof-of-work answer.
+/// Optional body of enter, as documented: a proof-of-work answer or a
+/// CAPTCHA token. Requests are parsed as [`EnterAnswer`], which also takes
+/// garbage answers (and answers them with a fresh challenge).
 #[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct EnterBody {
+    /// The `challenge` string of the `401 challenge_required` answer.
     pub challenge: Option<String>,
+    /// A decimal nonce (a JSON number, or a string of digits).
     pub nonce: Option<u64>,
+    /// A CAPTCHA provider's token, when the challenge asked for one.
+    #[serde(rename = "captchaToken")]
+    pub captcha_token: Option<String>,
 }
 
 /// Joins the queue (insert-if-absent) and answers the caller's position.
@@ -32,7 +43,8 @@ pub struct EnterBody {
 pub async fn enter(State(state): State<Arc<AppState>>, req: Request) -> Result<Response, ApiError> {
     let (parts, body) = req.into_parts();
     let rt = resolve_event(&state, &parts.uri)?;
-    let body: Option<EnterBody> = parse_json(&read_body(body, state.server.max_body_bytes).await?)?;
+    let body: Option<EnterAnswer> =
+        parse_json(&read_body(body, state.server.max_body_bytes).await?)?;
     let visitor = identity::resolve(
         &parts.headers,
         rt.jwt.as_ref(),
@@ -42,6 +54,15 @@ pub async fn enter(State(state): State<Arc<AppState>>, req: Request) -> Result<R
     .ok_or(ApiError::InvalidIdentity)?;
     let return_path = safe_return(super::query_param(&parts.uri, "return").as_deref());
     let lang = lang(&parts.headers);
+    let ip = client_ip(&state, &parts.extensions, &parts.headers);
+    // Refused in memory, before any store work; a new visitor still gets
+    // the cookie so the retry is the same session.
+    if let Err(limited) = state.bots.check_rate(RateKind::Enter, ip, &visitor.member) {
+        return Ok(with_cookie(
+            ApiError::from(limited).into_response(),
+            &visitor,
+        ));
+    }
     metrics::counter!("anteroom_joins_total", "event" => rt.id().to_string()).increment(1);
 
     let current = current_phase(&state, &rt);
@@ -56,7 +77,13 @@ pub async fn enter(State(state): State<Arc<AppState>>, req: Request) -> Result<R
             &return_path,
         )
     } else {
-        let behind = bot_check(&state, &rt, &parts.headers, &visitor, body.as_ref()).await?;
+        let behind = match bot_check(&state, &rt, &parts.headers, ip, &visitor, body.as_ref()).await
+        {
+            Ok(behind) => behind,
+            // A challenge is bound to this session: a new visitor must get
+            // the cookie with it, or the answer would come from a new session.
+            Err(e) => return Ok(with_cookie(e.into_response(), &visitor)),
+        };
         let scoring = JoinScoring::new(
             &state.score_key,
             rt.id().as_str(),
@@ -85,19 +112,99 @@ pub async fn enter(State(state): State<Arc<AppState>>, req: Request) -> Result<R
     Ok(response)
 }
 
-/// Hook for the bot defence (risk scoring and proof-of-work): decides, before
-/// the join, whether the visitor must first solve a challenge
-/// (`ApiError::ChallengeRequired`), is refused (`ApiError::Blocked`), or joins
-/// behind every verified visitor (`Ok(true)`). Today every visitor joins
-/// normally; `rt.config.bots` carries the configured policy.
-async fn bot_check(
-    _state: &AppState,
-    _rt: &EventRuntime,
-    _headers: &axum::http::HeaderMap,
-    _visitor: &Visitor,
-    _answer: Option<&EnterBody>,
+/// The bot defence before a join (see [`crate::bots`] for the order of its
+/// steps): `Ok(behind)` when the visitor may join, `behind` placing them
+/// after every verified visitor; otherwise `401 challenge_required` (a fresh
+/// proof-of-work challenge or a CAPTCHA demand), `403 blocked`, or `503`
+/// when the store cannot record a used answer.
+pub async fn bot_check(
+    state: &AppState,
+    rt: &EventRuntime,
+    headers: &HeaderMap,
+    ip: IpAddr,
+    visitor: &Visitor,
+    answer: Option<&EnterAnswer>,
 ) -> Result<bool, ApiError> {
-    Ok(false)
+    let req = state.bots.signals(headers, ip);
+    let verdict = state
+        .bots
+        .gate_enter(
+            &event_bots(&rt.config.bots),
+            rt.id(),
+            &visitor.member,
+            &req,
+            answer,
+            state.store.as_ref(),
+            state.now_ms(),
+        )
+        .await;
+    match verdict {
+        Ok(EnterVerdict::Join { behind }) => Ok(behind),
+        Err(r) => Err(ApiError::from(r)),
+    }
+}
+
+/// The bot defence's view of an event's `bots` table. The bot module's own
+/// conversion predates `adaptive_difficulty` in the config, so it is set here.
+pub fn event_bots(b: &crate::config::Bots) -> EventBots {
+    EventBots {
+        adaptive_difficulty: b.adaptive_difficulty,
+        ..EventBots::from(b)
+    }
+}
+
+/// Joins `visitor` (insert-if-absent) after the bot defence, as enter does,
+/// and answers the position; nobody joins before the pre-window or after
+/// the close. The waiting page's no-JavaScript render joins through this.
+#[allow(clippy::too_many_arguments)]
+pub async fn join_checked(
+    state: &AppState,
+    rt: &EventRuntime,
+    headers: &HeaderMap,
+    ip: IpAddr,
+    visitor: &Visitor,
+    answer: Option<&EnterAnswer>,
+    lang: anteroom_core::eta::Lang,
+    return_path: &str,
+) -> Result<QueuePosition, ApiError> {
+    let member = &visitor.member;
+    if matches!(current_phase(state, rt), Phase::Scheduled | Phase::Closed) {
+        let none = anteroom_store::MemberState::None;
+        return Ok(QueuePosition::build(
+            state,
+            rt,
+            member,
+            &none,
+            lang,
+            return_path,
+        ));
+    }
+    let behind = bot_check(state, rt, headers, ip, visitor, answer).await?;
+    let scoring = JoinScoring::new(
+        &state.score_key,
+        rt.id().as_str(),
+        member,
+        rt.anchor_us,
+        i64::try_from(rt.config.pre_window.as_micros()).unwrap_or(i64::MAX),
+        behind,
+    );
+    let outcome = crate::metrics::timed_store("join", state.store.join(rt.id(), member, &scoring))
+        .await
+        .map_err(ApiError::from)?;
+    Ok(QueuePosition::build(
+        state,
+        rt,
+        member,
+        &outcome.state,
+        lang,
+        return_path,
+    ))
+}
+
+/// An error answer that also carries a new visitor's session cookie.
+fn with_cookie(mut response: Response, visitor: &Visitor) -> Response {
+    add_cookie(response.headers_mut(), visitor.new_cookie.clone());
+    response
 }
 
 /// Reads the caller's state (and keeps a waiting place alive).
@@ -119,6 +226,11 @@ pub async fn position(
         false,
         state.server.insecure_cookies,
     )?;
+    // Polls are refused in memory before they reach the store; a caller
+    // without a session is limited by address alone.
+    let ip = client_ip(&state, &parts.extensions, &parts.headers);
+    let member = visitor.as_ref().map_or("", |v| v.member.as_str());
+    state.bots.check_rate(RateKind::Position, ip, member)?;
     let Some(visitor) = visitor else {
         let none = anteroom_store::MemberState::None;
         return Ok(
