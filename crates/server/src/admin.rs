@@ -238,11 +238,23 @@ pub async fn metrics() -> Response {
     r
 }
 
-/// Ready when the store answers for every event.
+/// Ready when no event drains (issue 8): otherwise `503` naming the
+/// draining events, so a load balancer and an operator see the mode.
 #[utoipa::path(get, path = "/readyz", tag = "ops", responses((status = 200), (status = 503, body = crate::error::ErrorBody)))]
-pub async fn ready(State(state): State<Arc<AppState>>) -> Result<&'static str, ApiError> {
-    for rt in state.events().iter() {
-        state.store.ping(rt.id()).await?;
+pub async fn ready(State(state): State<Arc<AppState>>) -> Response {
+    let draining = crate::drain::draining_events(&state);
+    if draining.is_empty() {
+        return "ready".into_response();
     }
-    Ok("ready")
+    let body = serde_json::json!({
+        "error": "draining",
+        "message": "the queue store is unreachable for these events; they drain",
+        "draining": draining,
+    });
+    let mut r = (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response();
+    r.headers_mut().insert(
+        header::RETRY_AFTER,
+        HeaderValue::from(crate::drain::RETRY_AFTER_SECS),
+    );
+    r
 }

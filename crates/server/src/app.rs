@@ -65,6 +65,8 @@ pub struct Live {
     pub revocations: RwLock<Revocations>,
     /// The admission policy's memory (no-show compensation, AIMD window).
     pub policy: Mutex<PolicyMemory>,
+    /// Issue 8: drain mode (rank cache, local admissions, reconcile).
+    pub drain: crate::drain::DrainState,
 }
 
 /// What the scheduler keeps between ticks of one event.

@@ -12,6 +12,8 @@ pub mod bots;
 pub mod client_ip;
 pub mod config;
 pub mod demo;
+// Issue 8: drain mode per event while the queue store is unreachable.
+pub mod drain;
 pub mod error;
 pub mod gate;
 pub mod identity;
@@ -75,7 +77,7 @@ pub async fn run_with_store(
     let events = config::stored::resolve(&config.events, store.as_ref())
         .await
         .context("loading event configuration")?;
-    let state = Arc::new(AppState::new(&config, events, store, Arc::new(app::SystemClock))?);
+    let state = Arc::new(AppState::new(&config, events, store, drain::clock::node_clock(&config.server.drain))?);
     for rt in state.events().iter() {
         scheduler::refresh_once(&state, rt).await;
     }

@@ -44,6 +44,15 @@ fn describe() {
         "Visitors admitted since the event started, per event"
     );
     metrics::describe_counter!("anteroom_joins_total", "Enter calls, per event");
+    // Issue 8: drain mode.
+    metrics::describe_gauge!(
+        "anteroom_draining",
+        "1 while the event drains on this node (queue store unreachable), else 0"
+    );
+    metrics::describe_counter!(
+        "anteroom_drain_admissions_total",
+        "Visitors this node admitted on its own while draining, per event"
+    );
     metrics::describe_counter!("anteroom_polls_total", "Position polls, per event");
     metrics::describe_counter!(
         "anteroom_redeems_total",

@@ -28,7 +28,13 @@ const WATCH_CONFIGS_EVERY: Duration = Duration::from_secs(5);
 /// Starts the background tasks of one event.
 pub fn spawn_event(state: &Arc<AppState>, id: &EventId) {
     let mut tasks = lock(&state.tasks);
-    tasks.spawn(schedule(state.clone(), id.clone()));
+    // Issue 8: the drain task runs beside the scheduler and holds it while
+    // drain admissions are not yet recorded in the store.
+    tasks.spawn(crate::drain::supervise(
+        state.clone(),
+        id.clone(),
+        schedule(state.clone(), id.clone()),
+    ));
     tasks.spawn(refresh(state.clone(), id.clone()));
 }
 

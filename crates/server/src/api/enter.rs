@@ -65,6 +65,16 @@ pub async fn enter(State(state): State<Arc<AppState>>, req: Request) -> Result<R
     }
     metrics::counter!("anteroom_joins_total", "event" => rt.id().to_string()).increment(1);
 
+    // Issue 8: while the event drains, new arrivals are turned away (503 +
+    // Retry-After) and visitors this node admitted itself get that answer.
+    if let Some(p) = crate::drain::answer(&state, &rt, &visitor.member, lang, &return_path) {
+        if p.status == super::Status::Draining {
+            return Err(crate::drain::draining_error());
+        }
+        let mut response = p.respond(StatusCode::OK);
+        add_cookie(response.headers_mut(), visitor.new_cookie);
+        return Ok(response);
+    }
     let current = current_phase(&state, &rt);
     let position = if matches!(current, Phase::Scheduled | Phase::Closed) {
         // Nobody joins before the pre-window or after the close.
@@ -97,7 +107,8 @@ pub async fn enter(State(state): State<Arc<AppState>>, req: Request) -> Result<R
             state.store.join(rt.id(), &visitor.member, &scoring),
         )
         .await
-        .map_err(ApiError::from)?;
+        .map_err(|e| crate::drain::on_store_error(&state, &rt, e))?;
+        crate::drain::of(&rt).note(&visitor.member, &outcome.state);
         QueuePosition::build(
             &state,
             &rt,
@@ -251,10 +262,20 @@ pub async fn position_of(
     lang: anteroom_core::eta::Lang,
     return_path: &str,
 ) -> QueuePosition {
+    // Issue 8: drain admissions and DRAINING come from this node's records.
+    if let Some(p) = crate::drain::answer(state, rt, member, lang, return_path) {
+        return p;
+    }
     match crate::metrics::timed_store("status", state.store.status(rt.id(), member, touch)).await {
-        Ok(s) => QueuePosition::build(state, rt, member, &s, lang, return_path),
+        Ok(s) => {
+            crate::drain::of(rt).note(member, &s);
+            QueuePosition::build(state, rt, member, &s, lang, return_path)
+        }
         Err(e) => {
             tracing::warn!(event = %rt.id(), error = e.kind(), "position read failed; draining");
+            if matches!(e, anteroom_store::StoreError::Unavailable(_)) {
+                crate::drain::store_failed(state, rt);
+            }
             QueuePosition::draining(state, rt)
         }
     }

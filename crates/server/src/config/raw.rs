@@ -36,6 +36,10 @@ pub struct RawServer {
     pub header_read_timeout: Option<String>,
     /// Largest JSON body the queue API reads, in bytes.
     pub max_body_bytes: Option<u64>,
+    /// Issue 8: gateway nodes sharing the store; each drains within 1/n of the capacity left.
+    pub gateway_nodes: Option<u64>,
+    /// Issue 8, TEST/DIAGNOSTIC ONLY: shifts this node's wall clock (clock-skew tests).
+    pub test_clock_offset_ms: Option<i64>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize, Serialize)]

@@ -103,7 +103,30 @@ fn server(raw: &RawConfig) -> Result<ServerConfig> {
             "10s",
         )?,
         max_body_bytes: usize::try_from(max_body_bytes).unwrap_or(16 * 1024),
+        drain: drain_settings(s)?,
         trusted_proxies: Vec::new(),
+    })
+}
+
+/// Issue 8: drain share and the test-only clock offset.
+fn drain_settings(s: &super::raw::RawServer) -> Result<crate::drain::clock::DrainSettings> {
+    let gateway_nodes = s.gateway_nodes.unwrap_or(1);
+    if !(1..=10_000).contains(&gateway_nodes) {
+        return Err(ConfigError::new(
+            "server.gateway_nodes",
+            "must be between 1 and 10000",
+        ));
+    }
+    let test_clock_offset_ms = s.test_clock_offset_ms.unwrap_or(0);
+    if test_clock_offset_ms.abs() > 3_600_000 {
+        return Err(ConfigError::new(
+            "server.test_clock_offset_ms",
+            "test-only; must be within one hour",
+        ));
+    }
+    Ok(crate::drain::clock::DrainSettings {
+        gateway_nodes,
+        test_clock_offset_ms,
     })
 }
 

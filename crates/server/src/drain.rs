@@ -1,0 +1,220 @@
+//! Drain mode, per event: what a node does while the queue store cannot be
+//! reached for an event, and how it hands back when the store returns.
+//!
+//! Neither fail-open nor fail-closed. While an event drains, this node
+//! - answers new arrivals `503 draining` with `Retry-After` (hook in enter);
+//! - admits visitors it knows to be queued, front first, from its cache of
+//!   their last known rank ([`cache`]), within its share of the capacity left
+//!   at the last refresh, never while the event was last seen paused or
+//!   closed; the tokens it signs are redeemed against a local single-use set,
+//!   since the store cannot consume their nonces;
+//! - keeps proxying valid passes (they verify locally; see `passes`).
+//!
+//! When the store answers again the node records the sessions it admitted
+//! with `reconcile_active` and only then leaves drain mode; the event's
+//! scheduler on this node is held until that is done ([`task::supervise`]),
+//! so the store cannot admit again a visitor this node already let in.
+//!
+//! Architecture invariant: a drain token is redeemed at most once per node
+//! (the local set), and a drain admission is recorded in the store before
+//! this node's scheduler admits anybody else for the event.
+
+pub mod cache;
+pub mod clock;
+pub mod task;
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use anteroom_core::eta::Lang;
+use anteroom_store::{MemberState, Nonce, RedeemOutcome, StoreError};
+
+use crate::api::QueuePosition;
+use crate::app::{AppState, EventRuntime, lock};
+use crate::error::ApiError;
+
+pub use task::supervise;
+
+/// `Retry-After` for new arrivals while draining: the store is usually back
+/// (or known to be gone for longer) within seconds.
+pub const RETRY_AFTER_SECS: u64 = 2;
+
+/// Drain state of one event on this node; lives in [`crate::app::Live`].
+#[derive(Debug, Default)]
+pub struct DrainState {
+    /// Read on every request, so kept outside the lock.
+    draining: AtomicBool,
+    /// Set from entry until the reconcile succeeded: the scheduler is held.
+    holding: AtomicBool,
+    inner: Mutex<Inner>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    ranks: cache::RankCache,
+    /// Node time (ms) this drain started, for logs and figures.
+    since_ms: Option<i64>,
+    /// Capacity already taken at the last refresh: active + outstanding.
+    used_at_entry: u64,
+    /// Visitors this node admitted while draining, by token nonce. Kept until
+    /// their token expires so a replay stays refused after the drain ends.
+    local: HashMap<Nonce, LocalAdmission>,
+    by_member: HashMap<String, Nonce>,
+}
+
+#[derive(Debug, Clone)]
+struct LocalAdmission {
+    member: String,
+    token_expires_at_ms: i64,
+    /// `Some(session end)` once redeemed (the single use).
+    redeemed_until_ms: Option<i64>,
+    reconciled: bool,
+}
+
+impl DrainState {
+    /// Whether new arrivals of the event are turned away now.
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::Acquire)
+    }
+
+    /// Whether the event's scheduler on this node must wait (drain, or drain
+    /// admissions not yet recorded in the store).
+    pub fn holds_scheduler(&self) -> bool {
+        self.holding.load(Ordering::Acquire)
+    }
+
+    /// Remembers what the store said about `member` (position/enter answers).
+    pub fn note(&self, member: &str, state: &MemberState) {
+        let mut inner = lock(&self.inner);
+        match state {
+            MemberState::Waiting { rank, .. } => inner.ranks.note(member, *rank),
+            _ => inner.ranks.forget(member),
+        }
+    }
+
+    /// Enters drain mode (idempotent); `used` is active + outstanding as last
+    /// known. Returns `true` for the call that switched it on.
+    pub fn enter(&self, now_ms: i64, used: u64) -> bool {
+        let mut inner = lock(&self.inner);
+        self.holding.store(true, Ordering::Release);
+        if self.draining.swap(true, Ordering::AcqRel) {
+            return false;
+        }
+        inner.since_ms = Some(now_ms);
+        inner.used_at_entry = used;
+        true
+    }
+
+    /// How long the current drain has lasted, if draining.
+    pub fn since_ms(&self) -> Option<i64> {
+        lock(&self.inner).since_ms
+    }
+
+    fn local_answer(&self, member: &str, now_ms: i64) -> Option<MemberState> {
+        let inner = lock(&self.inner);
+        let nonce = inner.by_member.get(member)?;
+        let local = inner.local.get(nonce)?;
+        match local.redeemed_until_ms {
+            None if now_ms < local.token_expires_at_ms => Some(MemberState::Admitted {
+                nonce: *nonce,
+                expires_at_us: local.token_expires_at_ms.saturating_mul(1000),
+            }),
+            // Once redeemed and recorded, the store knows the session.
+            Some(until) if !local.reconciled => Some(MemberState::Active {
+                expires_at_us: until.saturating_mul(1000),
+            }),
+            _ => None,
+        }
+    }
+}
+
+/// The drain state of an event.
+pub fn of(rt: &EventRuntime) -> &DrainState {
+    &rt.live.drain
+}
+
+/// A store call for the event failed as unreachable: drain now rather than
+/// at the next probe.
+pub fn store_failed(state: &AppState, rt: &EventRuntime) {
+    let stats = rt.live.snapshot().stats;
+    if of(rt).enter(
+        state.now_ms(),
+        stats.active.saturating_add(stats.outstanding),
+    ) {
+        tracing::warn!(event = %rt.id(), "queue store unreachable (request); draining");
+    }
+}
+
+/// The answer this node gives `member` from its own drain records, if any:
+/// a drain admission (ADMITTED with the locally signed token, or ACTIVE), or
+/// DRAINING for everybody else while the event drains.
+pub fn answer(
+    state: &AppState,
+    rt: &EventRuntime,
+    member: &str,
+    lang: Lang,
+    return_path: &str,
+) -> Option<QueuePosition> {
+    let drain = of(rt);
+    if let Some(s) = drain.local_answer(member, state.now_ms()) {
+        return Some(QueuePosition::build(
+            state,
+            rt,
+            member,
+            &s,
+            lang,
+            return_path,
+        ));
+    }
+    drain
+        .is_draining()
+        .then(|| QueuePosition::draining(state, rt))
+}
+
+/// Redeems a token this node signed while draining. `None` when the nonce is
+/// not a drain admission of this node (the store decides then).
+pub fn redeem_local(
+    rt: &EventRuntime,
+    member: &str,
+    nonce: &Nonce,
+    session_end_ms: i64,
+) -> Option<RedeemOutcome> {
+    let mut inner = lock(&of(rt).inner);
+    let local = inner.local.get_mut(nonce)?;
+    if local.member != member {
+        return Some(RedeemOutcome::NotAdmitted);
+    }
+    if local.redeemed_until_ms.is_some() {
+        return Some(RedeemOutcome::AlreadyUsed);
+    }
+    local.redeemed_until_ms = Some(session_end_ms);
+    Some(RedeemOutcome::Redeemed)
+}
+
+/// Events draining on this node, for `/readyz`.
+pub fn draining_events(state: &AppState) -> Vec<String> {
+    state
+        .events()
+        .iter()
+        .filter(|rt| of(rt).is_draining())
+        .map(|rt| rt.id().to_string())
+        .collect()
+}
+
+/// The `503 draining` answer for new arrivals.
+pub fn draining_error() -> ApiError {
+    ApiError::Draining {
+        retry_after_secs: RETRY_AFTER_SECS,
+    }
+}
+
+/// Maps a store error of a request, draining the event when the store is
+/// unreachable.
+pub fn on_store_error(state: &AppState, rt: &EventRuntime, e: StoreError) -> ApiError {
+    if matches!(e, StoreError::Unavailable(_)) {
+        store_failed(state, rt);
+        return draining_error();
+    }
+    ApiError::from(e)
+}

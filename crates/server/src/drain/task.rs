@@ -1,0 +1,192 @@
+//! The per-event drain task: probes the store, enters drain mode, admits
+//! from the local rank cache while draining, and reconciles on the way out.
+//!
+//! It runs in the same task as the event's scheduler ([`supervise`]), which
+//! it simply stops polling while drain admissions are not yet recorded in the
+//! store: a scheduler tick cut off mid-way never reaches its `admit` call.
+
+use std::future::Future;
+use std::pin::pin;
+use std::sync::Arc;
+use std::task::Poll;
+use std::time::Duration;
+
+use anteroom_core::phase::Phase;
+use anteroom_store::EventId;
+use rand::RngCore;
+
+use super::{DrainState, Inner, LocalAdmission, of};
+use crate::app::{AppState, EventRuntime, lock};
+
+/// How often the store is probed for each event: with [`PROBE_TIMEOUT`] this
+/// bounds drain entry (and exit) to well under a second.
+pub const PROBE_EVERY: Duration = Duration::from_millis(100);
+
+/// A probe slower than this counts as unreachable (a hung store).
+pub const PROBE_TIMEOUT: Duration = Duration::from_millis(300);
+
+/// Runs the event's drain task beside its `scheduler`, polling the scheduler
+/// only while drain does not hold it.
+pub async fn supervise(state: Arc<AppState>, id: EventId, scheduler: impl Future<Output = ()>) {
+    let live = match state.event(&id) {
+        Some(rt) => rt.live.clone(),
+        None => return,
+    };
+    let mut drain = pin!(watch(state, id));
+    let mut scheduler = pin!(scheduler);
+    std::future::poll_fn(|cx| {
+        if drain.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(());
+        }
+        if !live.drain.holds_scheduler() && scheduler.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(());
+        }
+        Poll::Pending
+    })
+    .await;
+}
+
+async fn watch(state: Arc<AppState>, id: EventId) {
+    let mut every = tokio::time::interval(PROBE_EVERY);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        every.tick().await;
+        let Some(rt) = state.event(&id) else { return };
+        let reachable = matches!(
+            tokio::time::timeout(PROBE_TIMEOUT, state.store.ping(&id)).await,
+            Ok(Ok(()))
+        );
+        let drain = of(&rt);
+        if reachable {
+            if drain.holds_scheduler() {
+                leave(&state, &rt).await;
+            }
+        } else {
+            super::store_failed(&state, &rt);
+            admit_locally(&state, &rt);
+        }
+        gauge(&rt, drain.is_draining());
+    }
+}
+
+fn gauge(rt: &EventRuntime, draining: bool) {
+    metrics::gauge!("anteroom_draining", "event" => rt.id().to_string()).set(if draining {
+        1.0
+    } else {
+        0.0
+    });
+}
+
+/// Records this node's drain admissions in the store, then leaves drain mode.
+/// A failed reconcile keeps the node draining; the next probe retries.
+async fn leave(state: &AppState, rt: &EventRuntime) {
+    let drain = of(rt);
+    let pending = pending_sessions(drain, rt);
+    if !pending.is_empty() {
+        let members: Vec<(String, i64)> = pending
+            .iter()
+            .map(|(m, until_ms)| (m.clone(), until_ms.saturating_mul(1000)))
+            .collect();
+        match crate::metrics::timed_store(
+            "reconcile_active",
+            state.store.reconcile_active(rt.id(), &members),
+        )
+        .await
+        {
+            Ok(n) => tracing::info!(event = %rt.id(), recorded = n, "drain admissions reconciled"),
+            Err(e) => {
+                tracing::warn!(event = %rt.id(), error = e.kind(), "reconcile failed; still draining");
+                return;
+            }
+        }
+    }
+    // Fresh stats and admin state before the first answer after the drain.
+    crate::scheduler::refresh_once(state, rt).await;
+    let now = state.now_ms();
+    let mut inner = lock(&drain.inner);
+    for (member, _) in &pending {
+        if let Some(nonce) = inner.by_member.get(member).copied()
+            && let Some(local) = inner.local.get_mut(&nonce)
+        {
+            local.reconciled = true;
+        }
+    }
+    // Keep only what still guards a replay: unexpired drain tokens.
+    let keep: Vec<_> = inner
+        .local
+        .iter()
+        .filter(|(_, l)| l.token_expires_at_ms > now)
+        .map(|(n, _)| *n)
+        .collect();
+    inner.local.retain(|n, _| keep.contains(n));
+    let Inner {
+        local, by_member, ..
+    } = &mut *inner;
+    by_member.retain(|_, n| local.contains_key(n));
+    let lasted = inner.since_ms.take().map(|s| now - s);
+    drain
+        .draining
+        .store(false, std::sync::atomic::Ordering::Release);
+    drain
+        .holding
+        .store(false, std::sync::atomic::Ordering::Release);
+    tracing::info!(event = %rt.id(), lasted_ms = ?lasted, "queue store back; drain over");
+}
+
+/// `(member, session end ms)` of drain admissions not yet recorded. An
+/// unredeemed token counts as a session from its expiry onwards, so the slot
+/// stays taken whether or not the visitor comes back for it.
+fn pending_sessions(drain: &DrainState, rt: &EventRuntime) -> Vec<(String, i64)> {
+    let ttl = i64::try_from(rt.config.session_ttl.as_millis()).unwrap_or(i64::MAX);
+    lock(&drain.inner)
+        .local
+        .values()
+        .filter(|l| !l.reconciled)
+        .map(|l| {
+            let until = l
+                .redeemed_until_ms
+                .unwrap_or_else(|| l.token_expires_at_ms.saturating_add(ttl));
+            (l.member.clone(), until)
+        })
+        .collect()
+}
+
+/// Admits remembered visitors, front first, within this node's share of the
+/// capacity left at drain entry; never while the event was last seen paused
+/// or closed (or before it opens).
+fn admit_locally(state: &AppState, rt: &EventRuntime) {
+    if crate::api::enter::current_phase(state, rt) != Phase::Open {
+        return;
+    }
+    let drain = of(rt);
+    let nodes = state.server.drain.gateway_nodes.max(1);
+    let now = state.now_ms();
+    let token_ttl = i64::try_from(rt.config.token_ttl.as_millis()).unwrap_or(i64::MAX);
+    let mut inner = lock(&drain.inner);
+    let share = rt.config.max_active.saturating_sub(inner.used_at_entry) / nodes;
+    let taken = inner.local.values().filter(|l| !l.reconciled).count() as u64;
+    let room = usize::try_from(share.saturating_sub(taken)).unwrap_or(0);
+    if room == 0 {
+        return;
+    }
+    let front = inner.ranks.take_front(room);
+    for member in front {
+        if inner.by_member.contains_key(&member) {
+            continue;
+        }
+        let mut nonce = [0u8; 16];
+        rand::rng().fill_bytes(&mut nonce);
+        inner.by_member.insert(member.clone(), nonce);
+        inner.local.insert(
+            nonce,
+            LocalAdmission {
+                member,
+                token_expires_at_ms: now.saturating_add(token_ttl),
+                redeemed_until_ms: None,
+                reconciled: false,
+            },
+        );
+        metrics::counter!("anteroom_drain_admissions_total", "event" => rt.id().to_string())
+            .increment(1);
+    }
+}
