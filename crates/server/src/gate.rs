@@ -28,6 +28,7 @@ use percent_encoding::{NON_ALPHANUMERIC, utf8_percent_encode};
 
 use crate::api::{QueuePosition, empty};
 use crate::app::{AppState, EventRuntime};
+use crate::bots::RateKind;
 use crate::config::MAX_HEADER_BYTES;
 use crate::error::ApiError;
 use crate::identity::{self, PASS_COOKIE};
@@ -45,10 +46,10 @@ pub async fn gate(State(state): State<Arc<AppState>>, req: Request) -> Response 
         Ok(route) => route,
         Err(e) => return e.into_response(),
     };
-    let client_ip = client_ip(&req);
+    let peer = peer_ip(&req);
     match route {
-        Route::Unprotected => forward_unprotected(&state, req, client_ip).await,
-        Route::Protected(rt) => protected(&state, rt, req, client_ip).await,
+        Route::Unprotected => forward_unprotected(&state, req, peer).await,
+        Route::Protected(rt) => protected(&state, rt, req, peer).await,
     }
 }
 
@@ -174,6 +175,15 @@ async fn queue(
             .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
         return response;
     }
+    // Each of these answers reads the store like a position poll, so it
+    // counts against the position limits, by the client's own address.
+    let ip = crate::api::client_ip(state, req.extensions(), req.headers());
+    if let Err(limited) = state
+        .bots
+        .check_rate(RateKind::Position, ip, member.unwrap_or(""))
+    {
+        return ApiError::from(limited).into_response();
+    }
     metrics::counter!("anteroom_rejections_total", "reason" => "queued").increment(1);
     let lang = crate::api::lang(req.headers());
     let position = match member {
@@ -231,7 +241,11 @@ fn accepts_html(headers: &HeaderMap) -> bool {
         .any(|v| v.contains("text/html"))
 }
 
-fn client_ip(req: &Request) -> IpAddr {
+/// The TCP peer. The proxy appends it to `X-Forwarded-For` as the hop this
+/// server saw, keeping the earlier hops as received, so the origin gets the
+/// whole chain; the believed client address (through trusted proxies) is
+/// [`crate::api::client_ip`], used for rate limits.
+fn peer_ip(req: &Request) -> IpAddr {
     req.extensions()
         .get::<ConnectInfo<SocketAddr>>()
         .map_or(IpAddr::V4(Ipv4Addr::LOCALHOST), |c| c.0.ip())
