@@ -96,13 +96,9 @@ impl RedisStore {
         })
     }
 
-    async fn eval<T: redis::FromRedisValue>(
-        &self,
-        script: &Lua,
-        keys: &[String],
-        args: &[Vec<u8>],
-    ) -> Result<T> {
-        self.conn.eval(script, keys, args, self.timeout).await
+    /// Runs `call`, built by `script.call(keys)` plus its arguments.
+    async fn eval<T: redis::FromRedisValue>(&self, script: &Lua, call: &redis::Cmd) -> Result<T> {
+        self.conn.eval(script, call, self.timeout).await
     }
 
     async fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T> {
@@ -110,22 +106,22 @@ impl RedisStore {
     }
 
     /// The member-state keys, in the order `join.lua` and `status.lua` take them.
-    fn member_keys(k: &EventKeys) -> [String; 4] {
-        [k.queue(), k.seen(), k.active_ends(), k.tokens()]
+    fn member_keys(k: &EventKeys) -> [String; 5] {
+        [
+            k.queue(),
+            k.seen(),
+            k.held(),
+            k.token_expiries(),
+            k.active(),
+        ]
     }
 }
 
-/// One script argument, as Redis sees it on the wire.
-fn int(v: impl Into<i64>) -> Vec<u8> {
-    v.into().to_string().into_bytes()
-}
-
-fn uint(v: u64) -> Vec<u8> {
-    v.to_string().into_bytes()
-}
-
-fn text(s: &str) -> Vec<u8> {
-    s.as_bytes().to_vec()
+/// The `held` entry of a token: tagged `t` so a session (`s`) never reads as one.
+fn token_entry(nonce: &Nonce) -> [u8; 17] {
+    let mut entry = [b't'; 17];
+    entry[1..].copy_from_slice(nonce);
+    entry
 }
 
 fn count(v: i64) -> u64 {
@@ -203,8 +199,8 @@ impl QueueStore for RedisStore {
 
     async fn now_us(&self, event: &EventId) -> Result<i64> {
         // Run on the event's own node: that is the clock its scores use.
-        self.eval(&scripts::NOW, &[EventKeys::new(event).queue()], &[])
-            .await
+        let call = scripts::NOW.call(&[EventKeys::new(event).queue()]);
+        self.eval(&scripts::NOW, &call).await
     }
 
     async fn join(
@@ -215,28 +211,21 @@ impl QueueStore for RedisStore {
     ) -> Result<JoinOutcome> {
         check_member(member)?;
         let k = EventKeys::new(event);
-        let args = [
-            text(member),
-            int(scoring.opens_at_us),
-            int(scoring.prewindow_score),
-            int(scoring.tiebreak),
-            int(i64::from(scoring.behind)),
-        ];
-        decode_state(
-            self.eval(&scripts::JOIN, &Self::member_keys(&k), &args)
-                .await?,
-        )
+        let mut call = scripts::JOIN.call(&Self::member_keys(&k));
+        call.arg(member)
+            .arg(scoring.opens_at_us)
+            .arg(scoring.prewindow_score)
+            .arg(scoring.tiebreak)
+            .arg(u8::from(scoring.behind));
+        decode_state(self.eval(&scripts::JOIN, &call).await?)
     }
 
     async fn status(&self, event: &EventId, member: &str, touch: bool) -> Result<MemberState> {
         check_member(member)?;
         let k = EventKeys::new(event);
-        let args = [text(member), int(i64::from(touch))];
-        Ok(decode_state(
-            self.eval(&scripts::STATUS, &Self::member_keys(&k), &args)
-                .await?,
-        )?
-        .state)
+        let mut call = scripts::STATUS.call(&Self::member_keys(&k));
+        call.arg(member).arg(u8::from(touch));
+        Ok(decode_state(self.eval(&scripts::STATUS, &call).await?)?.state)
     }
 
     async fn queue_length(&self, event: &EventId) -> Result<u64> {
@@ -255,7 +244,7 @@ impl QueueStore for RedisStore {
         let keys = [
             k.queue(),
             k.seen(),
-            k.tokens(),
+            k.held(),
             k.token_expiries(),
             k.active(),
             k.state(),
@@ -264,14 +253,14 @@ impl QueueStore for RedisStore {
         ];
         // Only the nonces that can be used travel to Redis.
         let take = usize::try_from(max).unwrap_or(usize::MAX);
-        let mut args = Vec::with_capacity(3 + take);
-        args.extend([
-            uint(max),
-            uint(req.max_active),
-            int(req.token_expires_at_us),
-        ]);
-        args.extend(req.nonces[..take].iter().map(|n| n.to_vec()));
-        let members: Vec<String> = self.eval(&scripts::ADMIT, &keys, &args).await?;
+        let mut call = scripts::ADMIT.call(&keys);
+        call.arg(max)
+            .arg(req.max_active)
+            .arg(req.token_expires_at_us);
+        for nonce in &req.nonces[..take] {
+            call.arg(&token_entry(nonce)[..]);
+        }
+        let members: Vec<String> = self.eval(&scripts::ADMIT, &call).await?;
         if members.len() > take {
             return Err(StoreError::Corrupt(
                 "admit returned more members than nonces".into(),
@@ -297,15 +286,15 @@ impl QueueStore for RedisStore {
         check_member(member)?;
         let k = EventKeys::new(event);
         let keys = [
-            k.tokens(),
+            k.held(),
             k.token_expiries(),
             k.used(),
             k.active(),
-            k.active_ends(),
             k.totals(),
         ];
-        let args = [text(member), nonce.to_vec(), int(session_expires_at_us)];
-        match self.eval::<i64>(&scripts::REDEEM, &keys, &args).await? {
+        let mut call = scripts::REDEEM.call(&keys);
+        call.arg(member).arg(&nonce[..]).arg(session_expires_at_us);
+        match self.eval::<i64>(&scripts::REDEEM, &call).await? {
             0 => Ok(RedeemOutcome::Redeemed),
             1 => Ok(RedeemOutcome::AlreadyUsed),
             2 => Ok(RedeemOutcome::NotAdmitted),
@@ -318,9 +307,9 @@ impl QueueStore for RedisStore {
     async fn extend(&self, event: &EventId, member: &str, expires_at_us: i64) -> Result<bool> {
         check_member(member)?;
         let k = EventKeys::new(event);
-        let args = [text(member), int(expires_at_us)];
-        let keys = [k.active(), k.active_ends()];
-        Ok(self.eval::<i64>(&scripts::EXTEND, &keys, &args).await? == 1)
+        let mut call = scripts::EXTEND.call(&[k.active(), k.held()]);
+        call.arg(member).arg(expires_at_us);
+        Ok(self.eval::<i64>(&scripts::EXTEND, &call).await? == 1)
     }
 
     async fn release(&self, event: &EventId, member: &str) -> Result<bool> {
@@ -329,39 +318,30 @@ impl QueueStore for RedisStore {
         let keys = [
             k.queue(),
             k.seen(),
-            k.tokens(),
+            k.held(),
             k.token_expiries(),
             k.active(),
             k.revocations(),
             k.churn_per_s(),
-            k.active_ends(),
         ];
-        Ok(self
-            .eval::<i64>(&scripts::RELEASE, &keys, &[text(member)])
-            .await?
-            == 1)
+        let mut call = scripts::RELEASE.call(&keys);
+        call.arg(member);
+        Ok(self.eval::<i64>(&scripts::RELEASE, &call).await? == 1)
     }
 
     async fn reconcile_active(&self, event: &EventId, members: &[(String, i64)]) -> Result<u64> {
         let k = EventKeys::new(event);
-        let keys = [
-            k.queue(),
-            k.seen(),
-            k.token_expiries(),
-            k.active(),
-            k.active_ends(),
-        ];
+        let keys = [k.queue(), k.seen(), k.active(), k.held()];
         let mut recorded = 0;
         // Bounded batches: one script per batch keeps each step short; every
         // member's check-and-record is still atomic.
         for batch in members.chunks(1000) {
-            let mut args = Vec::with_capacity(batch.len() * 2);
+            let mut call = scripts::RECONCILE.call(&keys);
             for (member, expires_at_us) in batch {
                 check_member(member)?;
-                args.push(text(member));
-                args.push(int(*expires_at_us));
+                call.arg(member).arg(*expires_at_us);
             }
-            recorded += count(self.eval::<i64>(&scripts::RECONCILE, &keys, &args).await?);
+            recorded += count(self.eval::<i64>(&scripts::RECONCILE, &call).await?);
         }
         Ok(recorded)
     }
@@ -371,7 +351,7 @@ impl QueueStore for RedisStore {
         let keys = [
             k.queue(),
             k.seen(),
-            k.tokens(),
+            k.held(),
             k.token_expiries(),
             k.active(),
             k.used(),
@@ -379,17 +359,15 @@ impl QueueStore for RedisStore {
             k.admitted_per_s(),
             k.churn_per_s(),
             k.no_shows_per_s(),
-            k.active_ends(),
         ];
-        let args = [
-            int(req.waiting_seen_before_us),
-            uint(EXPIRE_BATCH),
-            int(REVOCATION_RETENTION_US),
-        ];
+        let mut call = scripts::EXPIRE.call(&keys);
+        call.arg(req.waiting_seen_before_us)
+            .arg(EXPIRE_BATCH)
+            .arg(REVOCATION_RETENTION_US);
         let mut total = Expired::default();
         loop {
             let (idle, tokens, sessions): (i64, i64, i64) =
-                self.eval(&scripts::EXPIRE, &keys, &args).await?;
+                self.eval(&scripts::EXPIRE, &call).await?;
             total.idle_waiters += count(idle);
             total.unredeemed_tokens += count(tokens);
             total.sessions += count(sessions);
@@ -413,7 +391,9 @@ impl QueueStore for RedisStore {
             k.churn_per_s(),
             k.no_shows_per_s(),
         ];
-        let v: Vec<i64> = self.eval(&scripts::STATS, &keys, &[]).await?;
+        let v: Vec<i64> = self
+            .eval(&scripts::STATS, &scripts::STATS.call(&keys))
+            .await?;
         let [
             waiting,
             active,

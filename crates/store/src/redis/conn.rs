@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use redis::aio::ConnectionManager;
 use redis::cluster_async::ClusterConnection;
-use redis::{Cmd, ErrorKind, FromRedisValue, RedisError, Script, ServerErrorKind};
+use redis::{Arg, Cmd, ErrorKind, FromRedisValue, RedisError, Script, ServerErrorKind};
 
 use crate::StoreError;
 
@@ -29,8 +29,8 @@ impl Conn {
         bounded(timeout, async move { conn.raw(cmd).await }).await
     }
 
-    /// Runs `script` with `keys` and `args` as one atomic step, bounded by
-    /// `timeout` (the reload included).
+    /// Runs one script call built by [`Lua::call`] as one atomic step,
+    /// bounded by `timeout` (the reload included).
     ///
     /// EVALSHA first; on NOSCRIPT (after `SCRIPT FLUSH`, a restart or a
     /// failover to a node that never saw it) EVAL sends the body, which also
@@ -40,17 +40,14 @@ impl Conn {
     pub(crate) async fn eval<T: FromRedisValue>(
         &self,
         script: &Lua,
-        keys: &[String],
-        args: &[Vec<u8>],
+        call: &Cmd,
         timeout: Duration,
     ) -> Result<T, StoreError> {
         let mut conn = self.clone();
         bounded(timeout, async move {
-            let by_hash = script.cmd("EVALSHA", script.script.get_hash(), keys, args);
-            match conn.raw(&by_hash).await {
+            match conn.raw(call).await {
                 Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                    let by_body = script.cmd("EVAL", script.body, keys, args);
-                    conn.raw(&by_body).await
+                    conn.raw(&script.by_body(call)).await
                 }
                 other => other,
             }
@@ -80,11 +77,24 @@ impl Lua {
         }
     }
 
-    fn cmd(&self, verb: &str, first: &str, keys: &[String], args: &[Vec<u8>]) -> Cmd {
-        let mut cmd = redis::cmd(verb);
-        cmd.arg(first).arg(keys.len()).arg(keys);
-        for a in args {
-            cmd.arg(a.as_slice());
+    /// `EVALSHA <sha> <#keys> <keys...>`; the caller appends the arguments.
+    /// Arguments go straight into the command buffer (integers through
+    /// redis-rs's formatting), with no intermediate allocation per argument.
+    pub(crate) fn call(&self, keys: &[String]) -> Cmd {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(self.script.get_hash()).arg(keys.len()).arg(keys);
+        cmd
+    }
+
+    /// The same call as `EVAL <body> ...`, for when the server lost the script.
+    fn by_body(&self, call: &Cmd) -> Cmd {
+        let mut cmd = redis::cmd("EVAL");
+        cmd.arg(self.body);
+        // Skip the verb and the SHA; everything after is the same.
+        for arg in call.args_iter().skip(2) {
+            if let Arg::Simple(bytes) = arg {
+                cmd.arg(bytes);
+            }
         }
         cmd
     }

@@ -1,8 +1,8 @@
 -- expire: drop idle waiters, unredeemed tokens and ended sessions at canonical
 -- TIME, at most ARGV[2] of each per call so one sweep never blocks Redis for
 -- long (the caller repeats while a category comes back full).
--- KEYS: 1 queue, 2 seen, 3 tokens, 4 token expiries, 5 active, 6 used nonces,
---       7 revocations, 8 admissions/s, 9 churn/s, 10 no-shows/s, 11 active ends
+-- KEYS: 1 queue, 2 seen, 3 held, 4 token expiries, 5 active, 6 used nonces,
+--       7 revocations, 8 admissions/s, 9 churn/s, 10 no-shows/s
 -- ARGV: 1 waiting members not seen since this time (us) lose their place,
 --       2 limit per category, 3 revocation retention (us)
 -- Returns {idle waiters, expired tokens, ended sessions}.
@@ -42,7 +42,7 @@ each_chunk(ses_list, function(c)
   end
   redis.call('ZADD', KEYS[7], unpack(revs))
   redis.call('ZREM', KEYS[5], unpack(c))
-  redis.call('HDEL', KEYS[11], unpack(c))
+  redis.call('HDEL', KEYS[3], unpack(c))
 end)
 
 redis.call('ZREMRANGEBYSCORE', KEYS[6], '-inf', upto)

@@ -1,10 +1,10 @@
 -- extend: move an active session's end (a session counts as active until
 -- the expire sweep drops it).
--- KEYS: 1 active, 2 active ends   ARGV: 1 member, 2 new expiry (us)
+-- KEYS: 1 active, 2 held   ARGV: 1 member, 2 new expiry (us)
 -- Returns 1 if the session was there and moved, else 0.
-if redis.call('HEXISTS', KEYS[2], ARGV[1]) == 1 then
-  redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
-  redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
-  return 1
-end
-return 0
+local v = redis.call('HGET', KEYS[2], ARGV[1])
+if not v or string.sub(v, 1, 1) ~= 's' then return 0 end
+redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
+local entry = 's' .. exact_text(ARGV[2])
+if entry ~= v then redis.call('HSET', KEYS[2], ARGV[1], entry) end
+return 1

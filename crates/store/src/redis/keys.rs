@@ -43,15 +43,12 @@ impl EventKeys {
     pub(crate) fn active(&self) -> String {
         self.key("active")
     }
-    /// Exact end of each active session (member → decimal µs); the zset
-    /// score is an f64, exact only below 2^53.
-    pub(crate) fn active_ends(&self) -> String {
-        self.key("active:ends")
-    }
-    /// Outstanding admission tokens: member → nonce (16 bytes) and the
-    /// token's exact expiry in decimal.
-    pub(crate) fn tokens(&self) -> String {
-        self.key("tok")
+    /// Every member holding a slot: `t` and its token nonce, or `s` for an
+    /// active session, followed by the exact time in decimal only when the
+    /// f64 score in [`Self::token_expiries`] / [`Self::active`] cannot carry
+    /// it (beyond 2^53 µs). One hash, so a join checks both in one lookup.
+    pub(crate) fn held(&self) -> String {
+        self.key("held")
     }
     /// Outstanding admission tokens: member scored by token expiry.
     pub(crate) fn token_expiries(&self) -> String {

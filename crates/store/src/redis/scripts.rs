@@ -1,18 +1,40 @@
 //! The Lua scripts of the Redis backend, one per multi-step operation, each
-//! atomic on the node that holds its event's slot.
+//! atomic on the node that holds its event's slot. Scripts that touch the
+//! `held` hash share its helpers (`held.lua`), prepended at compile time.
 
 use std::sync::LazyLock;
 
 use super::conn::Lua;
 
-pub(crate) static JOIN: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("join.lua")));
-pub(crate) static STATUS: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("status.lua")));
-pub(crate) static ADMIT: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("admit.lua")));
-pub(crate) static REDEEM: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("redeem.lua")));
-pub(crate) static EXTEND: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("extend.lua")));
+pub(crate) static JOIN: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(concat!(include_str!("held.lua"), include_str!("join.lua"))));
+pub(crate) static STATUS: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(concat!(
+        include_str!("held.lua"),
+        include_str!("status.lua")
+    ))
+});
+pub(crate) static ADMIT: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(concat!(include_str!("held.lua"), include_str!("admit.lua"))));
+pub(crate) static REDEEM: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(concat!(
+        include_str!("held.lua"),
+        include_str!("redeem.lua")
+    ))
+});
+pub(crate) static EXTEND: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(concat!(
+        include_str!("held.lua"),
+        include_str!("extend.lua")
+    ))
+});
 pub(crate) static RELEASE: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("release.lua")));
-pub(crate) static RECONCILE: LazyLock<Lua> =
-    LazyLock::new(|| Lua::new(include_str!("reconcile.lua")));
+pub(crate) static RECONCILE: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(concat!(
+        include_str!("held.lua"),
+        include_str!("reconcile.lua")
+    ))
+});
 pub(crate) static EXPIRE: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("expire.lua")));
 pub(crate) static STATS: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("stats.lua")));
 pub(crate) static NOW: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("now.lua")));
