@@ -67,6 +67,8 @@ pub struct Live {
     pub policy: Mutex<PolicyMemory>,
     /// Issue 8: drain mode (rank cache, local admissions, reconcile).
     pub drain: crate::drain::DrainState,
+    /// Issue 6: origin observations, capacity probe and ETA rate.
+    pub admission: crate::admission::AdmissionLive,
 }
 
 /// What the scheduler keeps between ticks of one event.
@@ -75,6 +77,11 @@ pub struct PolicyMemory {
     pub state: Option<anteroom_core::policy::PolicyState>,
     /// `redeemed_total` at the previous tick, to report redemptions per tick.
     pub last_redeemed_total: Option<u64>,
+    /// The last tick this node ran: outcomes are learnt only across two
+    /// consecutive ticks, so redemptions and expiries cover the same span.
+    pub last_tick: Option<u64>,
+    /// How many the previous tick admitted (reported with the outcomes).
+    pub last_admitted: u64,
 }
 
 impl Live {

@@ -120,9 +120,13 @@ pub struct EventConfig {
     pub opens_at_ms: Option<i64>,
     pub pre_window: Duration,
     pub max_active: u64,
-    /// How long an active session lives without activity; each renewal of
-    /// the pass by the gate moves its end to now + `session_ttl`.
+    /// Absolute lifetime of an active session, counted from its redeem
+    /// (issue 6: no longer renewed; idling is `session_idle_timeout`).
     pub session_ttl: Duration,
+    /// An active session ends after this long without a request through the
+    /// gate: each pass renewal moves its end to
+    /// `min(now + session_idle_timeout, start + session_ttl)`.
+    pub session_idle_timeout: Duration,
     pub token_ttl: Duration,
     pub pass_ttl: Duration,
     pub queue_idle_timeout: Duration,

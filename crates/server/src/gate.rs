@@ -115,11 +115,10 @@ async fn forward(
     member: &str,
     renew: bool,
 ) -> Response {
-    let renewal = renew.then(|| {
-        let (pass, _) = passes::issue(&state.keyring, rt, member, state.now_ms());
-        extend_in_background(state, rt, member);
-        crate::api::redeem::pass_cookie(state, rt, req.headers(), Some(&pass))
-    });
+    // Issue 6: renewal keeps the session start, so idling and the absolute
+    // lifetime both bound the session (admission::lifecycle).
+    let renewal =
+        renew.then(|| crate::admission::lifecycle::renew(state, rt, member, req.headers()));
     let mut extra = vec![(
         HeaderName::from_static("x-anteroom-event"),
         header_value(rt.id().as_str()),
@@ -128,26 +127,18 @@ async fn forward(
         HeaderName::from_static("x-anteroom-session"),
         header_value(member),
     ));
+    // Issue 6: adaptive admission reads the origin's latency and 5xx share
+    // as the gate sees them, timed on the injected clock.
+    let started_ms = state.now_ms();
     let mut response = timed_forward(state, req, &rt.config.origin, ip, extra).await;
+    let status = response.status().as_u16();
+    rt.live
+        .admission
+        .record_origin(state.now_ms(), state.now_ms() - started_ms, status);
     if let Some(cookie) = renewal {
         response.headers_mut().append(header::SET_COOKIE, cookie);
     }
     response
-}
-
-/// Moves the session's end forward for idle tracking; the request never
-/// waits for it, and a store error only costs this one renewal.
-fn extend_in_background(state: &AppState, rt: &EventRuntime, member: &str) {
-    let store = state.store.clone();
-    let event = rt.id().clone();
-    let member = member.to_owned();
-    let ttl_ms = i64::try_from(rt.config.session_ttl.as_millis()).unwrap_or(i64::MAX);
-    let until_us = state.now_ms().saturating_add(ttl_ms).saturating_mul(1000);
-    tokio::spawn(async move {
-        if let Err(e) = store.extend(&event, &member, until_us).await {
-            tracing::debug!(event = %event, error = e.kind(), "session extend failed");
-        }
-    });
 }
 
 /// Phase 3b: send the visitor to the waiting room.

@@ -6,6 +6,7 @@
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod admin;
+pub mod admission;
 pub mod api;
 pub mod app;
 pub mod bots;

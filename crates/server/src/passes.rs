@@ -73,12 +73,30 @@ pub enum PassCheck {
     Missing,
 }
 
-/// Signs a new pass for `member` of the event, valid for `pass_ttl`.
+/// Signs a new pass for `member` of the event, valid for `pass_ttl`, for a
+/// session that starts now (the redeem).
 pub fn issue(keyring: &Keyring, rt: &EventRuntime, member: &str, now_ms: i64) -> (String, i64) {
+    issue_for_session(keyring, rt, member, now_ms, now_ms)
+}
+
+/// Signs a pass for a session that started at `session_start_ms` (renewals).
+///
+/// A pass's nonce is not consumed anywhere, so its first 8 bytes carry the
+/// session start (big-endian ms) and the rest stays random: the signature
+/// makes the start unforgeable, and every node can cap the session at
+/// `start + session_ttl` without a store read (issue 6, session lifecycle).
+pub fn issue_for_session(
+    keyring: &Keyring,
+    rt: &EventRuntime,
+    member: &str,
+    now_ms: i64,
+    session_start_ms: i64,
+) -> (String, i64) {
     let ttl = i64::try_from(rt.config.pass_ttl.as_millis()).unwrap_or(i64::MAX);
     let expires_at_ms = now_ms.saturating_add(ttl);
     let mut nonce = [0u8; 16];
-    rand::rng().fill_bytes(&mut nonce);
+    rand::rng().fill_bytes(&mut nonce[8..]);
+    nonce[..8].copy_from_slice(&session_start_ms.to_be_bytes());
     let claims = Claims {
         kind: TokenKind::Pass,
         event: rt.id().as_str().to_owned(),
@@ -89,6 +107,24 @@ pub fn issue(keyring: &Keyring, rt: &EventRuntime, member: &str, now_ms: i64) ->
         difficulty: 0,
     };
     (keyring.sign(&claims), expires_at_ms)
+}
+
+/// The session start carried by a pass. A pass from before the start was
+/// carried (a random nonce) gives a value outside the possible range; its
+/// session is then treated as starting at its issue time.
+pub fn session_start_ms(claims: &Claims, rt: &EventRuntime, now_ms: i64) -> i64 {
+    let mut start = [0u8; 8];
+    start.copy_from_slice(&claims.nonce[..8]);
+    let start = i64::from_be_bytes(start);
+    let ttl = i64::try_from(rt.config.session_ttl.as_millis()).unwrap_or(i64::MAX);
+    // A start older than one lifetime plus a pass would have ended already.
+    let pass = i64::try_from(rt.config.pass_ttl.as_millis()).unwrap_or(i64::MAX);
+    let oldest = now_ms.saturating_sub(ttl.saturating_add(pass));
+    if start <= now_ms && start >= oldest && start <= claims.issued_at_ms {
+        start
+    } else {
+        claims.issued_at_ms
+    }
 }
 
 /// Checks the passes in `cookie` for the event and session; local only.

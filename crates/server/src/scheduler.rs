@@ -68,10 +68,20 @@ pub fn mode(a: &Admission) -> Mode {
     }
 }
 
+/// Time between two ticks of an event: every second at most, whatever the
+/// mode, so the expire sweep frees ended sessions, void tokens and idle
+/// waiters within a second (issue 6) and batch mode can hand out what a
+/// batch still owes as slots free. Batch cadence is kept by the policy.
+pub fn tick_every(a: &Admission) -> Duration {
+    a.tick()
+        .min(Duration::from_secs(1))
+        .max(Duration::from_millis(1))
+}
+
 async fn schedule(state: Arc<AppState>, id: EventId) {
     loop {
         let Some(rt) = state.event(&id) else { return };
-        let tick_ms = i64::try_from(rt.config.admission.tick().as_millis())
+        let tick_ms = i64::try_from(tick_every(&rt.config.admission).as_millis())
             .unwrap_or(1000)
             .max(1);
         let now = state.now_ms();
@@ -87,8 +97,12 @@ async fn schedule(state: Arc<AppState>, id: EventId) {
     }
 }
 
-/// One admission tick: claim → expire → stats → decide → admit. Returns how
-/// many visitors were admitted.
+/// One admission tick: claim → expire → learn outcomes → phase → observe →
+/// decide → admit. Returns how many visitors were admitted.
+///
+/// The expire sweep and the no-show learning run on every claimed tick, also
+/// while the event is paused, closed or has nobody to admit: an ending must
+/// free its slot at the next tick whatever the admission state.
 pub async fn tick_once(
     state: &AppState,
     rt: &EventRuntime,
@@ -102,6 +116,7 @@ pub async fn tick_once(
         return Ok(0);
     }
     let now_us = timed_store("now", store.now_us(id)).await?;
+    let now_ms = now_us.div_euclid(1000);
     let idle_us = micros(rt.config.queue_idle_timeout);
     let expired = timed_store(
         "expire",
@@ -113,42 +128,39 @@ pub async fn tick_once(
         ),
     )
     .await?;
-    let admin = timed_store("admin_state", store.admin_state(id)).await?;
-    let pre_window = i64::try_from(rt.config.pre_window.as_millis()).unwrap_or(i64::MAX);
-    if !phase(
-        now_us.div_euclid(1000),
-        rt.config.opens_at_ms,
-        pre_window,
-        admin,
-    )
-    .admits()
-    {
-        return Ok(0);
-    }
+    lock(&rt.live.admission.eta).record_abandoned(now_ms, expired.idle_waiters);
     let stats = timed_store("stats", store.stats(id)).await?;
     let mode = mode(&rt.config.admission);
+    learn_outcomes(rt, &mode, tick, &stats, &expired);
+    let admin = timed_store("admin_state", store.admin_state(id)).await?;
+    let pre_window = i64::try_from(rt.config.pre_window.as_millis()).unwrap_or(i64::MAX);
+    if !phase(now_ms, rt.config.opens_at_ms, pre_window, admin).admits() {
+        return Ok(0);
+    }
+    let mut observed = Observed {
+        now_ms,
+        active: stats.active,
+        outstanding: stats.outstanding,
+        max_active: rt.config.max_active,
+        queue_length: stats.waiting,
+        ..Observed::default()
+    };
+    crate::admission::observe_origin(rt, now_ms, &mut observed).await;
     let decision = {
         let mut memory = lock(&rt.live.policy);
-        let redeemed = memory
-            .last_redeemed_total
-            .map_or(0, |last| stats.redeemed_total.saturating_sub(last));
-        memory.last_redeemed_total = Some(stats.redeemed_total);
         let policy = memory
             .state
             .get_or_insert_with(|| PolicyState::new(&mode, rt.config.max_active));
-        policy.record_outcome(0, redeemed, expired.unredeemed_tokens);
-        policy.decide(
-            &mode,
-            &Observed {
-                now_ms: now_us.div_euclid(1000),
-                active: stats.active,
-                outstanding: stats.outstanding,
-                max_active: rt.config.max_active,
-                queue_length: stats.waiting,
-                ..Observed::default()
-            },
-        )
+        let decision = policy.decide(&mode, &observed);
+        let event = id.to_string();
+        metrics::gauge!("anteroom_admission_no_show_rate", "event" => event.clone())
+            .set(policy.no_show_rate());
+        if matches!(mode, Mode::Adaptive { .. }) {
+            metrics::gauge!("anteroom_admission_window", "event" => event).set(policy.window());
+        }
+        decision
     };
+    tracing::trace!(event = %id, admit = decision.admit, reason = decision.reason, "decided");
     if decision.admit == 0 {
         return Ok(0);
     }
@@ -165,8 +177,39 @@ pub async fn tick_once(
         nonces,
         token_expires_at_us: now_us.saturating_add(micros(rt.config.token_ttl)),
     };
-    let admitted = timed_store("admit", store.admit(id, &request)).await?;
-    Ok(admitted.len() as u64)
+    let admitted = timed_store("admit", store.admit(id, &request)).await?.len() as u64;
+    lock(&rt.live.policy).last_admitted = admitted;
+    Ok(admitted)
+}
+
+/// Feeds no-show compensation: redemptions (from `redeemed_total`) and
+/// unredeemed tokens expired by this tick's sweep. Both are counted only when
+/// this node also ran the previous tick, so they cover the same span; with
+/// several nodes each learns from its runs of consecutive ticks, which keeps
+/// the learnt share unbiased.
+fn learn_outcomes(
+    rt: &EventRuntime,
+    mode: &Mode,
+    tick: u64,
+    stats: &anteroom_store::EventStats,
+    expired: &anteroom_store::Expired,
+) {
+    let mut memory = lock(&rt.live.policy);
+    let consecutive = memory
+        .last_tick
+        .is_some_and(|t| t.saturating_add(1) == tick);
+    let redeemed = memory
+        .last_redeemed_total
+        .map_or(0, |last| stats.redeemed_total.saturating_sub(last));
+    let admitted = std::mem::take(&mut memory.last_admitted);
+    memory.last_redeemed_total = Some(stats.redeemed_total);
+    memory.last_tick = Some(tick);
+    let policy = memory
+        .state
+        .get_or_insert_with(|| PolicyState::new(mode, rt.config.max_active));
+    if consecutive {
+        policy.record_outcome(admitted, redeemed, expired.unredeemed_tokens);
+    }
 }
 
 fn micros(d: Duration) -> i64 {
@@ -199,6 +242,9 @@ pub async fn refresh_once(state: &AppState, rt: &EventRuntime) {
             metrics::gauge!("anteroom_active", "event" => event.clone()).set(stats.active as f64);
             metrics::gauge!("anteroom_admitted_total", "event" => event)
                 .set(stats.admitted_total as f64);
+            // Every node learns the admission rate from the snapshot, so
+            // the ETA is as good where this node never wins a tick.
+            lock(&rt.live.admission.eta).observe(state.now_ms(), &stats);
             *snapshot = Snapshot {
                 stats,
                 admin,

@@ -125,6 +125,16 @@ impl QueuePosition {
         }
     }
 
+    /// The answer to the enter call that inserted the visitor: a flash
+    /// crowd joins within the same second, so its first polls are spread
+    /// over `eta::first_poll_ms` instead of following in lockstep.
+    pub fn first_poll(mut self, new_join: bool) -> Self {
+        if new_join && self.status == Status::Waiting {
+            self.poll_after_ms = eta::first_poll_ms(rand::random::<f64>());
+        }
+        self
+    }
+
     /// `Retry-After` in whole seconds, at least 1.
     pub fn retry_after_secs(&self) -> u64 {
         self.poll_after_ms.div_ceil(1000).max(1)
@@ -148,15 +158,11 @@ fn waiting(
     len: u64,
     lang: Lang,
 ) -> QueuePosition {
-    let stats = rt.live.snapshot().stats;
-    let per_s = |n: u64, secs: f64| (n > 0).then(|| n as f64 / secs);
-    let rate = eta::blended_rate(
-        per_s(stats.admitted_last_1m, 60.0),
-        per_s(stats.admitted_last_5m, 300.0),
-    );
-    let churn = stats.churn_last_1m as f64 / 60.0;
+    // The rate is learnt from the refreshed snapshots and smoothed so that a
+    // steady rate never raises an estimate (admission::eta); a poll costs
+    // the store's rank lookup plus this cached read.
     let estimate: Option<Estimate> = if status == Status::Waiting {
-        eta::estimate(rank, rate, churn)
+        crate::app::lock(&rt.live.admission.eta).estimate(state.now_ms(), rank)
     } else {
         None
     };

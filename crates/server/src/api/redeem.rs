@@ -102,9 +102,8 @@ async fn redeem(
         tracing::debug!(event = %rt.id(), reason = e.code(), "admission token refused");
         ApiError::InvalidToken
     })?;
-    let session_end_us = now
-        .saturating_add(i64::try_from(rt.config.session_ttl.as_millis()).unwrap_or(i64::MAX))
-        .saturating_mul(1000);
+    // Issue 6: the first end is the idle timeout (capped by the lifetime).
+    let session_end_us = crate::admission::lifecycle::session_end_us(rt, now, now);
     // Issue 8: a token this node signed while draining is redeemed against
     // its local single-use set (the store never saw that nonce).
     let local = crate::drain::redeem_local(

@@ -77,6 +77,9 @@ pub struct RawEvent {
     pub pre_window: Option<String>,
     pub max_active: Option<u64>,
     pub session_ttl: Option<String>,
+    /// An active session with no request through the gate for this long ends
+    /// (issue 6); `session_ttl` stays its absolute lifetime.
+    pub session_idle_timeout: Option<String>,
     pub token_ttl: Option<String>,
     pub pass_ttl: Option<String>,
     pub queue_idle_timeout: Option<String>,

@@ -258,6 +258,11 @@ pub fn event_from_raw(key: &str, e: &RawEvent) -> Result<EventConfig> {
         pre_window: duration(&k("pre_window"), e.pre_window.as_deref(), "60s")?,
         max_active,
         session_ttl: positive(&k("session_ttl"), e.session_ttl.as_deref(), "10m")?,
+        session_idle_timeout: positive(
+            &k("session_idle_timeout"),
+            e.session_idle_timeout.as_deref(),
+            "2m",
+        )?,
         token_ttl: positive(&k("token_ttl"), e.token_ttl.as_deref(), "2m")?,
         pass_ttl: positive(&k("pass_ttl"), e.pass_ttl.as_deref(), "60s")?,
         queue_idle_timeout: positive(
