@@ -15,6 +15,7 @@ mod index;
 mod load;
 mod state;
 mod table;
+mod writes;
 
 use std::collections::HashMap;
 use std::fmt;

@@ -31,21 +31,6 @@ pub(crate) const META_MAGIC: &[u8] = b"anteroom-meta/1";
 pub(crate) const USED_TOKEN: u8 = 0;
 pub(crate) const USED_POW: u8 = 1;
 
-/// One change of an event's durable state, applied in order in one commit.
-#[derive(Debug)]
-pub(crate) enum Write {
-    Waiting(Box<str>, i64, i64),
-    Unwait(Box<str>, i64),
-    Admitted(Box<str>, Nonce, i64),
-    Unadmit(Box<str>),
-    Active(Box<str>, i64),
-    Deactivate(Box<str>),
-    Used(u8, Nonce, i64),
-    Unuse(u8, Nonce),
-    Revoked(u64, i64, Box<str>),
-    Unrevoke(u64),
-}
-
 /// Durable counters and the clock high-water mark, written with every commit.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Counters {
@@ -141,72 +126,7 @@ fn has_tables(db: &Database) -> bool {
         .unwrap_or(false)
 }
 
-/// Writes one batch and the counters in ONE durable transaction.
-pub(crate) fn commit(
-    db: &Database,
-    path: &Path,
-    writes: &[Write],
-    c: Counters,
-) -> Result<(), StoreError> {
-    let e = |e: redb::Error| storage(path, e);
-    let mut w = db.begin_write().map_err(|x| e(x.into()))?;
-    w.set_durability(Durability::Immediate)
-        .map_err(|x| e(x.into()))?;
-    {
-        let mut meta = w.open_table(META).map_err(|x| e(x.into()))?;
-        meta.insert("last_us", c.last_us.to_le_bytes().as_slice())
-            .map_err(|x| e(x.into()))?;
-        meta.insert("admitted_total", c.admitted_total.to_le_bytes().as_slice())
-            .map_err(|x| e(x.into()))?;
-        meta.insert("redeemed_total", c.redeemed_total.to_le_bytes().as_slice())
-            .map_err(|x| e(x.into()))?;
-        let mut waiting = w.open_table(WAITING).map_err(|x| e(x.into()))?;
-        let mut admitted = w.open_table(ADMITTED).map_err(|x| e(x.into()))?;
-        let mut active = w.open_table(ACTIVE).map_err(|x| e(x.into()))?;
-        let mut used = w.open_table(USED).map_err(|x| e(x.into()))?;
-        let mut revoked = w.open_table(REVOKED).map_err(|x| e(x.into()))?;
-        for op in writes {
-            let r = match op {
-                Write::Waiting(m, score, seen) => waiting
-                    .insert(waiting_key(*score, m).as_slice(), *seen)
-                    .map(drop),
-                Write::Unwait(m, score) => {
-                    waiting.remove(waiting_key(*score, m).as_slice()).map(drop)
-                }
-                Write::Admitted(m, n, exp) => {
-                    let mut v = [0u8; 24];
-                    v[..16].copy_from_slice(n);
-                    v[16..].copy_from_slice(&exp.to_le_bytes());
-                    admitted.insert(&**m, v.as_slice()).map(drop)
-                }
-                Write::Unadmit(m) => admitted.remove(&**m).map(drop),
-                Write::Active(m, exp) => active.insert(&**m, *exp).map(drop),
-                Write::Deactivate(m) => active.remove(&**m).map(drop),
-                Write::Used(k, n, exp) => used.insert(used_key(*k, n).as_slice(), *exp).map(drop),
-                Write::Unuse(k, n) => used.remove(used_key(*k, n).as_slice()).map(drop),
-                Write::Revoked(seq, at, m) => {
-                    let mut v = at.to_le_bytes().to_vec();
-                    v.extend_from_slice(m.as_bytes());
-                    revoked.insert(*seq, v.as_slice()).map(drop)
-                }
-                Write::Unrevoke(seq) => revoked.remove(*seq).map(drop),
-            };
-            r.map_err(|x| e(x.into()))?;
-        }
-    }
-    w.commit().map_err(|x| e(x.into()))
-}
-
-/// `score` big-endian with the sign bit flipped (so bytes sort like the
-/// numbers), then the member: byte order is rank order.
-pub(crate) fn waiting_key(score: i64, member: &str) -> Vec<u8> {
-    let mut k = Vec::with_capacity(8 + member.len());
-    k.extend_from_slice(&((score as u64) ^ (1 << 63)).to_be_bytes());
-    k.extend_from_slice(member.as_bytes());
-    k
-}
-
-/// The inverse of [`waiting_key`].
+/// The inverse of the waiting key of [`super::writes::Writes::waiting`].
 pub(crate) fn split_waiting_key(k: &[u8]) -> Option<(i64, &str)> {
     let mut b = [0u8; 8];
     b.copy_from_slice(k.get(..8)?);

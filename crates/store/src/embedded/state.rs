@@ -10,9 +10,10 @@ use std::collections::{HashMap, VecDeque};
 use anteroom_core::phase::AdminState;
 use anteroom_core::score::{JoinScoring, arrival_score};
 
-use super::disk::{Counters, USED_POW, USED_TOKEN, Write};
+use super::disk::{Counters, USED_POW, USED_TOKEN};
 use super::index::Order;
 use super::table::MemberTable;
+use super::writes::Writes;
 use crate::{
     Admission, AdmitRequest, EventStats, ExpireRequest, Expired, JoinOutcome, MemberState, Nonce,
     RedeemOutcome, Revocation, StoreError, check_member,
@@ -39,9 +40,12 @@ pub(crate) struct EventState {
     /// Members whose last-seen moved by a status poll, persisted with the next commit.
     pub(crate) dirty_seen: Vec<Box<str>>,
     /// Changes of the batch being applied, not yet committed.
-    pub(crate) writes: Vec<Write>,
+    pub(crate) writes: Writes,
     /// Set when a commit failed and memory could not be rebuilt from disk.
     pub(crate) failed: Option<String>,
+    /// Bumped each time memory is rebuilt after a failed commit, so a batch
+    /// applied to the memory before the rebuild is never committed after it.
+    pub(crate) generation: u64,
 }
 
 impl EventState {
@@ -59,8 +63,9 @@ impl EventState {
             churn_log: VecDeque::new(),
             noshow_log: VecDeque::new(),
             dirty_seen: Vec::new(),
-            writes: Vec::new(),
+            writes: Writes::default(),
             failed: None,
+            generation: 0,
         }
     }
 
@@ -108,8 +113,7 @@ impl EventState {
         }
         if let Some(slot) = self.table.find(member) {
             self.table.set_seen(slot, now);
-            self.writes
-                .push(Write::Waiting(member.into(), self.table.score(slot), now));
+            self.writes.waiting(self.table.score(slot), member, now);
             return Ok(JoinOutcome {
                 new: false,
                 state: self.waiting_state(slot),
@@ -121,7 +125,7 @@ impl EventState {
             .insert(member, score, now)
             .map_err(StoreError::InvalidInput)?;
         self.order.insert(&self.table, (score, slot));
-        self.writes.push(Write::Waiting(member.into(), score, now));
+        self.writes.waiting(score, member, now);
         Ok(JoinOutcome {
             new: true,
             state: self.waiting_state(slot),
@@ -150,7 +154,7 @@ impl EventState {
         for m in std::mem::take(&mut self.dirty_seen) {
             if let Some(slot) = self.table.find(&m) {
                 let (score, seen) = (self.table.score(slot), self.table.seen(slot));
-                self.writes.push(Write::Waiting(m, score, seen));
+                self.writes.waiting(score, &m, seen);
             }
         }
     }
@@ -173,12 +177,9 @@ impl EventState {
             self.table.remove(slot);
             self.admitted
                 .insert(member.clone(), (*nonce, req.token_expires_at_us));
-            self.writes.push(Write::Unwait(member.clone(), score));
-            self.writes.push(Write::Admitted(
-                member.clone(),
-                *nonce,
-                req.token_expires_at_us,
-            ));
+            self.writes.unwait(score, &member);
+            self.writes
+                .admitted(&member, nonce, req.token_expires_at_us);
             out.push(Admission {
                 member: member.into(),
                 nonce: *nonce,
@@ -213,9 +214,9 @@ impl EventState {
         // token itself is refused, so the record has done its job.
         self.used.insert((USED_TOKEN, *nonce), token_exp);
         self.counters.redeemed_total += 1;
-        self.writes.push(Write::Unadmit(m.clone()));
-        self.writes.push(Write::Active(m, session_expires_at_us));
-        self.writes.push(Write::Used(USED_TOKEN, *nonce, token_exp));
+        self.writes.unadmit(&m);
+        self.writes.active(&m, session_expires_at_us);
+        self.writes.used(USED_TOKEN, nonce, token_exp);
         Ok(RedeemOutcome::Redeemed)
     }
 
@@ -224,8 +225,7 @@ impl EventState {
         match self.active.get_mut(member) {
             Some(exp) => {
                 *exp = expires_at_us;
-                self.writes
-                    .push(Write::Active(member.into(), expires_at_us));
+                self.writes.active(member, expires_at_us);
                 Ok(true)
             }
             None => Ok(false),
@@ -240,13 +240,13 @@ impl EventState {
         let score = self.table.score(slot);
         self.order.remove(&self.table, (score, slot));
         self.table.remove(slot);
-        self.writes.push(Write::Unwait(member.into(), score));
+        self.writes.unwait(score, member);
         true
     }
 
     fn revoke(&mut self, member: Box<str>, now: i64) {
         let seq = self.revocations.back().map_or(1, |r| r.0 + 1);
-        self.writes.push(Write::Revoked(seq, now, member.clone()));
+        self.writes.revoked(seq, now, &member);
         self.revocations.push_back((seq, now, member));
     }
 
@@ -254,11 +254,11 @@ impl EventState {
         check_member(member)?;
         let mut present = self.unwait(member);
         if self.admitted.remove(member).is_some() {
-            self.writes.push(Write::Unadmit(member.into()));
+            self.writes.unadmit(member);
             present = true;
         }
         if self.active.remove(member).is_some() {
-            self.writes.push(Write::Deactivate(member.into()));
+            self.writes.deactivate(member);
             present = true;
         }
         if present {
@@ -279,7 +279,7 @@ impl EventState {
             }
             self.unwait(m);
             self.active.insert(m.as_str().into(), *exp);
-            self.writes.push(Write::Active(m.as_str().into(), *exp));
+            self.writes.active(m, *exp);
             n += 1;
         }
         Ok(n)
@@ -292,11 +292,10 @@ impl EventState {
             .filter(|s| self.table.seen(*s) < req.waiting_seen_before_us)
             .collect();
         for &slot in &idle {
-            let member: Box<str> = self.table.member(slot).into();
             let score = self.table.score(slot);
             self.order.remove(&self.table, (score, slot));
+            self.writes.unwait(score, self.table.member(slot));
             self.table.remove(slot);
-            self.writes.push(Write::Unwait(member, score));
         }
         let tokens: Vec<Box<str>> = self
             .admitted
@@ -306,7 +305,7 @@ impl EventState {
             .collect();
         for m in &tokens {
             self.admitted.remove(m);
-            self.writes.push(Write::Unadmit(m.clone()));
+            self.writes.unadmit(m);
         }
         let sessions: Vec<Box<str>> = self
             .active
@@ -316,7 +315,7 @@ impl EventState {
             .collect();
         for m in sessions.iter().cloned() {
             self.active.remove(&m);
-            self.writes.push(Write::Deactivate(m.clone()));
+            self.writes.deactivate(&m);
             self.revoke(m, now);
         }
         let stale: Vec<(u8, Nonce)> = self
@@ -327,14 +326,14 @@ impl EventState {
             .collect();
         for k in stale {
             self.used.remove(&k);
-            self.writes.push(Write::Unuse(k.0, k.1));
+            self.writes.unuse(k.0, &k.1);
         }
         while let Some(&(seq, at, _)) = self.revocations.front() {
             if at >= now - REVOCATION_KEEP_US {
                 break;
             }
             self.revocations.pop_front();
-            self.writes.push(Write::Unrevoke(seq));
+            self.writes.unrevoke(seq);
         }
         let ended = (idle.len() + sessions.len()) as u64;
         if ended > 0 {
@@ -356,8 +355,7 @@ impl EventState {
             Some(exp) if *exp > now => false,
             _ => {
                 self.used.insert((USED_POW, *nonce), expires_at_us);
-                self.writes
-                    .push(Write::Used(USED_POW, *nonce, expires_at_us));
+                self.writes.used(USED_POW, nonce, expires_at_us);
                 true
             }
         }

@@ -1,0 +1,198 @@
+//! The changes of one batch, encoded once, and the commit that writes them.
+//!
+//! Every key and value is encoded into one byte buffer as the change is made,
+//! so a batch of thousands of joins costs two growing `Vec`s, not several
+//! heap blocks per join; the commit then hands redb slices of that buffer.
+
+use std::ops::Range;
+use std::path::Path;
+
+use redb::{Database, Durability};
+
+use super::disk::{ACTIVE, ADMITTED, Counters, META, REVOKED, USED, WAITING, storage, used_key};
+use crate::{Nonce, StoreError};
+
+/// Which table a change goes to, and whether it inserts or removes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Waiting,
+    Unwait,
+    Admitted,
+    Unadmit,
+    Active,
+    Deactivate,
+    Used,
+    Unuse,
+    Revoked,
+    Unrevoke,
+}
+
+/// One change: its key and (for inserts) value, as ranges of the buffer.
+#[derive(Clone, Debug)]
+struct Change {
+    kind: Kind,
+    key: Range<usize>,
+    value: Range<usize>,
+}
+
+/// The changes of one batch, in the order they were made.
+#[derive(Default, Debug)]
+pub(crate) struct Writes {
+    buf: Vec<u8>,
+    changes: Vec<Change>,
+}
+
+impl Writes {
+    pub(crate) fn is_empty(&self) -> bool {
+        self.changes.is_empty()
+    }
+
+    fn push(&mut self, kind: Kind, key: &[&[u8]], value: &[&[u8]]) {
+        let k0 = self.buf.len();
+        for part in key {
+            self.buf.extend_from_slice(part);
+        }
+        let v0 = self.buf.len();
+        for part in value {
+            self.buf.extend_from_slice(part);
+        }
+        self.changes.push(Change {
+            kind,
+            key: k0..v0,
+            value: v0..self.buf.len(),
+        });
+    }
+
+    /// A waiting row keyed by (score, member), so that byte order is rank
+    /// order: post-open joins, whose scores rise, append at the tail of the
+    /// B-tree, and a start-up scan reads rank order.
+    pub(crate) fn waiting(&mut self, score: i64, member: &str, seen: i64) {
+        let s = waiting_score(score);
+        self.push(
+            Kind::Waiting,
+            &[&s, member.as_bytes()],
+            &[&seen.to_le_bytes()],
+        );
+    }
+
+    pub(crate) fn unwait(&mut self, score: i64, member: &str) {
+        self.push(
+            Kind::Unwait,
+            &[&waiting_score(score), member.as_bytes()],
+            &[],
+        );
+    }
+
+    pub(crate) fn admitted(&mut self, member: &str, nonce: &Nonce, expires_at_us: i64) {
+        self.push(
+            Kind::Admitted,
+            &[member.as_bytes()],
+            &[nonce, &expires_at_us.to_le_bytes()],
+        );
+    }
+
+    pub(crate) fn unadmit(&mut self, member: &str) {
+        self.push(Kind::Unadmit, &[member.as_bytes()], &[]);
+    }
+
+    pub(crate) fn active(&mut self, member: &str, expires_at_us: i64) {
+        self.push(
+            Kind::Active,
+            &[member.as_bytes()],
+            &[&expires_at_us.to_le_bytes()],
+        );
+    }
+
+    pub(crate) fn deactivate(&mut self, member: &str) {
+        self.push(Kind::Deactivate, &[member.as_bytes()], &[]);
+    }
+
+    pub(crate) fn used(&mut self, kind: u8, nonce: &Nonce, expires_at_us: i64) {
+        self.push(
+            Kind::Used,
+            &[&used_key(kind, nonce)],
+            &[&expires_at_us.to_le_bytes()],
+        );
+    }
+
+    pub(crate) fn unuse(&mut self, kind: u8, nonce: &Nonce) {
+        self.push(Kind::Unuse, &[&used_key(kind, nonce)], &[]);
+    }
+
+    pub(crate) fn revoked(&mut self, seq: u64, at: i64, member: &str) {
+        self.push(
+            Kind::Revoked,
+            &[&seq.to_le_bytes()],
+            &[&at.to_le_bytes(), member.as_bytes()],
+        );
+    }
+
+    pub(crate) fn unrevoke(&mut self, seq: u64) {
+        self.push(Kind::Unrevoke, &[&seq.to_le_bytes()], &[]);
+    }
+}
+
+/// `score` big-endian with the sign bit flipped, so bytes sort like numbers.
+pub(crate) fn waiting_score(score: i64) -> [u8; 8] {
+    ((score as u64) ^ (1 << 63)).to_be_bytes()
+}
+
+fn le_i64(b: &[u8]) -> i64 {
+    let mut x = [0u8; 8];
+    let n = b.len().min(8);
+    x[..n].copy_from_slice(&b[..n]);
+    i64::from_le_bytes(x)
+}
+
+/// Keys of the `&str` tables were copied from `&str`s; this only guards
+/// against a bug turning into a panic.
+fn text<'a>(path: &Path, b: &'a [u8]) -> Result<&'a str, StoreError> {
+    std::str::from_utf8(b)
+        .map_err(|_| StoreError::Storage(format!("{}: non-UTF-8 member", path.display())))
+}
+
+/// Writes one batch and the counters in ONE durable transaction.
+pub(crate) fn commit(
+    db: &Database,
+    path: &Path,
+    writes: &Writes,
+    c: Counters,
+) -> Result<(), StoreError> {
+    let e = |e: redb::Error| storage(path, e);
+    let text = |b| text(path, b);
+    let mut w = db.begin_write().map_err(|x| e(x.into()))?;
+    w.set_durability(Durability::Immediate)
+        .map_err(|x| e(x.into()))?;
+    {
+        let mut meta = w.open_table(META).map_err(|x| e(x.into()))?;
+        meta.insert("last_us", c.last_us.to_le_bytes().as_slice())
+            .map_err(|x| e(x.into()))?;
+        meta.insert("admitted_total", c.admitted_total.to_le_bytes().as_slice())
+            .map_err(|x| e(x.into()))?;
+        meta.insert("redeemed_total", c.redeemed_total.to_le_bytes().as_slice())
+            .map_err(|x| e(x.into()))?;
+        let mut waiting = w.open_table(WAITING).map_err(|x| e(x.into()))?;
+        let mut admitted = w.open_table(ADMITTED).map_err(|x| e(x.into()))?;
+        let mut active = w.open_table(ACTIVE).map_err(|x| e(x.into()))?;
+        let mut used = w.open_table(USED).map_err(|x| e(x.into()))?;
+        let mut revoked = w.open_table(REVOKED).map_err(|x| e(x.into()))?;
+        for ch in &writes.changes {
+            let k = &writes.buf[ch.key.clone()];
+            let v = &writes.buf[ch.value.clone()];
+            let r = match ch.kind {
+                Kind::Waiting => waiting.insert(k, le_i64(v)).map(drop),
+                Kind::Unwait => waiting.remove(k).map(drop),
+                Kind::Admitted => admitted.insert(text(k)?, v).map(drop),
+                Kind::Unadmit => admitted.remove(text(k)?).map(drop),
+                Kind::Active => active.insert(text(k)?, le_i64(v)).map(drop),
+                Kind::Deactivate => active.remove(text(k)?).map(drop),
+                Kind::Used => used.insert(k, le_i64(v)).map(drop),
+                Kind::Unuse => used.remove(k).map(drop),
+                Kind::Revoked => revoked.insert(le_i64(k) as u64, v).map(drop),
+                Kind::Unrevoke => revoked.remove(le_i64(k) as u64).map(drop),
+            };
+            r.map_err(|x| e(x.into()))?;
+        }
+    }
+    w.commit().map_err(|x| e(x.into()))
+}
