@@ -4,6 +4,10 @@
 //! of as many members with the same concurrency on the same server, in the
 //! same run, so join throughput reads as a ratio of what Redis itself does.
 //!
+//! With `--events E` the joins (and the baseline's ZADDs) go to E events
+//! side by side, interleaved so every event is busy at once: on a cluster
+//! that is the cluster-wide event throughput.
+//!
 //! Only keys under `anteroom:{<bench event>}:` are written, and they are
 //! deleted at the end.
 
@@ -14,7 +18,9 @@ use anteroom_store::redis::{RedisConfig, RedisStore};
 use anteroom_store::{EventId, QueueStore};
 use anyhow::{Context, bail};
 
-use super::{EngineArgs, EngineReport, Histogram, admits, joins, member, ranks};
+use anteroom_core::score::JoinScoring;
+
+use super::{EngineArgs, EngineReport, Histogram, admits, member, ranks};
 
 /// Every key the backend keeps per event (see `anteroom_store::redis`'s key
 /// layout), so the benchmark can clean up without scanning.
@@ -22,8 +28,7 @@ const EVENT_KEYS: &[&str] = &[
     "q",
     "seen",
     "active",
-    "active:ends",
-    "tok",
+    "held",
     "tokexp",
     "used",
     "rev",
@@ -64,13 +69,20 @@ impl Raw {
         })
     }
 
-    /// `used_memory` of the node holding `key` (standalone: the server).
-    async fn used_memory(&self, key: &str) -> anyhow::Result<u64> {
-        // MEMORY STATS has no key to route by; a script with `key` runs on
-        // the right node and reads INFO there.
-        let script = "local i = redis.call('INFO', 'memory'); return tonumber(string.match(i, 'used_memory:(%d+)'))";
-        self.query(redis::cmd("EVAL").arg(script).arg(1).arg(key))
-            .await
+    /// `used_memory` summed over the nodes holding `keys` (standalone: the
+    /// server), each node counted once.
+    async fn used_memory(&self, keys: &[String]) -> anyhow::Result<u64> {
+        // MEMORY STATS has no key to route by; a script with a key runs on
+        // the right node and reads INFO there, with the node's run id.
+        let script = "local i = redis.call('INFO'); return {tonumber(string.match(i, 'used_memory:(%d+)')), string.match(i, 'run_id:(%w+)')}";
+        let mut nodes = std::collections::HashMap::new();
+        for key in keys {
+            let (bytes, node): (u64, String) = self
+                .query(redis::cmd("EVAL").arg(script).arg(1).arg(key))
+                .await?;
+            nodes.insert(node, bytes);
+        }
+        Ok(nodes.values().sum())
     }
 
     async fn unlink(&self, keys: &[String]) -> anyhow::Result<()> {
@@ -105,34 +117,47 @@ pub(super) async fn run(args: &EngineArgs) -> anyhow::Result<EngineReport> {
         cluster: args.cluster,
         timeout: Duration::from_secs(10),
     };
-    // A fresh event per run: never touches a previous run's (or anybody's) data.
-    let event = EventId::new(&format!("bench-{:08x}", rand::random::<u32>()))?;
+    // Fresh events per run: never touch a previous run's (or anybody's) data.
+    let run = rand::random::<u32>();
+    let events = (0..args.events.max(1))
+        .map(|e| EventId::new(&format!("bench-{run:08x}-{e}")))
+        .collect::<Result<Vec<_>, _>>()?;
+    let spread = Spread::new(args.waiters, events.len() as u64);
     let raw = Raw::connect(&urls, args.cluster).await?;
-    let keys = event_keys(&event);
-    let mem_before = raw.used_memory(&keys[0]).await?;
+    let queues: Vec<String> = events.iter().map(|e| event_keys(e)[0].clone()).collect();
+    let mem_before = raw.used_memory(&queues).await?;
 
     let redis_store = RedisStore::connect(&cfg).await?;
     let store: Arc<dyn QueueStore> = Arc::new(redis_store);
     let hist = Arc::new(Histogram::new());
-    let (joins_per_s, n) = joins(&store, &event, args, &hist).await?;
-    let mem_after = raw.used_memory(&keys[0]).await?;
-    let baseline_zadd_per_s = baseline_zadd(&raw, &event, n, args.tasks).await?;
+    let joins_per_s = joins(&store, &events, spread, args.tasks, &hist).await?;
+    let n = spread.n;
+    let mem_after = raw.used_memory(&queues).await?;
+    let baseline_zadd_per_s = baseline_zadd(&raw, &events, spread, args.tasks).await?;
+    // The first event holds members 0..per_event, as `ranks` expects.
+    let (event, per_event) = (&events[0], spread.per_event);
     let (rank_p50_us, rank_p99_us, rank_max_us) =
-        ranks(&store, &event, n, args.rank_samples).await?;
-    let admitted = args.admits.min(n);
-    let admits_per_s = admits(&store, &event, admitted).await?;
+        ranks(&store, event, per_event, args.rank_samples).await?;
+    let admitted = args.admits.min(per_event);
+    let admits_per_s = admits(&store, event, admitted).await?;
 
     // Redis keeps the queue when a gateway node restarts: "restart" is a new
     // node connecting and seeing every waiter.
     drop(store);
     let t = Instant::now();
     let store = RedisStore::connect(&cfg).await?;
-    let left = store.queue_length(&event).await?;
+    let left = store.queue_length(event).await?;
     let restart_s = t.elapsed().as_secs_f64();
-    if left != n - admitted {
-        bail!("a new node sees {left} waiters, expected {}", n - admitted);
+    if left != per_event - admitted {
+        bail!(
+            "a new node sees {left} waiters, expected {}",
+            per_event - admitted
+        );
     }
-    raw.unlink(&keys).await?;
+    // One UNLINK per event: its keys share a slot, as a cluster requires.
+    for e in &events {
+        raw.unlink(&event_keys(e)).await?;
+    }
 
     let per_waiter = mem_after.saturating_sub(mem_before) as f64 / n.max(1) as f64;
     Ok(EngineReport {
@@ -157,11 +182,93 @@ pub(super) async fn run(args: &EngineArgs) -> anyhow::Result<EngineReport> {
     })
 }
 
-/// `n` plain `ZADD NX` from `tasks` concurrent tasks over one multiplexed
-/// connection (pipelined the same way as the store's calls), on a key of the
-/// bench event's slot; the key is deleted afterwards. Members per second.
-async fn baseline_zadd(raw: &Raw, event: &EventId, n: u64, tasks: u64) -> anyhow::Result<f64> {
-    let key = format!("anteroom:{{{}}}:baseline", event.as_str());
+/// How `--waiters` are spread over the events: call `j` (0..n) goes to
+/// event `j % events`, so consecutive calls of every task hit different
+/// events, and member ids are laid out event by event (event 0 holds
+/// members `0..per_event`).
+#[derive(Clone, Copy)]
+struct Spread {
+    n: u64,
+    events: u64,
+    per_event: u64,
+}
+
+impl Spread {
+    /// Waiters are rounded down to a whole number per event.
+    fn new(waiters: u64, events: u64) -> Self {
+        let per_event = waiters / events;
+        Self {
+            n: per_event * events,
+            events,
+            per_event,
+        }
+    }
+
+    /// The event index and member id of call `j`.
+    fn at(&self, j: u64) -> (usize, u64) {
+        let e = j % self.events;
+        (e as usize, e * self.per_event + j / self.events)
+    }
+}
+
+/// Joins every member of `spread` from `tasks` concurrent tasks, each call
+/// timed into `hist`; joins per second.
+async fn joins(
+    store: &Arc<dyn QueueStore>,
+    events: &[EventId],
+    spread: Spread,
+    tasks: u64,
+    hist: &Arc<Histogram>,
+) -> anyhow::Result<f64> {
+    let now = store.now_us(&events[0]).await?;
+    let scoring = JoinScoring {
+        opens_at_us: now - 1_000_000,
+        prewindow_score: -1,
+        tiebreak: 0,
+        behind: false,
+    };
+    let events: Arc<[EventId]> = events.into();
+    let tasks = tasks.max(1);
+    let start = Instant::now();
+    let mut handles = Vec::new();
+    for t in 0..tasks {
+        let (store, events, hist) = (store.clone(), events.clone(), hist.clone());
+        handles.push(tokio::spawn(async move {
+            let mut j = t;
+            while j < spread.n {
+                let (e, i) = spread.at(j);
+                let sc = JoinScoring {
+                    tiebreak: (i & 1023) as i64,
+                    ..scoring
+                };
+                let t0 = Instant::now();
+                store.join(&events[e], &member(i), &sc).await?;
+                hist.record(t0.elapsed().as_micros() as u64);
+                j += tasks;
+            }
+            Ok::<(), anteroom_store::StoreError>(())
+        }));
+    }
+    for h in handles {
+        h.await??;
+    }
+    Ok(spread.n as f64 / start.elapsed().as_secs_f64().max(1e-9))
+}
+
+/// As many plain `ZADD NX` as joins, spread over the events the same way,
+/// from `tasks` concurrent tasks over one multiplexed connection (pipelined
+/// the same way as the store's calls), on a key of each event's slot; the
+/// keys are deleted afterwards. Members per second.
+async fn baseline_zadd(
+    raw: &Raw,
+    events: &[EventId],
+    spread: Spread,
+    tasks: u64,
+) -> anyhow::Result<f64> {
+    let keys: Arc<[String]> = events
+        .iter()
+        .map(|e| format!("anteroom:{{{}}}:baseline", e.as_str()))
+        .collect();
     let raw = Arc::new(match raw {
         Raw::Single(c) => Raw::Single(c.clone()),
         Raw::Cluster(c) => Raw::Cluster(c.clone()),
@@ -170,14 +277,21 @@ async fn baseline_zadd(raw: &Raw, event: &EventId, n: u64, tasks: u64) -> anyhow
     let start = Instant::now();
     let mut handles = Vec::new();
     for t in 0..tasks {
-        let (raw, key) = (raw.clone(), key.clone());
+        let (raw, keys) = (raw.clone(), keys.clone());
         handles.push(tokio::spawn(async move {
-            let mut i = t;
-            while i < n {
+            let mut j = t;
+            while j < spread.n {
+                let (e, i) = spread.at(j);
                 let _: i64 = raw
-                    .query(redis::cmd("ZADD").arg(&key).arg("NX").arg(i).arg(member(i)))
+                    .query(
+                        redis::cmd("ZADD")
+                            .arg(&keys[e])
+                            .arg("NX")
+                            .arg(i)
+                            .arg(member(i)),
+                    )
                     .await?;
-                i += tasks;
+                j += tasks;
             }
             anyhow::Ok(())
         }));
@@ -185,7 +299,9 @@ async fn baseline_zadd(raw: &Raw, event: &EventId, n: u64, tasks: u64) -> anyhow
     for h in handles {
         h.await??;
     }
-    let per_s = n as f64 / start.elapsed().as_secs_f64().max(1e-9);
-    raw.unlink(&[key]).await?;
+    let per_s = spread.n as f64 / start.elapsed().as_secs_f64().max(1e-9);
+    for key in keys.iter() {
+        raw.unlink(std::slice::from_ref(key)).await?;
+    }
     Ok(per_s)
 }
