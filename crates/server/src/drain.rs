@@ -129,6 +129,31 @@ impl DrainState {
     }
 }
 
+impl DrainState {
+    /// Whether `member` redeemed a token this node signed while draining.
+    fn redeemed_locally(&self, member: &str) -> bool {
+        let inner = lock(&self.inner);
+        inner
+            .by_member
+            .get(member)
+            .and_then(|n| inner.local.get(n))
+            .is_some_and(|l| l.redeemed_until_ms.is_some())
+    }
+}
+
+/// What the store says about `member`, seen through this node's drain
+/// records: a visitor who redeemed a drain token is ACTIVE even if the store
+/// admitted them too (a tick that ran just before the outage, on a rank this
+/// node had not seen yet); they are never offered a second token.
+pub fn adjust(rt: &EventRuntime, member: &str, state: MemberState) -> MemberState {
+    match state {
+        MemberState::Admitted { expires_at_us, .. } if of(rt).redeemed_locally(member) => {
+            MemberState::Active { expires_at_us }
+        }
+        other => other,
+    }
+}
+
 /// The drain state of an event.
 pub fn of(rt: &EventRuntime) -> &DrainState {
     &rt.live.drain
@@ -143,6 +168,7 @@ pub fn store_failed(state: &AppState, rt: &EventRuntime) {
         stats.active.saturating_add(stats.outstanding),
     ) {
         tracing::warn!(event = %rt.id(), "queue store unreachable (request); draining");
+        task::gauge(rt, true);
     }
 }
 

@@ -113,7 +113,7 @@ pub async fn enter(State(state): State<Arc<AppState>>, req: Request) -> Result<R
             &state,
             &rt,
             &visitor.member,
-            &outcome.state,
+            &crate::drain::adjust(&rt, &visitor.member, outcome.state),
             lang,
             &return_path,
         )
@@ -269,6 +269,7 @@ pub async fn position_of(
     match crate::metrics::timed_store("status", state.store.status(rt.id(), member, touch)).await {
         Ok(s) => {
             crate::drain::of(rt).note(member, &s);
+            let s = crate::drain::adjust(rt, member, s);
             QueuePosition::build(state, rt, member, &s, lang, return_path)
         }
         Err(e) => {

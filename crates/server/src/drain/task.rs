@@ -69,7 +69,8 @@ async fn watch(state: Arc<AppState>, id: EventId) {
     }
 }
 
-fn gauge(rt: &EventRuntime, draining: bool) {
+/// Sets `anteroom_draining{event}`.
+pub fn gauge(rt: &EventRuntime, draining: bool) {
     metrics::gauge!("anteroom_draining", "event" => rt.id().to_string()).set(if draining {
         1.0
     } else {
@@ -111,17 +112,14 @@ async fn leave(state: &AppState, rt: &EventRuntime) {
             local.reconciled = true;
         }
     }
-    // Keep only what still guards a replay: unexpired drain tokens.
-    let keep: Vec<_> = inner
-        .local
-        .iter()
-        .filter(|(_, l)| l.token_expires_at_ms > now)
-        .map(|(n, _)| *n)
-        .collect();
-    inner.local.retain(|n, _| keep.contains(n));
+    // Keep what still matters: unexpired drain tokens (replays stay refused)
+    // and sessions not yet over (see `drain::adjust`).
     let Inner {
         local, by_member, ..
     } = &mut *inner;
+    local.retain(|_, l| {
+        l.token_expires_at_ms > now || l.redeemed_until_ms.is_some_and(|until| until > now)
+    });
     by_member.retain(|_, n| local.contains_key(n));
     let lasted = inner.since_ms.take().map(|s| now - s);
     drain
