@@ -43,6 +43,10 @@ pub struct Harness {
 
 /// The config file around one event `e` whose extra keys are `event`.
 pub fn toml(dir: &std::path::Path, event: &str) -> String {
+    toml_with_origin(dir, "http://127.0.0.1:9", event)
+}
+
+pub fn toml_with_origin(dir: &std::path::Path, origin: &str, event: &str) -> String {
     format!(
         r#"
 [server]
@@ -53,7 +57,7 @@ path = "{}"
 secrets = ["test-secret-test-secret-test-secret-0123"]
 [[events]]
 id = "e"
-origin = "http://127.0.0.1:9"
+origin = "{origin}"
 paths = ["/shop"]
 {event}
 "#,
@@ -63,6 +67,10 @@ paths = ["/shop"]
 
 impl Harness {
     pub async fn new(event: &str) -> Self {
+        Self::with_origin("http://127.0.0.1:9", event).await
+    }
+
+    pub async fn with_origin(origin: &str, event: &str) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let clock = Arc::new(TestClock(AtomicI64::new(T0_MS)));
         let c = clock.clone();
@@ -72,7 +80,8 @@ impl Harness {
         };
         let store: Arc<dyn QueueStore> =
             Arc::new(EmbeddedStore::open(dir.path(), opts).await.unwrap());
-        let config = anteroom::Config::from_toml(&toml(dir.path(), event)).unwrap();
+        let config =
+            anteroom::Config::from_toml(&toml_with_origin(dir.path(), origin, event)).unwrap();
         let events = anteroom::config::stored::resolve(&config.events, store.as_ref())
             .await
             .unwrap();
