@@ -1,36 +1,64 @@
 //! `GET /queue/E` (the waiting page) and `GET /_anteroom/<asset>`, rendered by
 //! [`crate::page`].
+//!
+//! The page is rendered with the visitor's position already in it: a
+//! browser without JavaScript sees it, refreshes every few seconds through
+//! the page's `<meta http-equiv="refresh">`, and once admitted follows a
+//! plain link to redeem. With JavaScript the script starts from the same
+//! position and takes over.
 
 use std::sync::Arc;
 
+use anteroom_core::eta::Lang;
 use anteroom_store::EventId;
 use axum::extract::{Path, Request, State};
+use axum::http::request::Parts;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
 use rand::RngCore;
 
-use super::{lang, query_param, safe_return};
-use crate::app::AppState;
+use super::enter::{join_checked, position_of};
+use super::{Status, add_cookie, client_ip, lang, query_param, safe_return};
+use crate::app::{AppState, EventRuntime};
+use crate::bots::RateKind;
 use crate::error::ApiError;
+use crate::identity::{self, Visitor};
 use crate::page::{PageContext, content_security_policy, static_asset};
 
-/// The waiting page; it joins the visitor itself when it loads.
+/// The waiting page, with the visitor's position rendered in (joining a
+/// visitor who is not in the queue yet).
 pub async fn waiting_page(
     State(state): State<Arc<AppState>>,
     Path(event): Path<String>,
     req: Request,
 ) -> Result<Response, ApiError> {
     let id = EventId::new(&event).map_err(|_| ApiError::UnknownEvent)?;
-    state.event(&id).ok_or(ApiError::UnknownEvent)?;
+    let rt = state.event(&id).ok_or(ApiError::UnknownEvent)?;
+    let (parts, _) = req.into_parts();
+    let return_path = safe_return(query_param(&parts.uri, "return").as_deref());
+    let lang = lang(&parts.headers);
+    // A JWT event's page load carries no bearer token: the script joins.
+    let visitor = identity::resolve(
+        &parts.headers,
+        rt.jwt.as_ref(),
+        true,
+        state.server.insecure_cookies,
+    )
+    .ok()
+    .flatten();
+    let position = match &visitor {
+        Some(v) => rendered_position(&state, &rt, &parts, v, lang, &return_path).await,
+        None => None,
+    };
     let mut nonce = [0u8; 16];
     rand::rng().fill_bytes(&mut nonce);
     let nonce: String = nonce.iter().map(|b| format!("{b:02x}")).collect();
     let ctx = PageContext {
         event_id: id.as_str().to_owned(),
         event_name: None,
-        return_path: safe_return(query_param(req.uri(), "return").as_deref()),
-        lang: lang(req.headers()),
-        position: None,
+        return_path,
+        lang,
+        position,
         nonce: nonce.clone(),
     };
     let html = state.pages.render(&ctx).map_err(|e| {
@@ -46,7 +74,56 @@ pub async fn waiting_page(
     response
         .headers_mut()
         .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    add_cookie(response.headers_mut(), visitor.and_then(|v| v.new_cookie));
     Ok(response)
+}
+
+/// The visitor's QueuePosition JSON for the render: read, or — for a
+/// visitor not in the queue — joined through the same rate limits and bot
+/// defence as enter, so the page is no way around a challenge. `None` when
+/// there is nothing true to show yet (a challenge to solve, a refusal, a
+/// rate limit): the script, if any, takes over, and the refresh retries.
+async fn rendered_position(
+    state: &AppState,
+    rt: &EventRuntime,
+    parts: &Parts,
+    visitor: &Visitor,
+    lang: Lang,
+    return_path: &str,
+) -> Option<serde_json::Value> {
+    let ip = client_ip(state, &parts.extensions, &parts.headers);
+    let member = visitor.member.as_str();
+    // A session created by this very request cannot be in the queue yet.
+    let mut position = None;
+    if visitor.new_cookie.is_none() {
+        state.bots.check_rate(RateKind::Position, ip, member).ok()?;
+        position = Some(position_of(state, rt, member, true, lang, return_path).await);
+    }
+    let position = match position {
+        Some(p) if p.status != Status::None => p,
+        _ => {
+            state.bots.check_rate(RateKind::Enter, ip, member).ok()?;
+            let joined = join_checked(
+                state,
+                rt,
+                &parts.headers,
+                ip,
+                visitor,
+                None,
+                lang,
+                return_path,
+            )
+            .await;
+            match joined {
+                Ok(p) => p,
+                Err(e) => {
+                    tracing::debug!(event = %rt.id(), error = e.code(), "waiting page could not join");
+                    return None;
+                }
+            }
+        }
+    };
+    serde_json::to_value(&position).ok()
 }
 
 /// The page's own static files; nothing third-party.
