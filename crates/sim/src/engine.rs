@@ -17,6 +17,12 @@ use anteroom_store::{AdmitRequest, EventId, QueueStore};
 use anyhow::{Context, bail};
 use serde::Serialize;
 
+#[path = "engine_redis.rs"]
+mod redis;
+
+#[path = "engine_embedded.rs"]
+mod embedded;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum StoreKind {
     Embedded,
@@ -35,11 +41,20 @@ pub struct EngineArgs {
     /// Backend under test.
     #[arg(long, value_enum, default_value_t = StoreKind::Embedded)]
     pub store: StoreKind,
-    /// Redis URL (for `--store redis`).
+    /// Redis URL (for `--store redis`); with `--cluster`, comma-separated seed nodes.
     #[arg(long)]
     pub url: Option<String>,
-    /// Concurrent joining tasks.
-    #[arg(long, default_value_t = 256)]
+    /// The Redis at `--url` is a Redis Cluster.
+    #[arg(long)]
+    pub cluster: bool,
+    /// Redis only: events side by side, the joins spread evenly over them
+    /// (each event is its own hash tag, so a cluster spreads them over its
+    /// masters); rank, admit and restart figures are taken on the first.
+    #[arg(long, default_value_t = 1)]
+    pub events: u64,
+    /// Concurrent joining tasks: the joins in flight, which group commit
+    /// needs (throughput ≈ in-flight joins / commit latency).
+    #[arg(long, default_value_t = 1024)]
     pub tasks: u64,
     /// Status calls timed for the rank percentiles.
     #[arg(long, default_value_t = 200_000)]
@@ -50,6 +65,34 @@ pub struct EngineArgs {
     /// Data directory for the embedded store (default: a fresh temp dir).
     #[arg(long)]
     pub dir: Option<PathBuf>,
+    /// Internal: only reopen the embedded store in this directory and report
+    /// restart time and memory (the benchmark runs itself with it, so that a
+    /// fresh process measures memory after restart).
+    #[arg(long, hide = true)]
+    pub reopen: Option<PathBuf>,
+}
+
+/// The report plus figures only some backends have.
+#[derive(Debug, Serialize)]
+pub struct EngineOutput {
+    #[serde(flatten)]
+    pub report: EngineReport,
+    /// Embedded: `rank_*` is the in-process index cost; this is the whole
+    /// `status()` call (async path, event lookup, locks) for comparison.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status_p50_us: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status_p99_us: Option<f64>,
+}
+
+impl From<EngineReport> for EngineOutput {
+    fn from(report: EngineReport) -> Self {
+        Self {
+            report,
+            status_p50_us: None,
+            status_p99_us: None,
+        }
+    }
 }
 
 /// The figures; the first nine keys are the stable contract of `--json`.
@@ -68,6 +111,9 @@ pub struct EngineReport {
     pub join_tasks: u64,
     pub bytes_per_waiter_after_joins: f64,
     pub rank_max_us: f64,
+    /// Redis only: plain `ZADD NX` per second, same server, concurrency and run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub baseline_zadd_per_s: Option<f64>,
 }
 
 /// Latencies in whole µs, 1 µs buckets up to 1 s; lock-free so 256 tasks can record.
@@ -114,57 +160,20 @@ fn member(i: u64) -> String {
     format!("{:016x}{:016x}", z ^ (z >> 31), i)
 }
 
-pub async fn run(args: &EngineArgs) -> anyhow::Result<EngineReport> {
+pub async fn run(args: &EngineArgs) -> anyhow::Result<EngineOutput> {
     match args.store {
-        StoreKind::Embedded => run_embedded(args).await,
-        StoreKind::Redis => bail!("redis engine benchmark: not built yet"),
+        StoreKind::Embedded => match &args.reopen {
+            Some(dir) => embedded::reopen(dir).await.map(EngineOutput::from),
+            None => embedded::run(args).await,
+        },
+        StoreKind::Redis => redis::run(args).await.map(EngineOutput::from),
     }
 }
 
-async fn open_embedded(dir: &Path) -> anyhow::Result<Arc<dyn QueueStore>> {
-    let store = EmbeddedStore::open(dir, EmbeddedOptions::default())
+async fn open_embedded(dir: &Path) -> anyhow::Result<EmbeddedStore> {
+    EmbeddedStore::open(dir, EmbeddedOptions::default())
         .await
-        .with_context(|| format!("opening the embedded store in {}", dir.display()))?;
-    Ok(Arc::new(store))
-}
-
-async fn run_embedded(args: &EngineArgs) -> anyhow::Result<EngineReport> {
-    let tmp = tempfile::tempdir()?;
-    let dir = args.dir.clone().unwrap_or_else(|| tmp.path().join("data"));
-    let event = EventId::new("bench")?;
-    let hist = Arc::new(Histogram::new());
-    let baseline = rss_bytes();
-    let store = open_embedded(&dir).await?;
-    let (joins_per_s, n) = joins(&store, &event, args, &hist).await?;
-    let after_joins = rss_bytes();
-    let (rank_p50_us, rank_p99_us, rank_max_us) =
-        ranks(&store, &event, n, args.rank_samples).await?;
-    let admitted = args.admits.min(n / 10);
-    let admits_per_s = admits(&store, &event, admitted).await?;
-    drop(store);
-    let t = Instant::now();
-    let store = open_embedded(&dir).await?;
-    let restart_s = t.elapsed().as_secs_f64();
-    let left = store.queue_length(&event).await?;
-    if left != n - admitted {
-        bail!("restart rebuilt {left} waiters, expected {}", n - admitted);
-    }
-    let after_restart = rss_bytes();
-    Ok(EngineReport {
-        store: "embedded",
-        waiters: n,
-        joins_per_s,
-        join_ack_p99_ms: hist.quantile_us(0.99) as f64 / 1000.0,
-        rank_p50_us,
-        rank_p99_us,
-        admits_per_s,
-        bytes_per_waiter: after_restart.saturating_sub(baseline) as f64 / left.max(1) as f64,
-        restart_s,
-        join_ack_p50_ms: hist.quantile_us(0.50) as f64 / 1000.0,
-        join_tasks: args.tasks,
-        bytes_per_waiter_after_joins: after_joins.saturating_sub(baseline) as f64 / n.max(1) as f64,
-        rank_max_us,
-    })
+        .with_context(|| format!("opening the embedded store in {}", dir.display()))
 }
 
 /// Joins `args.waiters` members from `args.tasks` concurrent tasks.
@@ -273,7 +282,7 @@ async fn admits(store: &Arc<dyn QueueStore>, event: &EventId, total: u64) -> any
 }
 
 /// Prints the report as a table or as one JSON object.
-pub fn print(report: &EngineReport, json: bool) -> anyhow::Result<()> {
+pub fn print(report: &EngineOutput, json: bool) -> anyhow::Result<()> {
     if json {
         println!("{}", serde_json::to_string(report)?);
         return Ok(());

@@ -76,6 +76,30 @@ pub fn system_clock_us() -> i64 {
         .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
 }
 
+/// A read-only look at one event's queue, taken under the event's lock by
+/// [`EmbeddedStore::with_queue`]: ranks at the cost of the index itself,
+/// without the async call path of [`QueueStore::status`].
+pub struct QueueView<'a> {
+    st: &'a EventState,
+}
+
+impl QueueView<'_> {
+    /// Waiters ahead of `member`, or `None` if it is not waiting.
+    pub fn rank(&self, member: &str) -> Option<u64> {
+        self.st.rank(member)
+    }
+
+    /// Waiters in the queue.
+    pub fn len(&self) -> u64 {
+        self.st.order.len() as u64
+    }
+
+    /// Whether nobody waits.
+    pub fn is_empty(&self) -> bool {
+        self.st.order.len() == 0
+    }
+}
+
 /// One live event: its memory and the way to its actor.
 struct EventHandle {
     state: Arc<Mutex<EventState>>,
@@ -261,6 +285,12 @@ impl EmbeddedStore {
         }
         let now = st.peek(self.clock());
         Ok(f(&mut st, now))
+    }
+
+    /// Runs `f` on a read-only view of the event's queue. The event's actor
+    /// waits while `f` runs, so keep it short (a few thousand ranks).
+    pub fn with_queue<T>(&self, event: &EventId, f: impl FnOnce(&QueueView<'_>) -> T) -> Result<T> {
+        self.read(event, |st, _| f(&QueueView { st }))
     }
 
     async fn meta_write(

@@ -89,6 +89,12 @@ impl EventState {
         }
     }
 
+    /// Waiters ahead of `member`, if it is waiting.
+    pub(crate) fn rank(&self, member: &str) -> Option<u64> {
+        let slot = self.table.find(member)?;
+        Some(self.order.rank(&self.table, (self.table.score(slot), slot)))
+    }
+
     fn non_waiting(&self, member: &str) -> Option<MemberState> {
         if let Some(&(nonce, expires_at_us)) = self.admitted.get(member) {
             return Some(MemberState::Admitted {

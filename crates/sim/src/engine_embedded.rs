@@ -1,0 +1,166 @@
+//! The embedded store's side of `anteroom-sim engine`: joins, ranks (the
+//! index alone, and the whole `status()` call), admits, then a restart in a
+//! fresh child process, so its memory figure does not count what the
+//! allocator kept from the first store.
+
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Instant;
+
+use anteroom_store::embedded::EmbeddedStore;
+use anteroom_store::{EventId, QueueStore};
+use anyhow::{Context, bail};
+
+use super::{
+    EngineArgs, EngineOutput, EngineReport, Histogram, admits, joins, member, open_embedded, ranks,
+    rss_bytes,
+};
+
+const EVENT: &str = "bench";
+
+pub(super) async fn run(args: &EngineArgs) -> anyhow::Result<EngineOutput> {
+    let tmp = tempfile::tempdir()?;
+    let dir = args.dir.clone().unwrap_or_else(|| tmp.path().join("data"));
+    let event = EventId::new(EVENT)?;
+    let hist = Arc::new(Histogram::new());
+    let baseline = rss_bytes();
+    let embedded = open_embedded(&dir).await?;
+    let store: Arc<dyn QueueStore> = Arc::new(embedded.clone());
+    let (joins_per_s, n) = joins(&store, &event, args, &hist).await?;
+    let after_joins = rss_bytes();
+    let (rank_p50_us, rank_p99_us, rank_max_us) =
+        index_ranks(&embedded, &event, n, args.rank_samples)?;
+    let (status_p50_us, status_p99_us, _) = ranks(&store, &event, n, args.rank_samples).await?;
+    let admitted = args.admits.min(n / 10);
+    let admits_per_s = admits(&store, &event, admitted).await?;
+    drop((store, embedded));
+    let child = reopen_in_child(&dir)?;
+    if child.waiters != n - admitted {
+        bail!(
+            "restart rebuilt {} waiters, expected {}",
+            child.waiters,
+            n - admitted
+        );
+    }
+    Ok(EngineOutput {
+        report: EngineReport {
+            store: "embedded",
+            waiters: n,
+            joins_per_s,
+            join_ack_p99_ms: hist.quantile_us(0.99) as f64 / 1000.0,
+            rank_p50_us,
+            rank_p99_us,
+            admits_per_s,
+            bytes_per_waiter: child.bytes_per_waiter,
+            restart_s: child.restart_s,
+            join_ack_p50_ms: hist.quantile_us(0.50) as f64 / 1000.0,
+            join_tasks: args.tasks,
+            bytes_per_waiter_after_joins: after_joins.saturating_sub(baseline) as f64
+                / n.max(1) as f64,
+            rank_max_us,
+            baseline_zadd_per_s: None,
+        },
+        status_p50_us: Some(status_p50_us),
+        status_p99_us: Some(status_p99_us),
+    })
+}
+
+/// Times `samples` ranks of random waiters straight on the index, in
+/// groups of 1000 under one lock; (p50, p99, max) in µs.
+fn index_ranks(
+    store: &EmbeddedStore,
+    event: &EventId,
+    n: u64,
+    samples: u64,
+) -> anyhow::Result<(f64, f64, f64)> {
+    if n == 0 {
+        return Ok((0.0, 0.0, 0.0));
+    }
+    let ids: Vec<String> = (0..samples)
+        .map(|_| member(rand::random::<u64>() % n))
+        .collect();
+    let mut ns = Vec::with_capacity(ids.len());
+    for group in ids.chunks(1000) {
+        let missing = store.with_queue(event, |q| {
+            let mut missing = None;
+            for m in group {
+                let t0 = Instant::now();
+                let rank = q.rank(m);
+                ns.push(t0.elapsed().as_nanos() as u64);
+                if rank.is_none() {
+                    missing = Some(m.clone());
+                }
+            }
+            missing
+        })?;
+        if let Some(m) = missing {
+            bail!("{m} is not waiting");
+        }
+    }
+    ns.sort_unstable();
+    let q = |p: f64| ns[((ns.len() as f64 * p) as usize).min(ns.len() - 1)] as f64 / 1000.0;
+    Ok((q(0.50), q(0.99), q(1.0)))
+}
+
+/// What the child reports of the restart.
+struct Restart {
+    waiters: u64,
+    restart_s: f64,
+    bytes_per_waiter: f64,
+}
+
+fn reopen_in_child(dir: &Path) -> anyhow::Result<Restart> {
+    let exe = std::env::current_exe().context("finding the benchmark binary")?;
+    let out = Command::new(exe)
+        .arg("engine")
+        .arg("--json")
+        .arg("--reopen")
+        .arg(dir)
+        .output()
+        .context("running the restart child")?;
+    if !out.status.success() {
+        bail!(
+            "restart child failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let v: serde_json::Value =
+        serde_json::from_slice(&out.stdout).context("reading the restart child's report")?;
+    let num = |k: &str| v.get(k).and_then(serde_json::Value::as_f64);
+    match (num("waiters"), num("restart_s"), num("bytes_per_waiter")) {
+        (Some(w), Some(r), Some(b)) => Ok(Restart {
+            waiters: w as u64,
+            restart_s: r,
+            bytes_per_waiter: b,
+        }),
+        _ => bail!("restart child's report lacks a figure: {v}"),
+    }
+}
+
+/// The child's side: open the store, time it, and count the memory it took.
+pub(super) async fn reopen(dir: &Path) -> anyhow::Result<EngineReport> {
+    let event = EventId::new(EVENT)?;
+    let baseline = rss_bytes();
+    let t = Instant::now();
+    let store = open_embedded(dir).await?;
+    let restart_s = t.elapsed().as_secs_f64();
+    let left = store.queue_length(&event).await?;
+    let bytes = rss_bytes().saturating_sub(baseline);
+    Ok(EngineReport {
+        store: "embedded",
+        waiters: left,
+        joins_per_s: 0.0,
+        join_ack_p99_ms: 0.0,
+        rank_p50_us: 0.0,
+        rank_p99_us: 0.0,
+        admits_per_s: 0.0,
+        bytes_per_waiter: bytes as f64 / left.max(1) as f64,
+        restart_s,
+        join_ack_p50_ms: 0.0,
+        join_tasks: 0,
+        bytes_per_waiter_after_joins: 0.0,
+        rank_max_us: 0.0,
+        baseline_zadd_per_s: None,
+    })
+}
