@@ -21,12 +21,16 @@ use hyper_util::rt::TokioExecutor;
 pub const ADMIN_TOKEN: &str = "test-admin-token";
 pub const SECRET: &str = "test-secret-test-secret-test-secret-0123";
 
+/// One request as the origin saw it: the URI, `X-Anteroom-Event` and
+/// `X-Anteroom-Session`.
+pub type Seen = (String, Option<String>, Option<String>);
+
 /// What the origin observed.
 #[derive(Default)]
 pub struct OriginLog {
     in_flight: AtomicUsize,
     pub max_in_flight: AtomicUsize,
-    pub requests: Mutex<Vec<(String, Option<String>, Option<String>)>>,
+    pub requests: Mutex<Vec<Seen>>,
 }
 
 pub async fn start_origin() -> (SocketAddr, Arc<OriginLog>) {
