@@ -54,7 +54,10 @@ impl Default for EmbeddedOptions {
         Self {
             clock: Arc::new(system_clock_us),
             max_batch: 4096,
-            cache_bytes: 16 << 20,
+            // The cache mostly holds the B-tree paths that commits touch; the
+            // start-up scan reads each page once, so a bigger cache would only
+            // add resident memory.
+            cache_bytes: 4 << 20,
         }
     }
 }

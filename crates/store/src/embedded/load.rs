@@ -48,7 +48,7 @@ pub(crate) fn load(db: &Database, path: &Path) -> Result<EventState, StoreError>
                         .ok_or_else(|| corrupt(path, "waiting"))?;
                     let slot = st
                         .table
-                        .insert(m, score, seen.value())
+                        .push_unindexed(m, score, seen.value())
                         .map_err(|_| corrupt(path, "waiting"))?;
                     keys.push((score, slot));
                 }
@@ -57,6 +57,7 @@ pub(crate) fn load(db: &Database, path: &Path) -> Result<EventState, StoreError>
             Err(e) => return Err(disk::storage(path, e)),
         }
     }
+    st.table.build_index();
     // Disk order is rank order already; the check is cheap insurance.
     if !keys.is_sorted_by(|a, b| cmp_key(&st.table, *a, *b).is_le()) {
         keys.sort_unstable_by(|a, b| cmp_key(&st.table, *a, *b));
