@@ -117,7 +117,8 @@ impl EventState {
         if let Some(state) = self.non_waiting(member) {
             return Ok(JoinOutcome { new: false, state });
         }
-        if let Some(slot) = self.table.find(member) {
+        let tag = self.table.tag_of(member);
+        if let Some(slot) = self.table.find_tagged(member, tag) {
             self.table.set_seen(slot, now);
             self.writes.waiting(self.table.score(slot), member, now);
             return Ok(JoinOutcome {
@@ -128,7 +129,7 @@ impl EventState {
         let score = arrival_score(now, s);
         let slot = self
             .table
-            .insert(member, score, now)
+            .insert_tagged(member, tag, score, now)
             .map_err(StoreError::InvalidInput)?;
         self.order.insert(&self.table, (score, slot));
         self.writes.waiting(score, member, now);

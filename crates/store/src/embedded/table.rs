@@ -69,7 +69,8 @@ impl MemberTable {
         self.buckets.len() - 1
     }
 
-    fn tag_of(&self, member: &str) -> u32 {
+    /// The member's hash, to look it up and insert it with one hashing.
+    pub(crate) fn tag_of(&self, member: &str) -> u32 {
         // Truncation is the point: the low bits pick the bucket.
         self.hasher.hash_one(member) as u32
     }
@@ -95,7 +96,11 @@ impl MemberTable {
     }
 
     pub(crate) fn find(&self, member: &str) -> Option<u32> {
-        let tag = self.tag_of(member);
+        self.find_tagged(member, self.tag_of(member))
+    }
+
+    /// [`Self::find`] with the member's hash from [`Self::tag_of`].
+    pub(crate) fn find_tagged(&self, member: &str, tag: u32) -> Option<u32> {
         let mask = self.mask();
         let mut i = tag as usize & mask;
         loop {
@@ -111,23 +116,14 @@ impl MemberTable {
     }
 
     /// Inserts a member known to be absent and returns its slot.
+    #[cfg(test)]
     pub(crate) fn insert(
         &mut self,
         member: &str,
         score: i64,
         seen: i64,
     ) -> Result<u32, &'static str> {
-        if (self.len + 1) * 8 > self.buckets.len() * 7 {
-            self.rehash(self.buckets.len() * 2);
-        }
-        let slot = self.push_unindexed(member, score, seen)?;
-        let mask = self.mask();
-        let mut i = self.slots[slot as usize].tag as usize & mask;
-        while self.buckets[i] != EMPTY {
-            i = (i + 1) & mask;
-        }
-        self.buckets[i] = slot;
-        Ok(slot)
+        self.insert_tagged(member, self.tag_of(member), score, seen)
     }
 
     /// Stores a member without putting it in the hash index, which
@@ -136,6 +132,37 @@ impl MemberTable {
     pub(crate) fn push_unindexed(
         &mut self,
         member: &str,
+        score: i64,
+        seen: i64,
+    ) -> Result<u32, &'static str> {
+        self.push_tagged(member, self.tag_of(member), score, seen)
+    }
+
+    /// [`Self::insert`] with the member's hash from [`Self::tag_of`].
+    pub(crate) fn insert_tagged(
+        &mut self,
+        member: &str,
+        tag: u32,
+        score: i64,
+        seen: i64,
+    ) -> Result<u32, &'static str> {
+        if (self.len + 1) * 8 > self.buckets.len() * 7 {
+            self.rehash(self.buckets.len() * 2);
+        }
+        let slot = self.push_tagged(member, tag, score, seen)?;
+        let mask = self.mask();
+        let mut i = tag as usize & mask;
+        while self.buckets[i] != EMPTY {
+            i = (i + 1) & mask;
+        }
+        self.buckets[i] = slot;
+        Ok(slot)
+    }
+
+    fn push_tagged(
+        &mut self,
+        member: &str,
+        tag: u32,
         score: i64,
         seen: i64,
     ) -> Result<u32, &'static str> {
@@ -148,7 +175,6 @@ impl MemberTable {
                 return Err("member arena full (4 GiB of ids in one event)");
             }
         }
-        let tag = self.tag_of(member);
         // The bound was checked just above, so the offset fits in u32.
         let off = u32::try_from(self.arena.len()).map_err(|_| "member arena full")?;
         self.arena.push((member.len() - 1) as u8);
