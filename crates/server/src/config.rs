@@ -74,7 +74,8 @@ pub struct ServerConfig {
     pub log_format: LogFormat,
     pub header_read_timeout: Duration,
     pub max_body_bytes: usize,
-    /// Issue 8: `server.gateway_nodes` and the test-only `server.test_clock_offset_ms`.
+    /// Issue 8: `server.gateway_nodes`, `server.drain_after` (with `store.timeout`)
+    /// and the test-only `server.test_clock_offset_ms`.
     pub drain: crate::drain::clock::DrainSettings,
     /// `limits.trusted_proxies` in the file: peers whose `X-Forwarded-For`
     /// is believed. Kept with the server settings because every handler

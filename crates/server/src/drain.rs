@@ -21,6 +21,7 @@
 
 pub mod cache;
 pub mod clock;
+pub mod health;
 pub mod task;
 
 use std::collections::HashMap;
@@ -47,6 +48,9 @@ pub struct DrainState {
     draining: AtomicBool,
     /// Set from entry until the reconcile succeeded: the scheduler is held.
     holding: AtomicBool,
+    /// A request saw the store fail: probe now instead of at the next tick,
+    /// so a refused connection drains within milliseconds.
+    wake: tokio::sync::Notify,
     inner: Mutex<Inner>,
 }
 
@@ -159,15 +163,23 @@ pub fn of(rt: &EventRuntime) -> &DrainState {
     &rt.live.drain
 }
 
-/// A store call for the event failed as unreachable: drain now rather than
-/// at the next probe.
-pub fn store_failed(state: &AppState, rt: &EventRuntime) {
+/// A store call of a request for the event failed as unreachable: probe the
+/// store now. The request alone does not drain the event: under load one
+/// call can time out while the store is alive, and drain turns every new
+/// arrival away. The probe drains at once if the store refuses, and after
+/// `server.drain_after` if it only stays silent ([`health`]).
+pub fn store_failed(_state: &AppState, rt: &EventRuntime) {
+    of(rt).wake.notify_one();
+}
+
+/// Switches the event to drain mode (the probe decided the store is down).
+fn enter_drain(state: &AppState, rt: &EventRuntime, why: &str) {
     let stats = rt.live.snapshot().stats;
     if of(rt).enter(
         state.now_ms(),
         stats.active.saturating_add(stats.outstanding),
     ) {
-        tracing::warn!(event = %rt.id(), "queue store unreachable (request); draining");
+        tracing::warn!(event = %rt.id(), why, "queue store unreachable; draining");
         task::gauge(rt, true);
     }
 }
@@ -235,8 +247,9 @@ pub fn draining_error() -> ApiError {
     }
 }
 
-/// Maps a store error of a request, draining the event when the store is
-/// unreachable.
+/// Maps a store error of a request. An unreachable store fails this request
+/// with `503 draining` (it cannot be served) and wakes the probe, which
+/// decides whether the whole event drains.
 pub fn on_store_error(state: &AppState, rt: &EventRuntime, e: StoreError) -> ApiError {
     if matches!(e, StoreError::Unavailable(_)) {
         store_failed(state, rt);

@@ -89,14 +89,22 @@ async fn scenario(fault: Fault) {
         Fault::Hang => redis.pause().unwrap(),
     }
 
-    // Drain entry: a new arrival gets 503 draining with Retry-After.
-    let entry = until(fault_at, "503 draining for a new arrival", || async {
-        let (status, headers, body) = Visitor::default().enter(&node, EVENT).await;
-        status == StatusCode::SERVICE_UNAVAILABLE
-            && body["error"] == "draining"
-            && headers.contains_key("retry-after")
+    // Drain entry, timed on the mode itself (/readyz): a request whose own
+    // store call fails is answered 503 too, but only the probe drains the
+    // event. Then a new arrival gets 503 draining with Retry-After.
+    let readyz = node.admin_url("/readyz");
+    let entry = until(fault_at, "/readyz names the draining event", || {
+        let url = readyz.clone();
+        async move {
+            let r = node::send(Method::GET, &url, &[], None).await;
+            r.is_ok_and(|(s, _, _)| s == StatusCode::SERVICE_UNAVAILABLE)
+        }
     })
     .await;
+    let (status, headers, body) = Visitor::default().enter(&node, EVENT).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert_eq!(body["error"], "draining");
+    assert!(headers.contains_key("retry-after"));
 
     // During the drain: the pass holder keeps reaching the origin; /readyz
     // and the metric show the mode; waiting visitors see DRAINING or are
@@ -164,7 +172,6 @@ async fn scenario(fault: Fault) {
         || async { Visitor::default().enter(&node, EVENT).await.0 == StatusCode::OK },
     )
     .await;
-    let readyz = node.admin_url("/readyz");
     wait_for("/readyz 200", Duration::from_secs(5), || {
         let url = readyz.clone();
         async move { node::send(Method::GET, &url, &[], None).await.map(|r| r.0) == Ok(StatusCode::OK) }

@@ -38,6 +38,8 @@ pub struct RawServer {
     pub max_body_bytes: Option<u64>,
     /// Issue 8: gateway nodes sharing the store; each drains within 1/n of the capacity left.
     pub gateway_nodes: Option<u64>,
+    /// Issue 8: how long a store that times out must keep failing before its events drain.
+    pub drain_after: Option<String>,
     /// Issue 8, TEST/DIAGNOSTIC ONLY: shifts this node's wall clock (clock-skew tests).
     pub test_clock_offset_ms: Option<i64>,
 }

@@ -18,6 +18,10 @@ type Result<T> = std::result::Result<T, ConfigError>;
 pub(super) fn config(raw: &RawConfig) -> Result<Config> {
     let mut server = server(raw)?;
     let store = store(raw)?;
+    // The drain probe is bounded by the store's own timeout (issue 8).
+    if let StoreConfig::Redis { timeout, .. } = &store {
+        server.drain.store_timeout = *timeout;
+    }
     let secrets = secrets(raw)?;
     let limits = limits(raw)?;
     server.trusted_proxies = trusted_proxies(raw)?;
@@ -108,7 +112,7 @@ fn server(raw: &RawConfig) -> Result<ServerConfig> {
     })
 }
 
-/// Issue 8: drain share and the test-only clock offset.
+/// Issue 8: drain share, drain window and the test-only clock offset.
 fn drain_settings(s: &super::raw::RawServer) -> Result<crate::drain::clock::DrainSettings> {
     let gateway_nodes = s.gateway_nodes.unwrap_or(1);
     if !(1..=10_000).contains(&gateway_nodes) {
@@ -124,9 +128,20 @@ fn drain_settings(s: &super::raw::RawServer) -> Result<crate::drain::clock::Drai
             "test-only; must be within one hour",
         ));
     }
+    // At least two probes (100 ms apart) fit in the window; beyond a minute
+    // an outage would go unnoticed for too long.
+    let drain_after = positive("server.drain_after", s.drain_after.as_deref(), "1s")?;
+    if !(Duration::from_millis(200)..=Duration::from_secs(60)).contains(&drain_after) {
+        return Err(ConfigError::new(
+            "server.drain_after",
+            "must be between 200ms and 60s",
+        ));
+    }
     Ok(crate::drain::clock::DrainSettings {
         gateway_nodes,
+        drain_after,
         test_clock_offset_ms,
+        ..Default::default()
     })
 }
 

@@ -4,6 +4,7 @@
 //! not depend on them (it comes from the store's canonical clock).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::app::{Clock, SystemClock};
 
@@ -14,6 +15,12 @@ pub struct DrainSettings {
     /// 1): while draining, each node admits at most this fraction of the
     /// capacity left, so the nodes together stay within `max_active`.
     pub gateway_nodes: u64,
+    /// How long a store that times out (rather than refusing) must keep
+    /// failing every probe before its events drain (`server.drain_after`,
+    /// default 1 s): a busy store must not flip events into drain.
+    pub drain_after: Duration,
+    /// `store.timeout` (1 s for the embedded store), which bounds the probe.
+    pub store_timeout: Duration,
     /// TEST/DIAGNOSTIC ONLY (`server.test_clock_offset_ms`, default 0): shifts
     /// this node's wall clock to simulate clock skew between nodes.
     pub test_clock_offset_ms: i64,
@@ -23,10 +30,15 @@ impl Default for DrainSettings {
     fn default() -> Self {
         Self {
             gateway_nodes: 1,
+            drain_after: DEFAULT_DRAIN_AFTER,
+            store_timeout: Duration::from_secs(1),
             test_clock_offset_ms: 0,
         }
     }
 }
+
+/// Default of `server.drain_after`: a real outage drains within about a second.
+pub const DEFAULT_DRAIN_AFTER: Duration = Duration::from_secs(1);
 
 /// The system clock shifted by a fixed offset.
 #[derive(Debug, Clone, Copy)]

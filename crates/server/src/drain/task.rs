@@ -9,21 +9,20 @@ use std::future::Future;
 use std::pin::pin;
 use std::sync::Arc;
 use std::task::Poll;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anteroom_core::phase::Phase;
 use anteroom_store::EventId;
 use rand::RngCore;
 
+use super::health::{self, Health, Probe, Verdict};
 use super::{DrainState, Inner, LocalAdmission, of};
 use crate::app::{AppState, EventRuntime, lock};
 
-/// How often the store is probed for each event: with [`PROBE_TIMEOUT`] this
-/// bounds drain entry (and exit) to well under a second.
+/// How often the store is probed for each event (and at once when a request
+/// saw it fail): a refused store drains within this, a hung one within
+/// `server.drain_after`, and leaving takes [`health::LEAVE_AFTER`] of these.
 pub const PROBE_EVERY: Duration = Duration::from_millis(100);
-
-/// A probe slower than this counts as unreachable (a hung store).
-pub const PROBE_TIMEOUT: Duration = Duration::from_millis(300);
 
 /// Runs the event's drain task beside its `scheduler`, polling the scheduler
 /// only while drain does not hold it.
@@ -47,26 +46,57 @@ pub async fn supervise(state: Arc<AppState>, id: EventId, scheduler: impl Future
 }
 
 async fn watch(state: Arc<AppState>, id: EventId) {
+    let settings = state.server.drain;
+    let window = settings.drain_after;
+    let probe_timeout = health::probe_timeout(settings.store_timeout, window);
+    let mut health = Health::default();
     let mut every = tokio::time::interval(PROBE_EVERY);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        every.tick().await;
         let Some(rt) = state.event(&id) else { return };
-        let reachable = matches!(
-            tokio::time::timeout(PROBE_TIMEOUT, state.store.ping(&id)).await,
-            Ok(Ok(()))
-        );
+        tokio::select! {
+            _ = every.tick() => {}
+            _ = of(&rt).wake.notified() => {}
+        }
+        let probe = probe(&state, &id, probe_timeout).await;
+        if probe.0 == Probe::Answered {
+            // A late tick fires at once; after an answer wait the full period
+            // so the successes that end a drain span real time (a flapping
+            // store must answer twice, 100 ms apart). After a failure the
+            // next probe may follow at once: a hang's probes tile the window.
+            every.reset();
+        }
         let drain = of(&rt);
-        if reachable {
-            if drain.holds_scheduler() {
-                leave(&state, &rt).await;
+        match health.observe(probe.0, probe.1, Instant::now(), window) {
+            Verdict::Leave if drain.holds_scheduler() => leave(&state, &rt).await,
+            Verdict::Drain => {
+                let why = if probe.0 == Probe::Hard {
+                    "store refused"
+                } else {
+                    "store silent for server.drain_after"
+                };
+                super::enter_drain(&state, &rt, why);
+                admit_locally(&state, &rt);
             }
-        } else {
-            super::store_failed(&state, &rt);
-            admit_locally(&state, &rt);
+            // Still failing while already draining: keep admitting the front.
+            Verdict::Hold if probe.0 != Probe::Answered && drain.is_draining() => {
+                admit_locally(&state, &rt);
+            }
+            _ => {}
         }
         gauge(&rt, drain.is_draining());
     }
+}
+
+/// Pings the event's store once; returns what it found and when it started.
+async fn probe(state: &AppState, id: &EventId, timeout: Duration) -> (Probe, Instant) {
+    let started = Instant::now();
+    let found = match tokio::time::timeout(timeout, state.store.ping(id)).await {
+        Ok(Ok(())) => Probe::Answered,
+        Ok(Err(_)) => health::classify_failure(started.elapsed(), timeout),
+        Err(_) => Probe::Slow,
+    };
+    (found, started)
 }
 
 /// Sets `anteroom_draining{event}`.
