@@ -128,6 +128,10 @@ token_ttl = "1m"
 pass_ttl = "30s"
 queue_idle_timeout = "2m"
 admission = {{ mode = "batch", batch_size = 1, interval = "3s" }}
+# Scripts (curl's user agent, no Accept-Language) score high risk and must
+# solve a proof-of-work challenge; a browser scores low and joins at once.
+# 16 bits is about a second of WebCrypto in a browser.
+bots = {{ challenge = "high", difficulty = 16 }}
 "#,
         data = data.display().to_string().replace('\\', "/"),
     );

@@ -411,7 +411,8 @@ fn bots(key: &str, b: Option<&RawBots>) -> Result<Bots> {
             ));
         }
     };
-    let difficulty = b.difficulty.unwrap_or(18);
+    // Shared with the bot defence's own default; see there for why 16 bits.
+    let difficulty = b.difficulty.unwrap_or(crate::bots::config::DEFAULT_DIFFICULTY);
     if !(1..=32).contains(&difficulty) {
         return Err(ConfigError::new(
             format!("{key}.difficulty"),
