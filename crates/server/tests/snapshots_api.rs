@@ -123,3 +123,48 @@ async fn metrics_are_prometheus_text_with_anteroom_names() {
     insta::assert_snapshot!("metrics_families", families.join("\n"));
     s.stop().await;
 }
+
+/// Before the event opens, the position carries the opening time (the page's
+/// countdown reads it); once open, `opensAt` is null.
+#[tokio::test]
+async fn not_open_position_carries_opens_at() {
+    let s = TestServer::start(r#"opens_at = "2099-01-01T10:00:00Z""#).await;
+    let (status, p) = Visitor::default()
+        .json(
+            Method::POST,
+            &s.url("/api/queue/enter?eventId=tickets"),
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(p["status"], "NOT_OPEN");
+    let opens_at = p["opensAt"].as_str().unwrap();
+    assert!(opens_at.starts_with("2099-01-01T10:00:00"), "{opens_at}");
+    let (_, open) = Visitor::default()
+        .json(Method::POST, &s.url("/api/queue/enter?eventId=other"), None)
+        .await;
+    assert!(open["opensAt"].is_null(), "{open}");
+}
+
+/// The enter that inserts a visitor answers a random first poll within the
+/// spread, so a burst does not poll in lockstep.
+#[tokio::test]
+async fn first_poll_after_a_join_is_jittered() {
+    let s = TestServer::start("").await;
+    let mut polls = std::collections::BTreeSet::new();
+    for _ in 0..8 {
+        let (_, p) = Visitor::default()
+            .json(
+                Method::POST,
+                &s.url("/api/queue/enter?eventId=tickets"),
+                None,
+            )
+            .await;
+        if p["status"] == "WAITING" {
+            let ms = p["pollAfterMs"].as_u64().unwrap();
+            assert!(ms <= 3_000, "first poll {ms} ms");
+            polls.insert(ms);
+        }
+    }
+    assert!(polls.len() > 1, "first polls all equal: {polls:?}");
+}

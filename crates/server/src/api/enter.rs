@@ -37,9 +37,16 @@ pub struct EnterBody {
 #[utoipa::path(post, path = "/api/queue/enter", tag = "queue",
     params(("eventId" = Option<String>, Query, description = "event id; optional with one event")),
     request_body(content = Option<EnterBody>, content_type = "application/json"),
-    responses((status = 200, body = QueuePosition), (status = 401, body = crate::error::ErrorBody),
-        (status = 403, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody),
-        (status = 503, body = crate::error::ErrorBody)))]
+    responses((status = 200, body = QueuePosition),
+        (status = 401, body = crate::error::ErrorBody,
+            description = "challenge_required: the `challenge` object holds a proof-of-work challenge or a CAPTCHA demand"),
+        (status = 403, body = crate::error::ErrorBody, description = "blocked"),
+        (status = 404, body = crate::error::ErrorBody, description = "unknown_event"),
+        (status = 429, body = crate::error::ErrorBody,
+            description = "rate_limited (per IP or per session)",
+            headers(("Retry-After" = u64, description = "seconds to wait before retrying"))),
+        (status = 503, body = crate::error::ErrorBody, description = "draining",
+            headers(("Retry-After" = u64, description = "seconds to wait before retrying")))))]
 pub async fn enter(State(state): State<Arc<AppState>>, req: Request) -> Result<Response, ApiError> {
     let (parts, body) = req.into_parts();
     let rt = resolve_event(&state, &parts.uri)?;
@@ -75,48 +82,23 @@ pub async fn enter(State(state): State<Arc<AppState>>, req: Request) -> Result<R
         add_cookie(response.headers_mut(), visitor.new_cookie);
         return Ok(response);
     }
-    let current = current_phase(&state, &rt);
-    let position = if matches!(current, Phase::Scheduled | Phase::Closed) {
-        // Nobody joins before the pre-window or after the close.
-        QueuePosition::build(
-            &state,
-            &rt,
-            &visitor.member,
-            &anteroom_store::MemberState::None,
-            lang,
-            &return_path,
-        )
-    } else {
-        let behind = match bot_check(&state, &rt, &parts.headers, ip, &visitor, body.as_ref()).await
-        {
-            Ok(behind) => behind,
-            // A challenge is bound to this session: a new visitor must get
-            // the cookie with it, or the answer would come from a new session.
-            Err(e) => return Ok(with_cookie(e.into_response(), &visitor)),
-        };
-        let scoring = JoinScoring::new(
-            &state.score_key,
-            rt.id().as_str(),
-            &visitor.member,
-            rt.anchor_us,
-            i64::try_from(rt.config.pre_window.as_micros()).unwrap_or(i64::MAX),
-            behind,
-        );
-        let outcome = crate::metrics::timed_store(
-            "join",
-            state.store.join(rt.id(), &visitor.member, &scoring),
-        )
-        .await
-        .map_err(|e| crate::drain::on_store_error(&state, &rt, e))?;
-        crate::drain::of(&rt).note(&visitor.member, &outcome.state);
-        QueuePosition::build(
-            &state,
-            &rt,
-            &visitor.member,
-            &crate::drain::adjust(&rt, &visitor.member, outcome.state),
-            lang,
-            &return_path,
-        )
+    let joined = join_checked(
+        &state,
+        &rt,
+        &parts.headers,
+        ip,
+        &visitor,
+        body.as_ref(),
+        lang,
+        &return_path,
+    )
+    .await;
+    let position = match joined {
+        Ok(position) => position,
+        // A challenge is bound to this session: a new visitor must get the
+        // cookie with it, or the answer would come from a new session (and
+        // a retry after a store error should also be the same session).
+        Err(e) => return Ok(with_cookie(e.into_response(), &visitor)),
     };
     let mut response = position.respond(StatusCode::OK);
     add_cookie(response.headers_mut(), visitor.new_cookie);
@@ -164,9 +146,10 @@ pub fn event_bots(b: &crate::config::Bots) -> EventBots {
     }
 }
 
-/// Joins `visitor` (insert-if-absent) after the bot defence, as enter does,
-/// and answers the position; nobody joins before the pre-window or after
-/// the close. The waiting page's no-JavaScript render joins through this.
+/// Joins `visitor` (insert-if-absent) after the bot defence and answers the
+/// position; nobody joins before the pre-window or after the close. Both
+/// enter and the waiting page's server-side render join through here, so
+/// the page's join is noted for drain mode and jittered like enter's.
 #[allow(clippy::too_many_arguments)]
 pub async fn join_checked(
     state: &AppState,
@@ -201,15 +184,16 @@ pub async fn join_checked(
     );
     let outcome = crate::metrics::timed_store("join", state.store.join(rt.id(), member, &scoring))
         .await
-        .map_err(ApiError::from)?;
-    Ok(QueuePosition::build(
-        state,
-        rt,
-        member,
-        &outcome.state,
-        lang,
-        return_path,
-    ))
+        .map_err(|e| crate::drain::on_store_error(state, rt, e))?;
+    // Issue 8: this node's record of ranks and admissions, for drain mode.
+    crate::drain::of(rt).note(member, &outcome.state);
+    let member_state = crate::drain::adjust(rt, member, outcome.state);
+    // A burst's first polls spread over a few seconds instead of arriving
+    // together one `pollAfterMs` after the burst.
+    Ok(
+        QueuePosition::build(state, rt, member, &member_state, lang, return_path)
+            .first_poll(outcome.new),
+    )
 }
 
 /// An error answer that also carries a new visitor's session cookie.
@@ -221,7 +205,11 @@ fn with_cookie(mut response: Response, visitor: &Visitor) -> Response {
 /// Reads the caller's state (and keeps a waiting place alive).
 #[utoipa::path(get, path = "/api/queue/position", tag = "queue",
     params(("eventId" = Option<String>, Query, description = "event id; optional with one event")),
-    responses((status = 200, body = QueuePosition), (status = 404, body = crate::error::ErrorBody)))]
+    responses((status = 200, body = QueuePosition),
+        (status = 404, body = crate::error::ErrorBody, description = "unknown_event"),
+        (status = 429, body = crate::error::ErrorBody,
+            description = "rate_limited (per IP or per session)",
+            headers(("Retry-After" = u64, description = "seconds to wait before retrying")))))]
 pub async fn position(
     State(state): State<Arc<AppState>>,
     req: Request,

@@ -48,6 +48,10 @@ pub struct QueuePosition {
     /// Where a browser redeems the token, for ADMITTED.
     pub redirect: Option<String>,
     pub timestamp: String,
+    /// RFC 3339 time the event opens, for NOT_OPEN when the event has
+    /// `opens_at`: the page counts down to it against `timestamp`, the
+    /// server's clock, so a wrong client clock does not skew the countdown.
+    pub opens_at: Option<String>,
 }
 
 /// Poll cadence outside the WAITING status, in ms.
@@ -68,6 +72,7 @@ impl QueuePosition {
             token: None,
             redirect: None,
             timestamp: rfc3339_ms(state.now_ms()),
+            opens_at: None,
         }
     }
 
@@ -111,7 +116,9 @@ impl QueuePosition {
             }
             (_, MemberState::Active { .. }) => Self::bare(state, rt, Status::Active, IDLE_POLL_MS),
             (Phase::Scheduled | Phase::PreQueue, _) => {
-                Self::bare(state, rt, Status::NotOpen, IDLE_POLL_MS)
+                let mut p = Self::bare(state, rt, Status::NotOpen, IDLE_POLL_MS);
+                p.opens_at = rt.config.opens_at_ms.map(rfc3339_ms);
+                p
             }
             (_, MemberState::Waiting { rank, queue_length }) => {
                 let status = if phase == Phase::Paused {
