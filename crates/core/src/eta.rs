@@ -274,6 +274,10 @@ pub fn display(e: Option<Estimate>, lang: Lang) -> String {
 /// Near the front (or under this rank) a visitor polls every [`NEAR_POLL_MS`].
 pub const NEAR_RANK: u64 = 20;
 pub const NEAR_POLL_MS: u64 = 2_000;
+/// Under this expected (unbuffered) wait a visitor polls every [`NEAR_POLL_MS`].
+pub const NEAR_WAIT_MS: u64 = 10_000;
+/// Farther back a visitor polls after this share of the expected wait.
+pub const POLL_SHARE: f64 = 0.25;
 /// The slowest poll, far back in the queue.
 pub const FAR_POLL_MS: u64 = 30_000;
 /// The poll while no estimate exists yet: the first rate will come soon.
@@ -281,19 +285,28 @@ pub const UNKNOWN_POLL_MS: u64 = 5_000;
 /// A crowd's first polls spread over this span.
 pub const FIRST_POLL_SPREAD_MS: u64 = 3_000;
 
-/// When the visitor should poll again: every ~2 s near the front, rarely far
-/// back (a tenth of the estimate, at most 30 s, so a visitor still polls about
-/// ten times before the turn comes), with ±20 % jitter from `jitter` in `[0, 1)`
-/// so a crowd that joined together does not poll together.
+/// When the visitor should poll again, with ±20 % jitter from `jitter` in
+/// `[0, 1)` so a crowd that joined together does not poll together.
+///
+/// The interval follows the *expected* wait (the estimate without its
+/// [`BUFFER`]): far back a visitor polls after a quarter of it (at most
+/// 30 s), so polls thin out geometrically with the distance from the front,
+/// while each poll still lands well before the turn comes — an admitted
+/// visitor who has not polled yet holds a slot nobody uses. Within ~10 s of
+/// the turn (or [`NEAR_RANK`] of the front) the visitor polls every ~2 s.
 pub fn poll_after_ms(rank: u64, eta: Option<Estimate>, jitter: f64) -> u64 {
     let base = match eta {
         _ if rank < NEAR_RANK => NEAR_POLL_MS,
         None => UNKNOWN_POLL_MS,
-        Some(e) if e.almost_there => NEAR_POLL_MS,
-        Some(e) => e
-            .seconds
-            .saturating_mul(100)
-            .clamp(NEAR_POLL_MS, FAR_POLL_MS),
+        Some(e) => {
+            let expected_ms = e.seconds as f64 * 1000.0 / BUFFER;
+            if expected_ms < NEAR_WAIT_MS as f64 {
+                NEAR_POLL_MS
+            } else {
+                // `as` saturates, and the clamp bounds an absurd estimate.
+                ((expected_ms * POLL_SHARE) as u64).clamp(NEAR_POLL_MS, FAR_POLL_MS)
+            }
+        }
     };
     let factor = 0.8 + 0.4 * unit(jitter);
     (base as f64 * factor).round() as u64

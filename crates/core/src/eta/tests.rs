@@ -130,9 +130,14 @@ fn poll_interval_table() {
     check(0, None, 0.5, 2_000);
     check(5, est(600), 0.5, 2_000);
     check(100, None, 0.5, 5_000);
-    check(100, est(30), 0.5, 2_000);
-    check(100, est(60), 0.5, 6_000);
-    check(1_000, est(150), 0.5, 15_000);
+    // A quarter of the unbuffered wait (the estimate / 1.2), 2 s within
+    // ~10 s of the turn.
+    check(100, est(11), 0.5, 2_000);
+    check(100, est(12), 0.5, 2_500);
+    check(100, est(30), 0.5, 6_250);
+    check(100, est(60), 0.5, 12_500);
+    check(1_000, est(120), 0.5, 25_000);
+    check(1_000, est(150), 0.5, 30_000);
     check(50_000, est(3_600), 0.5, 30_000);
     // ±20 %.
     check(50_000, est(3_600), 0.0, 24_000);
