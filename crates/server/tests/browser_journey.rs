@@ -97,11 +97,18 @@ async fn journey_against_the_real_server() {
             "not redirected to the waiting page: {url}"
         );
 
-        // The page joined by itself and shows the place and the pause. (The
-        // proof-of-work leg runs against the fake in browser_page.rs until
-        // enter consults the bot policy; then assert `anteroomLastPow` here.)
+        // The page joined by itself and shows the place and the pause. With
+        // `challenge = "all"` enter let it in only after a valid answer, so
+        // the place is itself proof the server accepted the page's work.
         let text = status_contains(&client, "You are number 3 in line").await?;
         ensure!(text.contains("paused"), "pause not shown: {text}");
+        let pow: serde_json::Value = client
+            .execute("return window.anteroomLastPow || null", vec![])
+            .await?;
+        ensure!(
+            pow["nonce"].is_u64() && pow["hashes"].as_u64() >= Some(1),
+            "the page solved no proof-of-work challenge: {pow}"
+        );
         let eta = client.find(Locator::Id("ar-eta")).await?.text().await?;
         ensure!(!eta.is_empty(), "no ETA line");
 

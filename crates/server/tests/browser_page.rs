@@ -13,7 +13,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, ensure};
 use fantoccini::wd::TimeoutConfiguration;
 use fantoccini::{Client, Locator};
-use harness::{artifacts_dir, status_text, wait_for, with_browser};
+use harness::{artifacts_dir, status_text, wait_for, with_browser, with_browser_args};
 use serde_json::{Value, json};
 
 const STEP: Duration = Duration::from_secs(20);
@@ -136,7 +136,11 @@ async fn screenshots_phone_and_desktop() {
         ..Default::default()
     };
     let (_fake, addr) = fake::start(script).await;
-    with_browser(|client| async move {
+    // Reduced motion turns the progress bar's width transition off (the
+    // page's CSS honours it), so each screenshot shows the final width: the
+    // transition runs on a shadow pseudo-element that `getAnimations` may
+    // not list, so waiting on it alone could catch the bar mid-way.
+    with_browser_args(&["--force-prefers-reduced-motion"], |client| async move {
         for (name, width, height) in [
             ("waiting-phone.png", 390, 844),
             ("waiting-desktop.png", 1280, 800),
@@ -150,6 +154,13 @@ async fn screenshots_phone_and_desktop() {
                 .execute("return [innerWidth, innerHeight]", vec![])
                 .await?;
             ensure!(inner == json!([width, height]), "viewport {inner}");
+            let reduced: Value = client
+                .execute(
+                    "return matchMedia('(prefers-reduced-motion: reduce)').matches",
+                    vec![],
+                )
+                .await?;
+            ensure!(reduced == json!(true), "reduced motion not emulated");
             // Let the progress bar finish its transition so the picture shows the real value.
             wait_for("transitions to settle", STEP, || async {
                 let running: Value = client

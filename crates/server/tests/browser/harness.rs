@@ -89,7 +89,7 @@ async fn start_driver() -> Result<(Driver, PathBuf)> {
     Ok((driver, chromium))
 }
 
-async fn connect(driver: &Driver, chromium: &PathBuf) -> Result<Client> {
+async fn connect(driver: &Driver, chromium: &PathBuf, extra_args: &[&str]) -> Result<Client> {
     let args = [
         "--headless=new",
         "--no-sandbox",
@@ -103,6 +103,7 @@ async fn connect(driver: &Driver, chromium: &PathBuf) -> Result<Client> {
         "--hide-scrollbars",
     ]
     .iter()
+    .chain(extra_args)
     .map(|a| (*a).to_owned())
     .chain([format!(
         "--user-data-dir={}",
@@ -131,8 +132,19 @@ where
     F: FnOnce(Client) -> Fut,
     Fut: Future<Output = Result<()>>,
 {
+    with_browser_args(&[], body).await;
+}
+
+/// [`with_browser`] with extra Chromium command-line switches (e.g.
+/// `--force-prefers-reduced-motion`, so a screenshot is not caught mid-transition).
+#[allow(dead_code)] // not every test binary that includes the harness uses it
+pub async fn with_browser_args<F, Fut>(extra_args: &[&str], body: F)
+where
+    F: FnOnce(Client) -> Fut,
+    Fut: Future<Output = Result<()>>,
+{
     let (driver, chromium) = start_driver().await.unwrap_or_else(|e| panic!("{e:#}"));
-    let client = connect(&driver, &chromium)
+    let client = connect(&driver, &chromium, extra_args)
         .await
         .unwrap_or_else(|e| panic!("{e:#}"));
     let outcome = AssertUnwindSafe(body(client.clone())).catch_unwind().await;
