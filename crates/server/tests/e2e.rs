@@ -340,5 +340,17 @@ async fn admin_needs_the_bearer_token() {
         doc["paths"]["/api/queue/enter"].is_object()
             && doc["paths"]["/admin/events/{event}"].is_object()
     );
+    // The rate limit and the challenge are part of the documented answers.
+    let enter = &doc["paths"]["/api/queue/enter"]["post"]["responses"];
+    let position = &doc["paths"]["/api/queue/position"]["get"]["responses"];
+    assert!(
+        enter["401"].is_object() && enter["429"].is_object(),
+        "{enter}"
+    );
+    assert!(
+        enter["429"]["headers"]["Retry-After"].is_object(),
+        "{enter}"
+    );
+    assert!(position["429"].is_object(), "{position}");
     s.stop().await;
 }
