@@ -42,15 +42,33 @@ pub use config::Config;
 pub async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn QueueStore>> {
     Ok(match &config.store {
         config::StoreConfig::Embedded { path } => {
-            std::fs::create_dir_all(path).with_context(|| format!("store.path: cannot create {}", path.display()))?;
+            std::fs::create_dir_all(path)
+                .with_context(|| format!("store.path: cannot create {}", path.display()))?;
             let store = EmbeddedStore::open(path, EmbeddedOptions::default())
                 .await
-                .with_context(|| format!("store.path: cannot open the embedded store in {}", path.display()))?;
+                .with_context(|| {
+                    format!(
+                        "store.path: cannot open the embedded store in {}",
+                        path.display()
+                    )
+                })?;
             Arc::new(store)
         }
-        config::StoreConfig::Redis { urls, cluster, timeout } => {
-            let cfg = RedisConfig { urls: urls.clone(), cluster: *cluster, timeout: *timeout };
-            Arc::new(RedisStore::connect(&cfg).await.context("store.urls: cannot connect to Redis")?)
+        config::StoreConfig::Redis {
+            urls,
+            cluster,
+            timeout,
+        } => {
+            let cfg = RedisConfig {
+                urls: urls.clone(),
+                cluster: *cluster,
+                timeout: *timeout,
+            };
+            Arc::new(
+                RedisStore::connect(&cfg)
+                    .await
+                    .context("store.urls: cannot connect to Redis")?,
+            )
         }
     })
 }
@@ -78,7 +96,12 @@ pub async fn run_with_store(
     let events = config::stored::resolve(&config.events, store.as_ref())
         .await
         .context("loading event configuration")?;
-    let state = Arc::new(AppState::new(&config, events, store, drain::clock::node_clock(&config.server.drain))?);
+    let state = Arc::new(AppState::new(
+        &config,
+        events,
+        store,
+        drain::clock::node_clock(&config.server.drain),
+    )?);
     for rt in state.events().iter() {
         scheduler::refresh_once(&state, rt).await;
     }
@@ -91,7 +114,9 @@ pub async fn run_with_store(
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let public_app = public_router(state.clone());
     let admin_app = admin::router(state.clone());
-    let limits = serve::Limits { header_read_timeout: config.server.header_read_timeout };
+    let limits = serve::Limits {
+        header_read_timeout: config.server.header_read_timeout,
+    };
     let public_task = tokio::spawn(serve::serve(public, public_app, limits, stop_rx.clone()));
     let admin_task = tokio::spawn(serve::serve(admin, admin_app, limits, stop_rx));
     shutdown.await;

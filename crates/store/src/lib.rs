@@ -38,7 +38,9 @@ impl EventId {
         if ok {
             Ok(Self(id.to_owned()))
         } else {
-            Err(StoreError::InvalidInput("event id must match ^[A-Za-z0-9_-]{1,64}$"))
+            Err(StoreError::InvalidInput(
+                "event id must match ^[A-Za-z0-9_-]{1,64}$",
+            ))
         }
     }
 
@@ -212,7 +214,12 @@ pub trait QueueStore: Send + Sync + 'static {
     /// never moves anybody back); a member admitted or active keeps that state.
     /// The score comes from `anteroom_core::score::arrival_score` at the
     /// canonical time of the join. Marks the member as seen.
-    async fn join(&self, event: &EventId, member: &str, scoring: &JoinScoring) -> Result<JoinOutcome>;
+    async fn join(
+        &self,
+        event: &EventId,
+        member: &str,
+        scoring: &JoinScoring,
+    ) -> Result<JoinOutcome>;
 
     /// Where `member` stands. With `touch`, a waiting member is marked as seen
     /// now (position polls keep a place alive; see `expire`).
@@ -228,7 +235,13 @@ pub trait QueueStore: Send + Sync + 'static {
 
     /// Atomically consumes `nonce` if it is `member`'s outstanding token and
     /// opens an active session ending at `session_expires_at_us`.
-    async fn redeem(&self, event: &EventId, member: &str, nonce: &Nonce, session_expires_at_us: i64) -> Result<RedeemOutcome>;
+    async fn redeem(
+        &self,
+        event: &EventId,
+        member: &str,
+        nonce: &Nonce,
+        session_expires_at_us: i64,
+    ) -> Result<RedeemOutcome>;
 
     /// Moves an active session's end to `expires_at_us` (idle renewal by the
     /// gate; callers cap it at the session's lifetime). `false` if not active.
@@ -254,7 +267,12 @@ pub trait QueueStore: Send + Sync + 'static {
 
     /// Single-use guard for proof-of-work answers: `true` the first time a
     /// nonce is seen, `false` ever after (until `expires_at_us` passes).
-    async fn consume_once(&self, event: &EventId, nonce: &Nonce, expires_at_us: i64) -> Result<bool>;
+    async fn consume_once(
+        &self,
+        event: &EventId,
+        nonce: &Nonce,
+        expires_at_us: i64,
+    ) -> Result<bool>;
 
     /// Cluster-wide tick guard: `true` for exactly one caller per
     /// `(event, tick)`, however many gateway nodes ask.

@@ -78,9 +78,13 @@ impl RedisStore {
             };
             let client = redis::Client::open(url.as_str())
                 .map_err(|_| StoreError::InvalidInput("invalid redis url"))?;
+            // One reconnect attempt per failure, not redis-rs's default six with
+            // growing pauses: a dead server must look dead (connection refused,
+            // drain at once), not like a hang that every caller waits out.
             let config = ConnectionManagerConfig::new()
                 .set_connection_timeout(Some(cfg.timeout))
-                .set_response_timeout(Some(cfg.timeout));
+                .set_response_timeout(Some(cfg.timeout))
+                .set_number_of_retries(1);
             Conn::Single(
                 bounded(
                     cfg.timeout,

@@ -412,7 +412,9 @@ fn bots(key: &str, b: Option<&RawBots>) -> Result<Bots> {
         }
     };
     // Shared with the bot defence's own default; see there for why 16 bits.
-    let difficulty = b.difficulty.unwrap_or(crate::bots::config::DEFAULT_DIFFICULTY);
+    let difficulty = b
+        .difficulty
+        .unwrap_or(crate::bots::config::DEFAULT_DIFFICULTY);
     if !(1..=32).contains(&difficulty) {
         return Err(ConfigError::new(
             format!("{key}.difficulty"),
