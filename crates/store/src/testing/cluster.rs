@@ -133,6 +133,24 @@ impl RedisCluster {
         node.kill()?;
         Ok(port)
     }
+
+    /// Restarts the (killed) node on `port` with the same port, directory
+    /// and `nodes.conf`, so it rejoins as the same node owning the same
+    /// slots (and loads its `dump.rdb`, if one was `SAVE`d there); then
+    /// waits until every node reports `cluster_state:ok`. Like the others,
+    /// the new process is killed by PID when the cluster is dropped.
+    pub fn restart_master(&mut self, port: u16) -> anyhow::Result<()> {
+        let node = self
+            .nodes
+            .iter_mut()
+            .find(|n| n.port() == port)
+            .context("no node of ours on that port")?;
+        if node.pid().is_some() {
+            bail!("node {port} is still running; kill it first");
+        }
+        node.restart()?;
+        self.wait_ok()
+    }
 }
 
 /// `true` when a `CLUSTER NODES` slot field (`5461` or `0-5460`) holds `slot`.
