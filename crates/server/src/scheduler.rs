@@ -244,7 +244,11 @@ pub async fn refresh_once(state: &AppState, rt: &EventRuntime) {
                 .set(stats.admitted_total as f64);
             // Every node learns the admission rate from the snapshot, so
             // the ETA is as good where this node never wins a tick.
-            lock(&rt.live.admission.eta).observe(state.now_ms(), &stats);
+            {
+                let mut feed = lock(&rt.live.admission.eta);
+                feed.set_plan(crate::admission::eta::Plan::of(&rt.config));
+                feed.observe(state.now_ms(), &stats);
+            }
             *snapshot = Snapshot {
                 stats,
                 admin,

@@ -77,3 +77,134 @@ fn no_rate_before_admissions_and_reset_total_is_safe() {
     feed.observe(1000, &stats(5));
     assert_eq!(feed.estimate(1000, 10), None);
 }
+
+fn stats_full(admitted_total: u64, redeemed_total: u64, active: u64) -> EventStats {
+    EventStats {
+        admitted_total,
+        redeemed_total,
+        active,
+        ..EventStats::default()
+    }
+}
+
+/// A flash crowd under batch admission (20 every second, 200 slots, 5 s
+/// sessions): the first estimates, made a second or two after the first
+/// batch, already use the planned 20/s rather than a fraction of it.
+#[test]
+fn flash_crowd_first_estimates_use_the_plan() {
+    let mut feed = EtaFeed::default();
+    feed.set_plan(Plan {
+        admit_per_s: Some(20.0),
+        slots: 200,
+    });
+    feed.observe(0, &stats(0));
+    feed.observe(500, &stats(20));
+    feed.observe(1_000, &stats(20));
+    feed.observe(1_500, &stats(40));
+    // 1000 ahead at 20/s: 50 s, buffered 60 s (the old 10 s floor said 300 s).
+    let e = feed.estimate(1_500, 999).unwrap().seconds;
+    assert_eq!(e, 60, "estimate {e}");
+}
+
+/// Until a session ends, the slots bound the rate by `slots / elapsed`: 100
+/// slots, sessions still running after 20 s, cannot turn over faster than
+/// 5/s, whatever the batch size says.
+#[test]
+fn slots_cap_the_planned_rate() {
+    let mut feed = EtaFeed::default();
+    feed.set_plan(Plan {
+        admit_per_s: Some(20.0),
+        slots: 100,
+    });
+    feed.observe(0, &stats_full(0, 0, 0));
+    let mut total = 0;
+    for t in (1_000..=20_000).step_by(1_000) {
+        total = (total + 20).min(100);
+        feed.observe(t, &stats_full(total, total, total));
+    }
+    let rate = feed.rate().unwrap();
+    assert!(rate <= 5.5, "rate {rate}");
+    // Once a session ends, its length (here 2 s) bounds the rate instead.
+    let mut feed = EtaFeed::default();
+    feed.set_plan(Plan {
+        admit_per_s: Some(20.0),
+        slots: 100,
+    });
+    feed.observe(0, &stats_full(0, 0, 0));
+    feed.observe(1_000, &stats_full(20, 20, 20));
+    feed.observe(3_000, &stats_full(40, 40, 39));
+    assert_eq!(feed.planned_rate(3_000), Some(20.0));
+    assert_eq!(feed.planned_rate(60_000), Some(20.0));
+}
+
+/// Capacity and adaptive modes have no configured rate: the plan adds
+/// nothing until a session has really ended.
+#[test]
+fn no_configured_rate_waits_for_a_session_end() {
+    let mut feed = EtaFeed::default();
+    feed.set_plan(Plan {
+        admit_per_s: None,
+        slots: 50,
+    });
+    feed.observe(0, &stats_full(0, 0, 0));
+    feed.observe(1_000, &stats_full(50, 50, 50));
+    assert_eq!(feed.planned_rate(1_000), None);
+    feed.observe(11_000, &stats_full(55, 55, 50));
+    assert_eq!(feed.planned_rate(11_000), Some(5.0));
+}
+
+/// Steady batches with the plan known from the start: the first estimate is
+/// close to the real wait and, at a steady rate, a visitor's estimate never
+/// rises from one poll to the next while they move forward.
+#[test]
+fn steady_batches_with_plan_never_raise_an_estimate() {
+    let mut feed = EtaFeed::default();
+    feed.set_plan(Plan {
+        admit_per_s: Some(10.0),
+        slots: 10_000,
+    });
+    let mut total = 0u64;
+    let mut last: Option<u64> = None;
+    // A visitor who joined with 2000 ahead, admitted at 10/s.
+    let joined_rank = 2_000u64;
+    for t in (0..200_000).step_by(500) {
+        if t % 5_000 == 0 && t > 0 {
+            total += 50;
+        }
+        feed.observe(t, &stats(total));
+        let Some(rank) = joined_rank.checked_sub(total) else {
+            break;
+        };
+        if let Some(e) = feed.estimate(t, rank) {
+            if let Some(prev) = last {
+                assert!(
+                    e.seconds <= prev,
+                    "estimate rose from {prev} to {} at {t} ms",
+                    e.seconds
+                );
+            } else {
+                // First estimate: ~200 s real wait, buffered 240 s.
+                assert!((200..=260).contains(&e.seconds), "first {}", e.seconds);
+            }
+            last = Some(e.seconds);
+        }
+    }
+}
+
+/// The hand-over floor does not outlive HANDOVER_MS: a rate really below
+/// the plan (5/s against a planned 10/s) reaches visitors in the end.
+#[test]
+fn plan_floor_yields_to_a_lower_measured_rate() {
+    let mut feed = EtaFeed::default();
+    feed.set_plan(Plan {
+        admit_per_s: Some(10.0),
+        slots: 0,
+    });
+    let mut total = 0;
+    for s in 0..300 {
+        total += 5;
+        feed.observe(s * 1000, &stats(total));
+    }
+    let rate = feed.rate().unwrap();
+    assert!((4.5..=5.5).contains(&rate), "rate {rate}");
+}
