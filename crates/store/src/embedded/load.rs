@@ -6,7 +6,6 @@ use std::path::Path;
 use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata};
 
 use super::disk::{self, ACTIVE, ADMITTED, META, REVOKED, USED, WAITING};
-use super::index::{Order, cmp_key};
 use super::state::EventState;
 use crate::{Nonce, StoreError};
 
@@ -37,7 +36,6 @@ pub(crate) fn load(db: &Database, path: &Path) -> Result<EventState, StoreError>
     })?;
     let n = waiting_count(db, path)?;
     st.table.reserve(n as usize);
-    let mut keys: Vec<(i64, u32)> = Vec::with_capacity(n as usize);
     {
         let r = db.begin_read().map_err(|e| disk::storage(path, e))?;
         match r.open_table(WAITING) {
@@ -50,7 +48,8 @@ pub(crate) fn load(db: &Database, path: &Path) -> Result<EventState, StoreError>
                         .table
                         .push_unindexed(m, score, seen.value())
                         .map_err(|_| corrupt(path, "waiting"))?;
-                    keys.push((score, slot));
+                    // Disk order is rank order, so these are appends.
+                    st.order.insert(&mut st.table, slot);
                 }
             }
             Err(redb::TableError::TableDoesNotExist(_)) => {}
@@ -58,12 +57,6 @@ pub(crate) fn load(db: &Database, path: &Path) -> Result<EventState, StoreError>
         }
     }
     st.table.build_index();
-    // Disk order is rank order already; the check is cheap insurance.
-    if !keys.is_sorted_by(|a, b| cmp_key(&st.table, *a, *b).is_le()) {
-        keys.sort_unstable_by(|a, b| cmp_key(&st.table, *a, *b));
-    }
-    st.order = Order::from_sorted(&keys);
-    drop(keys);
     let mut bad = false;
     disk::scan_bytes(db, path, ADMITTED, |m, v| {
         let Some(exp) = disk::i64_at(v, 16) else {

@@ -84,7 +84,7 @@ impl EventState {
 
     fn waiting_state(&self, slot: u32) -> MemberState {
         MemberState::Waiting {
-            rank: self.order.rank(&self.table, (self.table.score(slot), slot)),
+            rank: self.order.rank(&self.table, slot),
             queue_length: self.order.len() as u64,
         }
     }
@@ -92,7 +92,7 @@ impl EventState {
     /// Waiters ahead of `member`, if it is waiting.
     pub(crate) fn rank(&self, member: &str) -> Option<u64> {
         let slot = self.table.find(member)?;
-        Some(self.order.rank(&self.table, (self.table.score(slot), slot)))
+        Some(self.order.rank(&self.table, slot))
     }
 
     fn non_waiting(&self, member: &str) -> Option<MemberState> {
@@ -117,8 +117,8 @@ impl EventState {
         if let Some(state) = self.non_waiting(member) {
             return Ok(JoinOutcome { new: false, state });
         }
-        let tag = self.table.tag_of(member);
-        if let Some(slot) = self.table.find_tagged(member, tag) {
+        let probe = self.table.probe(member);
+        if let Some(slot) = self.table.find_probe(&probe) {
             self.table.set_seen(slot, now);
             self.writes.waiting(self.table.score(slot), member, now);
             return Ok(JoinOutcome {
@@ -129,9 +129,9 @@ impl EventState {
         let score = arrival_score(now, s);
         let slot = self
             .table
-            .insert_tagged(member, tag, score, now)
+            .insert_probe(&probe, score, now)
             .map_err(StoreError::InvalidInput)?;
-        self.order.insert(&self.table, (score, slot));
+        self.order.insert(&mut self.table, slot);
         self.writes.waiting(score, member, now);
         Ok(JoinOutcome {
             new: true,
@@ -176,10 +176,10 @@ impl EventState {
             .min(req.max_active.saturating_sub(taken))
             .min(req.nonces.len() as u64)
             .min(self.order.len() as u64) as usize;
-        let slots = self.order.pop_front(n);
+        let slots = self.order.pop_front(&self.table, n);
         let mut out = Vec::with_capacity(slots.len());
         for (slot, nonce) in slots.into_iter().zip(&req.nonces) {
-            let member: Box<str> = self.table.member(slot).into();
+            let member: Box<str> = (*self.table.member(slot)).into();
             let score = self.table.score(slot);
             self.table.remove(slot);
             self.admitted
@@ -245,7 +245,7 @@ impl EventState {
             return false;
         };
         let score = self.table.score(slot);
-        self.order.remove(&self.table, (score, slot));
+        self.order.remove(&mut self.table, slot);
         self.table.remove(slot);
         self.writes.unwait(score, member);
         true
@@ -300,8 +300,8 @@ impl EventState {
             .collect();
         for &slot in &idle {
             let score = self.table.score(slot);
-            self.order.remove(&self.table, (score, slot));
-            self.writes.unwait(score, self.table.member(slot));
+            self.order.remove(&mut self.table, slot);
+            self.writes.unwait(score, &self.table.member(slot));
             self.table.remove(slot);
         }
         let tokens: Vec<Box<str>> = self

@@ -2,35 +2,114 @@
 //!
 //! A waiting room holds millions of short ids, so the usual
 //! `HashMap<String, _>` (a 24-byte `String`, a separate heap block of the id,
-//! a padded bucket) costs more than the whole budget per waiter. Here the ids
-//! live back to back in one byte arena, each slot is 24 bytes, and the hash
-//! table is an open-addressing array of `u32` slot numbers (linear probing,
-//! backward-shift deletion, so no tombstones pile up under churn).
+//! a padded bucket) costs more than the whole budget per waiter. Here each
+//! member costs a 32-byte slot, an 8-byte last-seen time, and the hash table is an open-addressing array of
+//! `(tag, slot)` pairs in a `u64` (linear probing, backward-shift deletion,
+//! so no tombstones pile up under churn). The tag in the bucket lets a probe
+//! skip other members without reading their slot: a lookup is one bucket
+//! miss and one slot miss.
+//!
+//! Anteroom's own session ids are 32 lower-case hex digits: those are kept
+//! inline in the slot as their 16 bytes. Any other id (a JWT `sub`, a test's
+//! "alice") lives in a byte arena and the slot holds its offset. Lower-case
+//! hex sorts like the bytes it encodes, so both forms compare as their text.
 
 use std::hash::BuildHasher;
+use std::ops::Deref;
 
 /// No slot in this bucket.
-const EMPTY: u32 = u32::MAX;
+const EMPTY: u64 = u64::MAX;
+/// No such slot.
+const NO_SLOT: u32 = u32::MAX;
 
-/// Slot marker for a freed slot (its arena bytes are garbage).
-const FREE: u32 = u32::MAX;
+/// `meta` bits: the low 30 are the hash tag.
+const TAG_MASK: u32 = (1 << 30) - 1;
+/// The id lives in the arena; `key[..4]` is its offset.
+const ARENA: u32 = 1 << 30;
+/// The slot is free (its arena bytes, if any, are garbage).
+const FREE: u32 = 1 << 31;
 
-/// One waiting member.
+/// No position in the order index's arrival sequence.
+pub(crate) const NO_POS: u32 = u32::MAX;
+
+/// One waiting member: what a lookup and a rank read, in 32 aligned bytes,
+/// so one cache line holds it. The last-seen time, which only joins, polls
+/// and sweeps touch, lives in a parallel array.
 #[derive(Clone, Copy, Debug)]
+#[repr(align(32))]
 struct Slot {
     score: i64,
-    seen: i64,
-    /// Offset of `[len - 1][bytes]` in the arena, or [`FREE`].
-    off: u32,
-    /// Low 32 bits of the member's hash: home bucket and a cheap pre-compare.
+    /// The id's 16 bytes (session ids), or its arena offset in `key[..4]`.
+    key: [u8; 16],
+    /// Hash tag and the [`ARENA`] / [`FREE`] flags.
+    meta: u32,
+    /// The order index's position of this member ([`NO_POS`] if none).
+    pos: u32,
+}
+
+const _: () = assert!(std::mem::size_of::<Slot>() == 32);
+
+/// A member id read back from the table.
+pub(crate) enum Name<'a> {
+    Hex([u8; 32]),
+    Text(&'a str),
+}
+
+impl Deref for Name<'_> {
+    type Target = str;
+    fn deref(&self) -> &str {
+        match self {
+            // Only hex digits are ever written here.
+            Name::Hex(b) => std::str::from_utf8(b).unwrap_or(""),
+            Name::Text(s) => s,
+        }
+    }
+}
+
+/// A session id's 16 bytes, if `member` is exactly 32 lower-case hex digits.
+fn session_bytes(member: &str) -> Option<[u8; 16]> {
+    fn nibble(c: u8) -> Option<u8> {
+        match c {
+            b'0'..=b'9' => Some(c - b'0'),
+            b'a'..=b'f' => Some(c - b'a' + 10),
+            _ => None,
+        }
+    }
+    let b = member.as_bytes();
+    if b.len() != 32 {
+        return None;
+    }
+    let mut out = [0u8; 16];
+    for (i, o) in out.iter_mut().enumerate() {
+        *o = (nibble(b[2 * i])? << 4) | nibble(b[2 * i + 1])?;
+    }
+    Some(out)
+}
+
+fn hex(bytes: &[u8; 16]) -> [u8; 32] {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = [0u8; 32];
+    for (i, b) in bytes.iter().enumerate() {
+        out[2 * i] = DIGITS[usize::from(b >> 4)];
+        out[2 * i + 1] = DIGITS[usize::from(b & 15)];
+    }
+    out
+}
+
+/// A member id prepared for lookups: its hash tag and inline form.
+#[derive(Clone, Copy)]
+pub(crate) struct Probe<'a> {
+    member: &'a str,
+    inline: Option<[u8; 16]>,
     tag: u32,
 }
 
-/// Member id → slot, plus each slot's score and last-seen time.
+/// Member id → slot, plus each slot's score, last-seen time and index position.
 pub(crate) struct MemberTable {
     hasher: std::collections::hash_map::RandomState,
-    buckets: Vec<u32>,
+    buckets: Vec<u64>,
     slots: Vec<Slot>,
+    seen: Vec<i64>,
     free: Vec<u32>,
     arena: Vec<u8>,
     dead_bytes: usize,
@@ -46,6 +125,7 @@ impl MemberTable {
             hasher: std::collections::hash_map::RandomState::new(),
             buckets: vec![EMPTY; 1024],
             slots: Vec::new(),
+            seen: Vec::new(),
             free: Vec::new(),
             arena: Vec::new(),
             dead_bytes: 0,
@@ -57,7 +137,7 @@ impl MemberTable {
     /// slots (the hash index is sized by [`Self::build_index`]).
     pub(crate) fn reserve(&mut self, n: usize) {
         self.slots.reserve_exact(n);
-        self.arena.reserve(n * 24);
+        self.seen.reserve_exact(n);
     }
 
     #[cfg(test)]
@@ -69,18 +149,31 @@ impl MemberTable {
         self.buckets.len() - 1
     }
 
-    /// The member's hash, to look it up and insert it with one hashing.
-    pub(crate) fn tag_of(&self, member: &str) -> u32 {
+    /// Hashes `member` once, for a lookup and a possible insert.
+    pub(crate) fn probe<'a>(&self, member: &'a str) -> Probe<'a> {
+        let inline = session_bytes(member);
         // Truncation is the point: the low bits pick the bucket.
-        self.hasher.hash_one(member) as u32
+        let tag = match &inline {
+            Some(b) => self.hasher.hash_one(b) as u32,
+            None => self.hasher.hash_one(member) as u32,
+        } & TAG_MASK;
+        Probe {
+            member,
+            inline,
+            tag,
+        }
     }
 
     /// The member id stored in `slot`.
-    pub(crate) fn member(&self, slot: u32) -> &str {
-        let off = self.slots[slot as usize].off as usize;
+    pub(crate) fn member(&self, slot: u32) -> Name<'_> {
+        let s = &self.slots[slot as usize];
+        if s.meta & ARENA == 0 {
+            return Name::Hex(hex(&s.key));
+        }
+        let off = arena_offset(s);
         let len = usize::from(self.arena[off]) + 1;
         // Only valid UTF-8 (`&str`) is ever copied in, at char boundaries.
-        std::str::from_utf8(&self.arena[off + 1..off + 1 + len]).unwrap_or("")
+        Name::Text(std::str::from_utf8(&self.arena[off + 1..off + 1 + len]).unwrap_or(""))
     }
 
     pub(crate) fn score(&self, slot: u32) -> i64 {
@@ -88,28 +181,52 @@ impl MemberTable {
     }
 
     pub(crate) fn seen(&self, slot: u32) -> i64 {
-        self.slots[slot as usize].seen
+        self.seen[slot as usize]
     }
 
     pub(crate) fn set_seen(&mut self, slot: u32, at: i64) {
-        self.slots[slot as usize].seen = at;
+        self.seen[slot as usize] = at;
+    }
+
+    pub(crate) fn pos(&self, slot: u32) -> u32 {
+        self.slots[slot as usize].pos
+    }
+
+    pub(crate) fn set_pos(&mut self, slot: u32, pos: u32) {
+        self.slots[slot as usize].pos = pos;
     }
 
     pub(crate) fn find(&self, member: &str) -> Option<u32> {
-        self.find_tagged(member, self.tag_of(member))
+        self.find_probe(&self.probe(member))
     }
 
-    /// [`Self::find`] with the member's hash from [`Self::tag_of`].
-    pub(crate) fn find_tagged(&self, member: &str, tag: u32) -> Option<u32> {
+    fn is(&self, slot: u32, p: &Probe<'_>) -> bool {
+        let s = &self.slots[slot as usize];
+        if s.meta & TAG_MASK != p.tag {
+            return false;
+        }
+        match (&p.inline, s.meta & ARENA == 0) {
+            (Some(b), true) => s.key == *b,
+            (None, false) => {
+                let off = arena_offset(s);
+                let len = usize::from(self.arena[off]) + 1;
+                &self.arena[off + 1..off + 1 + len] == p.member.as_bytes()
+            }
+            _ => false,
+        }
+    }
+
+    /// [`Self::find`] with the member's [`Probe`].
+    pub(crate) fn find_probe(&self, p: &Probe<'_>) -> Option<u32> {
         let mask = self.mask();
-        let mut i = tag as usize & mask;
+        let mut i = p.tag as usize & mask;
         loop {
             let b = self.buckets[i];
             if b == EMPTY {
                 return None;
             }
-            if self.slots[b as usize].tag == tag && self.member(b) == member {
-                return Some(b);
+            if (b >> 32) as u32 == p.tag && self.is(b as u32, p) {
+                return Some(b as u32);
             }
             i = (i + 1) & mask;
         }
@@ -123,7 +240,8 @@ impl MemberTable {
         score: i64,
         seen: i64,
     ) -> Result<u32, &'static str> {
-        self.insert_tagged(member, self.tag_of(member), score, seen)
+        let p = self.probe(member);
+        self.insert_probe(&p, score, seen)
     }
 
     /// Stores a member without putting it in the hash index, which
@@ -135,65 +253,72 @@ impl MemberTable {
         score: i64,
         seen: i64,
     ) -> Result<u32, &'static str> {
-        self.push_tagged(member, self.tag_of(member), score, seen)
+        let p = self.probe(member);
+        self.push(&p, score, seen)
     }
 
-    /// [`Self::insert`] with the member's hash from [`Self::tag_of`].
-    pub(crate) fn insert_tagged(
+    /// Inserts the member of `p`, known to be absent, and returns its slot.
+    pub(crate) fn insert_probe(
         &mut self,
-        member: &str,
-        tag: u32,
+        p: &Probe<'_>,
         score: i64,
         seen: i64,
     ) -> Result<u32, &'static str> {
         if (self.len + 1) * 8 > self.buckets.len() * 7 {
             self.rehash(self.buckets.len() * 2);
         }
-        let slot = self.push_tagged(member, tag, score, seen)?;
+        let slot = self.push(p, score, seen)?;
         let mask = self.mask();
-        let mut i = tag as usize & mask;
+        let mut i = p.tag as usize & mask;
         while self.buckets[i] != EMPTY {
             i = (i + 1) & mask;
         }
-        self.buckets[i] = slot;
+        self.buckets[i] = bucket(p.tag, slot);
         Ok(slot)
     }
 
-    fn push_tagged(
-        &mut self,
-        member: &str,
-        tag: u32,
-        score: i64,
-        seen: i64,
-    ) -> Result<u32, &'static str> {
+    fn push(&mut self, p: &Probe<'_>, score: i64, seen: i64) -> Result<u32, &'static str> {
+        let member = p.member;
         if member.is_empty() || member.len() > 256 {
             return Err("member id must be 1..=256 bytes");
         }
-        if self.arena.len() + member.len() + 1 > ARENA_LIMIT {
-            self.compact();
-            if self.arena.len() + member.len() + 1 > ARENA_LIMIT {
-                return Err("member arena full (4 GiB of ids in one event)");
+        let mut entry = Slot {
+            score,
+            key: [0; 16],
+            meta: p.tag,
+            pos: NO_POS,
+        };
+        match p.inline {
+            Some(b) => entry.key = b,
+            None => {
+                if self.arena.len() + member.len() + 1 > ARENA_LIMIT {
+                    self.compact();
+                    if self.arena.len() + member.len() + 1 > ARENA_LIMIT {
+                        return Err("member arena full (4 GiB of ids in one event)");
+                    }
+                }
+                // The bound was checked just above, so the offset fits in u32.
+                let off = u32::try_from(self.arena.len()).map_err(|_| "member arena full")?;
+                self.arena.push((member.len() - 1) as u8);
+                self.arena.extend_from_slice(member.as_bytes());
+                entry.key[..4].copy_from_slice(&off.to_le_bytes());
+                entry.meta |= ARENA;
             }
         }
-        // The bound was checked just above, so the offset fits in u32.
-        let off = u32::try_from(self.arena.len()).map_err(|_| "member arena full")?;
-        self.arena.push((member.len() - 1) as u8);
-        self.arena.extend_from_slice(member.as_bytes());
-        let entry = Slot {
-            score,
-            seen,
-            off,
-            tag,
-        };
         let slot = match self.free.pop() {
             Some(s) => {
                 self.slots[s as usize] = entry;
+                self.seen[s as usize] = seen;
                 s
             }
             None => {
                 let s =
                     u32::try_from(self.slots.len()).map_err(|_| "too many members in one event")?;
+                if s == NO_SLOT {
+                    return Err("too many members in one event");
+                }
                 self.slots.push(entry);
+                self.seen.push(seen);
                 s
             }
         };
@@ -212,7 +337,10 @@ impl MemberTable {
         let mask = size - 1;
         let mut order: Vec<u64> = self
             .live_slots()
-            .map(|s| (((self.slots[s as usize].tag as usize & mask) as u64) << 32) | u64::from(s))
+            .map(|s| {
+                let home = (self.slots[s as usize].meta & TAG_MASK) as usize & mask;
+                ((home as u64) << 32) | u64::from(s)
+            })
             .collect();
         order.sort_unstable();
         let mut buckets = vec![EMPTY; size];
@@ -225,7 +353,7 @@ impl MemberTable {
                 wrapped.push(slot);
                 continue;
             }
-            buckets[i] = slot;
+            buckets[i] = bucket(self.tag(slot), slot);
             next = i + 1;
         }
         // Runs that reach the end continue at the start, as a probe would.
@@ -234,17 +362,21 @@ impl MemberTable {
             while buckets[i] != EMPTY {
                 i += 1;
             }
-            buckets[i] = slot;
+            buckets[i] = bucket(self.tag(slot), slot);
         }
         self.buckets = buckets;
+    }
+
+    fn tag(&self, slot: u32) -> u32 {
+        self.slots[slot as usize].meta & TAG_MASK
     }
 
     /// Removes `slot` (which must be live) from the table.
     pub(crate) fn remove(&mut self, slot: u32) {
         let mask = self.mask();
-        let tag = self.slots[slot as usize].tag;
-        let mut i = tag as usize & mask;
-        while self.buckets[i] != slot {
+        let want = bucket(self.tag(slot), slot);
+        let mut i = self.tag(slot) as usize & mask;
+        while self.buckets[i] != want {
             if self.buckets[i] == EMPTY {
                 return;
             }
@@ -259,7 +391,7 @@ impl MemberTable {
             if b == EMPTY {
                 break;
             }
-            let home = self.slots[b as usize].tag as usize & mask;
+            let home = (b >> 32) as usize & mask;
             let between = if i <= j {
                 i < home && home <= j
             } else {
@@ -272,9 +404,12 @@ impl MemberTable {
         }
         self.buckets[i] = EMPTY;
         let s = &mut self.slots[slot as usize];
-        let off = s.off as usize;
-        self.dead_bytes += usize::from(self.arena[off]) + 2;
-        s.off = FREE;
+        if s.meta & ARENA != 0 {
+            let off = arena_offset(s);
+            self.dead_bytes += usize::from(self.arena[off]) + 2;
+        }
+        s.meta = FREE;
+        s.pos = NO_POS;
         self.free.push(slot);
         self.len -= 1;
         if self.dead_bytes > 1 << 20 && self.dead_bytes > self.arena.len() / 2 {
@@ -287,7 +422,7 @@ impl MemberTable {
         self.slots
             .iter()
             .enumerate()
-            .filter(|(_, s)| s.off != FREE)
+            .filter(|(_, s)| s.meta & FREE == 0)
             .map(|(i, _)| i as u32)
     }
 
@@ -295,14 +430,15 @@ impl MemberTable {
         let mut buckets = vec![EMPTY; size];
         let mask = size - 1;
         for (n, s) in self.slots.iter().enumerate() {
-            if s.off == FREE {
+            if s.meta & FREE != 0 {
                 continue;
             }
-            let mut i = s.tag as usize & mask;
+            let tag = s.meta & TAG_MASK;
+            let mut i = tag as usize & mask;
             while buckets[i] != EMPTY {
                 i = (i + 1) & mask;
             }
-            buckets[i] = n as u32;
+            buckets[i] = bucket(tag, n as u32);
         }
         self.buckets = buckets;
     }
@@ -311,15 +447,27 @@ impl MemberTable {
     fn compact(&mut self) {
         let mut arena =
             Vec::with_capacity(self.arena.len() - self.dead_bytes.min(self.arena.len()));
-        for s in self.slots.iter_mut().filter(|s| s.off != FREE) {
-            let off = s.off as usize;
+        for s in self
+            .slots
+            .iter_mut()
+            .filter(|s| s.meta & FREE == 0 && s.meta & ARENA != 0)
+        {
+            let off = arena_offset(s);
             let len = usize::from(self.arena[off]) + 2;
-            s.off = arena.len() as u32;
+            s.key[..4].copy_from_slice(&(arena.len() as u32).to_le_bytes());
             arena.extend_from_slice(&self.arena[off..off + len]);
         }
         self.arena = arena;
         self.dead_bytes = 0;
     }
+}
+
+fn bucket(tag: u32, slot: u32) -> u64 {
+    (u64::from(tag) << 32) | u64::from(slot)
+}
+
+fn arena_offset(s: &Slot) -> usize {
+    u32::from_le_bytes([s.key[0], s.key[1], s.key[2], s.key[3]]) as usize
 }
 
 #[cfg(test)]
@@ -331,11 +479,20 @@ mod tests {
         let mut t = MemberTable::new();
         let mut live = std::collections::HashMap::new();
         for i in 0..20_000u32 {
-            let m = format!("m{i}");
+            // Half session ids (stored inline), half other ids (arena).
+            let m = if i % 2 == 0 {
+                format!("{:032x}", u128::from(i) * 0x9e37_79b9_7f4a_7c15)
+            } else {
+                format!("m{i}")
+            };
             let s = t.insert(&m, i64::from(i), 0).unwrap();
             live.insert(m, s);
             if i % 3 == 0 {
                 let victim = format!("m{}", i / 2);
+                if let Some(s) = live.remove(&victim) {
+                    t.remove(s);
+                }
+                let victim = format!("{:032x}", u128::from(i / 2) * 0x9e37_79b9_7f4a_7c15);
                 if let Some(s) = live.remove(&victim) {
                     t.remove(s);
                 }
@@ -344,21 +501,38 @@ mod tests {
         assert_eq!(t.len(), live.len());
         for (m, s) in &live {
             assert_eq!(t.find(m), Some(*s));
-            assert_eq!(t.member(*s), m);
+            assert_eq!(&*t.member(*s), m);
         }
         assert_eq!(t.find("m1"), None);
+        // Upper-case hex is a different id, stored in the arena.
+        let upper = "ABCDEF0123456789ABCDEF0123456789";
+        assert_eq!(t.find(upper), None);
+        let s = t.insert(upper, 0, 0).unwrap();
+        assert_eq!(&*t.member(s), upper);
+        assert_eq!(t.find(&upper.to_lowercase()), None);
+        t.remove(s);
         let mut bulk = MemberTable::new();
         for m in live.keys() {
             bulk.push_unindexed(m, 0, 0).unwrap();
         }
         bulk.build_index();
         for m in live.keys() {
-            assert_eq!(bulk.member(bulk.find(m).unwrap()), m);
+            assert_eq!(&*bulk.member(bulk.find(m).unwrap()), m);
         }
         assert_eq!(bulk.find("m1"), None);
         t.compact();
         for (m, s) in &live {
-            assert_eq!(t.member(*s), m);
+            assert_eq!(&*t.member(*s), m);
         }
+    }
+
+    #[test]
+    fn hex_sorts_like_its_bytes() {
+        let a = session_bytes("00ff000000000000000000000000000a").unwrap();
+        let b = session_bytes("0a00000000000000000000000000000f").unwrap();
+        assert!(a < b);
+        assert_eq!(&hex(&a), b"00ff000000000000000000000000000a");
+        assert_eq!(session_bytes("00ff00000000000000000000000000G0"), None);
+        assert_eq!(session_bytes("00ff"), None);
     }
 }
