@@ -11,6 +11,7 @@
 //! Only keys under `anteroom:{<bench event>}:` are written, and they are
 //! deleted at the end.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -29,7 +30,8 @@ const EVENT_KEYS: &[&str] = &[
     "seen",
     "active",
     "held",
-    "tokexp",
+    "tokb",
+    "tokm",
     "used",
     "rev",
     "state",
@@ -85,10 +87,88 @@ impl Raw {
         Ok(nodes.values().sum())
     }
 
+    /// CPU seconds (`used_cpu_user + used_cpu_sys`) of every node holding
+    /// one of `keys`, by run id: the server-side cost of a phase is the
+    /// change across it, steadier than throughput on a shared machine.
+    async fn server_cpu(&self, keys: &[String]) -> anyhow::Result<HashMap<String, f64>> {
+        let script = "local i = redis.call('INFO', 'cpu') .. redis.call('INFO', 'server'); return {string.match(i, 'used_cpu_sys:([%d.]+)'), string.match(i, 'used_cpu_user:([%d.]+)'), string.match(i, 'run_id:(%w+)')}";
+        let mut nodes = HashMap::new();
+        for key in keys {
+            let (sys, user, node): (String, String, String) = self
+                .query(redis::cmd("EVAL").arg(script).arg(1).arg(key))
+                .await?;
+            nodes.insert(node, sys.parse::<f64>()? + user.parse::<f64>()?);
+        }
+        Ok(nodes)
+    }
+
     async fn unlink(&self, keys: &[String]) -> anyhow::Result<()> {
         if !keys.is_empty() {
             let _: i64 = self.query(redis::cmd("UNLINK").arg(keys)).await?;
         }
+        Ok(())
+    }
+}
+
+/// CPU seconds this process has used (user + system), from `/proc/self/stat`.
+fn client_cpu_s() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the parenthesised command name; utime and stime are the
+    // 12th and 13th of them, in clock ticks (100 per second on Linux).
+    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let ticks: u64 = after
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .filter_map(|t| t.parse::<u64>().ok())
+        .sum();
+    ticks as f64 / 100.0
+}
+
+/// Where the CPU went during one phase, printed to stderr (the JSON report's
+/// keys are shared with the embedded backend): client and server CPU per
+/// operation, and how busy each server node was. A node far from 100 % busy
+/// while the phase ran means the client, not Redis, bounded the phase.
+struct Probe<'a> {
+    raw: &'a Raw,
+    keys: &'a [String],
+    wall: Instant,
+    client: f64,
+    server: HashMap<String, f64>,
+}
+
+impl<'a> Probe<'a> {
+    async fn start(raw: &'a Raw, keys: &'a [String]) -> anyhow::Result<Probe<'a>> {
+        Ok(Self {
+            raw,
+            keys,
+            server: raw.server_cpu(keys).await?,
+            client: client_cpu_s(),
+            wall: Instant::now(),
+        })
+    }
+
+    async fn report(self, phase: &str, ops: u64) -> anyhow::Result<()> {
+        let wall = self.wall.elapsed().as_secs_f64().max(1e-9);
+        let client = client_cpu_s() - self.client;
+        let after = self.raw.server_cpu(self.keys).await?;
+        let mut busy = Vec::new();
+        let mut server = 0.0;
+        for (node, cpu) in &after {
+            let d = cpu - self.server.get(node).copied().unwrap_or(*cpu);
+            server += d;
+            busy.push(format!("{:.0}%", 100.0 * d / wall));
+        }
+        busy.sort();
+        let per_op = |s: f64| 1e6 * s / ops.max(1) as f64;
+        eprintln!(
+            "{phase}: {ops} ops in {wall:.2} s = {:.0}/s; client {:.1} us/op ({:.0}% of a core); server {:.1} us/op; nodes busy {}",
+            ops as f64 / wall,
+            per_op(client),
+            100.0 * client / wall,
+            per_op(server),
+            busy.join(" "),
+        );
         Ok(())
     }
 }
@@ -130,16 +210,24 @@ pub(super) async fn run(args: &EngineArgs) -> anyhow::Result<EngineReport> {
     let redis_store = RedisStore::connect(&cfg).await?;
     let store: Arc<dyn QueueStore> = Arc::new(redis_store);
     let hist = Arc::new(Histogram::new());
+    let probe = Probe::start(&raw, &queues).await?;
     let joins_per_s = joins(&store, &events, spread, args.tasks, &hist).await?;
     let n = spread.n;
+    probe.report("join", n).await?;
     let mem_after = raw.used_memory(&queues).await?;
+    let probe = Probe::start(&raw, &queues).await?;
     let baseline_zadd_per_s = baseline_zadd(&raw, &events, spread, args.tasks).await?;
+    probe.report("baseline zadd", n).await?;
     // The first event holds members 0..per_event, as `ranks` expects.
     let (event, per_event) = (&events[0], spread.per_event);
+    let probe = Probe::start(&raw, &queues).await?;
     let (rank_p50_us, rank_p99_us, rank_max_us) =
         ranks(&store, event, per_event, args.rank_samples).await?;
+    probe.report("status", args.rank_samples).await?;
     let admitted = args.admits.min(per_event);
+    let probe = Probe::start(&raw, &queues).await?;
     let admits_per_s = admits(&store, event, admitted).await?;
+    probe.report("admit (members)", admitted).await?;
 
     // Redis keeps the queue when a gateway node restarts: "restart" is a new
     // node connecting and seeing every waiter.

@@ -7,6 +7,7 @@
 //! [`keys`]; every call is bounded by [`RedisConfig::timeout`] and fails as
 //! [`StoreError::Unavailable`] rather than hanging.
 
+mod batch;
 mod conn;
 mod keys;
 mod scripts;
@@ -19,6 +20,7 @@ use async_trait::async_trait;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
 
+use self::batch::Joiner;
 use self::conn::{Conn, Lua, bounded};
 use self::keys::{CONFIGS, EventKeys};
 use crate::{
@@ -37,10 +39,12 @@ pub struct RedisConfig {
     pub timeout: Duration,
 }
 
-/// The Redis backend. Cheap to clone: clones share one multiplexed connection.
+/// The Redis backend. Cheap to clone: clones share one multiplexed connection
+/// and the join batching (see [`batch`]).
 #[derive(Clone)]
 pub struct RedisStore {
     conn: Conn,
+    joins: Joiner,
     timeout: Duration,
     cluster: bool,
 }
@@ -48,6 +52,10 @@ pub struct RedisStore {
 /// Largest number of members one expire script call sweeps per category, so
 /// a sweep never blocks Redis for long; `expire` repeats until done.
 const EXPIRE_BATCH: u64 = 20_000;
+
+/// Admit batches (of at most 1000 tokens each, see `admit.lua`) one expire
+/// script call sweeps: about as many tokens as [`EXPIRE_BATCH`].
+const EXPIRE_TOKEN_BATCHES: u64 = 20;
 
 /// How long revocations are kept: far longer than any pass lives, so every
 /// node's once-a-second refresh sees each one.
@@ -94,6 +102,7 @@ impl RedisStore {
             )
         };
         Ok(Self {
+            joins: Joiner::new(conn.clone(), cfg.timeout),
             conn,
             timeout: cfg.timeout,
             cluster: cfg.cluster,
@@ -110,14 +119,8 @@ impl RedisStore {
     }
 
     /// The member-state keys, in the order `join.lua` and `status.lua` take them.
-    fn member_keys(k: &EventKeys) -> [String; 5] {
-        [
-            k.queue(),
-            k.seen(),
-            k.held(),
-            k.token_expiries(),
-            k.active(),
-        ]
+    fn member_keys(k: &EventKeys) -> [String; 4] {
+        [k.queue(), k.seen(), k.held(), k.active()]
     }
 }
 
@@ -132,34 +135,36 @@ fn count(v: i64) -> u64 {
     u64::try_from(v).unwrap_or(0)
 }
 
-/// Decodes the `{new, kind, a, b, text}` reply of `join.lua` / `status.lua`.
-fn decode_state((new, kind, a, b, text): (i64, i64, i64, i64, Vec<u8>)) -> Result<JoinOutcome> {
-    let state = match kind {
+/// The state of a member holding a slot, from `held_state`'s text: a token
+/// (16-byte nonce then decimal expiry) or a session's decimal end.
+fn decode_held(token: bool, text: &[u8]) -> Result<MemberState> {
+    if !token {
+        return Ok(MemberState::Active {
+            expires_at_us: decode_i64(text)?,
+        });
+    }
+    let (nonce, expiry) = text.split_at_checked(16).ok_or_else(|| bad_token(text))?;
+    let nonce = Nonce::try_from(nonce).map_err(|_| bad_token(text))?;
+    Ok(MemberState::Admitted {
+        nonce,
+        expires_at_us: decode_i64(expiry)?,
+    })
+}
+
+/// Decodes the `{0, kind, a, b, text}` reply of `status.lua`.
+fn decode_state((kind, a, b, text): (i64, i64, i64, Vec<u8>)) -> Result<MemberState> {
+    Ok(match kind {
         0 => MemberState::None,
         1 => MemberState::Waiting {
             rank: count(a),
             queue_length: count(b),
         },
-        2 => {
-            let (nonce, expiry) = text.split_at_checked(16).ok_or_else(|| bad_token(&text))?;
-            let nonce = Nonce::try_from(nonce).map_err(|_| bad_token(&text))?;
-            MemberState::Admitted {
-                nonce,
-                expires_at_us: decode_i64(expiry)?,
-            }
-        }
-        3 => MemberState::Active {
-            expires_at_us: decode_i64(&text)?,
-        },
+        2 | 3 => decode_held(kind == 2, &text)?,
         _ => {
             return Err(StoreError::Corrupt(format!(
                 "unknown member state {kind} from redis"
             )));
         }
-    };
-    Ok(JoinOutcome {
-        new: new == 1,
-        state,
     })
 }
 
@@ -214,14 +219,7 @@ impl QueueStore for RedisStore {
         scoring: &JoinScoring,
     ) -> Result<JoinOutcome> {
         check_member(member)?;
-        let k = EventKeys::new(event);
-        let mut call = scripts::JOIN.call(&Self::member_keys(&k));
-        call.arg(member)
-            .arg(scoring.opens_at_us)
-            .arg(scoring.prewindow_score)
-            .arg(scoring.tiebreak)
-            .arg(u8::from(scoring.behind));
-        decode_state(self.eval(&scripts::JOIN, &call).await?)
+        self.joins.join(event, member, scoring).await
     }
 
     async fn status(&self, event: &EventId, member: &str, touch: bool) -> Result<MemberState> {
@@ -229,7 +227,9 @@ impl QueueStore for RedisStore {
         let k = EventKeys::new(event);
         let mut call = scripts::STATUS.call(&Self::member_keys(&k));
         call.arg(member).arg(u8::from(touch));
-        Ok(decode_state(self.eval(&scripts::STATUS, &call).await?)?.state)
+        let (_, kind, a, b, text): (i64, i64, i64, i64, Vec<u8>) =
+            self.eval(&scripts::STATUS, &call).await?;
+        decode_state((kind, a, b, text))
     }
 
     async fn queue_length(&self, event: &EventId) -> Result<u64> {
@@ -249,8 +249,8 @@ impl QueueStore for RedisStore {
             k.queue(),
             k.seen(),
             k.held(),
-            k.token_expiries(),
-            k.active(),
+            k.token_batches(),
+            k.token_batch_members(),
             k.state(),
             k.totals(),
             k.admitted_per_s(),
@@ -289,13 +289,7 @@ impl QueueStore for RedisStore {
     ) -> Result<RedeemOutcome> {
         check_member(member)?;
         let k = EventKeys::new(event);
-        let keys = [
-            k.held(),
-            k.token_expiries(),
-            k.used(),
-            k.active(),
-            k.totals(),
-        ];
+        let keys = [k.held(), k.used(), k.active(), k.totals()];
         let mut call = scripts::REDEEM.call(&keys);
         call.arg(member).arg(&nonce[..]).arg(session_expires_at_us);
         match self.eval::<i64>(&scripts::REDEEM, &call).await? {
@@ -323,7 +317,6 @@ impl QueueStore for RedisStore {
             k.queue(),
             k.seen(),
             k.held(),
-            k.token_expiries(),
             k.active(),
             k.revocations(),
             k.churn_per_s(),
@@ -356,7 +349,8 @@ impl QueueStore for RedisStore {
             k.queue(),
             k.seen(),
             k.held(),
-            k.token_expiries(),
+            k.token_batches(),
+            k.token_batch_members(),
             k.active(),
             k.used(),
             k.revocations(),
@@ -367,18 +361,17 @@ impl QueueStore for RedisStore {
         let mut call = scripts::EXPIRE.call(&keys);
         call.arg(req.waiting_seen_before_us)
             .arg(EXPIRE_BATCH)
-            .arg(REVOCATION_RETENTION_US);
+            .arg(REVOCATION_RETENTION_US)
+            .arg(EXPIRE_TOKEN_BATCHES);
         let mut total = Expired::default();
         loop {
-            let (idle, tokens, sessions): (i64, i64, i64) =
+            let (idle, tokens, sessions, more_tokens): (i64, i64, i64, i64) =
                 self.eval(&scripts::EXPIRE, &call).await?;
             total.idle_waiters += count(idle);
             total.unredeemed_tokens += count(tokens);
             total.sessions += count(sessions);
-            let full = [idle, tokens, sessions]
-                .iter()
-                .any(|&n| count(n) >= EXPIRE_BATCH);
-            if !full {
+            let full = [idle, sessions].iter().any(|&n| count(n) >= EXPIRE_BATCH);
+            if !full && more_tokens == 0 {
                 return Ok(total);
             }
         }
@@ -389,7 +382,7 @@ impl QueueStore for RedisStore {
         let keys = [
             k.queue(),
             k.active(),
-            k.token_expiries(),
+            k.held(),
             k.totals(),
             k.admitted_per_s(),
             k.churn_per_s(),

@@ -788,3 +788,62 @@ async fn claim_tick_is_won_once_across_nodes() {
     wins.sort_unstable();
     assert_eq!(wins, (0..50).collect::<Vec<_>>());
 }
+
+/// Concurrent joins leave one gateway node in batches (see the backend's
+/// join batching): a member named several times in one burst is new exactly
+/// once, distinct members get distinct ranks, and a member holding a token
+/// keeps it even when its join shares a batch with new waiters.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn batched_joins_behave_like_lone_joins() {
+    let server = RedisServer::start().unwrap();
+    let s = Arc::new(store(&server).await);
+    let e = event("batched");
+    assert!(s.join(&e, "holder", &open()).await.unwrap().new);
+    let now = s.now_us(&e).await.unwrap();
+    let admitted = s
+        .admit(&e, &admit_req(1, 10, now + 60_000_000, 3))
+        .await
+        .unwrap();
+    assert_eq!(admitted.len(), 1);
+
+    let mut calls = Vec::new();
+    for round in 0..4 {
+        for i in 0..300 {
+            let (s, e) = (s.clone(), e.clone());
+            calls.push(tokio::spawn(async move {
+                let m = format!("m{i:03}");
+                (m.clone(), round, s.join(&e, &m, &open()).await.unwrap())
+            }));
+        }
+        let (s, e) = (s.clone(), e.clone());
+        calls.push(tokio::spawn(async move {
+            let j = s.join(&e, "holder", &open()).await.unwrap();
+            ("holder".to_string(), round, j)
+        }));
+    }
+    let mut new = HashSet::new();
+    for c in calls {
+        let (m, _, j) = c.await.unwrap();
+        if m == "holder" {
+            assert!(!j.new);
+            assert!(
+                matches!(j.state, MemberState::Admitted { nonce, .. } if nonce == admitted[0].nonce),
+                "{j:?}"
+            );
+            continue;
+        }
+        assert!(matches!(j.state, MemberState::Waiting { .. }), "{j:?}");
+        if j.new {
+            assert!(new.insert(m.clone()), "{m} was new twice");
+        }
+    }
+    assert_eq!(new.len(), 300);
+    assert_eq!(s.queue_length(&e).await.unwrap(), 300);
+    let mut ranks = HashSet::new();
+    for i in 0..300 {
+        match s.status(&e, &format!("m{i:03}"), false).await.unwrap() {
+            MemberState::Waiting { rank, .. } => assert!(ranks.insert(rank)),
+            other => panic!("{other:?}"),
+        }
+    }
+}

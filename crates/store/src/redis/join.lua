@@ -1,41 +1,95 @@
--- join: insert-if-absent into the waiting queue, scored at canonical TIME.
--- KEYS: 1 queue, 2 seen, 3 held, 4 token expiries, 5 active
--- ARGV: 1 member, 2 opens_at_us, 3 prewindow_score, 4 tiebreak, 5 behind (0/1)
--- Returns {new, kind, a, b, text}: kind 1 waiting (a = rank, b = length),
--- 2 admitted (text = the token: 16-byte nonce then decimal expiry),
--- 3 active (text = decimal session end). Times travel as text because
--- Lua's doubles cannot carry every i64 exactly.
+-- join: insert-if-absent into the waiting queue, scored at canonical TIME,
+-- for a batch of members (the joins that were waiting for the same event
+-- when the batch left the gateway node; one member when the node is quiet).
+-- The batch is one atomic step and every member in it is handled exactly as
+-- if its own join had run alone at this TIME, in argument order: a member
+-- named twice is new only the first time.
+-- KEYS: 1 queue, 2 seen, 3 held, 4 active
+-- ARGV: per member, 5 values: member, opens_at_us, prewindow_score, tiebreak,
+--       behind (0/1)
+-- Returns {queue length, then per member: code, value}: code 1 waiting
+-- (value = rank), 2 waiting and new (value = rank), 3 admitted (value = the
+-- token: 16-byte nonce then decimal expiry), 4 active (value = decimal
+-- session end). Ranks and the length are read after the whole batch, as an
+-- immediate status call would see them. Times travel as text because Lua's
+-- doubles cannot carry every i64 exactly.
 --
--- Every redis.call costs about as much as a whole plain command, so the
--- common cases are kept short: a refresh is ZADD NX (which is the existence
--- check) + seen + rank; a new waiter adds one lookup in `held`.
+-- Why a batch: most of a lone join's cost in Redis is per call (EVALSHA,
+-- its keys and arguments, TIME, one command each for the existence check,
+-- the seen mark and the length), not per member; here those are paid once
+-- per batch and only the rank is read member by member.
 local t = redis.call('TIME')
 local now = t[1] * 1000000 + t[2]
-local m = ARGV[1]
+local q, seen, held = KEYS[1], KEYS[2], KEYS[3]
+local n = #ARGV / 5
 
 -- Mirror of anteroom_core::score::arrival_score. Every value is an integer
 -- below 2^53, so Lua's doubles compute it exactly; a product beyond 2^52
 -- (a gap of 2^42 us or more) is clamped, so its rounding never matters.
-local opens = tonumber(ARGV[2])
-local score
-if now < opens then
-  score = tonumber(ARGV[3])
-else
-  score = (now - opens) * 1024 + tonumber(ARGV[4])
-  if score > 4503599627370495 then score = 4503599627370495 end
+local members, scores = {}, {}
+for i = 1, n do
+  local b = (i - 1) * 5
+  local opens = tonumber(ARGV[b + 2])
+  local score
+  if now < opens then
+    score = tonumber(ARGV[b + 3])
+  else
+    score = (now - opens) * 1024 + tonumber(ARGV[b + 4])
+    if score > 4503599627370495 then score = 4503599627370495 end
+  end
+  if ARGV[b + 5] == '1' then score = score + 4503599627370496 end
+  members[i] = ARGV[b + 1]
+  scores[i] = score
 end
-if ARGV[5] == '1' then score = score + 4503599627370496 end
 
-local added = redis.call('ZADD', KEYS[1], 'NX', score, m)
-if added == 1 then
-  -- A join never demotes a member who already left the queue. Tokens and
-  -- sessions count until the expire sweep drops them, exactly as admit
-  -- counts the slots they hold, so the two always agree.
-  local v = redis.call('HGET', KEYS[3], m)
-  if v then
-    redis.call('ZREM', KEYS[1], m)
-    return held_state(v, m, KEYS[4], KEYS[5])
+-- Members not waiting yet, first mention only: the candidates to insert.
+local present = redis.call('ZMSCORE', q, unpack(members))
+local first, absent = {}, {}
+for i = 1, n do
+  local m = members[i]
+  if not present[i] and not first[m] then
+    first[m] = i
+    absent[#absent + 1] = m
   end
 end
-redis.call('ZADD', KEYS[2], now, m)
-return {added, 1, redis.call('ZRANK', KEYS[1], m), redis.call('ZCARD', KEYS[1]), ''}
+
+-- A join never demotes a member who already left the queue. Tokens and
+-- sessions count until the expire sweep drops them, exactly as admit counts
+-- the slots they hold, so the two always agree.
+local holding = {}
+if #absent > 0 then
+  local v = redis.call('HMGET', held, unpack(absent))
+  for j = 1, #absent do
+    if v[j] then holding[absent[j]] = v[j] end
+  end
+end
+
+local add, marks = {}, {}
+for i = 1, n do
+  local m = members[i]
+  if not holding[m] then
+    if first[m] == i then
+      add[#add + 1] = scores[i]
+      add[#add + 1] = m
+    end
+    marks[#marks + 1] = now
+    marks[#marks + 1] = m
+  end
+end
+if #add > 0 then redis.call('ZADD', q, 'NX', unpack(add)) end
+if #marks > 0 then redis.call('ZADD', seen, unpack(marks)) end
+
+local out = {redis.call('ZCARD', q)}
+for i = 1, n do
+  local m = members[i]
+  local v = holding[m]
+  if v then
+    local st = held_state(v, m, KEYS[4])
+    out[#out + 1] = st[2] + 1
+    out[#out + 1] = st[5]
+  else
+    out[#out + 1] = (first[m] == i) and 2 or 1
+    out[#out + 1] = redis.call('ZRANK', q, m)
+  end
+end
+return out

@@ -43,16 +43,23 @@ impl EventKeys {
     pub(crate) fn active(&self) -> String {
         self.key("active")
     }
-    /// Every member holding a slot: `t` and its token nonce, or `s` for an
-    /// active session, followed by the exact time in decimal only when the
-    /// f64 score in [`Self::token_expiries`] / [`Self::active`] cannot carry
-    /// it (beyond 2^53 µs). One hash, so a join checks both in one lookup.
+    /// Every member holding a slot: `t`, its token nonce and the token's
+    /// expiry in decimal, or `s` for an active session followed by the exact
+    /// end in decimal only when the f64 score in [`Self::active`] cannot carry
+    /// it (beyond 2^53 µs). One hash, so a join checks both in one lookup,
+    /// and its size is the number of slots held (tokens + sessions).
     pub(crate) fn held(&self) -> String {
         self.key("held")
     }
-    /// Outstanding admission tokens: member scored by token expiry.
-    pub(crate) fn token_expiries(&self) -> String {
-        self.key("tokexp")
+    /// Admit batches by the expiry of their tokens (batch id scored by the
+    /// expiry), so the sweep finds expired tokens without one sorted-set
+    /// entry per token.
+    pub(crate) fn token_batches(&self) -> String {
+        self.key("tokb")
+    }
+    /// The members each admit batch gave a token to (batch id → msgpack list).
+    pub(crate) fn token_batch_members(&self) -> String {
+        self.key("tokm")
     }
     /// Redeemed nonces, scored by their token's expiry (replay guard).
     pub(crate) fn used(&self) -> String {

@@ -1,5 +1,5 @@
 -- stats: live numbers of one event at canonical TIME.
--- KEYS: 1 queue, 2 active, 3 token expiries, 4 totals, 5 admissions/s,
+-- KEYS: 1 queue, 2 active, 3 held, 4 totals, 5 admissions/s,
 --       6 churn/s, 7 no-shows/s
 -- Returns {waiting, active, outstanding, admitted_total, redeemed_total,
 --          admitted_1m, admitted_5m, churn_1m, no_shows_5m}.
@@ -18,10 +18,12 @@ local function recent(key, span)
 end
 
 local totals = redis.call('HMGET', KEYS[4], 'admitted', 'redeemed')
+-- `held` has one entry per outstanding token and per active session.
+local active = redis.call('ZCARD', KEYS[2])
 return {
   redis.call('ZCARD', KEYS[1]),
-  redis.call('ZCARD', KEYS[2]),
-  redis.call('ZCARD', KEYS[3]),
+  active,
+  redis.call('HLEN', KEYS[3]) - active,
   tonumber(totals[1] or 0),
   tonumber(totals[2] or 0),
   recent(KEYS[5], 60),

@@ -1,5 +1,5 @@
 -- status: where a member stands at canonical TIME; optionally marks a waiter seen.
--- KEYS: 1 queue, 2 seen, 3 held, 4 token expiries, 5 active
+-- KEYS: 1 queue, 2 seen, 3 held, 4 active
 -- ARGV: 1 member, 2 touch (0/1)
 -- Returns {0, kind, a, b, text} like join.lua, kind 0 = not known.
 local m = ARGV[1]
@@ -17,5 +17,5 @@ end
 -- Tokens and sessions count until the expire sweep drops them, like a slot
 -- they hold: admit counts them the same way, so the two always agree.
 local v = redis.call('HGET', KEYS[3], m)
-if v then return held_state(v, m, KEYS[4], KEYS[5]) end
+if v then return held_state(v, m, KEYS[4]) end
 return {0, 0, 0, 0, ''}
