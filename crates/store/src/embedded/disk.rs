@@ -17,19 +17,27 @@ pub(crate) const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta
 /// scores rise, append at the tail of the B-tree instead of touching a random
 /// leaf each; and a start-up scan reads them back already in rank order.
 pub(crate) const WAITING: TableDefinition<&[u8], i64> = TableDefinition::new("waiting");
-pub(crate) const ADMITTED: TableDefinition<&str, &[u8]> = TableDefinition::new("admitted");
+/// Admission grants: one row per admit call (not per member, which would
+/// dirty a random B-tree leaf per admitted member), keyed by a sequence. The
+/// value is the token expiry (i64 LE), then for every member admitted its
+/// nonce (16 bytes), its length - 1 (one byte) and its id. A member stays
+/// admitted until the row goes (its tokens expired) or its nonce appears in
+/// `used` as redeemed ([`USED_TOKEN`]) or cancelled ([`USED_CANCELLED`]).
+pub(crate) const GRANTS: TableDefinition<u64, &[u8]> = TableDefinition::new("grants");
 pub(crate) const ACTIVE: TableDefinition<&str, i64> = TableDefinition::new("active");
 pub(crate) const USED: TableDefinition<&[u8], i64> = TableDefinition::new("used");
 pub(crate) const REVOKED: TableDefinition<u64, &[u8]> = TableDefinition::new("revoked");
 pub(crate) const ADMIN: TableDefinition<&str, u8> = TableDefinition::new("admin");
 pub(crate) const CONFIGS: TableDefinition<&str, &str> = TableDefinition::new("configs");
 
-pub(crate) const EVENT_MAGIC: &[u8] = b"anteroom-event/2";
+pub(crate) const EVENT_MAGIC: &[u8] = b"anteroom-event/3";
 pub(crate) const META_MAGIC: &[u8] = b"anteroom-meta/1";
 
 /// Nonce namespaces in the `used` table.
 pub(crate) const USED_TOKEN: u8 = 0;
 pub(crate) const USED_POW: u8 = 1;
+/// A token taken back before it was redeemed (its member left).
+pub(crate) const USED_CANCELLED: u8 = 2;
 
 /// Durable counters and the clock high-water mark, written with every commit.
 #[derive(Clone, Copy, Debug, Default)]

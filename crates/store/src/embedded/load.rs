@@ -5,7 +5,7 @@ use std::path::Path;
 
 use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata};
 
-use super::disk::{self, ACTIVE, ADMITTED, META, REVOKED, USED, WAITING};
+use super::disk::{self, ACTIVE, GRANTS, META, REVOKED, USED, USED_CANCELLED, USED_TOKEN, WAITING};
 use super::state::EventState;
 use crate::{Nonce, StoreError};
 
@@ -57,20 +57,6 @@ pub(crate) fn load(db: &Database, path: &Path) -> Result<EventState, StoreError>
         }
     }
     st.table.build_index();
-    let mut bad = false;
-    disk::scan_bytes(db, path, ADMITTED, |m, v| {
-        let Some(exp) = disk::i64_at(v, 16) else {
-            bad = true;
-            return Ok(());
-        };
-        let mut nonce: Nonce = [0; 16];
-        nonce.copy_from_slice(&v[..16]);
-        st.admitted.insert(m.into(), (nonce, exp));
-        Ok(())
-    })?;
-    if bad {
-        return Err(corrupt(path, "admitted"));
-    }
     for (m, exp) in disk::scan(db, path, ACTIVE, |m, exp| Some((Box::<str>::from(m), exp)))? {
         st.active.insert(m, exp);
     }
@@ -84,6 +70,21 @@ pub(crate) fn load(db: &Database, path: &Path) -> Result<EventState, StoreError>
     })? {
         st.used.insert(k, exp);
     }
+    // Admitted: every member of a grant row whose token was neither
+    // redeemed nor cancelled (`used` is loaded first for that).
+    let r = db.begin_read().map_err(|e| disk::storage(path, e))?;
+    match r.open_table(GRANTS) {
+        Ok(t) => {
+            for row in t.iter().map_err(|e| disk::storage(path, e))? {
+                let (id, v) = row.map_err(|e| disk::storage(path, e))?;
+                let exp = load_grant(&mut st, v.value()).ok_or_else(|| corrupt(path, "grant"))?;
+                st.grants.push((id.value(), exp));
+                st.next_grant = st.next_grant.max(id.value() + 1);
+            }
+        }
+        Err(redb::TableError::TableDoesNotExist(_)) => {}
+        Err(e) => return Err(disk::storage(path, e)),
+    }
     for (seq, at, m) in disk::scan(db, path, REVOKED, |seq, v| {
         let at = disk::i64_at(v, 0)?;
         let m = std::str::from_utf8(&v[8..]).ok()?;
@@ -92,4 +93,21 @@ pub(crate) fn load(db: &Database, path: &Path) -> Result<EventState, StoreError>
         st.revocations.push_back((seq, at, m));
     }
     Ok(st)
+}
+
+/// Adds the members of one grant row still admitted; returns its expiry.
+fn load_grant(st: &mut EventState, v: &[u8]) -> Option<i64> {
+    let exp = disk::i64_at(v, 0)?;
+    let mut rest = v.get(8..)?;
+    while !rest.is_empty() {
+        let len = usize::from(*rest.get(16)?) + 1;
+        let m = std::str::from_utf8(rest.get(17..17 + len)?).ok()?;
+        let mut n: Nonce = [0; 16];
+        n.copy_from_slice(&rest[..16]);
+        if !st.used.contains_key(&(USED_TOKEN, n)) && !st.used.contains_key(&(USED_CANCELLED, n)) {
+            st.admitted.insert(m.into(), (n, exp));
+        }
+        rest = &rest[17 + len..];
+    }
+    Some(exp)
 }

@@ -10,7 +10,7 @@ use std::collections::{HashMap, VecDeque};
 use anteroom_core::phase::AdminState;
 use anteroom_core::score::{JoinScoring, arrival_score};
 
-use super::disk::{Counters, USED_POW, USED_TOKEN};
+use super::disk::{Counters, USED_CANCELLED, USED_POW, USED_TOKEN};
 use super::index::Order;
 use super::table::MemberTable;
 use super::writes::Writes;
@@ -28,6 +28,9 @@ pub(crate) struct EventState {
     pub(crate) table: MemberTable,
     pub(crate) order: Order,
     pub(crate) admitted: HashMap<Box<str>, (Nonce, i64)>,
+    /// Grant rows on disk (see [`super::disk::GRANTS`]): id and token expiry.
+    pub(crate) grants: Vec<(u64, i64)>,
+    pub(crate) next_grant: u64,
     pub(crate) active: HashMap<Box<str>, i64>,
     pub(crate) used: HashMap<(u8, Nonce), i64>,
     pub(crate) revocations: VecDeque<(u64, i64, Box<str>)>,
@@ -54,6 +57,8 @@ impl EventState {
             table: MemberTable::new(),
             order: Order::default(),
             admitted: HashMap::new(),
+            grants: Vec::new(),
+            next_grant: 0,
             active: HashMap::new(),
             used: HashMap::new(),
             revocations: VecDeque::new(),
@@ -178,21 +183,29 @@ impl EventState {
             .min(self.order.len() as u64) as usize;
         let slots = self.order.pop_front(&self.table, n);
         let mut out = Vec::with_capacity(slots.len());
+        let mut grant = Vec::with_capacity(slots.len() * 50);
+        let exp = req.token_expires_at_us;
         for (slot, nonce) in slots.into_iter().zip(&req.nonces) {
-            let member: Box<str> = (*self.table.member(slot)).into();
-            let score = self.table.score(slot);
-            self.table.remove(slot);
-            self.admitted
-                .insert(member.clone(), (*nonce, req.token_expires_at_us));
-            self.writes.unwait(score, &member);
-            self.writes
-                .admitted(&member, nonce, req.token_expires_at_us);
+            let name = self.table.member(slot);
+            let member: &str = &name;
+            self.writes.unwait(self.table.score(slot), member);
+            grant.extend_from_slice(nonce);
+            // Members are 1..=256 bytes (checked at join).
+            grant.push((member.len() - 1) as u8);
+            grant.extend_from_slice(member.as_bytes());
+            self.admitted.insert(member.into(), (*nonce, exp));
             out.push(Admission {
-                member: member.into(),
+                member: member.to_owned(),
                 nonce: *nonce,
             });
+            drop(name);
+            self.table.remove(slot);
         }
         if !out.is_empty() {
+            let id = self.next_grant;
+            self.next_grant += 1;
+            self.grants.push((id, exp));
+            self.writes.grant(id, exp, &grant);
             self.counters.admitted_total += out.len() as u64;
             self.admit_log.push_back((now, out.len() as u64));
         }
@@ -221,7 +234,6 @@ impl EventState {
         // token itself is refused, so the record has done its job.
         self.used.insert((USED_TOKEN, *nonce), token_exp);
         self.counters.redeemed_total += 1;
-        self.writes.unadmit(&m);
         self.writes.active(&m, session_expires_at_us);
         self.writes.used(USED_TOKEN, nonce, token_exp);
         Ok(RedeemOutcome::Redeemed)
@@ -260,8 +272,10 @@ impl EventState {
     pub(crate) fn release(&mut self, member: &str, now: i64) -> Result<bool, StoreError> {
         check_member(member)?;
         let mut present = self.unwait(member);
-        if self.admitted.remove(member).is_some() {
-            self.writes.unadmit(member);
+        if let Some((nonce, exp)) = self.admitted.remove(member) {
+            // The grant row still lists the member: this marks it gone.
+            self.used.insert((USED_CANCELLED, nonce), exp);
+            self.writes.used(USED_CANCELLED, &nonce, exp);
             present = true;
         }
         if self.active.remove(member).is_some() {
@@ -312,8 +326,15 @@ impl EventState {
             .collect();
         for m in &tokens {
             self.admitted.remove(m);
-            self.writes.unadmit(m);
         }
+        // Every token of a grant shares its expiry: the row goes with them.
+        let writes = &mut self.writes;
+        self.grants.retain(|&(id, exp)| {
+            if exp <= now {
+                writes.ungrant(id);
+            }
+            exp > now
+        });
         let sessions: Vec<Box<str>> = self
             .active
             .iter()

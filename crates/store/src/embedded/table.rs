@@ -145,8 +145,16 @@ impl MemberTable {
         self.len
     }
 
-    fn mask(&self) -> usize {
-        self.buckets.len() - 1
+    fn home(&self, tag: u32) -> usize {
+        home(tag, self.buckets.len())
+    }
+
+    fn next(&self, i: usize) -> usize {
+        if i + 1 == self.buckets.len() {
+            0
+        } else {
+            i + 1
+        }
     }
 
     /// Hashes `member` once, for a lookup and a possible insert.
@@ -218,8 +226,7 @@ impl MemberTable {
 
     /// [`Self::find`] with the member's [`Probe`].
     pub(crate) fn find_probe(&self, p: &Probe<'_>) -> Option<u32> {
-        let mask = self.mask();
-        let mut i = p.tag as usize & mask;
+        let mut i = self.home(p.tag);
         loop {
             let b = self.buckets[i];
             if b == EMPTY {
@@ -228,7 +235,7 @@ impl MemberTable {
             if (b >> 32) as u32 == p.tag && self.is(b as u32, p) {
                 return Some(b as u32);
             }
-            i = (i + 1) & mask;
+            i = self.next(i);
         }
     }
 
@@ -265,13 +272,12 @@ impl MemberTable {
         seen: i64,
     ) -> Result<u32, &'static str> {
         if (self.len + 1) * 8 > self.buckets.len() * 7 {
-            self.rehash(self.buckets.len() * 2);
+            self.rehash(self.buckets.len() * 3 / 2);
         }
         let slot = self.push(p, score, seen)?;
-        let mask = self.mask();
-        let mut i = p.tag as usize & mask;
+        let mut i = self.home(p.tag);
         while self.buckets[i] != EMPTY {
-            i = (i + 1) & mask;
+            i = self.next(i);
         }
         self.buckets[i] = bucket(p.tag, slot);
         Ok(slot)
@@ -330,15 +336,11 @@ impl MemberTable {
     /// are placed in one sequential sweep instead of one random probe each,
     /// which at start-up is most of the cost of the table.
     pub(crate) fn build_index(&mut self) {
-        let size = (self.len + self.len / 4 + 1)
-            .next_power_of_two()
-            .max(1024)
-            .max(self.buckets.len());
-        let mask = size - 1;
+        let size = (self.len + self.len / 3 + 1).max(self.buckets.len());
         let mut order: Vec<u64> = self
             .live_slots()
             .map(|s| {
-                let home = (self.slots[s as usize].meta & TAG_MASK) as usize & mask;
+                let home = home(self.slots[s as usize].meta & TAG_MASK, size);
                 ((home as u64) << 32) | u64::from(s)
             })
             .collect();
@@ -373,25 +375,24 @@ impl MemberTable {
 
     /// Removes `slot` (which must be live) from the table.
     pub(crate) fn remove(&mut self, slot: u32) {
-        let mask = self.mask();
         let want = bucket(self.tag(slot), slot);
-        let mut i = self.tag(slot) as usize & mask;
+        let mut i = self.home(self.tag(slot));
         while self.buckets[i] != want {
             if self.buckets[i] == EMPTY {
                 return;
             }
-            i = (i + 1) & mask;
+            i = self.next(i);
         }
         // Backward-shift deletion: pull later entries of the probe run into
         // the hole when their home bucket allows it.
         let mut j = i;
         loop {
-            j = (j + 1) & mask;
+            j = self.next(j);
             let b = self.buckets[j];
             if b == EMPTY {
                 break;
             }
-            let home = (b >> 32) as usize & mask;
+            let home = self.home((b >> 32) as u32);
             let between = if i <= j {
                 i < home && home <= j
             } else {
@@ -428,15 +429,14 @@ impl MemberTable {
 
     fn rehash(&mut self, size: usize) {
         let mut buckets = vec![EMPTY; size];
-        let mask = size - 1;
         for (n, s) in self.slots.iter().enumerate() {
             if s.meta & FREE != 0 {
                 continue;
             }
             let tag = s.meta & TAG_MASK;
-            let mut i = tag as usize & mask;
+            let mut i = home(tag, size);
             while buckets[i] != EMPTY {
-                i = (i + 1) & mask;
+                i = if i + 1 == size { 0 } else { i + 1 };
             }
             buckets[i] = bucket(tag, n as u32);
         }
@@ -460,6 +460,13 @@ impl MemberTable {
         self.arena = arena;
         self.dead_bytes = 0;
     }
+}
+
+/// A tag's home bucket in a table of `size`: the tag scaled to the size
+/// (multiply-shift), so the table need not be a power of two and can grow
+/// by half instead of doubling.
+fn home(tag: u32, size: usize) -> usize {
+    ((u64::from(tag) * size as u64) >> 30) as usize
 }
 
 fn bucket(tag: u32, slot: u32) -> u64 {

@@ -9,7 +9,7 @@ use std::path::Path;
 
 use redb::{Database, Durability};
 
-use super::disk::{ACTIVE, ADMITTED, Counters, META, REVOKED, USED, WAITING, storage, used_key};
+use super::disk::{ACTIVE, Counters, GRANTS, META, REVOKED, USED, WAITING, storage, used_key};
 use crate::{Nonce, StoreError};
 
 /// Which table a change goes to, and whether it inserts or removes.
@@ -17,8 +17,8 @@ use crate::{Nonce, StoreError};
 enum Kind {
     Waiting,
     Unwait,
-    Admitted,
-    Unadmit,
+    Grant,
+    Ungrant,
     Active,
     Deactivate,
     Used,
@@ -83,16 +83,17 @@ impl Writes {
         );
     }
 
-    pub(crate) fn admitted(&mut self, member: &str, nonce: &Nonce, expires_at_us: i64) {
+    /// One admit call's grant row; `entries` as [`super::disk::GRANTS`] says.
+    pub(crate) fn grant(&mut self, id: u64, expires_at_us: i64, entries: &[u8]) {
         self.push(
-            Kind::Admitted,
-            &[member.as_bytes()],
-            &[nonce, &expires_at_us.to_le_bytes()],
+            Kind::Grant,
+            &[&id.to_le_bytes()],
+            &[&expires_at_us.to_le_bytes(), entries],
         );
     }
 
-    pub(crate) fn unadmit(&mut self, member: &str) {
-        self.push(Kind::Unadmit, &[member.as_bytes()], &[]);
+    pub(crate) fn ungrant(&mut self, id: u64) {
+        self.push(Kind::Ungrant, &[&id.to_le_bytes()], &[]);
     }
 
     pub(crate) fn active(&mut self, member: &str, expires_at_us: i64) {
@@ -172,7 +173,7 @@ pub(crate) fn commit(
         meta.insert("redeemed_total", c.redeemed_total.to_le_bytes().as_slice())
             .map_err(|x| e(x.into()))?;
         let mut waiting = w.open_table(WAITING).map_err(|x| e(x.into()))?;
-        let mut admitted = w.open_table(ADMITTED).map_err(|x| e(x.into()))?;
+        let mut grants = w.open_table(GRANTS).map_err(|x| e(x.into()))?;
         let mut active = w.open_table(ACTIVE).map_err(|x| e(x.into()))?;
         let mut used = w.open_table(USED).map_err(|x| e(x.into()))?;
         let mut revoked = w.open_table(REVOKED).map_err(|x| e(x.into()))?;
@@ -182,8 +183,8 @@ pub(crate) fn commit(
             let r = match ch.kind {
                 Kind::Waiting => waiting.insert(k, le_i64(v)).map(drop),
                 Kind::Unwait => waiting.remove(k).map(drop),
-                Kind::Admitted => admitted.insert(text(k)?, v).map(drop),
-                Kind::Unadmit => admitted.remove(text(k)?).map(drop),
+                Kind::Grant => grants.insert(le_i64(k) as u64, v).map(drop),
+                Kind::Ungrant => grants.remove(le_i64(k) as u64).map(drop),
                 Kind::Active => active.insert(text(k)?, le_i64(v)).map(drop),
                 Kind::Deactivate => active.remove(text(k)?).map(drop),
                 Kind::Used => used.insert(k, le_i64(v)).map(drop),
