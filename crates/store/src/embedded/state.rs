@@ -198,7 +198,6 @@ impl EventState {
                 member: member.to_owned(),
                 nonce: *nonce,
             });
-            drop(name);
             self.table.remove(slot);
         }
         if !out.is_empty() {
