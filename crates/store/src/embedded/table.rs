@@ -271,7 +271,7 @@ impl MemberTable {
         score: i64,
         seen: i64,
     ) -> Result<u32, &'static str> {
-        if (self.len + 1) * 8 > self.buckets.len() * 7 {
+        if (self.len + 1) * 5 > self.buckets.len() * 4 {
             self.rehash(self.buckets.len() * 3 / 2);
         }
         let slot = self.push(p, score, seen)?;
