@@ -32,6 +32,8 @@ const EVENT_KEYS: &[&str] = &[
     "held",
     "tokb",
     "tokm",
+    "jb",
+    "jm",
     "used",
     "rev",
     "state",
@@ -87,17 +89,21 @@ impl Raw {
         Ok(nodes.values().sum())
     }
 
-    /// CPU seconds (`used_cpu_user + used_cpu_sys`) of every node holding
-    /// one of `keys`, by run id: the server-side cost of a phase is the
-    /// change across it, steadier than throughput on a shared machine.
-    async fn server_cpu(&self, keys: &[String]) -> anyhow::Result<HashMap<String, f64>> {
-        let script = "local i = redis.call('INFO', 'cpu') .. redis.call('INFO', 'server'); return {string.match(i, 'used_cpu_sys:([%d.]+)'), string.match(i, 'used_cpu_user:([%d.]+)'), string.match(i, 'run_id:(%w+)')}";
+    /// CPU seconds (`used_cpu_user + used_cpu_sys`) and EVALSHA calls of
+    /// every node holding one of `keys`, by run id: the server-side cost of a
+    /// phase is the change across it, steadier than throughput on a shared
+    /// machine; scripts per operation show how well calls were batched.
+    async fn server_cpu(&self, keys: &[String]) -> anyhow::Result<HashMap<String, (f64, u64)>> {
+        let script = "local i = redis.call('INFO', 'cpu') .. redis.call('INFO', 'server') .. redis.call('INFO', 'commandstats'); return {string.match(i, 'used_cpu_sys:([%d.]+)'), string.match(i, 'used_cpu_user:([%d.]+)'), string.match(i, 'run_id:(%w+)'), string.match(i, 'cmdstat_evalsha:calls=(%d+)') or '0'}";
         let mut nodes = HashMap::new();
         for key in keys {
-            let (sys, user, node): (String, String, String) = self
+            let (sys, user, node, scripts): (String, String, String, String) = self
                 .query(redis::cmd("EVAL").arg(script).arg(1).arg(key))
                 .await?;
-            nodes.insert(node, sys.parse::<f64>()? + user.parse::<f64>()?);
+            nodes.insert(
+                node,
+                (sys.parse::<f64>()? + user.parse::<f64>()?, scripts.parse()?),
+            );
         }
         Ok(nodes)
     }
@@ -134,7 +140,7 @@ struct Probe<'a> {
     keys: &'a [String],
     wall: Instant,
     client: f64,
-    server: HashMap<String, f64>,
+    server: HashMap<String, (f64, u64)>,
 }
 
 impl<'a> Probe<'a> {
@@ -153,20 +159,22 @@ impl<'a> Probe<'a> {
         let client = client_cpu_s() - self.client;
         let after = self.raw.server_cpu(self.keys).await?;
         let mut busy = Vec::new();
-        let mut server = 0.0;
-        for (node, cpu) in &after {
-            let d = cpu - self.server.get(node).copied().unwrap_or(*cpu);
-            server += d;
-            busy.push(format!("{:.0}%", 100.0 * d / wall));
+        let (mut server, mut scripts) = (0.0, 0);
+        for (node, (cpu, calls)) in &after {
+            let (cpu0, calls0) = self.server.get(node).copied().unwrap_or((*cpu, *calls));
+            server += cpu - cpu0;
+            scripts += calls - calls0;
+            busy.push(format!("{:.0}%", 100.0 * (cpu - cpu0) / wall));
         }
         busy.sort();
         let per_op = |s: f64| 1e6 * s / ops.max(1) as f64;
         eprintln!(
-            "{phase}: {ops} ops in {wall:.2} s = {:.0}/s; client {:.1} us/op ({:.0}% of a core); server {:.1} us/op; nodes busy {}",
+            "{phase}: {ops} ops in {wall:.2} s = {:.0}/s; client {:.1} us/op ({:.0}% of a core); server {:.1} us/op, {:.1} ops per script; nodes busy {}",
             ops as f64 / wall,
             per_op(client),
             100.0 * client / wall,
             per_op(server),
+            ops as f64 / scripts.max(1) as f64,
             busy.join(" "),
         );
         Ok(())

@@ -57,6 +57,10 @@ const EXPIRE_BATCH: u64 = 20_000;
 /// script call sweeps: about as many tokens as [`EXPIRE_BATCH`].
 const EXPIRE_TOKEN_BATCHES: u64 = 20;
 
+/// Join batches (of at most 256 members, see [`batch`]) one expire script
+/// call sweeps: about as many members as [`EXPIRE_BATCH`].
+const EXPIRE_JOIN_BATCHES: u64 = 80;
+
 /// How long revocations are kept: far longer than any pass lives, so every
 /// node's once-a-second refresh sees each one.
 const REVOCATION_RETENTION_US: i64 = 3_600_000_000;
@@ -247,7 +251,6 @@ impl QueueStore for RedisStore {
         let k = EventKeys::new(event);
         let keys = [
             k.queue(),
-            k.seen(),
             k.held(),
             k.token_batches(),
             k.token_batch_members(),
@@ -357,21 +360,23 @@ impl QueueStore for RedisStore {
             k.admitted_per_s(),
             k.churn_per_s(),
             k.no_shows_per_s(),
+            k.join_batches(),
+            k.join_batch_members(),
         ];
         let mut call = scripts::EXPIRE.call(&keys);
         call.arg(req.waiting_seen_before_us)
             .arg(EXPIRE_BATCH)
             .arg(REVOCATION_RETENTION_US)
-            .arg(EXPIRE_TOKEN_BATCHES);
+            .arg(EXPIRE_TOKEN_BATCHES)
+            .arg(EXPIRE_JOIN_BATCHES);
         let mut total = Expired::default();
         loop {
-            let (idle, tokens, sessions, more_tokens): (i64, i64, i64, i64) =
+            let (idle, tokens, sessions, more): (i64, i64, i64, i64) =
                 self.eval(&scripts::EXPIRE, &call).await?;
             total.idle_waiters += count(idle);
             total.unredeemed_tokens += count(tokens);
             total.sessions += count(sessions);
-            let full = [idle, sessions].iter().any(|&n| count(n) >= EXPIRE_BATCH);
-            if !full && more_tokens == 0 {
+            if more == 0 {
                 return Ok(total);
             }
         }

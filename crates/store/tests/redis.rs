@@ -847,3 +847,65 @@ async fn batched_joins_behave_like_lone_joins() {
         }
     }
 }
+
+/// A new waiter is seen at its join through its join batch, not its own
+/// `seen` entry. A member that left (released, or its token expired) and
+/// joined again after the cutoff must not be taken for idle through the
+/// older batch that still names it; and a sweep over more batches than one
+/// script call takes goes on until every idle waiter is gone.
+#[tokio::test]
+async fn idle_expiry_through_join_batches() {
+    let server = RedisServer::start().unwrap();
+    let s = store(&server).await;
+    let e = event("idle-batches");
+    let sweep = |cutoff| ExpireRequest {
+        waiting_seen_before_us: cutoff,
+    };
+    for m in ["released", "admitted", "stays-idle"] {
+        assert!(s.join(&e, m, &open()).await.unwrap().new);
+    }
+    assert!(s.release(&e, "released").await.unwrap());
+    let now = s.now_us(&e).await.unwrap();
+    let t = s
+        .admit(&e, &admit_req(1, 10, now + 1_000, 4))
+        .await
+        .unwrap();
+    assert_eq!(t[0].member, "admitted");
+    tokio::time::sleep(Duration::from_millis(3)).await;
+    // The token has expired: the sweep frees its slot (and marks the member).
+    let freed = s.expire(&e, &sweep(i64::MIN)).await.unwrap();
+    assert_eq!(freed.unredeemed_tokens, 1);
+    let cutoff = s.now_us(&e).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(3)).await;
+    assert!(s.join(&e, "released", &open()).await.unwrap().new);
+    assert!(s.join(&e, "admitted", &open()).await.unwrap().new);
+    let freed = s.expire(&e, &sweep(cutoff)).await.unwrap();
+    assert_eq!(
+        freed.idle_waiters, 1,
+        "only the waiter not seen since the cutoff"
+    );
+    assert_eq!(
+        s.status(&e, "stays-idle", false).await.unwrap(),
+        MemberState::None
+    );
+    for m in ["released", "admitted"] {
+        assert!(
+            matches!(
+                s.status(&e, m, false).await.unwrap(),
+                MemberState::Waiting { .. }
+            ),
+            "{m} joined again after the cutoff"
+        );
+    }
+
+    // Lone joins make one batch each: more than one sweep call's worth.
+    let e = event("many-batches");
+    for i in 0..300 {
+        s.join(&e, &format!("m{i}"), &open()).await.unwrap();
+    }
+    s.status(&e, "m7", true).await.unwrap();
+    let cutoff = s.now_us(&e).await.unwrap() + 1;
+    let freed = s.expire(&e, &sweep(cutoff)).await.unwrap();
+    assert_eq!(freed.idle_waiters, 300);
+    assert_eq!(s.queue_length(&e).await.unwrap(), 0);
+}

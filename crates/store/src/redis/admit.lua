@@ -1,19 +1,19 @@
 -- admit: release the best-ranked waiters with one outstanding token each.
--- KEYS: 1 queue, 2 seen, 3 held, 4 token batches, 5 token batch members,
---       6 admin state, 7 totals, 8 admissions per second
+-- KEYS: 1 queue, 2 held, 3 token batches, 4 token batch members,
+--       5 admin state, 6 totals, 7 admissions per second
 -- ARGV: 1 max, 2 max_active, 3 token expiry (us), 4.. one `held` token entry
 --       per admission ('t' .. nonce, tagged by the caller)
 -- Returns the admitted members, best first; member i got ARGV[3 + i].
 local t = redis.call('TIME')
 local now = t[1] * 1000000 + t[2]
 
-local st = redis.call('GET', KEYS[6])
+local st = redis.call('GET', KEYS[5])
 if st == 'paused' or st == 'closed' then return {} end
 
 -- Every outstanding token and every active session has exactly one `held`
 -- entry until the expire sweep (or redeem, release) drops it: the slot count
 -- is the size of that hash, so no counter can drift.
-local used = redis.call('HLEN', KEYS[3])
+local used = redis.call('HLEN', KEYS[2])
 local n = math.min(tonumber(ARGV[1]), tonumber(ARGV[2]) - used, #ARGV - 3)
 if n <= 0 then return {} end
 
@@ -41,15 +41,17 @@ for first = 1, #members, CHUNK do
     held[j + 1] = ARGV[3 + i] .. exp
     j = j + 2
   end
-  redis.call('HSET', KEYS[3], unpack(held))
-  redis.call('ZREM', KEYS[2], unpack(members, first, last))
+  redis.call('HSET', KEYS[2], unpack(held))
+  -- No `seen` work: while a member holds a slot, a join cannot put it back
+  -- in the queue, so its old `seen` mark (if any) has no say; the sweep drops
+  -- it, and leaving the slot writes a fresh mark (see expire.lua).
   -- Only a name for the batch, unique within the event; no slot accounting
   -- depends on it.
-  local id = redis.call('HINCRBY', KEYS[7], 'token_batches', 1)
-  redis.call('ZADD', KEYS[4], exp, id)
-  redis.call('HSET', KEYS[5], id, cmsgpack.pack({unpack(members, first, last)}))
+  local id = redis.call('HINCRBY', KEYS[6], 'token_batches', 1)
+  redis.call('ZADD', KEYS[3], exp, id)
+  redis.call('HSET', KEYS[4], id, cmsgpack.pack({unpack(members, first, last)}))
 end
 
-redis.call('HINCRBY', KEYS[7], 'admitted', #members)
-redis.call('HINCRBY', KEYS[8], string.format('%d', math.floor(now / 1000000)), #members)
+redis.call('HINCRBY', KEYS[6], 'admitted', #members)
+redis.call('HINCRBY', KEYS[7], string.format('%d', math.floor(now / 1000000)), #members)
 return members

@@ -1,7 +1,7 @@
 //! Join batching: the joins waiting for one event when Redis is ready for
 //! more go to it as one `join.lua` call.
 //!
-//! Why: a lone join pays, inside Redis, for an EVALSHA with four keys, a
+//! Why: a lone join pays, inside Redis, for an EVALSHA with its keys, a
 //! `TIME`, and one command each for the existence check, the seen mark and
 //! the queue length, several times what the member itself costs; on the
 //! client it pays one command encoding and one reply per join. A batch pays
@@ -119,7 +119,14 @@ async fn drive(
     keys: EventKeys,
     timeout: Duration,
 ) {
-    let keys: Arc<[String; 4]> = Arc::new([keys.queue(), keys.seen(), keys.held(), keys.active()]);
+    let keys: Arc<[String; 6]> = Arc::new([
+        keys.queue(),
+        keys.seen(),
+        keys.held(),
+        keys.active(),
+        keys.join_batches(),
+        keys.join_batch_members(),
+    ]);
     let slots = Arc::new(Semaphore::new(IN_FLIGHT));
     loop {
         // Waiting for a slot before reading lets the queue grow while all
@@ -149,7 +156,7 @@ async fn drive(
 /// Sends one batch and hands every caller its own outcome, or the batch's
 /// error to each: like a lone join that failed, a caller cannot tell whether
 /// its join ran, and a retry is harmless because a join is insert-if-absent.
-async fn run(conn: &Conn, keys: &[String; 4], batch: Vec<Request>, timeout: Duration) {
+async fn run(conn: &Conn, keys: &[String; 6], batch: Vec<Request>, timeout: Duration) {
     let mut call = scripts::JOIN.call(keys);
     for r in &batch {
         call.arg(&r.member)

@@ -4,7 +4,7 @@
 -- The batch is one atomic step and every member in it is handled exactly as
 -- if its own join had run alone at this TIME, in argument order: a member
 -- named twice is new only the first time.
--- KEYS: 1 queue, 2 seen, 3 held, 4 active
+-- KEYS: 1 queue, 2 seen, 3 held, 4 active, 5 join batches, 6 join batch members
 -- ARGV: per member, 5 values: member, opens_at_us, prewindow_score, tiebreak,
 --       behind (0/1)
 -- Returns {queue length, then per member: code, value}: code 1 waiting
@@ -18,6 +18,15 @@
 -- its keys and arguments, TIME, one command each for the existence check,
 -- the seen mark and the length), not per member; here those are paid once
 -- per batch and only the rank is read member by member.
+--
+-- When a waiter was last seen: a member inserted by this batch is seen at
+-- the batch's TIME, and that is recorded once for the batch (join batches:
+-- id scored by TIME; join batch members: the ids' packed member lists), not
+-- as one `seen` entry per member, which cost a third of a join. `seen` holds
+-- the later sightings (polls, refreshing joins) and a mark for every member
+-- that left a slot or the queue since a batch may have named it, so the
+-- sweep knows a batch's word on a member is current only while the member
+-- has no `seen` entry (see expire.lua).
 local t = redis.call('TIME')
 local now = t[1] * 1000000 + t[2]
 local q, seen, held = KEYS[1], KEYS[2], KEYS[3]
@@ -64,19 +73,41 @@ if #absent > 0 then
   end
 end
 
-local add, marks = {}, {}
+local add, inserted, marks = {}, {}, {}
 for i = 1, n do
   local m = members[i]
   if not holding[m] then
     if first[m] == i then
       add[#add + 1] = scores[i]
       add[#add + 1] = m
+      inserted[#inserted + 1] = m
+    elseif present[i] then
+      -- A refresh: the member was already waiting, seen again now.
+      marks[#marks + 1] = now
+      marks[#marks + 1] = m
     end
-    marks[#marks + 1] = now
-    marks[#marks + 1] = m
   end
 end
-if #add > 0 then redis.call('ZADD', q, 'NX', unpack(add)) end
+if #add > 0 then
+  redis.call('ZADD', q, 'NX', unpack(add))
+  -- A newcomer with a `seen` mark (it left since an older batch named it)
+  -- gets its mark moved to now; the others are seen through this batch.
+  local marked = redis.call('ZMSCORE', seen, unpack(inserted))
+  local fresh = {}
+  for j = 1, #inserted do
+    if marked[j] then
+      marks[#marks + 1] = now
+      marks[#marks + 1] = inserted[j]
+    else
+      fresh[#fresh + 1] = inserted[j]
+    end
+  end
+  if #fresh > 0 then
+    local id = redis.call('HINCRBY', KEYS[6], 'next', 1)
+    redis.call('ZADD', KEYS[5], now, id)
+    redis.call('HSET', KEYS[6], id, cmsgpack.pack(fresh))
+  end
+end
 if #marks > 0 then redis.call('ZADD', seen, unpack(marks)) end
 
 local out = {redis.call('ZCARD', q)}

@@ -34,9 +34,21 @@ impl EventKeys {
     pub(crate) fn queue(&self) -> String {
         self.key("q")
     }
-    /// Waiting members, scored by when they were last seen (idle expiry).
+    /// Sightings of waiters after their join (polls, refreshing joins), and
+    /// a mark for each member that left the queue or a slot, scored by time:
+    /// with [`Self::join_batches`], when each waiter was last seen (idle expiry).
     pub(crate) fn seen(&self) -> String {
         self.key("seen")
+    }
+    /// Join batches by the time of their join (batch id scored by TIME): a
+    /// new waiter is seen at its join through its batch, not its own entry.
+    pub(crate) fn join_batches(&self) -> String {
+        self.key("jb")
+    }
+    /// The members each join batch inserted (batch id → msgpack list), and
+    /// the next batch id (field `next`).
+    pub(crate) fn join_batch_members(&self) -> String {
+        self.key("jm")
     }
     /// Active sessions, scored by expiry: the slot count is a range count over
     /// it, so no counter can drift after a crash.

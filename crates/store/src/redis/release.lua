@@ -11,8 +11,10 @@ local m = ARGV[1]
 -- the member until it expires, and the sweep skips members no longer holding it.
 local n = redis.call('ZREM', KEYS[1], m) + redis.call('HDEL', KEYS[3], m)
 redis.call('ZREM', KEYS[4], m)
-redis.call('ZREM', KEYS[2], m)
 if n == 0 then return 0 end
+-- A join batch may still name the member: the mark says that word is stale
+-- (see expire.lua); the idle sweep drops the mark later.
+redis.call('ZADD', KEYS[2], now, m)
 redis.call('ZADD', KEYS[5], now, m)
 redis.call('HINCRBY', KEYS[6], string.format('%d', math.floor(now / 1000000)), 1)
 return 1
