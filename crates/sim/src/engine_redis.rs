@@ -78,13 +78,22 @@ impl Raw {
     async fn used_memory(&self, keys: &[String]) -> anyhow::Result<u64> {
         // MEMORY STATS has no key to route by; a script with a key runs on
         // the right node and reads INFO there, with the node's run id.
-        let script = "local i = redis.call('INFO'); return {tonumber(string.match(i, 'used_memory:(%d+)')), string.match(i, 'run_id:(%w+)')}";
+        // UNLINK (a previous run's clean-up) frees in the background: until
+        // `lazyfree_pending_objects` is 0, used_memory is still falling and
+        // a difference taken across that would be wrong.
+        let script = "local i = redis.call('INFO'); return {tonumber(string.match(i, 'used_memory:(%d+)')), string.match(i, 'run_id:(%w+)'), tonumber(string.match(i, 'lazyfree_pending_objects:(%d+)') or '0')}";
         let mut nodes = std::collections::HashMap::new();
         for key in keys {
-            let (bytes, node): (u64, String) = self
-                .query(redis::cmd("EVAL").arg(script).arg(1).arg(key))
-                .await?;
-            nodes.insert(node, bytes);
+            for _ in 0..100 {
+                let (bytes, node, pending): (u64, String, u64) = self
+                    .query(redis::cmd("EVAL").arg(script).arg(1).arg(key))
+                    .await?;
+                nodes.insert(node, bytes);
+                if pending == 0 {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
         }
         Ok(nodes.values().sum())
     }
