@@ -19,6 +19,12 @@ use std::ops::Deref;
 
 /// No slot in this bucket.
 const EMPTY: u64 = u64::MAX;
+/// A bucket of the old table already moved to the new one during growth
+/// (probes go past it, as past any occupied bucket).
+const MOVED: u64 = u64::MAX - 1;
+/// Old buckets moved per insert while the table grows: the old table is
+/// empty long before the new one needs to grow again.
+const MOVE_STEP: usize = 32;
 /// No such slot.
 const NO_SLOT: u32 = u32::MAX;
 
@@ -108,6 +114,11 @@ pub(crate) struct Probe<'a> {
 pub(crate) struct MemberTable {
     hasher: std::collections::hash_map::RandomState,
     buckets: Vec<u64>,
+    /// While growing: the previous buckets, moved over [`MOVE_STEP`] at a
+    /// time by inserts (`old[..moved]` are done), so no insert pays for a
+    /// whole rehash (tens of milliseconds at millions of members).
+    old: Vec<u64>,
+    moved: usize,
     slots: Vec<Slot>,
     seen: Vec<i64>,
     free: Vec<u32>,
@@ -124,6 +135,8 @@ impl MemberTable {
         Self {
             hasher: std::collections::hash_map::RandomState::new(),
             buckets: vec![EMPTY; 1024],
+            old: Vec::new(),
+            moved: 0,
             slots: Vec::new(),
             seen: Vec::new(),
             free: Vec::new(),
@@ -226,16 +239,25 @@ impl MemberTable {
 
     /// [`Self::find`] with the member's [`Probe`].
     pub(crate) fn find_probe(&self, p: &Probe<'_>) -> Option<u32> {
-        let mut i = self.home(p.tag);
+        let found = self.find_in(&self.buckets, p);
+        if found.is_some() || self.old.is_empty() {
+            return found;
+        }
+        self.find_in(&self.old, p)
+    }
+
+    fn find_in(&self, buckets: &[u64], p: &Probe<'_>) -> Option<u32> {
+        let size = buckets.len();
+        let mut i = home(p.tag, size);
         loop {
-            let b = self.buckets[i];
+            let b = buckets[i];
             if b == EMPTY {
                 return None;
             }
-            if (b >> 32) as u32 == p.tag && self.is(b as u32, p) {
+            if b != MOVED && (b >> 32) as u32 == p.tag && self.is(b as u32, p) {
                 return Some(b as u32);
             }
-            i = self.next(i);
+            i = if i + 1 == size { 0 } else { i + 1 };
         }
     }
 
@@ -271,16 +293,50 @@ impl MemberTable {
         score: i64,
         seen: i64,
     ) -> Result<u32, &'static str> {
+        if !self.old.is_empty() {
+            self.move_old(MOVE_STEP);
+        }
         if (self.len + 1) * 5 > self.buckets.len() * 4 {
-            self.rehash(self.buckets.len() * 3 / 2);
+            self.grow();
         }
         let slot = self.push(p, score, seen)?;
-        let mut i = self.home(p.tag);
+        self.place(bucket(p.tag, slot));
+        Ok(slot)
+    }
+
+    /// Puts a bucket value in the first free bucket of its probe run.
+    fn place(&mut self, b: u64) {
+        let mut i = self.home((b >> 32) as u32);
         while self.buckets[i] != EMPTY {
             i = self.next(i);
         }
-        self.buckets[i] = bucket(p.tag, slot);
-        Ok(slot)
+        self.buckets[i] = b;
+    }
+
+    /// Starts growing by half: a fresh table, the old one moved over by
+    /// later inserts.
+    fn grow(&mut self) {
+        self.move_old(usize::MAX);
+        let size = self.buckets.len() * 3 / 2;
+        self.old = std::mem::replace(&mut self.buckets, vec![EMPTY; size]);
+        self.moved = 0;
+    }
+
+    /// Moves up to `n` old buckets to the new table.
+    fn move_old(&mut self, n: usize) {
+        let end = self.old.len().min(self.moved.saturating_add(n));
+        for i in self.moved..end {
+            let b = self.old[i];
+            if b != EMPTY && b != MOVED {
+                self.place(b);
+                self.old[i] = MOVED;
+            }
+        }
+        self.moved = end;
+        if self.moved == self.old.len() {
+            self.old = Vec::new();
+            self.moved = 0;
+        }
     }
 
     fn push(&mut self, p: &Probe<'_>, score: i64, seen: i64) -> Result<u32, &'static str> {
@@ -345,6 +401,8 @@ impl MemberTable {
             })
             .collect();
         order.sort_unstable();
+        self.old = Vec::new();
+        self.moved = 0;
         let mut buckets = vec![EMPTY; size];
         let mut next = 0usize;
         let mut wrapped = Vec::new();
@@ -376,10 +434,29 @@ impl MemberTable {
     /// Removes `slot` (which must be live) from the table.
     pub(crate) fn remove(&mut self, slot: u32) {
         let want = bucket(self.tag(slot), slot);
-        let mut i = self.home(self.tag(slot));
+        if !self.unindex(want) {
+            return;
+        }
+        let s = &mut self.slots[slot as usize];
+        if s.meta & ARENA != 0 {
+            let off = arena_offset(s);
+            self.dead_bytes += usize::from(self.arena[off]) + 2;
+        }
+        s.meta = FREE;
+        s.pos = NO_POS;
+        self.free.push(slot);
+        self.len -= 1;
+        if self.dead_bytes > 1 << 20 && self.dead_bytes > self.arena.len() / 2 {
+            self.compact();
+        }
+    }
+
+    /// Takes bucket value `want` out of whichever table holds it.
+    fn unindex(&mut self, want: u64) -> bool {
+        let mut i = self.home((want >> 32) as u32);
         while self.buckets[i] != want {
             if self.buckets[i] == EMPTY {
-                return;
+                return self.unindex_old(want);
             }
             i = self.next(i);
         }
@@ -404,17 +481,26 @@ impl MemberTable {
             }
         }
         self.buckets[i] = EMPTY;
-        let s = &mut self.slots[slot as usize];
-        if s.meta & ARENA != 0 {
-            let off = arena_offset(s);
-            self.dead_bytes += usize::from(self.arena[off]) + 2;
+        true
+    }
+
+    /// In the old table a removal leaves [`MOVED`]: shifting entries back
+    /// could carry one behind the move cursor, where it would be lost.
+    fn unindex_old(&mut self, want: u64) -> bool {
+        let size = self.old.len();
+        if size == 0 {
+            return false;
         }
-        s.meta = FREE;
-        s.pos = NO_POS;
-        self.free.push(slot);
-        self.len -= 1;
-        if self.dead_bytes > 1 << 20 && self.dead_bytes > self.arena.len() / 2 {
-            self.compact();
+        let mut i = home((want >> 32) as u32, size);
+        loop {
+            match self.old[i] {
+                EMPTY => return false,
+                b if b == want => {
+                    self.old[i] = MOVED;
+                    return true;
+                }
+                _ => i = if i + 1 == size { 0 } else { i + 1 },
+            }
         }
     }
 
@@ -425,22 +511,6 @@ impl MemberTable {
             .enumerate()
             .filter(|(_, s)| s.meta & FREE == 0)
             .map(|(i, _)| i as u32)
-    }
-
-    fn rehash(&mut self, size: usize) {
-        let mut buckets = vec![EMPTY; size];
-        for (n, s) in self.slots.iter().enumerate() {
-            if s.meta & FREE != 0 {
-                continue;
-            }
-            let tag = s.meta & TAG_MASK;
-            let mut i = home(tag, size);
-            while buckets[i] != EMPTY {
-                i = if i + 1 == size { 0 } else { i + 1 };
-            }
-            buckets[i] = bucket(tag, n as u32);
-        }
-        self.buckets = buckets;
     }
 
     /// Rewrites the arena without the ids of removed members.
@@ -494,6 +564,12 @@ mod tests {
             };
             let s = t.insert(&m, i64::from(i), 0).unwrap();
             live.insert(m, s);
+            if i % 97 == 0 {
+                // Also while the table grows (members split over two tables).
+                for (m, s) in &live {
+                    assert_eq!(t.find(m), Some(*s), "{m} at {i}");
+                }
+            }
             if i % 3 == 0 {
                 let victim = format!("m{}", i / 2);
                 if let Some(s) = live.remove(&victim) {
