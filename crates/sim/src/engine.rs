@@ -83,6 +83,13 @@ pub struct EngineOutput {
     pub status_p50_us: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub status_p99_us: Option<f64>,
+    /// Embedded: the disk's own `fdatasync` latency (64 KiB writes in the
+    /// data directory), measured in the same run: the floor under the join
+    /// acknowledgement latency, since a join is answered after its commit.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fsync_p50_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fsync_p99_ms: Option<f64>,
 }
 
 impl From<EngineReport> for EngineOutput {
@@ -91,6 +98,8 @@ impl From<EngineReport> for EngineOutput {
             report,
             status_p50_us: None,
             status_p99_us: None,
+            fsync_p50_ms: None,
+            fsync_p99_ms: None,
         }
     }
 }

@@ -24,6 +24,8 @@ pub(super) async fn run(args: &EngineArgs) -> anyhow::Result<EngineOutput> {
     let dir = args.dir.clone().unwrap_or_else(|| tmp.path().join("data"));
     let event = EventId::new(EVENT)?;
     let hist = Arc::new(Histogram::new());
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let (fsync_p50_ms, fsync_p99_ms) = fsync_latency(&dir)?;
     let baseline = rss_bytes();
     let embedded = open_embedded(&dir).await?;
     let store: Arc<dyn QueueStore> = Arc::new(embedded.clone());
@@ -63,7 +65,30 @@ pub(super) async fn run(args: &EngineArgs) -> anyhow::Result<EngineOutput> {
         },
         status_p50_us: Some(status_p50_us),
         status_p99_us: Some(status_p99_us),
+        fsync_p50_ms: Some(fsync_p50_ms),
+        fsync_p99_ms: Some(fsync_p99_ms),
     })
+}
+
+/// The disk's own durable-write latency in `dir`: 300 `fdatasync`s, each
+/// after a 64 KiB write (about one group commit of joins); (p50, p99) in ms.
+fn fsync_latency(dir: &Path) -> anyhow::Result<(f64, f64)> {
+    use std::io::{Seek, SeekFrom, Write};
+    let path = dir.join("fsync-probe");
+    let mut f = std::fs::File::create(&path).context("creating the fsync probe file")?;
+    let block = vec![0x5a_u8; 64 << 10];
+    let mut ms = Vec::with_capacity(300);
+    for i in 0..300u64 {
+        f.seek(SeekFrom::Start((i % 16) * block.len() as u64))?;
+        f.write_all(&block)?;
+        let t = Instant::now();
+        f.sync_data()?;
+        ms.push(t.elapsed().as_secs_f64() * 1000.0);
+    }
+    drop(f);
+    std::fs::remove_file(&path)?;
+    ms.sort_by(f64::total_cmp);
+    Ok((ms[ms.len() / 2], ms[ms.len() * 99 / 100]))
 }
 
 /// Times `samples` ranks of random waiters straight on the index, in
