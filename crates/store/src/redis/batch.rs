@@ -31,9 +31,15 @@ use crate::{EventId, JoinOutcome, MemberState, Result, StoreError};
 /// so one batch never holds up other clients for long.
 const MAX_BATCH: usize = 256;
 
-/// Batches of one event on their way at once: enough to keep Redis busy
-/// while the client encodes the next batch and decodes the last reply.
-const IN_FLIGHT: usize = 4;
+/// Batches of one event on their way at once: two keep Redis busy while the
+/// client encodes the next batch and decodes the last reply (one left Redis
+/// idle a third of the time), and give twice the batch size of four when
+/// many events share the joins (30 events: ~13 joins a script instead of ~8,
+/// 4.7 instead of 7.2 µs of Redis time per join).
+const IN_FLIGHT: usize = 2;
+
+/// A driver with no join for this long ends (the next join starts another).
+const IDLE: Duration = Duration::from_secs(60);
 
 struct Request {
     member: String,
@@ -72,9 +78,13 @@ impl Joiner {
             scoring: *scoring,
             reply,
         };
-        self.driver(event)?
-            .send(request)
-            .map_err(|_| StoreError::Unavailable("the join driver stopped".into()))?;
+        // A driver that has just closed for idleness refuses the request;
+        // the second attempt starts a fresh one.
+        if let Err(mpsc::error::SendError(request)) = self.driver(event)?.send(request) {
+            self.driver(event)?
+                .send(request)
+                .map_err(|_| StoreError::Unavailable("the join driver stopped".into()))?;
+        }
         match tokio::time::timeout(self.timeout, answer).await {
             Ok(Ok(outcome)) => outcome,
             Ok(Err(_)) => Err(StoreError::Unavailable(
@@ -87,8 +97,8 @@ impl Joiner {
         }
     }
 
-    /// The sender of `event`'s driver, started on first use. A driver whose
-    /// runtime has gone (its channel closed) is replaced.
+    /// The sender of `event`'s driver, started on first use. A driver that
+    /// closed (idle, or its runtime has gone) is replaced.
     fn driver(&self, event: &EventId) -> Result<mpsc::UnboundedSender<Request>> {
         let mut drivers = self
             .drivers
@@ -112,7 +122,8 @@ impl Joiner {
 }
 
 /// One event's driver: takes what is queued whenever a batch slot is free.
-/// It ends when every sender is gone (the store was dropped).
+/// It ends when every sender is gone (the store was dropped), or after
+/// [`IDLE`] without a join, so events that stopped joining keep no task.
 async fn drive(
     mut rx: mpsc::UnboundedReceiver<Request>,
     conn: Conn,
@@ -134,8 +145,15 @@ async fn drive(
         let Ok(slot) = slots.clone().acquire_owned().await else {
             return;
         };
-        let Some(first) = rx.recv().await else {
-            return;
+        let first = match tokio::time::timeout(IDLE, rx.recv()).await {
+            Ok(Some(first)) => first,
+            Ok(None) => return,
+            Err(_) => {
+                // Closing makes new joins start a fresh driver; the loop
+                // still serves whatever raced in, then ends on `None`.
+                rx.close();
+                continue;
+            }
         };
         let mut batch = Vec::with_capacity(rx.len().min(MAX_BATCH - 1) + 1);
         batch.push(first);
