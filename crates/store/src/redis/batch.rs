@@ -163,6 +163,13 @@ async fn drive(
                 Err(_) => break,
             }
         }
+        // A caller that already gave up (its timeout passed while the
+        // request waited for a slot) was told its join failed: do not run
+        // it behind its back now.
+        batch.retain(|r| !r.reply.is_closed());
+        if batch.is_empty() {
+            continue;
+        }
         let (conn, keys) = (conn.clone(), keys.clone());
         tokio::spawn(async move {
             run(&conn, &keys, batch, timeout).await;
