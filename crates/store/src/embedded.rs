@@ -11,6 +11,7 @@
 
 mod actor;
 mod disk;
+mod huge;
 mod index;
 mod load;
 mod state;

@@ -55,6 +55,62 @@ struct Slot {
 
 const _: () = assert!(std::mem::size_of::<Slot>() == 32);
 
+/// Slots per segment: 8 MiB, so at least three of its 2 MiB pages are whole.
+const SEGMENT: usize = if cfg!(test) { 1 << 10 } else { 1 << 18 };
+
+/// The slots, in segments that never move. A growing `Vec` would move (or,
+/// through `mremap`, split the huge pages of) hundreds of megabytes at each
+/// doubling; a new segment costs nothing to the old ones. The first segment
+/// grows like a `Vec` and stays in small pages, so a small event never takes
+/// a huge page; later segments are allocated whole and in huge pages.
+#[derive(Default)]
+struct Slots {
+    segments: Vec<Vec<Slot>>,
+    len: usize,
+}
+
+impl Slots {
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn push(&mut self, s: Slot) {
+        if self.len.is_multiple_of(SEGMENT) && self.len > 0 {
+            let seg = Vec::with_capacity(SEGMENT);
+            super::huge::advise(&seg);
+            self.segments.push(seg);
+        }
+        if self.segments.is_empty() {
+            self.segments.push(Vec::new());
+        }
+        if let Some(last) = self.segments.last_mut() {
+            last.push(s);
+        }
+        self.len += 1;
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &Slot> {
+        self.segments.iter().flatten()
+    }
+
+    fn iter_mut(&mut self) -> impl Iterator<Item = &mut Slot> {
+        self.segments.iter_mut().flatten()
+    }
+}
+
+impl std::ops::Index<usize> for Slots {
+    type Output = Slot;
+    fn index(&self, i: usize) -> &Slot {
+        &self.segments[i / SEGMENT][i % SEGMENT]
+    }
+}
+
+impl std::ops::IndexMut<usize> for Slots {
+    fn index_mut(&mut self, i: usize) -> &mut Slot {
+        &mut self.segments[i / SEGMENT][i % SEGMENT]
+    }
+}
+
 /// A member id read back from the table.
 pub(crate) enum Name<'a> {
     Hex([u8; 32]),
@@ -119,7 +175,7 @@ pub(crate) struct MemberTable {
     /// whole rehash (tens of milliseconds at millions of members).
     old: Vec<u64>,
     moved: usize,
-    slots: Vec<Slot>,
+    slots: Slots,
     seen: Vec<i64>,
     free: Vec<u32>,
     arena: Vec<u8>,
@@ -137,7 +193,7 @@ impl MemberTable {
             buckets: vec![EMPTY; 1024],
             old: Vec::new(),
             moved: 0,
-            slots: Vec::new(),
+            slots: Slots::default(),
             seen: Vec::new(),
             free: Vec::new(),
             arena: Vec::new(),
@@ -149,8 +205,8 @@ impl MemberTable {
     /// Reserves room for `n` members so a bulk load never reallocates the
     /// slots (the hash index is sized by [`Self::build_index`]).
     pub(crate) fn reserve(&mut self, n: usize) {
-        self.slots.reserve_exact(n);
         self.seen.reserve_exact(n);
+        super::huge::advise(&self.seen);
     }
 
     #[cfg(test)]
@@ -318,7 +374,7 @@ impl MemberTable {
     fn grow(&mut self) {
         self.move_old(usize::MAX);
         let size = self.buckets.len() * 3 / 2;
-        self.old = std::mem::replace(&mut self.buckets, vec![EMPTY; size]);
+        self.old = std::mem::replace(&mut self.buckets, empty_buckets(size));
         self.moved = 0;
     }
 
@@ -379,8 +435,12 @@ impl MemberTable {
                 if s == NO_SLOT {
                     return Err("too many members in one event");
                 }
+                let cap = self.seen.capacity();
                 self.slots.push(entry);
                 self.seen.push(seen);
+                if self.seen.capacity() != cap {
+                    super::huge::advise(&self.seen);
+                }
                 s
             }
         };
@@ -403,7 +463,7 @@ impl MemberTable {
         order.sort_unstable();
         self.old = Vec::new();
         self.moved = 0;
-        let mut buckets = vec![EMPTY; size];
+        let mut buckets = empty_buckets(size);
         let mut next = 0usize;
         let mut wrapped = Vec::new();
         for e in order {
@@ -530,6 +590,15 @@ impl MemberTable {
         self.arena = arena;
         self.dead_bytes = 0;
     }
+}
+
+/// `size` empty buckets, in huge pages where the kernel gives them: the
+/// advice must come before the first write, or the pages are already small.
+fn empty_buckets(size: usize) -> Vec<u64> {
+    let mut b = Vec::with_capacity(size);
+    super::huge::advise(&b);
+    b.resize(size, EMPTY);
+    b
 }
 
 /// A tag's home bucket in a table of `size`: the tag scaled to the size
