@@ -126,6 +126,34 @@ fn corrupt_names(r: Result<EmbeddedStore, StoreError>, file: &str) {
     }
 }
 
+/// An event file from an older format is refused with a message that says
+/// so, not read as an empty queue.
+#[tokio::test]
+async fn an_older_format_is_named_as_such() {
+    let dir = tempfile::tempdir().unwrap();
+    drop(open(dir.path()).await);
+    {
+        let db = redb::Database::create(dir.path().join("events").join("old.redb")).unwrap();
+        let w = db.begin_write().unwrap();
+        {
+            let def: redb::TableDefinition<&str, &[u8]> = redb::TableDefinition::new("meta");
+            let mut t = w.open_table(def).unwrap();
+            t.insert("magic", b"anteroom-event/2".as_slice()).unwrap();
+        }
+        w.commit().unwrap();
+    }
+    match EmbeddedStore::open(dir.path(), EmbeddedOptions::default()).await {
+        Err(StoreError::Corrupt(m)) => {
+            assert!(
+                m.contains("old.redb") && m.contains("another Anteroom version"),
+                "{m}"
+            )
+        }
+        Err(e) => panic!("expected Corrupt, got {e}"),
+        Ok(_) => panic!("expected Corrupt, got a store"),
+    }
+}
+
 #[tokio::test]
 async fn foreign_or_damaged_data_is_refused() {
     let dir = tempfile::tempdir().unwrap();

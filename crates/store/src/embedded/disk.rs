@@ -105,6 +105,13 @@ pub(crate) fn open_file(
     };
     match found {
         Some(m) if m == magic => Ok(db),
+        Some(m) if same_kind(&m, magic) => Err(StoreError::Corrupt(format!(
+            "{}: data format {} is not {} (written by another Anteroom version; \
+             this build cannot read it)",
+            path.display(),
+            String::from_utf8_lossy(&m),
+            String::from_utf8_lossy(magic)
+        ))),
         Some(_) => Err(StoreError::Corrupt(format!(
             "{}: wrong magic record",
             path.display()
@@ -125,6 +132,12 @@ pub(crate) fn open_file(
             Ok(db)
         }
     }
+}
+
+/// Same kind of file (`anteroom-event/…`), maybe another format version.
+fn same_kind(found: &[u8], magic: &[u8]) -> bool {
+    let kind = |m: &[u8]| m.split(|b| *b == b'/').next().map(<[u8]>::to_vec);
+    kind(found) == kind(magic)
 }
 
 fn has_tables(db: &Database) -> bool {
