@@ -307,6 +307,20 @@ impl Tail {
         }
     }
 
+    /// Rewrites the tail with only its live entries, renumbering their
+    /// positions in the table: for removals in the middle (releases, idle
+    /// expiry), which the head compaction never reaches.
+    fn repack(&mut self, t: &mut MemberTable) {
+        let live: Vec<u32> = self.slots.iter().copied().filter(|s| *s != DEAD).collect();
+        let last_score = self.last_score;
+        *self = Tail::default();
+        for slot in live {
+            let pos = self.push(slot, t.score(slot));
+            t.set_pos(slot, pos);
+        }
+        self.last_score = last_score;
+    }
+
     /// Drops the dead prefix (whole blocks); positions do not change.
     fn compact(&mut self) {
         let h = self.head / BLOCK_BITS * BLOCK_BITS;
@@ -529,6 +543,11 @@ impl Order {
             pos => {
                 self.tail.remove(pos);
                 t.set_pos(slot, NO_POS);
+                if self.tail.slots.len() >= COMPACT_MIN
+                    && self.tail.live * 4 < self.tail.slots.len()
+                {
+                    self.tail.repack(t);
+                }
                 true
             }
         }
@@ -702,6 +721,26 @@ mod tests {
             check(&t, &o, &mut model);
         }
         for i in 6000..7000i64 {
+            add(&mut t, &mut o, &mut model, i * 10, format!("{i:032x}"));
+        }
+        check(&t, &o, &mut model);
+        // Most of the tail leaves from the middle (idle expiry): it repacks.
+        model.sort();
+        let before = o.tail.slots.len();
+        let gone: Vec<String> = model
+            .iter()
+            .filter(|(sc, _)| *sc >= 40_000 && *sc % 7 != 0)
+            .map(|(_, m)| m.clone())
+            .collect();
+        for m in &gone {
+            let s = t.find(m).unwrap();
+            assert!(o.remove(&mut t, s));
+            t.remove(s);
+        }
+        model.retain(|(_, m)| !gone.contains(m));
+        assert!(o.tail.slots.len() < before / 2, "the tail repacked");
+        check(&t, &o, &mut model);
+        for i in 7000..7100i64 {
             add(&mut t, &mut o, &mut model, i * 10, format!("{i:032x}"));
         }
         check(&t, &o, &mut model);
