@@ -62,6 +62,10 @@ pub struct EngineArgs {
     /// Members admitted in the admit phase (at most a tenth of the waiters).
     #[arg(long, default_value_t = 200_000)]
     pub admits: u64,
+    /// Position polls (status with the seen mark, as the API's poll) made
+    /// from `--tasks` concurrent tasks, for `polls_per_s`.
+    #[arg(long, default_value_t = 200_000)]
+    pub polls: u64,
     /// Data directory for the embedded store (default: a fresh temp dir).
     #[arg(long)]
     pub dir: Option<PathBuf>,
@@ -120,6 +124,8 @@ pub struct EngineReport {
     pub join_tasks: u64,
     pub bytes_per_waiter_after_joins: f64,
     pub rank_max_us: f64,
+    /// Position polls per second from `join_tasks` concurrent callers.
+    pub polls_per_s: f64,
     /// Redis only: plain `ZADD NX` per second, same server, concurrency and run.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub baseline_zadd_per_s: Option<f64>,
@@ -250,6 +256,41 @@ async fn ranks(
     ns.sort_unstable();
     let q = |p: f64| ns[((ns.len() as f64 * p) as usize).min(ns.len() - 1)] as f64 / 1000.0;
     Ok((q(0.50), q(0.99), q(1.0)))
+}
+
+/// Position polls as the API makes them (`status` with the seen mark) from
+/// `tasks` concurrent tasks, on random members among the first `n`: polls
+/// per second.
+async fn polls(
+    store: &Arc<dyn QueueStore>,
+    event: &EventId,
+    n: u64,
+    total: u64,
+    tasks: u64,
+) -> anyhow::Result<f64> {
+    if n == 0 || total == 0 {
+        return Ok(0.0);
+    }
+    let left = Arc::new(AtomicU64::new(total));
+    let start = Instant::now();
+    let mut handles = Vec::new();
+    for _ in 0..tasks.max(1) {
+        let (store, event, left) = (store.clone(), event.clone(), left.clone());
+        handles.push(tokio::spawn(async move {
+            while left
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |l| l.checked_sub(1))
+                .is_ok()
+            {
+                let m = member(rand::random::<u64>() % n);
+                store.status(&event, &m, true).await?;
+            }
+            Ok::<(), anteroom_store::StoreError>(())
+        }));
+    }
+    for h in handles {
+        h.await??;
+    }
+    Ok(total as f64 / start.elapsed().as_secs_f64().max(1e-9))
 }
 
 /// Admits `total` members in steps of 1024 from 16 concurrent schedulers

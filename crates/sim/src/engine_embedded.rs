@@ -13,8 +13,8 @@ use anteroom_store::{EventId, QueueStore};
 use anyhow::{Context, bail};
 
 use super::{
-    EngineArgs, EngineOutput, EngineReport, Histogram, admits, joins, member, open_embedded, ranks,
-    rss_bytes,
+    EngineArgs, EngineOutput, EngineReport, Histogram, admits, joins, member, open_embedded, polls,
+    ranks, rss_bytes,
 };
 
 const EVENT: &str = "bench";
@@ -34,6 +34,7 @@ pub(super) async fn run(args: &EngineArgs) -> anyhow::Result<EngineOutput> {
     let (rank_p50_us, rank_p99_us, rank_max_us) =
         index_ranks(&embedded, &event, n, args.rank_samples)?;
     let (status_p50_us, status_p99_us, _) = ranks(&store, &event, n, args.rank_samples).await?;
+    let polls_per_s = polls(&store, &event, n, args.polls, args.tasks).await?;
     let admitted = args.admits.min(n / 10);
     let admits_per_s = admits(&store, &event, admitted).await?;
     drop((store, embedded));
@@ -61,6 +62,7 @@ pub(super) async fn run(args: &EngineArgs) -> anyhow::Result<EngineOutput> {
             bytes_per_waiter_after_joins: after_joins.saturating_sub(baseline) as f64
                 / n.max(1) as f64,
             rank_max_us,
+            polls_per_s,
             baseline_zadd_per_s: None,
         },
         status_p50_us: Some(status_p50_us),
@@ -186,6 +188,7 @@ pub(super) async fn reopen(dir: &Path) -> anyhow::Result<EngineReport> {
         join_tasks: 0,
         bytes_per_waiter_after_joins: 0.0,
         rank_max_us: 0.0,
+        polls_per_s: 0.0,
         baseline_zadd_per_s: None,
     })
 }

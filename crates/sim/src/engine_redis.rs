@@ -21,7 +21,7 @@ use anyhow::{Context, bail};
 
 use anteroom_core::score::JoinScoring;
 
-use super::{EngineArgs, EngineReport, Histogram, admits, member, ranks};
+use super::{EngineArgs, EngineReport, Histogram, admits, member, polls, ranks};
 
 /// Every key the backend keeps per event (see `anteroom_store::redis`'s key
 /// layout), so the benchmark can clean up without scanning.
@@ -241,6 +241,11 @@ pub(super) async fn run(args: &EngineArgs) -> anyhow::Result<EngineReport> {
     let (rank_p50_us, rank_p99_us, rank_max_us) =
         ranks(&store, event, per_event, args.rank_samples).await?;
     probe.report("status", args.rank_samples).await?;
+    let probe = Probe::start(&raw, &queues).await?;
+    let polls_per_s = polls(&store, event, per_event, args.polls, args.tasks).await?;
+    probe
+        .report("polls (concurrent status)", args.polls)
+        .await?;
     let admitted = args.admits.min(per_event);
     let probe = Probe::start(&raw, &queues).await?;
     let admits_per_s = admits(&store, event, admitted).await?;
@@ -283,6 +288,7 @@ pub(super) async fn run(args: &EngineArgs) -> anyhow::Result<EngineReport> {
         join_tasks: args.tasks,
         bytes_per_waiter_after_joins: per_waiter,
         rank_max_us,
+        polls_per_s,
         baseline_zadd_per_s: Some(baseline_zadd_per_s),
     })
 }
