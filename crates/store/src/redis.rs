@@ -20,7 +20,7 @@ use async_trait::async_trait;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
 
-use self::batch::Joiner;
+use self::batch::{Batcher, Joins, Polls};
 use self::conn::{Conn, Lua, bounded};
 use self::keys::{CONFIGS, EventKeys};
 use crate::{
@@ -44,7 +44,8 @@ pub struct RedisConfig {
 #[derive(Clone)]
 pub struct RedisStore {
     conn: Conn,
-    joins: Joiner,
+    joins: Batcher<Joins>,
+    polls: Batcher<Polls>,
     timeout: Duration,
     cluster: bool,
 }
@@ -106,7 +107,8 @@ impl RedisStore {
             )
         };
         Ok(Self {
-            joins: Joiner::new(conn.clone(), cfg.timeout),
+            joins: Batcher::new(conn.clone(), cfg.timeout),
+            polls: Batcher::new(conn.clone(), cfg.timeout),
             conn,
             timeout: cfg.timeout,
             cluster: cfg.cluster,
@@ -120,11 +122,6 @@ impl RedisStore {
 
     async fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T> {
         self.conn.query(cmd, self.timeout).await
-    }
-
-    /// The member-state keys, in the order `join.lua` and `status.lua` take them.
-    fn member_keys(k: &EventKeys) -> [String; 4] {
-        [k.queue(), k.seen(), k.held(), k.active()]
     }
 }
 
@@ -152,23 +149,6 @@ fn decode_held(token: bool, text: &[u8]) -> Result<MemberState> {
     Ok(MemberState::Admitted {
         nonce,
         expires_at_us: decode_i64(expiry)?,
-    })
-}
-
-/// Decodes the `{0, kind, a, b, text}` reply of `status.lua`.
-fn decode_state((kind, a, b, text): (i64, i64, i64, Vec<u8>)) -> Result<MemberState> {
-    Ok(match kind {
-        0 => MemberState::None,
-        1 => MemberState::Waiting {
-            rank: count(a),
-            queue_length: count(b),
-        },
-        2 | 3 => decode_held(kind == 2, &text)?,
-        _ => {
-            return Err(StoreError::Corrupt(format!(
-                "unknown member state {kind} from redis"
-            )));
-        }
     })
 }
 
@@ -223,17 +203,13 @@ impl QueueStore for RedisStore {
         scoring: &JoinScoring,
     ) -> Result<JoinOutcome> {
         check_member(member)?;
-        self.joins.join(event, member, scoring).await
+        self.joins.call(event, member, *scoring).await
     }
 
     async fn status(&self, event: &EventId, member: &str, touch: bool) -> Result<MemberState> {
         check_member(member)?;
-        let k = EventKeys::new(event);
-        let mut call = scripts::STATUS.call(&Self::member_keys(&k));
-        call.arg(member).arg(u8::from(touch));
-        let (_, kind, a, b, text): (i64, i64, i64, i64, Vec<u8>) =
-            self.eval(&scripts::STATUS, &call).await?;
-        decode_state((kind, a, b, text))
+        // Polls are the hot path: batched like joins (see `batch`).
+        self.polls.call(event, member, touch).await
     }
 
     async fn queue_length(&self, event: &EventId) -> Result<u64> {
