@@ -42,6 +42,7 @@ pub(crate) fn all() -> Vec<(&'static str, Check)> {
         repeated_calls_are_idempotent,
         events_side_by_side,
         concurrent_joins_get_distinct_ranks,
+        concurrent_polls_agree_with_lone_ones,
         prewindow_and_behind_order,
         equal_scores_order_by_member,
         invalid_input_is_refused,
@@ -279,6 +280,48 @@ async fn concurrent_joins_get_distinct_ranks(s: Store, c: Ctx) {
         ranks,
         (0..65).collect::<BTreeSet<u64>>(),
         "ranks are 0..n-1"
+    );
+}
+
+/// Many position polls at once (which a backend may batch) see exactly what
+/// one poll at a time sees, and a poll with the seen mark keeps a waiter
+/// from the idle sweep.
+async fn concurrent_polls_agree_with_lone_ones(s: Store, c: Ctx) {
+    let ev = c.event("polls");
+    let mut members = join_n(&s, &ev, "p", 40).await;
+    let t = now(&s, &ev).await;
+    let got = admit(&s, &ev, 3, 100, t + HOUR_US).await;
+    assert_eq!(got.len(), 3);
+    assert!(s.release(&ev, &members[10]).await.unwrap());
+    members.push("never-joined".into());
+    let mut lone = Vec::new();
+    for m in &members {
+        lone.push(s.status(&ev, m, false).await.unwrap());
+    }
+    let cutoff = now(&s, &ev).await;
+    let polls: Vec<_> = (0..members.len() * 4)
+        .map(|i| {
+            let (s, ev, m) = (s.clone(), ev.clone(), members[i % members.len()].clone());
+            tokio::spawn(async move { s.status(&ev, &m, i % 2 == 0).await })
+        })
+        .collect();
+    for (i, p) in polls.into_iter().enumerate() {
+        let st = p.await.unwrap();
+        let k = i % members.len();
+        assert_eq!(st.unwrap(), lone[k], "poll {i} of {}", members[k]);
+    }
+    let e = s
+        .expire(
+            &ev,
+            &ExpireRequest {
+                waiting_seen_before_us: cutoff,
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        e.idle_waiters, 0,
+        "every waiter was just polled with the mark"
     );
 }
 
