@@ -231,6 +231,20 @@ async fn joins(
     Ok((n as f64 / secs, n))
 }
 
+/// `samples` ids drawn at random among the first `n` members.
+fn random_members(n: u64, samples: u64) -> Vec<String> {
+    (0..samples)
+        .map(|_| member(rand::random::<u64>() % n))
+        .collect()
+}
+
+/// (p50, p99, max) in µs of latencies in ns (sorted in place).
+fn p50_p99_max_us(ns: &mut [u64]) -> (f64, f64, f64) {
+    ns.sort_unstable();
+    let q = |p: f64| ns[((ns.len() as f64 * p) as usize).min(ns.len() - 1)] as f64 / 1000.0;
+    (q(0.50), q(0.99), q(1.0))
+}
+
 /// Times `samples` status calls on random waiters; (p50, p99, max) in µs.
 async fn ranks(
     store: &Arc<dyn QueueStore>,
@@ -241,9 +255,7 @@ async fn ranks(
     if n == 0 {
         return Ok((0.0, 0.0, 0.0));
     }
-    let ids: Vec<String> = (0..samples)
-        .map(|_| member(rand::random::<u64>() % n))
-        .collect();
+    let ids = random_members(n, samples);
     let mut ns = Vec::with_capacity(ids.len());
     for m in &ids {
         let t0 = Instant::now();
@@ -253,9 +265,7 @@ async fn ranks(
             bail!("{m} is not waiting: {st:?}");
         }
     }
-    ns.sort_unstable();
-    let q = |p: f64| ns[((ns.len() as f64 * p) as usize).min(ns.len() - 1)] as f64 / 1000.0;
-    Ok((q(0.50), q(0.99), q(1.0)))
+    Ok(p50_p99_max_us(&mut ns))
 }
 
 /// Position polls as the API makes them (`status` with the seen mark) from

@@ -13,8 +13,8 @@ use anteroom_store::{EventId, QueueStore};
 use anyhow::{Context, bail};
 
 use super::{
-    EngineArgs, EngineOutput, EngineReport, Histogram, admits, joins, member, open_embedded, polls,
-    ranks, rss_bytes,
+    EngineArgs, EngineOutput, EngineReport, Histogram, admits, joins, open_embedded,
+    p50_p99_max_us, polls, random_members, ranks, rss_bytes,
 };
 
 const EVENT: &str = "bench";
@@ -104,9 +104,7 @@ fn index_ranks(
     if n == 0 {
         return Ok((0.0, 0.0, 0.0));
     }
-    let ids: Vec<String> = (0..samples)
-        .map(|_| member(rand::random::<u64>() % n))
-        .collect();
+    let ids = random_members(n, samples);
     let mut ns = Vec::with_capacity(ids.len());
     for group in ids.chunks(1000) {
         let missing = store.with_queue(event, |q| {
@@ -125,9 +123,7 @@ fn index_ranks(
             bail!("{m} is not waiting");
         }
     }
-    ns.sort_unstable();
-    let q = |p: f64| ns[((ns.len() as f64 * p) as usize).min(ns.len() - 1)] as f64 / 1000.0;
-    Ok((q(0.50), q(0.99), q(1.0)))
+    Ok(p50_p99_max_us(&mut ns))
 }
 
 /// What the child reports of the restart.

@@ -219,11 +219,7 @@ impl MemberTable {
     }
 
     fn next(&self, i: usize) -> usize {
-        if i + 1 == self.buckets.len() {
-            0
-        } else {
-            i + 1
-        }
+        next(i, self.buckets.len())
     }
 
     /// Hashes `member` once, for a lookup and a possible insert.
@@ -313,7 +309,7 @@ impl MemberTable {
             if b != MOVED && (b >> 32) as u32 == p.tag && self.is(b as u32, p) {
                 return Some(b as u32);
             }
-            i = if i + 1 == size { 0 } else { i + 1 };
+            i = next(i, size);
         }
     }
 
@@ -559,7 +555,7 @@ impl MemberTable {
                     self.old[i] = MOVED;
                     return true;
                 }
-                _ => i = if i + 1 == size { 0 } else { i + 1 },
+                _ => i = next(i, size),
             }
         }
     }
@@ -599,6 +595,11 @@ fn empty_buckets(size: usize) -> Vec<u64> {
     super::huge::advise(&b);
     b.resize(size, EMPTY);
     b
+}
+
+/// The bucket after `i` in a table of `size`, wrapping as a probe does.
+fn next(i: usize, size: usize) -> usize {
+    if i + 1 == size { 0 } else { i + 1 }
 }
 
 /// A tag's home bucket in a table of `size`: the tag scaled to the size
