@@ -14,8 +14,32 @@ use rand::RngCore;
 use crate::error::ApiError;
 pub use jwt::JwtVerifier;
 
+/// The session cookie's name when cookies are not `Secure` (plain-http
+/// development), and its name before the `__Host-` prefix was introduced:
+/// still read so a visitor mid-queue keeps the place across an upgrade.
 pub const SESSION_COOKIE: &str = "anteroom_sid";
+/// The pass cookie's unprefixed name (see [`SESSION_COOKIE`]).
 pub const PASS_COOKIE: &str = "anteroom_pass";
+/// The session cookie's name when cookies are `Secure`: the `__Host-` prefix
+/// makes the browser refuse it unless it is `Secure`, host-only and `Path=/`,
+/// so a sibling subdomain cannot plant a session (fixation) or a pass.
+pub const HOST_SESSION_COOKIE: &str = "__Host-anteroom_sid";
+/// The pass cookie's name when cookies are `Secure` (see [`HOST_SESSION_COOKIE`]).
+pub const HOST_PASS_COOKIE: &str = "__Host-anteroom_pass";
+/// Every cookie name Anteroom sets or reads. None of them is the origin's
+/// business: the gate removes them from the `Cookie` header it forwards.
+pub const COOKIE_NAMES: [&str; 4] = [
+    HOST_SESSION_COOKIE,
+    HOST_PASS_COOKIE,
+    SESSION_COOKIE,
+    PASS_COOKIE,
+];
+
+/// Whether `name` (exactly as sent in a `Cookie` header; cookie names are
+/// case-sensitive) is one of Anteroom's own cookies.
+pub fn is_anteroom_cookie(name: &str) -> bool {
+    COOKIE_NAMES.contains(&name)
+}
 
 /// A session cookie lives a day: long enough to outlast any queue.
 const SESSION_MAX_AGE: Duration = Duration::from_secs(24 * 3600);
@@ -140,6 +164,15 @@ mod tests {
             HeaderValue::from_static("anteroom_sid=nothex"),
         );
         assert_eq!(session_id(&h), None);
+    }
+
+    #[test]
+    fn anteroom_cookie_names() {
+        for name in COOKIE_NAMES {
+            assert!(is_anteroom_cookie(name));
+        }
+        assert!(!is_anteroom_cookie("session"));
+        assert!(!is_anteroom_cookie("ANTEROOM_SID"));
     }
 
     #[test]
