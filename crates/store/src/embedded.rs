@@ -7,10 +7,14 @@
 //! lock the event's memory directly, so a position poll never waits for a
 //! commit. Architecture invariant: memory never shows a change the actor has
 //! not committed or is not about to commit in the current batch; if a commit
-//! fails, memory is rebuilt from disk before anybody else is answered.
+//! fails, the event answers unavailable (drain) until its file is reopened
+//! and memory rebuilt from it (see [`commit`]).
 
 mod actor;
+mod commit;
 mod disk;
+#[cfg(test)]
+pub(crate) mod faults;
 mod huge;
 mod index;
 mod load;
@@ -48,6 +52,9 @@ pub struct EmbeddedOptions {
     /// redb page cache per event file, in bytes. Reads are served from memory,
     /// so a small cache only slows start-up scans down a little.
     pub cache_bytes: usize,
+    /// Write failures on command, for the store's own tests.
+    #[cfg(test)]
+    pub faults: Option<Arc<faults::Faults>>,
 }
 
 impl Default for EmbeddedOptions {
@@ -59,6 +66,8 @@ impl Default for EmbeddedOptions {
             // start-up scan reads each page once, so a bigger cache would only
             // add resident memory.
             cache_bytes: 4 << 20,
+            #[cfg(test)]
+            faults: None,
         }
     }
 }
@@ -114,7 +123,9 @@ struct EventHandle {
 struct Inner {
     dir: PathBuf,
     opts: EmbeddedOptions,
-    meta: Database,
+    /// The shared meta file; `None` after a failed write until the next
+    /// call reopens it (redb refuses every call after an I/O error).
+    meta: Mutex<Option<Database>>,
     meta_path: PathBuf,
     events: Mutex<HashMap<EventId, Arc<EventHandle>>>,
     admin: Mutex<HashMap<EventId, AdminState>>,
@@ -167,13 +178,13 @@ impl EmbeddedStore {
             }
         }
         std::fs::create_dir_all(&events_dir).map_err(|e| io_error(&events_dir, e))?;
-        let meta = disk::open_file(&meta_path, disk::META_MAGIC, 1 << 20)?;
+        let meta = disk::open_file(&meta_path, disk::META_MAGIC, &meta_files(&opts))?;
         let admin = read_admin(&meta, &meta_path)?;
         let store = Self {
             inner: Arc::new(Inner {
                 dir: dir.to_owned(),
                 opts,
-                meta,
+                meta: Mutex::new(Some(meta)),
                 meta_path,
                 events: Mutex::new(HashMap::new()),
                 admin: Mutex::new(admin),
@@ -215,6 +226,14 @@ impl EmbeddedStore {
         Ok(store)
     }
 
+    fn files(&self) -> disk::FileOpts {
+        disk::FileOpts {
+            cache_bytes: self.inner.opts.cache_bytes,
+            #[cfg(test)]
+            faults: self.inner.opts.faults.clone(),
+        }
+    }
+
     fn event_path(&self, id: &EventId) -> PathBuf {
         self.inner.dir.join("events").join(format!("{id}.redb"))
     }
@@ -222,7 +241,8 @@ impl EmbeddedStore {
     /// Opens an event's file, rebuilds its memory and starts its actor.
     fn start_event(&self, id: &EventId) -> Result<Arc<EventHandle>> {
         let path = self.event_path(id);
-        let db = disk::open_file(&path, disk::EVENT_MAGIC, self.inner.opts.cache_bytes)?;
+        let files = self.files();
+        let db = disk::open_file(&path, disk::EVENT_MAGIC, &files)?;
         let mut st = load::load(&db, &path)?;
         st.admin = locked(&self.inner.admin)
             .get(id)
@@ -233,6 +253,7 @@ impl EmbeddedStore {
         let actor = Actor {
             db,
             path,
+            files,
             state: state.clone(),
             clock: self.inner.opts.clock.clone(),
             max_batch: self.inner.opts.max_batch.max(1),
@@ -255,8 +276,12 @@ impl EmbeddedStore {
             return Ok(h.clone());
         }
         // First use of an event: creating its file is rare and quick, so it
-        // is done right here rather than on a blocking pool.
-        let h = self.start_event(id)?;
+        // is done right here rather than on a blocking pool. A disk that
+        // cannot take the new file now may later: the event drains meanwhile.
+        let h = self.start_event(id).map_err(|e| match e {
+            StoreError::Storage(why) => StoreError::Unavailable(why),
+            other => other,
+        })?;
         events.insert(id.clone(), h.clone());
         Ok(h)
     }
@@ -284,8 +309,8 @@ impl EmbeddedStore {
     fn read<T>(&self, id: &EventId, f: impl FnOnce(&mut EventState, i64) -> T) -> Result<T> {
         let h = self.event(id)?;
         let mut st = lock(&h.state);
-        if let Some(why) = &st.failed {
-            return Err(StoreError::Storage(why.clone()));
+        if let Some(why) = &st.down {
+            return Err(StoreError::Unavailable(why.clone()));
         }
         let now = st.peek(self.clock());
         Ok(f(&mut st, now))
@@ -297,14 +322,37 @@ impl EmbeddedStore {
         self.read(event, |st, _| f(&QueueView { st }))
     }
 
-    async fn meta_write(
+    /// Runs `f` on the meta file on a blocking thread. A failed write drops
+    /// the file (redb would refuse every later call) and answers
+    /// unavailable; the next call reopens it.
+    async fn meta_call<T: Send + 'static>(
         &self,
-        f: impl FnOnce(&Database, &Path) -> Result<()> + Send + 'static,
-    ) -> Result<()> {
+        f: impl FnOnce(&Database, &Path) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
         let inner = self.inner.clone();
-        tokio::task::spawn_blocking(move || f(&inner.meta, &inner.meta_path))
-            .await
-            .map_err(|e| StoreError::Unavailable(format!("meta write task failed: {e}")))?
+        tokio::task::spawn_blocking(move || {
+            let mut meta = locked(&inner.meta);
+            if meta.is_none() {
+                let db =
+                    disk::open_file(&inner.meta_path, disk::META_MAGIC, &meta_files(&inner.opts))
+                        .map_err(|e| StoreError::Unavailable(e.to_string()))?;
+                *meta = Some(db);
+            }
+            let Some(db) = meta.as_ref() else {
+                return Err(StoreError::Unavailable("meta file not open".into()));
+            };
+            match f(db, &inner.meta_path) {
+                Err(StoreError::Storage(why)) => {
+                    tracing::error!(path = %inner.meta_path.display(), error = %why,
+                        "meta write failed; reopening the file on the next call");
+                    *meta = None;
+                    Err(StoreError::Unavailable(why))
+                }
+                other => other,
+            }
+        })
+        .await
+        .map_err(|e| StoreError::Unavailable(format!("meta task failed: {e}")))?
     }
 }
 
@@ -321,6 +369,15 @@ impl Drop for Inner {
                 let _ = t.join();
             }
         }
+    }
+}
+
+/// The meta file is small: a larger cache than 1 MiB would only hold memory.
+fn meta_files(opts: &EmbeddedOptions) -> disk::FileOpts {
+    disk::FileOpts {
+        cache_bytes: opts.cache_bytes.min(1 << 20),
+        #[cfg(test)]
+        faults: opts.faults.clone(),
     }
 }
 
@@ -486,7 +543,7 @@ impl QueueStore for EmbeddedStore {
 
     async fn set_admin_state(&self, event: &EventId, state: AdminState) -> Result<()> {
         let key = event.as_str().to_owned();
-        self.meta_write(move |db, path| disk::put_admin(db, path, &key, admin_code(state)))
+        self.meta_call(move |db, path| disk::put_admin(db, path, &key, admin_code(state)))
             .await?;
         locked(&self.inner.admin).insert(event.clone(), state);
         // Under the event's lock, so no admit applied after this returns sees the old state.
@@ -504,19 +561,17 @@ impl QueueStore for EmbeddedStore {
 
     async fn put_event_config(&self, event: &EventId, json: &str) -> Result<()> {
         let (key, json) = (event.as_str().to_owned(), json.to_owned());
-        self.meta_write(move |db, path| disk::put_config(db, path, &key, &json))
+        self.meta_call(move |db, path| disk::put_config(db, path, &key, &json))
             .await
     }
 
     async fn event_configs(&self) -> Result<Vec<(EventId, String)>> {
-        let inner = self.inner.clone();
-        tokio::task::spawn_blocking(move || {
-            disk::scan(&inner.meta, &inner.meta_path, disk::CONFIGS, |k, v| {
+        self.meta_call(|db, path| {
+            disk::scan(db, path, disk::CONFIGS, |k, v| {
                 Some((EventId::new(k).ok()?, v.to_owned()))
             })
         })
         .await
-        .map_err(|e| StoreError::Unavailable(format!("meta read task failed: {e}")))?
     }
 
     async fn ping(&self, event: &EventId) -> Result<()> {

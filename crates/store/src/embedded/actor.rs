@@ -7,8 +7,10 @@
 //! acknowledged change is on disk. The two threads form a pipeline: while
 //! batch k waits for its fsync, batch k+1 is applied and encoded, so with
 //! enough callers in flight throughput is bound by the CPU, not by the fsync
-//! latency. If a commit fails, every caller of that batch and of any batch
-//! applied before memory was rebuilt from disk gets the error, so nothing
+//! latency. If a commit fails, the event is down until the committer has
+//! reopened its file and rebuilt memory from it (see [`super::commit`]):
+//! every caller of that batch, of any batch applied before the rebuild and of
+//! anything asked meanwhile is told the store is unavailable, so nothing
 //! unacknowledged is ever visible as durable.
 
 use std::path::PathBuf;
@@ -20,10 +22,10 @@ use anteroom_core::score::JoinScoring;
 use redb::Database;
 use tokio::sync::oneshot;
 
-use super::disk::Counters;
-use super::load;
+use super::commit::Committer;
+use super::disk::{Counters, FileOpts};
 use super::state::EventState;
-use super::writes::{self, Writes};
+use super::writes::Writes;
 use crate::{
     Admission, AdmitRequest, ExpireRequest, Expired, JoinOutcome, Nonce, RedeemOutcome, StoreError,
 };
@@ -82,23 +84,24 @@ fn apply(st: &mut EventState, op: Op, now: i64) -> Result<Reply, StoreError> {
 pub(crate) struct Actor {
     pub(crate) db: Database,
     pub(crate) path: PathBuf,
+    pub(crate) files: FileOpts,
     pub(crate) state: Arc<Mutex<EventState>>,
     pub(crate) clock: Clock,
     pub(crate) max_batch: usize,
 }
 
-type Answer = (
+pub(crate) type Answer = (
     oneshot::Sender<Result<Reply, StoreError>>,
     Result<Reply, StoreError>,
 );
 
 /// One applied batch on its way to disk.
-struct Batch {
+pub(crate) struct Batch {
     /// The memory generation it was applied to (see [`EventState::generation`]).
-    generation: u64,
-    writes: Writes,
-    counters: Counters,
-    answers: Vec<Answer>,
+    pub(crate) generation: u64,
+    pub(crate) writes: Writes,
+    pub(crate) counters: Counters,
+    pub(crate) answers: Vec<Answer>,
 }
 
 impl Actor {
@@ -107,20 +110,16 @@ impl Actor {
         // the commit in progress, which bounds both memory and how far
         // memory can be ahead of the disk.
         let (to_disk, from_actor) = std::sync::mpsc::sync_channel::<Batch>(0);
-        let committer = Committer {
-            db: self.db,
-            path: self.path,
-            state: self.state.clone(),
-            last_error: None,
-        };
+        let committer = Committer::new(self.db, self.path, self.files, self.state.clone());
         let thread = std::thread::Builder::new()
             .name("event-commit".into())
             .spawn(move || committer.run(from_actor));
         let thread = match thread {
             Ok(t) => t,
             Err(e) => {
-                lock(&self.state).failed = Some(format!("cannot start committer: {e}"));
-                fail_all(rx, &format!("cannot start committer: {e}"));
+                let why = format!("cannot start committer: {e}");
+                lock(&self.state).down = Some(why.clone());
+                fail_all(rx, &why);
                 return;
             }
         };
@@ -138,7 +137,7 @@ impl Actor {
 
 fn fail_all(rx: Receiver<Command>, why: &str) {
     for c in rx {
-        let _ = c.tx.send(Err(StoreError::Storage(why.to_owned())));
+        let _ = c.tx.send(Err(StoreError::Unavailable(why.to_owned())));
     }
 }
 
@@ -181,9 +180,10 @@ impl Applier {
     fn apply(&self, batch: &mut Vec<Command>) -> Option<Batch> {
         let mut answers = Vec::with_capacity(batch.len());
         let mut st = lock(&self.state);
-        if let Some(why) = &st.failed {
+        if let Some(why) = &st.down {
+            // Nothing is applied while memory waits to be rebuilt from disk.
             for c in batch.drain(..) {
-                let _ = c.tx.send(Err(StoreError::Storage(why.clone())));
+                let _ = c.tx.send(Err(StoreError::Unavailable(why.clone())));
             }
             return None;
         }
@@ -201,66 +201,5 @@ impl Applier {
             counters: st.counters,
             answers,
         })
-    }
-}
-
-struct Committer {
-    db: Database,
-    path: PathBuf,
-    state: Arc<Mutex<EventState>>,
-    /// Why the last failed commit failed, told to callers of stale batches.
-    last_error: Option<String>,
-}
-
-impl Committer {
-    fn run(mut self, rx: Receiver<Batch>) {
-        for b in rx {
-            self.step(b);
-        }
-    }
-
-    /// Commits and answers one batch.
-    fn step(&mut self, b: Batch) {
-        let current = lock(&self.state).generation;
-        if b.generation != current {
-            // Applied to memory that a failed commit has since thrown away.
-            let why = self
-                .last_error
-                .clone()
-                .unwrap_or_else(|| "an earlier commit failed".into());
-            for (tx, _) in b.answers {
-                let _ = tx.send(Err(StoreError::Storage(why.clone())));
-            }
-            return;
-        }
-        if !b.writes.is_empty()
-            && let Err(e) = writes::commit(&self.db, &self.path, &b.writes, b.counters)
-        {
-            tracing::error!(path = %self.path.display(), error = %e, "event commit failed; reloading from disk");
-            self.recover();
-            self.last_error = Some(e.to_string());
-            for (tx, _) in b.answers {
-                let _ = tx.send(Err(StoreError::Storage(e.to_string())));
-            }
-            return;
-        }
-        for (tx, r) in b.answers {
-            // A caller that gave up (dropped its future) still had its change committed.
-            let _ = tx.send(r);
-        }
-    }
-
-    /// Puts memory back to what the disk holds after a failed commit.
-    fn recover(&self) {
-        let mut st = lock(&self.state);
-        let (admin, generation) = (st.admin, st.generation + 1);
-        match load::load(&self.db, &self.path) {
-            Ok(mut fresh) => {
-                fresh.admin = admin;
-                *st = fresh;
-            }
-            Err(e) => st.failed = Some(format!("{e}; restart the node")),
-        }
-        st.generation = generation;
     }
 }

@@ -70,16 +70,31 @@ pub(crate) fn is_disk_problem(e: &std::io::Error) -> bool {
     )
 }
 
+/// How the store opens its files (the same for a first open and a reopen
+/// after a failed write).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct FileOpts {
+    pub(crate) cache_bytes: usize,
+    #[cfg(test)]
+    pub(crate) faults: Option<std::sync::Arc<super::faults::Faults>>,
+}
+
+impl FileOpts {
+    fn create(&self, path: &Path) -> Result<Database, redb::DatabaseError> {
+        let mut b = Database::builder();
+        b.set_cache_size(self.cache_bytes);
+        #[cfg(test)]
+        if let Some(f) = &self.faults {
+            return b.create_with_backend(super::faults::Faulty::open(path, f.clone())?);
+        }
+        b.create(path)
+    }
+}
+
 /// Opens (or creates) a redb file and checks its magic record.
-pub(crate) fn open_file(
-    path: &Path,
-    magic: &[u8],
-    cache_bytes: usize,
-) -> Result<Database, StoreError> {
+pub(crate) fn open_file(path: &Path, magic: &[u8], o: &FileOpts) -> Result<Database, StoreError> {
     let existed = path.exists();
-    let mut b = Database::builder();
-    b.set_cache_size(cache_bytes);
-    let db = b.create(path).map_err(|e| match redb::Error::from(e) {
+    let db = o.create(path).map_err(|e| match redb::Error::from(e) {
         redb::Error::Io(io) if is_disk_problem(&io) => {
             StoreError::Storage(format!("{}: {io}", path.display()))
         }

@@ -44,10 +44,12 @@ pub(crate) struct EventState {
     pub(crate) dirty_seen: Vec<Box<str>>,
     /// Changes of the batch being applied, not yet committed.
     pub(crate) writes: Writes,
-    /// Set when a commit failed and memory could not be rebuilt from disk.
-    pub(crate) failed: Option<String>,
-    /// Bumped each time memory is rebuilt after a failed commit, so a batch
-    /// applied to the memory before the rebuild is never committed after it.
+    /// Set from a failed commit until memory has been rebuilt from the
+    /// reopened file: meanwhile memory may show what the disk lacks, so every
+    /// read and command is refused as unavailable.
+    pub(crate) down: Option<String>,
+    /// Bumped each time a commit fails, so a batch applied to the memory
+    /// before the rebuild is never committed after it.
     pub(crate) generation: u64,
 }
 
@@ -69,7 +71,7 @@ impl EventState {
             noshow_log: VecDeque::new(),
             dirty_seen: Vec::new(),
             writes: Writes::default(),
-            failed: None,
+            down: None,
             generation: 0,
         }
     }
