@@ -179,6 +179,26 @@ pub fn arrival_score(now_us: i64, s: &JoinScoring) -> i64 {
     }
 }
 
+/// Most joins one batch can order by [`batch_tiebreak`]: one per tie-break value.
+pub const MAX_BATCH_ORDER: usize = 1 << TIEBREAK_BITS;
+
+/// The tie-break of the `index`-th of `len` joins scored at one canonical
+/// instant as one batch (the Redis backend's `join.lua` mirrors it).
+///
+/// The joins of one batch share their microsecond, so their hash tie-breaks
+/// alone would shuffle them. Here the batch index takes the high bits of the
+/// 10-bit tie-break (as many as `len` needs, rounded up to a power of two)
+/// and the hash keeps the rest: the batch keeps its arrival order, a lone
+/// join keeps its whole hash, and equal microseconds across batches (other
+/// nodes) still fall back to a tie-break. The result stays in
+/// `[0, 1024)`, so [`arrival_score`] is unchanged and exact.
+pub fn batch_tiebreak(tiebreak: i64, index: usize, len: usize) -> i64 {
+    let len = len.clamp(1, MAX_BATCH_ORDER);
+    let index = index.min(len - 1) as i64;
+    let span = (MAX_BATCH_ORDER / len.next_power_of_two()) as i64;
+    index * span + tiebreak.rem_euclid(span)
+}
+
 /// A score as a Redis sorted-set score; exact for every score this module makes.
 pub fn to_f64(score: i64) -> f64 {
     // |score| < 2^53 is representable exactly in the 53-bit mantissa.

@@ -909,3 +909,72 @@ async fn idle_expiry_through_join_batches() {
     assert_eq!(freed.idle_waiters, 300);
     assert_eq!(s.queue_length(&e).await.unwrap(), 0);
 }
+
+/// Polls every future once, in order (so each join is queued for its batch
+/// in that order), then waits for all of them.
+async fn in_order<F: Future + Unpin>(mut futs: Vec<F>) -> Vec<F::Output> {
+    use std::task::Poll;
+    let mut out: Vec<Option<F::Output>> = std::future::poll_fn(|cx| {
+        Poll::Ready(
+            futs.iter_mut()
+                .map(|f| match std::pin::Pin::new(f).poll(cx) {
+                    Poll::Ready(v) => Some(v),
+                    Poll::Pending => None,
+                })
+                .collect(),
+        )
+    })
+    .await;
+    for (slot, f) in out.iter_mut().zip(futs) {
+        if slot.is_none() {
+            *slot = Some(f.await);
+        }
+    }
+    out.into_iter().flatten().collect()
+}
+
+/// Joins that arrive at a node one after the other keep that order in the
+/// queue, also when they share one `join.lua` call (one Redis TIME) and
+/// their hash tie-breaks would reverse them, and across the node's
+/// batches in flight together.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn joins_keep_their_arrival_order_inside_and_across_batches() {
+    let server = RedisServer::start().unwrap();
+    let s = store(&server).await;
+    let e = event("arrival-order");
+    let members: Vec<String> = (0..1500).map(|i| format!("m{i:04}")).collect();
+    let scorings: Vec<JoinScoring> = (0..members.len())
+        .map(|i| JoinScoring {
+            tiebreak: 1023 - (i % 1024) as i64,
+            ..open()
+        })
+        .collect();
+    let joins = members
+        .iter()
+        .zip(&scorings)
+        .map(|(m, sc)| Box::pin(s.join(&e, m, sc)))
+        .collect();
+    for j in in_order(joins).await {
+        assert!(j.unwrap().new);
+    }
+    let mut raw = raw(&server).await;
+    let order: Vec<String> = redis::cmd("ZRANGE")
+        .arg("anteroom:{arrival-order}:q")
+        .arg(0)
+        .arg(-1)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let batches: u64 = redis::cmd("HGET")
+        .arg("anteroom:{arrival-order}:jm")
+        .arg("next")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert!(batches > 2, "the joins went as {batches} batches");
+    assert!(
+        (batches as usize) < members.len() / 4,
+        "the joins were hardly batched ({batches} batches)"
+    );
+    assert_eq!(order, members);
+}

@@ -193,4 +193,32 @@ proptest! {
         let risky = arrival_score(now, &scoring(&b, opens, true));
         prop_assert!(to_f64(risky) > to_f64(verified));
     }
+
+    #[test]
+    fn a_batch_keeps_its_arrival_order_within_one_microsecond(
+        (now, opens) in realistic(),
+        len in 1usize..=MAX_BATCH_ORDER,
+        names in proptest::collection::vec("[a-z0-9]{1,12}", 2..8),
+    ) {
+        prop_assume!(now >= opens);
+        let hashed: Vec<JoinScoring> = names.iter().map(|n| scoring(n, opens, false)).collect();
+        let mut last = None;
+        for i in 0..len {
+            let mut s = hashed[i % hashed.len()];
+            s.tiebreak = batch_tiebreak(s.tiebreak, i, len);
+            prop_assert!((0..1 << TIEBREAK_BITS).contains(&s.tiebreak));
+            let score = to_f64(arrival_score(now, &s));
+            prop_assert!(last.is_none_or(|l| l < score), "index {} of {}", i, len);
+            last = Some(score);
+        }
+    }
+}
+
+#[test]
+fn a_lone_join_keeps_its_whole_hash_tie_break() {
+    for t in [0, 1, 511, 1023] {
+        assert_eq!(batch_tiebreak(t, 0, 1), t);
+    }
+    assert_eq!(batch_tiebreak(1023, 1, 2), 512 + 511);
+    assert_eq!(batch_tiebreak(1023, 255, 256), 255 * 4 + 3);
 }

@@ -16,12 +16,19 @@
 //! that event are on their way, so a quiet node sends each call alone at
 //! once and a busy one sends larger batches (up to [`MAX_BATCH`], which
 //! bounds how long one script holds Redis).
+//!
+//! Joins keep their arrival order at the node: the members of one batch are
+//! ordered by their place in it (see `join.lua` and
+//! [`anteroom_core::score::batch_tiebreak`]), and a batch sent while the one
+//! before it is still on its way names that one, so if it overtakes it (two
+//! tasks, a reconnect, a cluster redirect) Redis refuses it untouched and it
+//! is sent again once the earlier one is answered.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use anteroom_core::score::JoinScoring;
+use anteroom_core::score::{JoinScoring, MAX_BATCH_ORDER};
 use redis::{Cmd, Value};
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
@@ -33,6 +40,9 @@ use crate::{EventId, JoinOutcome, MemberState, Result, StoreError};
 /// Largest batch: about a millisecond of Redis time at a few µs per member,
 /// so one batch never holds up other clients for long.
 const MAX_BATCH: usize = 256;
+
+// Every member of a batch needs its own tie-break value to keep its order.
+const _: () = assert!(MAX_BATCH <= MAX_BATCH_ORDER);
 
 /// Batches of one event on their way at once: two keep Redis busy while the
 /// client encodes the next batch and decodes the last reply (one left Redis
@@ -49,6 +59,9 @@ pub(crate) trait Kind: Send + Sync + 'static {
     /// Per-member arguments beyond the member id.
     type Input: Send + 'static;
     type Output: Send + 'static;
+    /// Whether batches must reach Redis in the order they were formed (the
+    /// script then takes the driver's order key last and `seq, after` first).
+    const ORDERED: bool;
     fn script() -> &'static Lua;
     fn keys(k: &EventKeys) -> Vec<String>;
     fn args(call: &mut Cmd, member: &str, input: &Self::Input);
@@ -62,6 +75,7 @@ pub(crate) struct Joins;
 impl Kind for Joins {
     type Input = JoinScoring;
     type Output = JoinOutcome;
+    const ORDERED: bool = true;
     fn script() -> &'static Lua {
         &scripts::JOIN
     }
@@ -99,6 +113,8 @@ pub(crate) struct Polls;
 impl Kind for Polls {
     type Input = bool;
     type Output = MemberState;
+    // A poll changes no order: any interleaving answers the same.
+    const ORDERED: bool = false;
     fn script() -> &'static Lua {
         &scripts::STATUS
     }
@@ -211,12 +227,13 @@ impl<K: Kind> Batcher<K> {
         let runtime = tokio::runtime::Handle::try_current()
             .map_err(|_| StoreError::Unavailable("store called outside a tokio runtime".into()))?;
         let (tx, rx) = mpsc::unbounded_channel();
-        runtime.spawn(drive::<K>(
-            rx,
-            self.conn.clone(),
-            K::keys(&EventKeys::new(event)),
-            self.timeout,
-        ));
+        let k = EventKeys::new(event);
+        let mut keys = K::keys(&k);
+        if K::ORDERED {
+            // Each driver numbers its own batches from 1.
+            keys.push(k.join_order(rand::random()));
+        }
+        runtime.spawn(drive::<K>(rx, self.conn.clone(), keys, self.timeout));
         drivers.insert(event.clone(), tx.clone());
         Ok(tx)
     }
@@ -233,6 +250,9 @@ async fn drive<K: Kind>(
 ) {
     let keys: Arc<[String]> = keys.into();
     let slots = Arc::new(Semaphore::new(IN_FLIGHT));
+    let mut seq = 0u64;
+    // Dropped (closed) when the last batch sent has been answered.
+    let mut last_done: Option<oneshot::Receiver<()>> = None;
     loop {
         // Waiting for a slot before reading lets the queue grow while all
         // slots are busy: that is what makes batches under load.
@@ -264,24 +284,60 @@ async fn drive<K: Kind>(
         if batch.is_empty() {
             continue;
         }
+        seq += 1;
+        let (done, done_rx) = oneshot::channel::<()>();
+        let order = Order {
+            seq,
+            before: last_done.replace(done_rx),
+        };
         let (conn, keys) = (conn.clone(), keys.clone());
         tokio::spawn(async move {
-            run::<K>(&conn, &keys, batch, timeout).await;
+            run::<K>(&conn, &keys, batch, timeout, order).await;
+            drop(done);
             drop(slot);
         });
+    }
+}
+
+/// Where a batch stands in its driver's sequence.
+struct Order {
+    seq: u64,
+    /// Closes when the batch before it has been answered.
+    before: Option<oneshot::Receiver<()>>,
+}
+
+impl Order {
+    /// The batch that must run first, if it may still be on its way.
+    fn after(&mut self) -> u64 {
+        match self.before.as_mut().map(oneshot::Receiver::try_recv) {
+            Some(Err(oneshot::error::TryRecvError::Empty)) => self.seq - 1,
+            _ => 0,
+        }
     }
 }
 
 /// Sends one batch and hands every caller its own outcome, or the batch's
 /// error to each: like a lone call that failed, a caller cannot tell whether
 /// its join ran, and a retry is harmless because a join is insert-if-absent.
-async fn run<K: Kind>(conn: &Conn, keys: &[String], batch: Vec<Request<K>>, timeout: Duration) {
+async fn run<K: Kind>(
+    conn: &Conn,
+    keys: &[String],
+    batch: Vec<Request<K>>,
+    timeout: Duration,
+    mut order: Order,
+) {
     let script = K::script();
-    let mut call = script.call(keys);
-    for r in &batch {
-        K::args(&mut call, &r.member, &r.input);
+    let first = call::<K>(keys, order.seq, order.after(), &batch);
+    let mut reply = conn.eval::<Value>(script, &first, timeout).await;
+    if K::ORDERED && matches!(&reply, Ok(Value::Array(v)) if v.len() == 1) {
+        // It overtook the batch before it: send it again once that one is
+        // answered (whatever the answer, it has reached Redis or never will).
+        if let Some(before) = order.before.take() {
+            let _ = tokio::time::timeout(timeout, before).await;
+        }
+        let again = call::<K>(keys, order.seq, 0, &batch);
+        reply = conn.eval::<Value>(script, &again, timeout).await;
     }
-    let reply = conn.eval::<Value>(script, &call, timeout).await;
     match reply.and_then(|v| decode::<K>(v, batch.len())) {
         Ok(outcomes) => {
             for (r, outcome) in batch.into_iter().zip(outcomes) {
@@ -295,6 +351,18 @@ async fn run<K: Kind>(conn: &Conn, keys: &[String], batch: Vec<Request<K>>, time
             }
         }
     }
+}
+
+/// The script call of one batch (`seq, after` first for ordered kinds).
+fn call<K: Kind>(keys: &[String], seq: u64, after: u64, batch: &[Request<K>]) -> Cmd {
+    let mut call = K::script().call(keys);
+    if K::ORDERED {
+        call.arg(seq).arg(after);
+    }
+    for r in batch {
+        K::args(&mut call, &r.member, &r.input);
+    }
+    call
 }
 
 /// Splits `{queue length, code, value, ...}` into `n` outcomes.
@@ -344,3 +412,6 @@ fn copy(e: &StoreError) -> StoreError {
         StoreError::Storage(s) => StoreError::Storage(s.clone()),
     }
 }
+
+#[cfg(all(test, feature = "conformance"))]
+mod tests;

@@ -4,10 +4,15 @@
 -- The batch is one atomic step and every member in it is handled exactly as
 -- if its own join had run alone at this TIME, in argument order: a member
 -- named twice is new only the first time.
--- KEYS: 1 queue, 2 seen, 3 held, 4 active, 5 join batches, 6 join batch members
--- ARGV: per member, 5 values: member, opens_at_us, prewindow_score, tiebreak,
---       behind (0/1)
--- Returns {queue length, then per member: code, value}: code 1 waiting
+-- KEYS: 1 queue, 2 seen, 3 held, 4 active, 5 join batches, 6 join batch
+--       members, 7 the sending node's batch order (one key per batch driver)
+-- ARGV: 1 this batch's sequence number in its driver, 2 the number of the
+--       batch that must have run first (0: none), then per member, 5 values:
+--       member, opens_at_us, prewindow_score, tiebreak, behind (0/1)
+-- Returns {-1} without changing anything if the batch named in ARGV[2] has
+-- not run yet (this one overtook it on the way; the driver sends it again
+-- once that one is answered), else
+-- {queue length, then per member: code, value}: code 1 waiting
 -- (value = rank), 2 waiting and new (value = rank), 3 admitted (value = the
 -- token: 16-byte nonce then decimal expiry), 4 active (value = decimal
 -- session end). Ranks and the length are read after the whole batch, as an
@@ -27,23 +32,48 @@
 -- that left a slot or the queue since a batch may have named it, so the
 -- sweep knows a batch's word on a member is current only while the member
 -- has no `seen` entry (see expire.lua).
+--
+-- Arrival order inside a batch and between a node's batches: the members of
+-- one batch share its TIME, so each gets the batch's own order in the high
+-- bits of its tie-break (anteroom_core::score::batch_tiebreak); a driver's
+-- batches run in the order it formed them (the check on ARGV[2]) and each
+-- runs at least a microsecond after the one before (KEYS[7] keeps the last
+-- batch's instant), so a later batch never sorts before an earlier one.
 local t = redis.call('TIME')
 local now = t[1] * 1000000 + t[2]
+local seq, after = tonumber(ARGV[1]), tonumber(ARGV[2])
+local order = redis.call('GET', KEYS[7])
+if order then
+  local last_seq, last_now = string.match(order, '^(%d+):(%d+)$')
+  if after > tonumber(last_seq) then return {-1} end
+  if now <= tonumber(last_now) then now = tonumber(last_now) + 1 end
+elseif after > 0 then
+  return {-1}
+end
+-- Kept a little longer than a driver lives without a call.
+redis.call('SET', KEYS[7], string.format('%d:%d', seq, now), 'PX', 600000)
 local q, seen, held = KEYS[1], KEYS[2], KEYS[3]
-local n = #ARGV / 5
+local n = (#ARGV - 2) / 5
+
+-- Mirror of anteroom_core::score::batch_tiebreak: n is at most 256, so the
+-- span is a power of two of at least 4 and the arithmetic is exact.
+local width = 1
+while width < n do width = width * 2 end
+local span = 1024 / width
 
 -- Mirror of anteroom_core::score::arrival_score. Every value is an integer
 -- below 2^53, so Lua's doubles compute it exactly; a product beyond 2^52
 -- (a gap of 2^42 us or more) is clamped, so its rounding never matters.
 local members, scores = {}, {}
 for i = 1, n do
-  local b = (i - 1) * 5
+  local b = 2 + (i - 1) * 5
   local opens = tonumber(ARGV[b + 2])
   local score
   if now < opens then
     score = tonumber(ARGV[b + 3])
   else
-    score = (now - opens) * 1024 + tonumber(ARGV[b + 4])
+    local tiebreak = (i - 1) * span + tonumber(ARGV[b + 4]) % span
+    score = (now - opens) * 1024 + tiebreak
     if score > 4503599627370495 then score = 4503599627370495 end
   end
   if ARGV[b + 5] == '1' then score = score + 4503599627370496 end

@@ -50,6 +50,12 @@ impl EventKeys {
     pub(crate) fn join_batch_members(&self) -> String {
         self.key("jm")
     }
+    /// One join batch driver's order (`<last batch number>:<its instant>`),
+    /// so its batches run in the order it formed them.
+    pub(crate) fn join_order(&self, driver: u64) -> String {
+        self.key(&format!("jo:{driver:016x}"))
+    }
+
     /// Active sessions, scored by expiry: the slot count is a range count over
     /// it, so no counter can drift after a crash.
     pub(crate) fn active(&self) -> String {
