@@ -68,6 +68,7 @@ pub fn router(state: Arc<AppState>) -> Router {
             get(|| async { Json(crate::openapi::document()) }),
         )
         .fallback(|| async { ApiError::NotFound })
+        .method_not_allowed_fallback(crate::error::method_not_allowed)
         .with_state(state)
 }
 

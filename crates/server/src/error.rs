@@ -63,6 +63,12 @@ pub enum ApiError {
     HeadersTooLarge,
     #[error("request body is too large")]
     BodyTooLarge,
+    #[error("this method is not allowed here")]
+    MethodNotAllowed,
+    #[error("the event is paused; the token can be redeemed once it resumes, while it is valid")]
+    EventPaused { retry_after_secs: u64 },
+    #[error("the event is closed")]
+    EventClosed,
     #[error("internal error")]
     Internal,
 }
@@ -85,6 +91,9 @@ impl ApiError {
             ApiError::Draining { .. } => "draining",
             ApiError::HeadersTooLarge => "headers_too_large",
             ApiError::BodyTooLarge => "body_too_large",
+            ApiError::MethodNotAllowed => "method_not_allowed",
+            ApiError::EventPaused { .. } => "event_paused",
+            ApiError::EventClosed => "event_closed",
             ApiError::Internal => "internal",
         }
     }
@@ -99,7 +108,9 @@ impl ApiError {
             | ApiError::InvalidIdentity
             | ApiError::Unauthorized
             | ApiError::ChallengeRequired { .. } => StatusCode::UNAUTHORIZED,
-            ApiError::TokenUsed => StatusCode::CONFLICT,
+            ApiError::TokenUsed | ApiError::EventPaused { .. } => StatusCode::CONFLICT,
+            ApiError::EventClosed => StatusCode::GONE,
+            ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Blocked => StatusCode::FORBIDDEN,
             ApiError::Draining { .. } => StatusCode::SERVICE_UNAVAILABLE,
@@ -120,10 +131,18 @@ impl ApiError {
     fn retry_after(&self) -> Option<u64> {
         match self {
             ApiError::RateLimited { retry_after_secs }
-            | ApiError::Draining { retry_after_secs } => Some(*retry_after_secs),
+            | ApiError::Draining { retry_after_secs }
+            | ApiError::EventPaused { retry_after_secs } => Some(*retry_after_secs),
             _ => None,
         }
     }
+}
+
+/// The `405` answer of every router: axum's own is an empty body, and every
+/// answer Anteroom makes itself is JSON with a code. Register it after the
+/// routes (`Router::method_not_allowed_fallback` covers those added before).
+pub async fn method_not_allowed() -> ApiError {
+    ApiError::MethodNotAllowed
 }
 
 impl From<StoreError> for ApiError {
@@ -188,6 +207,15 @@ mod tests {
         check(ApiError::TokenUsed, 409, "token_used");
         check(ApiError::HeadersTooLarge, 431, "headers_too_large");
         check(ApiError::BodyTooLarge, 413, "body_too_large");
+        check(ApiError::MethodNotAllowed, 405, "method_not_allowed");
+        check(ApiError::EventClosed, 410, "event_closed");
+        check(
+            ApiError::EventPaused {
+                retry_after_secs: 5,
+            },
+            409,
+            "event_paused",
+        );
         check(
             ApiError::Draining {
                 retry_after_secs: 1,

@@ -2,7 +2,8 @@
 //! page goes through a short pipeline of named phases.
 //!
 //! 1. [`classify`]: normalise the path and find the event protecting it, or
-//!    none (unprotected). A path that does not normalise is refused (`400`).
+//!    none (unprotected). A path that does not normalise is refused (`400`),
+//!    `CONNECT` too (`405`), and `OPTIONS *` is answered here.
 //! 2. [`check_pass`]: the `anteroom_pass` cookie, verified locally (signature,
 //!    expiry, session binding, revocation cache). Never waits on the store,
 //!    except to renew an expired pass of a session the store says is active.
@@ -13,6 +14,7 @@
 //! Architecture invariant: a request whose normalised path is protected never
 //! reaches the origin without a valid pass for that event.
 
+pub mod classify;
 pub mod normalize;
 pub mod routes;
 
@@ -25,6 +27,7 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header}
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use percent_encoding::{NON_ALPHANUMERIC, utf8_percent_encode};
+use serde::Serialize;
 
 use crate::api::{QueuePosition, empty};
 use crate::app::{AppState, EventRuntime};
@@ -34,15 +37,19 @@ use crate::error::ApiError;
 use crate::identity::{self, PASS_COOKIE};
 use crate::passes::{self, PassCheck};
 
-/// Where a request goes, from its path alone.
+/// Where a request goes, from its method and target alone.
 pub enum Route {
     Protected(Arc<EventRuntime>),
     Unprotected,
+    ServerOptions,
 }
 
 /// The axum fallback of the public listener.
 pub async fn gate(State(state): State<Arc<AppState>>, req: Request) -> Response {
-    let route = match classify(&state, req.uri().path()) {
+    let (head, body) = req.into_parts();
+    let route = classify(&state, &head);
+    let req = Request::from_parts(head, body);
+    let route = match route {
         Ok(route) => route,
         Err(e) => return e.into_response(),
     };
@@ -50,24 +57,38 @@ pub async fn gate(State(state): State<Arc<AppState>>, req: Request) -> Response 
     match route {
         Route::Unprotected => forward_unprotected(&state, req, peer).await,
         Route::Protected(rt) => protected(&state, rt, req, peer).await,
+        Route::ServerOptions => server_options(),
     }
 }
 
-/// Phase 1: which event, if any, protects `path`.
-pub fn classify(state: &AppState, path: &str) -> Result<Route, ApiError> {
-    let normalized = normalize::normalize_path(path)
-        .map_err(|e| ApiError::BadRequest(format!("request path refused: {e}")))?;
+/// Phase 1: which event, if any, protects the request (see
+/// [`classify::classify`]).
+pub fn classify(state: &AppState, head: &http::request::Parts) -> Result<Route, ApiError> {
     let events = state.events();
-    Ok(
-        match events
-            .routes
-            .lookup(&normalized)
-            .and_then(|id| events.get(id))
-        {
+    match classify::classify(&events.routes, head) {
+        Ok(classify::Class::Protected(id)) => Ok(match events.get(id) {
             Some(rt) => Route::Protected(rt.clone()),
-            None => Route::Unprotected,
-        },
-    )
+            // The table and the events are one snapshot; a prefix without
+            // its event would be a bug, and unprotected is never the safe
+            // answer for a configured prefix.
+            None => return Err(ApiError::Internal),
+        }),
+        Ok(classify::Class::Unprotected) => Ok(Route::Unprotected),
+        Ok(classify::Class::ServerOptions) => Ok(Route::ServerOptions),
+        Err(classify::Refusal::Connect) => Err(ApiError::MethodNotAllowed),
+        Err(refusal) => Err(ApiError::BadRequest(refusal.to_string())),
+    }
+}
+
+/// `OPTIONS *` asks about the server, not a resource: Anteroom answers it
+/// (load balancers use it as a probe) and the origin never sees it.
+fn server_options() -> Response {
+    let mut response = empty(StatusCode::NO_CONTENT);
+    response.headers_mut().insert(
+        header::ALLOW,
+        HeaderValue::from_static("GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS"),
+    );
+    response
 }
 
 async fn protected(state: &AppState, rt: Arc<EventRuntime>, req: Request, ip: IpAddr) -> Response {
@@ -141,6 +162,22 @@ async fn forward(
     response
 }
 
+/// The gate's `429` for a client that is not a browser navigation: the
+/// QueuePosition fields, with `"error": "queued"` so a JSON client can tell
+/// it from `rate_limited`, and where to join.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Queued {
+    error: &'static str,
+    message: &'static str,
+    #[serde(flatten)]
+    position: QueuePosition,
+    /// The enter call that joins this event's queue (`POST`).
+    join: String,
+    /// The waiting page, returning to the request's path and query.
+    waiting_room: String,
+}
+
 /// Phase 3b: send the visitor to the waiting room.
 async fn queue(
     state: &AppState,
@@ -148,19 +185,19 @@ async fn queue(
     req: Request,
     member: Option<&str>,
 ) -> Response {
+    let target = req.uri().path_and_query().map_or("/", |pq| pq.as_str());
+    let waiting_room = format!(
+        "/queue/{}?return={}",
+        rt.id(),
+        utf8_percent_encode(target, NON_ALPHANUMERIC)
+    );
     let navigation =
         matches!(*req.method(), Method::GET | Method::HEAD) && accepts_html(req.headers());
     if navigation {
-        let target = req.uri().path_and_query().map_or("/", |pq| pq.as_str());
-        let location = format!(
-            "/queue/{}?return={}",
-            rt.id(),
-            utf8_percent_encode(target, NON_ALPHANUMERIC)
-        );
         let mut response = empty(StatusCode::FOUND);
         response
             .headers_mut()
-            .insert(header::LOCATION, header_value(&location));
+            .insert(header::LOCATION, header_value(&waiting_room));
         response
             .headers_mut()
             .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
@@ -178,10 +215,25 @@ async fn queue(
     metrics::counter!("anteroom_rejections_total", "reason" => "queued").increment(1);
     let lang = crate::api::lang(req.headers());
     let position = match member {
-        Some(m) => crate::api::enter::position_of(state, rt, m, false, lang, "/").await,
-        None => QueuePosition::build(state, rt, "", &anteroom_store::MemberState::None, lang, "/"),
+        Some(m) => crate::api::enter::position_of(state, rt, m, false, lang, target).await,
+        None => {
+            let none = anteroom_store::MemberState::None;
+            QueuePosition::build(state, rt, "", &none, lang, target)
+        }
     };
-    position.respond(StatusCode::TOO_MANY_REQUESTS)
+    let retry_after = position.retry_after_secs();
+    let body = Queued {
+        error: "queued",
+        message: "this path is behind the waiting room: join the queue, then redeem the admission token",
+        position,
+        join: format!("/api/queue/enter?eventId={}", rt.id()),
+        waiting_room,
+    };
+    let mut response = (StatusCode::TOO_MANY_REQUESTS, axum::Json(body)).into_response();
+    let headers = response.headers_mut();
+    headers.insert(header::RETRY_AFTER, HeaderValue::from(retry_after));
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
 }
 
 async fn forward_unprotected(state: &AppState, req: Request, ip: IpAddr) -> Response {
@@ -248,9 +300,4 @@ fn header_value(s: &str) -> HeaderValue {
 
 fn count(outcome: &'static str) {
     metrics::counter!("anteroom_gate_requests_total", "outcome" => outcome).increment(1);
-}
-
-/// Whether `path` is protected by some event (phase 1 alone).
-pub fn is_protected(state: &AppState, path: &str) -> bool {
-    matches!(classify(state, path), Ok(Route::Protected(_)))
 }

@@ -133,6 +133,7 @@ pub async fn run_with_store(
 pub fn public_router(state: Arc<AppState>) -> Router {
     api::router()
         .fallback(gate::gate)
+        .method_not_allowed_fallback(error::method_not_allowed)
         .layer(axum::middleware::from_fn(gate::limit_headers))
         .with_state(state)
 }

@@ -6,6 +6,7 @@
 
 use std::sync::Arc;
 
+use anteroom_core::phase::Phase;
 use anteroom_core::token::{Expect, TokenKind};
 use anteroom_store::RedeemOutcome;
 use axum::Json;
@@ -40,7 +41,8 @@ pub struct Redeemed {
     params(("eventId" = Option<String>, Query, description = "event id; optional with one event")),
     request_body = RedeemBody,
     responses((status = 200, body = Redeemed), (status = 401, body = crate::error::ErrorBody),
-        (status = 409, body = crate::error::ErrorBody)))]
+        (status = 409, body = crate::error::ErrorBody, description = "token_used, or event_paused (with Retry-After)"),
+        (status = 410, body = crate::error::ErrorBody, description = "event_closed")))]
 pub async fn redeem_json(
     State(state): State<Arc<AppState>>,
     req: Request,
@@ -63,7 +65,8 @@ pub async fn redeem_json(
 #[utoipa::path(get, path = "/api/queue/redeem", tag = "queue",
     params(("eventId" = Option<String>, Query,), ("token" = String, Query,), ("return" = Option<String>, Query,)),
     responses((status = 302, description = "redeemed; Location is the return path"),
-        (status = 401, body = crate::error::ErrorBody), (status = 409, body = crate::error::ErrorBody)))]
+        (status = 401, body = crate::error::ErrorBody), (status = 409, body = crate::error::ErrorBody),
+        (status = 410, body = crate::error::ErrorBody)))]
 pub async fn redeem_browser(
     State(state): State<Arc<AppState>>,
     req: Request,
@@ -102,6 +105,18 @@ async fn redeem(
         tracing::debug!(event = %rt.id(), reason = e.code(), "admission token refused");
         ApiError::InvalidToken
     })?;
+    // A paused or closed event opens no session, even for a token issued
+    // before the operator stopped it: the nonce stays unconsumed, so a
+    // paused visitor can still redeem it after a resume while it is valid.
+    match super::enter::current_phase(state, rt) {
+        Phase::Paused => {
+            return Err(ApiError::EventPaused {
+                retry_after_secs: 5,
+            });
+        }
+        Phase::Closed => return Err(ApiError::EventClosed),
+        Phase::Scheduled | Phase::PreQueue | Phase::Open => {}
+    }
     // Issue 6: the first end is the idle timeout (capped by the lifetime).
     let session_end_us = crate::admission::lifecycle::session_end_us(rt, now, now);
     // Issue 8: a token this node signed while draining is redeemed against

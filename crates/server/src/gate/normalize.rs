@@ -5,7 +5,8 @@
 //! the origin receives whatever the client sent. Everything an origin might
 //! decode into a different path than ours is therefore either canonicalised
 //! here (unreserved escapes, dot segments, repeated slashes) or refused
-//! (encoded slashes, backslashes, NUL, `..;` segments, malformed escapes).
+//! (encoded slashes, backslashes, NUL, `..;` and `..%3B` segments, malformed escapes,
+//! double-encoded escapes).
 //!
 //! Lower-casing is not done here: routes compare ASCII case-insensitively.
 
@@ -30,6 +31,8 @@ pub enum NormalizeError {
     BadEscape,
     #[error("the path contains a dot segment with parameters")]
     DotSegmentParam,
+    #[error("the path contains a double-encoded escape (%25 followed by hex digits)")]
+    DoubleEncoded,
 }
 
 impl NormalizeError {
@@ -62,6 +65,9 @@ pub fn normalize_path(raw: &str) -> Result<String, NormalizeError> {
         None => (raw, ""),
     };
     let decoded = decode_unreserved(path)?;
+    if is_double_encoded(&decoded) {
+        return Err(NormalizeError::DoubleEncoded);
+    }
     let mut out = resolve_segments(&decoded)?;
     out.push_str(query);
     Ok(out)
@@ -119,6 +125,19 @@ fn decode_unreserved(path: &str) -> Result<String, NormalizeError> {
     Ok(out)
 }
 
+/// Whether a decoded path holds `%25` followed by two hex digits. An origin
+/// (or a framework behind it) that decodes twice reads `%252e` as `.` and
+/// `%2574` as `t`: a different path than the one matched here. A literal `%`
+/// followed by two hex digits has no other use in a path, so the ambiguity
+/// is refused. Checked after decoding (`%25%41%42` is `%25AB`), so a path
+/// that passes once passes again.
+fn is_double_encoded(decoded: &str) -> bool {
+    decoded.match_indices("%25").any(|(i, _)| {
+        let hex = |at: usize| decoded.as_bytes().get(at).copied().and_then(hex_value);
+        hex(i + 3).is_some() && hex(i + 4).is_some()
+    })
+}
+
 /// Resolves dot segments and collapses empty ones (RFC 3986 5.2.4, with
 /// `..` stopping at the root).
 fn resolve_segments(path: &str) -> Result<String, NormalizeError> {
@@ -136,7 +155,9 @@ fn resolve_segments(path: &str) -> Result<String, NormalizeError> {
                 // Servlet containers drop `;params` before resolving dots, so
                 // `/public/..;/tickets` would reach `/tickets` there while we
                 // saw `/public/..;/tickets`: refuse the ambiguity.
+                // `%3B` too: an origin may decode before it strips them.
                 let bare = segment.split(';').next().unwrap_or(segment);
+                let bare = bare.split("%3B").next().unwrap_or(bare);
                 if bare == "." || bare == ".." {
                     return Err(NormalizeError::DotSegmentParam);
                 }

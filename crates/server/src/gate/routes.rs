@@ -1,8 +1,13 @@
 //! The route table: which event, if any, protects a normalised path.
 //!
-//! Prefixes match ASCII case-insensitively and only on segment boundaries,
-//! and the longest matching prefix wins across all events, so `/tickets/vip`
-//! can belong to one event while `/tickets` belongs to another.
+//! A prefix protects what web frameworks route to it, not just the bytes it
+//! starts with (see [`matches_prefix`]): the path itself, everything below
+//! it, and its last segment with a format suffix or path parameters
+//! (`/tickets.json`, `/tickets;jsessionid=x`), matched ASCII
+//! case-insensitively. `/ticketsale` stays a different path. The longest
+//! matching prefix wins across all events, so `/tickets/vip` (and
+//! `/tickets/vip.json`) can belong to one event while `/tickets` belongs to
+//! another.
 
 use anteroom_store::EventId;
 
@@ -67,16 +72,78 @@ pub fn check_prefix(prefix: &str) -> Result<String, NormalizeError> {
     Ok(canonical)
 }
 
-/// Whether `prefix` covers `path`: equal ignoring ASCII case up to the
-/// prefix's end, which must fall on a boundary. `;` counts as one because
-/// servlet containers strip `;params` from the segment (`/tickets;x` is
-/// `/tickets` there).
-fn matches_prefix(path: &[u8], prefix: &[u8]) -> bool {
-    let Some(head) = path.get(..prefix.len()) else {
+/// Whether `prefix` (canonical, see [`check_prefix`]) covers `path` (the
+/// output of [`normalize_path`]), segment by segment, ignoring ASCII case:
+///
+/// - every segment but the prefix's last compares after dropping its
+///   `;params` (servlet containers strip them from every segment, so
+///   `/tickets;x=1/vip` is `/tickets/vip` there) and its trailing dots (IIS
+///   and Windows file systems drop them);
+/// - the prefix's last segment also matches the same name followed by `.`
+///   or `;` and anything after it: Rails' `(.:format)`, Spring's suffix
+///   matching and servlet path parameters route `/tickets.json`,
+///   `/TICKETS.HTML` and `/tickets;jsessionid=x` to the `/tickets` handler;
+/// - `%3B` counts as `;`, for origins that decode before they strip
+///   parameters (the gate keeps reserved escapes encoded).
+///
+/// Anything may follow the matched segments (`/tickets/...`). The rule
+/// protects a little more than a given framework routes (`/tickets.old/x`),
+/// never less.
+pub fn matches_prefix(path: &[u8], prefix: &[u8]) -> bool {
+    let path = path.split(|&b| b == b'?').next().unwrap_or_default();
+    let Some(prefix) = prefix.strip_prefix(b"/") else {
         return false;
     };
-    if !head.eq_ignore_ascii_case(prefix) {
-        return false;
+    if prefix.is_empty() {
+        return true;
     }
-    prefix.ends_with(b"/") || matches!(path.get(prefix.len()), None | Some(b'/' | b'?' | b';'))
+    let mut segments = path
+        .strip_prefix(b"/")
+        .unwrap_or(path)
+        .split(|&b| b == b'/');
+    let mut wanted = prefix.split(|&b| b == b'/').peekable();
+    while let Some(want) = wanted.next() {
+        let Some(segment) = segments.next() else {
+            return false;
+        };
+        let last = wanted.peek().is_none();
+        let same = segment.eq_ignore_ascii_case(want)
+            || bare(segment).eq_ignore_ascii_case(bare(want))
+            || (last && starts_with_suffix(segment, want));
+        if !same {
+            return false;
+        }
+    }
+    true
+}
+
+/// `segment` without its `;params` (`;` or `%3B`) and trailing dots.
+fn bare(segment: &[u8]) -> &[u8] {
+    let end = (0..segment.len())
+        .find(|&i| param_start(&segment[i..]))
+        .unwrap_or(segment.len());
+    let mut name = &segment[..end];
+    while let Some(rest) = name.strip_suffix(b".") {
+        name = rest;
+    }
+    name
+}
+
+/// Whether `segment` is `name` followed by a format suffix or parameters.
+fn starts_with_suffix(segment: &[u8], name: &[u8]) -> bool {
+    match (segment.get(..name.len()), segment.get(name.len()..)) {
+        (Some(head), Some(rest)) => {
+            head.eq_ignore_ascii_case(name) && (rest.starts_with(b".") || param_start(rest))
+        }
+        _ => false,
+    }
+}
+
+/// Whether path parameters start here: `;`, or `%3B` for an origin that
+/// decodes first.
+fn param_start(rest: &[u8]) -> bool {
+    rest.starts_with(b";")
+        || rest
+            .get(..3)
+            .is_some_and(|e| e.eq_ignore_ascii_case(b"%3B"))
 }

@@ -38,7 +38,8 @@ impl Origin {
 
 /// Starts the test origin: `/echo` streams the request body back,
 /// `/headers` answers the request headers as JSON, `/big?n=BYTES` streams
-/// `n` bytes, `/ws` is a WebSocket echo, `/slow` never answers.
+/// `n` bytes, `/ws` is a WebSocket echo, `/slow` never answers; every other
+/// path answers like `/headers`, so a test sees any request that got through.
 pub async fn start_origin() -> Origin {
     let app = Router::new()
         .route(
@@ -48,7 +49,8 @@ pub async fn start_origin() -> Origin {
         .route("/headers", any(headers))
         .route("/big", get(big))
         .route("/ws", get(ws))
-        .route("/slow", get(std::future::pending::<()>));
+        .route("/slow", get(std::future::pending::<()>))
+        .fallback(headers);
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let connections = Arc::new(AtomicUsize::new(0));

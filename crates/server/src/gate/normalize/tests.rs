@@ -36,7 +36,8 @@ fn unreserved_escapes_are_decoded_others_uppercased() {
     check("/caf%c3%a9", "/caf%C3%A9");
     check("/a%20b", "/a%20b");
     check("/50%25", "/50%25");
-    check("/%252e%252e/x", "/%252e%252e/x");
+    check("/50%25off", "/50%25off");
+    check("/50%25%20", "/50%25%20");
     check("/a%3fb", "/a%3Fb");
 }
 
@@ -81,6 +82,16 @@ fn tricks_are_refused() {
     refuse("/public/..;/tickets", NormalizeError::DotSegmentParam);
     refuse("/public/.;x/tickets", NormalizeError::DotSegmentParam);
     refuse("/public/%2e%2e;/tickets", NormalizeError::DotSegmentParam);
+    refuse("/public/..%3b/tickets", NormalizeError::DotSegmentParam);
+    refuse(
+        "/public/%2E%2E%3Bx/tickets",
+        NormalizeError::DotSegmentParam,
+    );
+    refuse("/%252e%252e/x", NormalizeError::DoubleEncoded);
+    refuse("/tickets%252ejson", NormalizeError::DoubleEncoded);
+    refuse("/%2574ickets", NormalizeError::DoubleEncoded);
+    refuse("/a%252Fb", NormalizeError::DoubleEncoded);
+    refuse("/a%25%41%42", NormalizeError::DoubleEncoded);
 }
 
 #[test]

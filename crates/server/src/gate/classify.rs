@@ -1,0 +1,78 @@
+//! Phase 1 of the gate: from a request head to the event protecting it, to
+//! "unprotected", or to an answer the gate gives itself.
+//!
+//! Only the method and the request target decide. Headers play no part: the
+//! headers an origin might route by instead (`X-Original-URL`,
+//! `X-Rewrite-URL`, `X-Forwarded-Prefix`, ...) never reach it (see
+//! `proxy/headers.rs`), so no header can move a request into another class.
+//! The property test in `classify/tests.rs` checks that, and that a target
+//! an origin could route to a protected prefix is never unprotected.
+
+use anteroom_store::EventId;
+use http::request::Parts;
+use http::{Method, Uri};
+
+use super::normalize::{NormalizeError, normalize_path};
+use super::routes::RouteTable;
+
+#[cfg(test)]
+mod tests;
+
+/// Where a request head goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Class<'t> {
+    /// The event whose prefix covers the normalised path.
+    Protected(&'t EventId),
+    /// No event protects the path.
+    Unprotected,
+    /// `OPTIONS *`: a question about the server, answered by Anteroom and
+    /// never forwarded.
+    ServerOptions,
+}
+
+/// Why the gate refuses a request head outright (a `4xx` JSON answer).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    #[error("request path refused: {0}")]
+    Path(NormalizeError),
+    /// `CONNECT`: Anteroom is not a forward proxy.
+    #[error("CONNECT is not supported")]
+    Connect,
+    /// Neither origin-form (`/path`) nor absolute-form (`http://host/path`),
+    /// e.g. `GET *`.
+    #[error("the request target must be a path")]
+    Target,
+}
+
+/// Classifies a request head against `routes`.
+pub fn classify<'t>(routes: &'t RouteTable, head: &Parts) -> Result<Class<'t>, Refusal> {
+    classify_target(routes, &head.method, &head.uri)
+}
+
+fn classify_target<'t>(
+    routes: &'t RouteTable,
+    method: &Method,
+    uri: &Uri,
+) -> Result<Class<'t>, Refusal> {
+    if method == Method::CONNECT {
+        return Err(Refusal::Connect);
+    }
+    // An absolute-form target (`GET http://host/tickets`) carries its path
+    // like an origin-form one; `uri.path()` is that path either way.
+    let path = uri.path();
+    if path == "*" {
+        return if method == Method::OPTIONS {
+            Ok(Class::ServerOptions)
+        } else {
+            Err(Refusal::Target)
+        };
+    }
+    if !path.starts_with('/') {
+        return Err(Refusal::Target);
+    }
+    let normalized = normalize_path(path).map_err(Refusal::Path)?;
+    Ok(match routes.lookup(&normalized) {
+        Some(event) => Class::Protected(event),
+        None => Class::Unprotected,
+    })
+}
