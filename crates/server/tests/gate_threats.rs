@@ -101,6 +101,8 @@ async fn protected_spellings_never_reach_the_origin() {
         "/tickets.",
         "/tickets;jsessionid=x",
         "/tickets;jsessionid=x/row",
+        "/;jsessionid=x/tickets",
+        "/%3B/tickets.",
         "/tickets%2ejson",
         "/tickets%2Ejson",
         "/tickets%3Bjsessionid=x",

@@ -47,7 +47,8 @@ impl NormalizeError {
 /// - `%XX` escapes of unreserved characters (`A-Z a-z 0-9 - . _ ~`) are
 ///   decoded; every other escape is kept, with its hex digits uppercased;
 /// - dot segments (`.`, `..`, also as `%2e`) are resolved, never above `/`;
-/// - repeated `/` are collapsed; a trailing `/` is kept;
+/// - repeated `/` are collapsed, and so are segments of parameters only
+///   (`/;x`); a trailing `/` is kept;
 /// - the query, if any, is kept verbatim (it plays no part in routing).
 ///
 /// The result always starts with `/`, and normalising it again changes
@@ -160,6 +161,11 @@ fn resolve_segments(path: &str) -> Result<String, NormalizeError> {
                 let bare = bare.split("%3B").next().unwrap_or(bare);
                 if bare == "." || bare == ".." {
                     return Err(NormalizeError::DotSegmentParam);
+                }
+                // A segment of parameters only (`/;jsessionid=x/tickets`)
+                // is an empty segment there, so it is one here.
+                if bare.is_empty() {
+                    continue;
                 }
                 stack.push(segment);
                 trailing_slash = false;

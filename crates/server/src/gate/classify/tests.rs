@@ -102,6 +102,8 @@ fn spellings_of_a_protected_prefix() {
     check("/./tickets", P("drop"));
     check("/a/../tickets.json", P("drop"));
     check("/a/%2e%2e/tickets", P("drop"));
+    check("/;jsessionid=x/tickets", P("drop"));
+    check("/%3B/tickets.", P("drop"));
     check("/tickets?format=json", P("drop"));
     check("/tickets.json?x=/../", P("drop"));
     check("/tickets/vipx", P("drop"));

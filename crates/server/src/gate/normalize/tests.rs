@@ -58,6 +58,10 @@ fn dot_segments_and_slashes_are_resolved() {
     check("/..", "/");
     check("/...", "/...");
     check("/.well-known/x", "/.well-known/x");
+    check("/;jsessionid=1/tickets", "/tickets");
+    check("/%3B/tickets", "/tickets");
+    check("/tickets/;x", "/tickets/");
+    check("/;x", "/");
 }
 
 #[test]
