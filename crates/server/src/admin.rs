@@ -22,6 +22,8 @@ use crate::config::{RawEvent, event_from_raw, stored};
 use crate::error::ApiError;
 use crate::identity::bearer;
 
+pub mod dashboard;
+
 /// An event as the admin API shows it.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct EventView {
@@ -47,6 +49,8 @@ pub struct StatsView {
     pub admission_rate_5m: f64,
     /// Estimated wait in seconds of a visitor joining the back of the queue now.
     pub eta_back_of_queue_seconds: Option<u64>,
+    #[serde(flatten)]
+    pub observed: dashboard::Observed,
 }
 
 pub fn router(state: Arc<AppState>) -> Router {
@@ -60,6 +64,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route_layer(middleware::from_fn_with_state(state.clone(), authorize));
     Router::new()
         .merge(admin)
+        .merge(dashboard::router())
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(ready))
@@ -114,6 +119,7 @@ fn view(rt: &EventRuntime) -> EventView {
             admission_rate_1m: s.admitted_last_1m as f64,
             admission_rate_5m: s.admitted_last_5m as f64 / 5.0,
             eta_back_of_queue_seconds: eta.map(|e| e.seconds),
+            observed: snap.observed.clone(),
         },
         reachable: snap.reachable,
     }

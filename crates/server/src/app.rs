@@ -56,6 +56,8 @@ pub struct Snapshot {
     /// `false` while the store cannot be reached for this event (drain).
     pub reachable: bool,
     pub refreshed_at_ms: i64,
+    /// Phase, origin and bot figures of the same refresh (admin view, gauges).
+    pub observed: crate::admin::dashboard::Observed,
 }
 
 /// Per-event state that outlives config changes.

@@ -193,6 +193,12 @@ impl BotDefence {
         assess(&signals, &self.inner.rules)
     }
 
+    /// `(total, risky, challenged)` first contacts of `event` in the last
+    /// minute on this node: the dashboard's bot and proof-of-work shares.
+    pub fn arrival_shares(&self, event: &EventId, now_ms: i64) -> (u32, u32, u32) {
+        self.inner.window.shares(event, now_ms)
+    }
+
     /// The proof-of-work difficulty `event` hands out now.
     pub fn difficulty(&self, ev: &EventBots, event: &EventId, now_ms: i64) -> u8 {
         self.inner.window.difficulty(ev, event, now_ms)
@@ -268,6 +274,7 @@ impl BotDefence {
         now_ms: i64,
     ) -> Result<(), BotRejection> {
         let inner = &self.inner;
+        let first_contact = matches!(pow, PowAnswer::None);
         let checked = challenge::check(
             &inner.keyring,
             event,
@@ -285,6 +292,9 @@ impl BotDefence {
             Err(_) => "invalid",
         };
         metrics::counter!("anteroom_pow_answers_total", "result" => label).increment(1);
+        if first_contact && label == "issued" {
+            inner.window.record_challenged(event, now_ms);
+        }
         checked.map_err(|reason| {
             let difficulty = self.difficulty(ev, event, now_ms);
             challenge::fresh(

@@ -15,7 +15,7 @@ use anteroom_core::policy::{Mode, Observed, PolicyState};
 use anteroom_store::{AdmitRequest, EventId, ExpireRequest, StoreError};
 use rand::RngCore;
 
-use crate::app::{AppState, EventRuntime, Snapshot, lock, write};
+use crate::app::{AppState, EventRuntime, Snapshot, lock, read, write};
 use crate::config::{Admission, stored};
 use crate::metrics::timed_store;
 
@@ -234,6 +234,13 @@ pub async fn refresh_once(state: &AppState, rt: &EventRuntime) {
     let stats = timed_store("stats", state.store.stats(id)).await;
     let admin = timed_store("admin_state", state.store.admin_state(id)).await;
     let revocations = crate::passes::refresh_revocations(state, rt).await;
+    let last_admin = read(&rt.live.snapshot).admin;
+    let observed = crate::admin::dashboard::observe(
+        state,
+        rt,
+        stats.as_ref().ok(),
+        *admin.as_ref().unwrap_or(&last_admin),
+    );
     let mut snapshot = write(&rt.live.snapshot);
     match (stats, admin) {
         (Ok(stats), Ok(admin)) => {
@@ -254,6 +261,7 @@ pub async fn refresh_once(state: &AppState, rt: &EventRuntime) {
                 admin,
                 reachable: revocations.is_ok(),
                 refreshed_at_ms: state.now_ms(),
+                observed,
             };
         }
         (Err(e), _) | (_, Err(e)) => {
@@ -261,6 +269,7 @@ pub async fn refresh_once(state: &AppState, rt: &EventRuntime) {
                 tracing::warn!(event = %id, error = e.kind(), "queue store unreachable; draining");
             }
             snapshot.reachable = false;
+            snapshot.observed = observed;
         }
     }
 }

@@ -164,6 +164,8 @@ struct Bucket {
     second: i64,
     total: u32,
     risky: u32,
+    /// First contacts that were handed a proof-of-work challenge.
+    challenged: u32,
 }
 
 /// Fewer arrivals than this in the window say nothing about the crowd: one
@@ -172,6 +174,21 @@ const MIN_SAMPLE: u32 = 20;
 
 impl RiskWindow {
     pub fn record(&self, event: &EventId, risky: bool, now_ms: i64) {
+        self.bucket(event, now_ms, |b| {
+            b.total = b.total.saturating_add(1);
+            b.risky = b.risky.saturating_add(u32::from(risky));
+        });
+    }
+
+    /// Counts a first contact that was asked for proof-of-work (the
+    /// dashboard's proof-of-work share).
+    pub fn record_challenged(&self, event: &EventId, now_ms: i64) {
+        self.bucket(event, now_ms, |b| {
+            b.challenged = b.challenged.saturating_add(1);
+        });
+    }
+
+    fn bucket(&self, event: &EventId, now_ms: i64, update: impl FnOnce(&mut Bucket)) {
         let second = now_ms.div_euclid(1000);
         let mut events = self.events.lock().unwrap_or_else(|p| p.into_inner());
         let buckets = events
@@ -184,8 +201,26 @@ impl RiskWindow {
                 ..Bucket::default()
             };
         }
-        b.total = b.total.saturating_add(1);
-        b.risky = b.risky.saturating_add(u32::from(risky));
+        update(b);
+    }
+
+    /// `(total, risky, challenged)` first contacts in the 60 s up to `now_ms`.
+    pub fn shares(&self, event: &EventId, now_ms: i64) -> (u32, u32, u32) {
+        let second = now_ms.div_euclid(1000);
+        let events = self.events.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(buckets) = events.get(event) else {
+            return (0, 0, 0);
+        };
+        buckets
+            .iter()
+            .filter(|b| b.second > second - 60 && b.second <= second)
+            .fold((0, 0, 0), |(t, r, c), b| {
+                (
+                    t.saturating_add(b.total),
+                    r.saturating_add(b.risky),
+                    c.saturating_add(b.challenged),
+                )
+            })
     }
 
     /// `(total, risky)` arrivals in the 60 s up to `now_ms`.

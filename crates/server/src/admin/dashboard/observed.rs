@@ -1,0 +1,146 @@
+//! What the operator watches beyond the store's counts: the phase, the
+//! origin as the gate saw it, bot and proof-of-work shares. Computed once per
+//! stats refresh, it feeds both the admin event JSON (the dashboard) and the
+//! per-event Prometheus gauges, so the two always show the same figures.
+
+use anteroom_core::phase::{AdminState, Phase, phase};
+use anteroom_store::EventStats;
+use serde::Serialize;
+
+use crate::app::{AppState, EventRuntime, lock};
+use crate::config::Admission;
+
+/// The extra fields of an event's `stats` in the admin API. Origin and bot
+/// figures are this node's own observations (each node sees its share of
+/// the traffic); the counts beside them come from the shared store.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct Observed {
+    /// `scheduled`, `pre_queue`, `open`, `paused` or `closed`.
+    pub phase: String,
+    /// The event's cap on active sessions plus outstanding tokens.
+    pub max_active: u64,
+    /// `true` while this node drains the event (store unreachable).
+    pub draining: bool,
+    /// p95 time to the origin's response head over the last 10 s, in ms;
+    /// `null` when nothing was proxied in that window.
+    pub origin_p95_ms: Option<f64>,
+    /// Share of proxied responses that were 5xx over the last 10 s.
+    pub origin_error_rate: Option<f64>,
+    /// Proxied responses in that window.
+    pub origin_samples: u64,
+    /// Adaptive mode's latency and error targets, when the event has them.
+    pub origin_target_p95_ms: Option<f64>,
+    pub origin_max_error_rate: Option<f64>,
+    /// First contacts (enter without an answer) in the last minute.
+    pub arrivals_1m: u64,
+    /// Share of them scored medium or high risk.
+    pub bot_share_1m: Option<f64>,
+    /// Share of them asked for proof-of-work.
+    pub pow_share_1m: Option<f64>,
+}
+
+/// The phase as the API spells it.
+pub fn phase_name(p: Phase) -> &'static str {
+    match p {
+        Phase::Scheduled => "scheduled",
+        Phase::PreQueue => "pre_queue",
+        Phase::Open => "open",
+        Phase::Paused => "paused",
+        Phase::Closed => "closed",
+    }
+}
+
+/// Reads the event's observations now and sets its gauges. `stats` is the
+/// store's answer of this refresh (`None` when the store did not answer:
+/// the store gauges keep their last values then).
+pub fn observe(
+    state: &AppState,
+    rt: &EventRuntime,
+    stats: Option<&EventStats>,
+    admin: AdminState,
+) -> Observed {
+    let now_ms = state.now_ms();
+    let pre_window = i64::try_from(rt.config.pre_window.as_millis()).unwrap_or(i64::MAX);
+    let phase = phase(now_ms, rt.config.opens_at_ms, pre_window, admin);
+    let origin = lock(&rt.live.admission.origin).summary(now_ms);
+    let (target_p95_ms, max_error_rate) = match &rt.config.admission {
+        Admission::Adaptive {
+            target_p95,
+            max_error_rate,
+        } => (
+            Some(target_p95.as_secs_f64() * 1000.0),
+            Some(*max_error_rate),
+        ),
+        _ => (None, None),
+    };
+    let (total, risky, challenged) = state.bots.arrival_shares(rt.id(), now_ms);
+    let share = |n: u32| (total > 0).then(|| f64::from(n) / f64::from(total));
+    let observed = Observed {
+        phase: phase_name(phase).to_owned(),
+        max_active: rt.config.max_active,
+        draining: crate::drain::of(rt).is_draining(),
+        origin_p95_ms: origin.p95_ms,
+        origin_error_rate: origin.error_rate,
+        origin_samples: origin.samples,
+        origin_target_p95_ms: target_p95_ms,
+        origin_max_error_rate: max_error_rate,
+        arrivals_1m: u64::from(total),
+        bot_share_1m: share(risky),
+        pow_share_1m: share(challenged),
+    };
+    export(rt, &observed, phase, admin, stats);
+    observed
+}
+
+fn export(
+    rt: &EventRuntime,
+    o: &Observed,
+    phase: Phase,
+    admin: AdminState,
+    stats: Option<&EventStats>,
+) {
+    let event = rt.id().to_string();
+    let gauge = |name: &'static str, value: f64| {
+        metrics::gauge!(name, "event" => event.clone()).set(value);
+    };
+    let flag = |b: bool| if b { 1.0 } else { 0.0 };
+    gauge("anteroom_max_active", o.max_active as f64);
+    gauge("anteroom_admitting", flag(phase.admits()));
+    gauge("anteroom_paused", flag(admin == AdminState::Paused));
+    gauge("anteroom_closed", flag(admin == AdminState::Closed));
+    // An empty window reads as 0 (nothing slow, nothing failing), so an
+    // alert on these never fires on an idle origin.
+    gauge(
+        "anteroom_origin_p95_seconds",
+        o.origin_p95_ms.unwrap_or(0.0) / 1000.0,
+    );
+    gauge(
+        "anteroom_origin_error_ratio",
+        o.origin_error_rate.unwrap_or(0.0),
+    );
+    gauge("anteroom_origin_samples", o.origin_samples as f64);
+    if let Some(ms) = o.origin_target_p95_ms {
+        gauge("anteroom_origin_target_p95_seconds", ms / 1000.0);
+    }
+    if let Some(r) = o.origin_max_error_rate {
+        gauge("anteroom_origin_max_error_ratio", r);
+    }
+    gauge("anteroom_arrivals_1m", o.arrivals_1m as f64);
+    gauge("anteroom_bot_share", o.bot_share_1m.unwrap_or(0.0));
+    gauge("anteroom_pow_share", o.pow_share_1m.unwrap_or(0.0));
+    if let Some(s) = stats {
+        gauge("anteroom_outstanding", s.outstanding as f64);
+        // The admin view's estimate for a visitor joining the back now;
+        // 0 while no estimate can be made (no admissions seen yet).
+        let per_s = |n: u64, secs: f64| (n > 0).then(|| n as f64 / secs);
+        let rate = anteroom_core::eta::blended_rate(
+            per_s(s.admitted_last_1m, 60.0),
+            per_s(s.admitted_last_5m, 300.0),
+        );
+        let eta = anteroom_core::eta::estimate(s.waiting, rate, s.churn_last_1m as f64 / 60.0);
+        gauge(
+            "anteroom_eta_back_seconds",
+            eta.map_or(0.0, |e| e.seconds as f64),
+        );
+    }
+}
