@@ -1,6 +1,6 @@
 //! The shipped Grafana dashboard and alert rules against Debian's real
 //! `prometheus` scraping a real Anteroom on loopback: `promtool check rules`
-//! passes, Prometheus loads the rules without an evaluation error, and every
+//! and `promtool test rules` pass, Prometheus loads the rules without an evaluation error, and every
 //! dashboard query and every alert expression returns a series (an alert
 //! whose condition does not hold here is checked for the presence of each
 //! metric it reads).
@@ -269,6 +269,21 @@ async fn dashboard_queries_and_alerts_return_series_in_real_prometheus() {
         "promtool check rules failed:\n{}{}",
         String::from_utf8_lossy(&check.stdout),
         String::from_utf8_lossy(&check.stderr)
+    );
+
+    // The rules' own unit tests: each alert fires on the series meant to raise it.
+    let unit = Command::new("promtool")
+        .arg("test")
+        .arg("rules")
+        .arg("alerts_test.yml")
+        .current_dir(repo().join("deploy/prometheus"))
+        .output()
+        .unwrap_or_else(|e| panic!("promtool: {MISSING} ({e})"));
+    assert!(
+        unit.status.success(),
+        "promtool test rules failed:\n{}{}",
+        String::from_utf8_lossy(&unit.stdout),
+        String::from_utf8_lossy(&unit.stderr)
     );
 
     let (origin_addr, origin) = support::start_origin().await;
