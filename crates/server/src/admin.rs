@@ -119,7 +119,7 @@ fn view(rt: &EventRuntime) -> EventView {
             admission_rate_1m: s.admitted_last_1m as f64,
             admission_rate_5m: s.admitted_last_5m as f64 / 5.0,
             eta_back_of_queue_seconds: eta.map(|e| e.seconds),
-            observed: snap.observed.clone(),
+            observed: dashboard::current(&snap),
         },
         reachable: snap.reachable,
     }

@@ -128,6 +128,17 @@ async fn wait_text(client: &Client, css: &str, want: &str) -> Result<String> {
     .await
 }
 
+/// Waits until the event's badges read exactly `want` (e.g. "OPEN", not
+/// "OPEN PAUSED" on the way between two states).
+async fn wait_badges(client: &Client, event: &str, want: &str) -> Result<()> {
+    let css = format!("[data-event={event}] .badges");
+    wait_for(&format!("{css} to be {want:?}"), STEP, || async {
+        let t = text_of(client, &css).await.unwrap_or_default();
+        Ok((t.trim() == want).then_some(()))
+    })
+    .await
+}
+
 async fn points(client: &Client, event: &str) -> Result<usize> {
     let n: Value = client
         .execute(
@@ -249,7 +260,7 @@ async fn dashboard_signs_in_shows_live_figures_and_steers() {
             "capacity"
         );
         ensure!(text_of(&client, "[data-event=tickets] [data-stat=outstanding]").await? == "2");
-        wait_text(&client, "[data-event=tickets] .badges", "OPEN").await?;
+        wait_badges(&client, "tickets", "OPEN").await?;
 
         // The charts take a new point at least every 2 s.
         let before = points(&client, "tickets").await?;
@@ -275,10 +286,10 @@ async fn dashboard_signs_in_shows_live_figures_and_steers() {
         control(&client, "tickets", "Pause", false).await?;
         ensure!(event_json(s, "tickets").await["state"] == "running");
         control(&client, "tickets", "Pause", true).await?;
-        wait_text(&client, "[data-event=tickets] .badges", "PAUSED").await?;
+        wait_badges(&client, "tickets", "PAUSED").await?;
         ensure!(event_json(s, "tickets").await["state"] == "paused");
         control(&client, "tickets", "Resume", true).await?;
-        wait_text(&client, "[data-event=tickets] .badges", "OPEN").await?;
+        wait_badges(&client, "tickets", "OPEN").await?;
         ensure!(event_json(s, "tickets").await["state"] == "running");
 
         // max_active, with its confirmation; then the queue moves.
@@ -292,7 +303,7 @@ async fn dashboard_signs_in_shows_live_figures_and_steers() {
         wait_text(&client, "[data-event=tickets] [data-stat=waiting]", "1").await?;
 
         control(&client, "other", "Close event", true).await?;
-        wait_text(&client, "[data-event=other] .badges", "CLOSED").await?;
+        wait_badges(&client, "other", "CLOSED").await?;
         ensure!(event_json(s, "other").await["state"] == "closed");
 
         // A reload keeps the session's token and the charts' history.

@@ -18,7 +18,7 @@ use axum::http::{HeaderName, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
-pub use observed::{Observed, observe, phase_name};
+pub use observed::{Observed, current, observe, phase_name};
 
 use crate::app::AppState;
 use crate::error::ApiError;

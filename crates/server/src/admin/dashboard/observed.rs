@@ -7,7 +7,7 @@ use anteroom_core::phase::{AdminState, Phase, phase};
 use anteroom_store::EventStats;
 use serde::Serialize;
 
-use crate::app::{AppState, EventRuntime, lock};
+use crate::app::{AppState, EventRuntime, Snapshot, lock};
 use crate::config::Admission;
 
 /// The extra fields of an event's `stats` in the admin API. Origin and bot
@@ -37,6 +37,22 @@ pub struct Observed {
     pub bot_share_1m: Option<f64>,
     /// Share of them asked for proof-of-work.
     pub pow_share_1m: Option<f64>,
+}
+
+/// The snapshot's observations with the phase brought in line with its
+/// admin state: pause, resume and close update that at once, the rest waits
+/// for the next refresh (within 500 ms), which also settles a reopened
+/// event's phase against its schedule.
+pub fn current(snap: &Snapshot) -> Observed {
+    let mut o = snap.observed.clone();
+    let phase = match (snap.admin, o.phase.as_str()) {
+        (AdminState::Closed, _) => "closed",
+        (AdminState::Paused, "open") => "paused",
+        (AdminState::Running, "paused" | "closed") => "open",
+        _ => return o,
+    };
+    phase.clone_into(&mut o.phase);
+    o
 }
 
 /// The phase as the API spells it.
@@ -142,5 +158,33 @@ fn export(
             "anteroom_eta_back_seconds",
             eta.map_or(0.0, |e| e.seconds as f64),
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn snap(admin: AdminState, phase: &str) -> Snapshot {
+        Snapshot {
+            admin,
+            observed: Observed {
+                phase: phase.to_owned(),
+                ..Observed::default()
+            },
+            ..Snapshot::default()
+        }
+    }
+
+    #[test]
+    fn phase_follows_an_admin_change_before_the_next_refresh() {
+        let phase = |a, p| current(&snap(a, p)).phase;
+        assert_eq!(phase(AdminState::Paused, "open"), "paused");
+        assert_eq!(phase(AdminState::Running, "paused"), "open");
+        assert_eq!(phase(AdminState::Closed, "pre_queue"), "closed");
+        assert_eq!(phase(AdminState::Running, "closed"), "open");
+        // Before opening, a pause does not make the event look open.
+        assert_eq!(phase(AdminState::Paused, "scheduled"), "scheduled");
+        assert_eq!(phase(AdminState::Running, "pre_queue"), "pre_queue");
     }
 }
