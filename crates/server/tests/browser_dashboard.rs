@@ -337,6 +337,39 @@ async fn dashboard_signs_in_shows_live_figures_and_steers() {
                 .is_displayed()
                 .await?
         );
+
+        // A read-only token hides the controls. Named tokens with roles are
+        // the admin API's; the page is held to their contract here by
+        // answering `GET /admin/whoami` as a read-only token would.
+        client
+            .execute(
+                "const real = window.fetch;
+                 window.fetch = (path, init) => path === '/admin/whoami'
+                   ? Promise.resolve(new Response(JSON.stringify({ name: 'viewer', role: 'read-only' }),
+                       { status: 200, headers: { 'content-type': 'application/json' } }))
+                   : real(path, init);",
+                vec![],
+            )
+            .await?;
+        let field = client.find(Locator::Id("token")).await?;
+        field.send_keys(ADMIN_TOKEN).await?;
+        client.find(Locator::Css("#login-form button")).await?.click().await?;
+        wait_text(&client, "[data-event=tickets] [data-stat=waiting]", "1").await?;
+        wait_for("the read-only notice", STEP, || async {
+            Ok(client
+                .find(Locator::Id("readonly"))
+                .await?
+                .is_displayed()
+                .await?
+                .then_some(()))
+        })
+        .await?;
+        for event in ["tickets", "other"] {
+            let controls = client
+                .find(Locator::Css(&format!("[data-event={event}] .controls")))
+                .await?;
+            ensure!(!controls.is_displayed().await?, "{event}: controls shown");
+        }
         Ok(())
     })
     .await;

@@ -291,6 +291,24 @@ async fn dashboard_queries_and_alerts_return_series_in_real_prometheus() {
     let toml = config(origin_addr, dir.path());
     let s = TestServer::start_with(&toml, origin_addr, origin, dir).await;
     traffic(&s).await;
+    // The admin JSON carries the figures the gauges export.
+    let (_, _, body) = s
+        .admin_get("/admin/events/guarded", Some(support::ADMIN_TOKEN))
+        .await;
+    let ev: Value = serde_json::from_slice(&body).unwrap();
+    // One first contact, asked for proof-of-work.
+    assert_eq!(ev["stats"]["arrivals_1m"], 1, "{ev}");
+    assert_eq!(ev["stats"]["pow_share_1m"], 1.0, "{ev}");
+    let (_, _, body) = s
+        .admin_get("/admin/events/tickets", Some(support::ADMIN_TOKEN))
+        .await;
+    let ev: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(ev["stats"]["pow_share_1m"], 0.0, "{ev}");
+    assert_eq!(ev["stats"]["max_active"], 2, "{ev}");
+    // The origin window (10 s) still holds the three proxied requests, all 2xx.
+    assert_eq!(ev["stats"]["origin_samples"], 3, "{ev}");
+    assert_eq!(ev["stats"]["origin_error_rate"], 0.0, "{ev}");
+    assert!(ev["stats"]["origin_p95_ms"].is_number(), "{ev}");
     let prom = start_prometheus(s.admin, &rules);
 
     // Ready, scraping, and with a few scrapes in (rate() needs two).
