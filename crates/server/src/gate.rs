@@ -36,6 +36,7 @@ use crate::config::MAX_HEADER_BYTES;
 use crate::error::ApiError;
 use crate::identity::{self, PASS_COOKIE};
 use crate::passes::{self, PassCheck};
+use crate::proxy::ClientHop;
 
 /// Where a request goes, from its method and target alone.
 pub enum Route {
@@ -255,8 +256,9 @@ async fn timed_forward(
     ip: IpAddr,
     extra: Vec<(HeaderName, HeaderValue)>,
 ) -> Response {
+    let client = ClientHop::read(&req, ip, &state.server.trusted_proxies);
     let started = Instant::now();
-    let response = state.proxy.forward(req, origin, ip, extra).await;
+    let response = state.proxy.forward(req, origin, &client, extra).await;
     metrics::histogram!("anteroom_proxy_latency_seconds").record(started.elapsed().as_secs_f64());
     response
 }
@@ -284,10 +286,8 @@ fn accepts_html(headers: &HeaderMap) -> bool {
         .any(|v| v.contains("text/html"))
 }
 
-/// The TCP peer. The proxy appends it to `X-Forwarded-For` as the hop this
-/// server saw, keeping the earlier hops as received, so the origin gets the
-/// whole chain; the believed client address (through trusted proxies) is
-/// [`crate::api::client_ip`], used for rate limits.
+/// The TCP peer. [`ClientHop::read`] turns it (with a trusted proxy's
+/// headers) into what the origin is told about the client.
 fn peer_ip(req: &Request) -> IpAddr {
     req.extensions()
         .get::<ConnectInfo<SocketAddr>>()

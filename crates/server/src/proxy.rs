@@ -7,7 +7,6 @@
 //! pay a TCP handshake per request. Origins are plain `http://`: TLS, where
 //! wanted, is terminated in front of Anteroom.
 
-use std::net::IpAddr;
 use std::time::Duration;
 
 use axum::body::Body;
@@ -25,6 +24,7 @@ mod headers;
 mod upgrade;
 
 pub use error::ProxyError;
+pub use headers::{ClientHop, ClientScheme};
 
 /// A pooled HTTP/1 client to the origins.
 #[derive(Clone, Debug)]
@@ -71,21 +71,22 @@ impl Proxy {
     /// prepended to the request's) and answers with the origin's response,
     /// or with `502`/`504` JSON when the origin fails.
     ///
-    /// The origin sees `X-Forwarded-For` (the visitor's `client_ip` appended
-    /// to any earlier hops), `X-Forwarded-Proto`, `X-Forwarded-Host` and
-    /// `Host: <origin authority>`. Every client-sent `X-Anteroom-*` header
-    /// is dropped, and so is any header named in `extra`, before `extra` is
-    /// added: only the gate speaks for Anteroom. `extra` may also override
-    /// the forwarding headers (e.g. `X-Forwarded-Proto: https` behind a
-    /// trusted TLS terminator).
+    /// The origin sees one rebuilt set of `X-Forwarded-For` (the believed
+    /// client address alone), `X-Forwarded-Proto` and `X-Forwarded-Host`,
+    /// from `client`, and `Host: <origin authority>`. Every client-sent
+    /// header that claims who the client is, how it came or which path it
+    /// wants (`X-Forwarded-*`, `Forwarded`, `X-Real-IP`, `X-Original-URL`,
+    /// `X-Rewrite-URL`, `X-Anteroom-*`, in `-` or `_` spellings) is dropped,
+    /// and so are Anteroom's cookies and any header named in `extra`, before
+    /// `extra` is added: only the gate speaks for Anteroom.
     pub async fn forward(
         &self,
         req: Request,
         origin: &Uri,
-        client_ip: IpAddr,
+        client: &ClientHop,
         extra: Vec<(HeaderName, HeaderValue)>,
     ) -> Response {
-        match self.try_forward(req, origin, client_ip, extra).await {
+        match self.try_forward(req, origin, client, extra).await {
             Ok(response) => response,
             Err(err) => {
                 tracing::warn!(error = ?err, origin = %origin, "proxy: origin failed");
@@ -98,7 +99,7 @@ impl Proxy {
         &self,
         req: Request,
         origin: &Uri,
-        client_ip: IpAddr,
+        client: &ClientHop,
         extra: Vec<(HeaderName, HeaderValue)>,
     ) -> Result<Response, ProxyError> {
         let (mut parts, body) = req.into_parts();
@@ -110,9 +111,7 @@ impl Proxy {
             .as_ref()
             .and_then(|_| parts.extensions.remove::<OnUpgrade>());
         let forwarding = headers::Forwarding {
-            client_ip,
-            proto: parts.uri.scheme_str().unwrap_or("http"),
-            host: headers::request_host(&parts.headers, &parts.uri),
+            client,
             origin_authority: target.authority(),
             upgrade: upgrade.clone(),
         };

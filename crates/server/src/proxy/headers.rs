@@ -1,12 +1,14 @@
 //! Header rewriting on the way to the origin and back: hop-by-hop headers
-//! stay on their hop, forwarding headers say who asked, and only the gate
-//! may speak for Anteroom (`X-Anteroom-*`).
+//! stay on their hop, the origin gets one rebuilt set of forwarding headers
+//! that says who asked, only the gate may speak for Anteroom
+//! (`X-Anteroom-*`), and Anteroom's own cookies stay with Anteroom.
 
 use std::net::IpAddr;
 
-use http::header::{CONNECTION, EXPECT, HOST, UPGRADE};
+use http::header::{CONNECTION, COOKIE, EXPECT, HOST, UPGRADE};
 use http::uri::Authority;
-use http::{HeaderMap, HeaderName, HeaderValue, StatusCode, Uri};
+use http::{HeaderMap, HeaderName, HeaderValue, Request, StatusCode, Uri};
+use ipnet::IpNet;
 
 #[cfg(test)]
 mod tests;
@@ -24,25 +26,107 @@ const HOP_BY_HOP: &[&str] = &[
     "upgrade",
 ];
 
-/// Headers the gate sets for the origin; a visitor must not forge them.
-const ANTEROOM_PREFIX: &str = "x-anteroom-";
+/// Request headers a client must not set for the origin, compared after
+/// `_` is read as `-` (CGI, WSGI, PHP and nginx with
+/// `underscores_in_headers` map both to the same variable, so
+/// `X_Forwarded_For` is `X-Forwarded-For` to the application): they claim
+/// who the client is, how it connected, or which path it asked for
+/// (`X-Original-URL` and `X-Rewrite-URL` make IIS, Symfony and Zend route
+/// by a header instead of the request target the gate matched).
+const FORGEABLE: &[&str] = &[
+    "forwarded",
+    "x-real-ip",
+    "x-original-url",
+    "x-rewrite-url",
+    "x-client-ip",
+    "client-ip",
+    "true-client-ip",
+    "x-cluster-client-ip",
+];
+
+/// Prefixes of forgeable names: Anteroom's own, and every `X-Forwarded-*`
+/// (`-For`, `-Proto`, `-Host`, `-Port`, `-Prefix`, `-Server`, ...).
+const FORGEABLE_PREFIXES: &[&str] = &["x-anteroom-", "x-forwarded-"];
+
+/// Prefix of Anteroom's cookie names (`anteroom_sid`, `anteroom_pass`, and
+/// their `__Host-` / `__Secure-` forms): the origin never sees them.
+const OWN_COOKIE_PREFIX: &[u8] = b"anteroom_";
 
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
 
+/// How the client reached this server, as a request extension: set by the
+/// listener for TLS connections (`Https`); absent means plain `http`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClientScheme {
+    Http,
+    Https,
+}
+
+/// What the origin is told about the client: the believed address, the
+/// scheme and the host it asked for.
+#[derive(Clone, Debug)]
+pub struct ClientHop {
+    pub ip: IpAddr,
+    pub proto: &'static str,
+    pub host: Option<HeaderValue>,
+}
+
+impl ClientHop {
+    /// Reads a request that arrived from `peer`. Only a peer in `trusted`
+    /// is believed about the client: its `X-Forwarded-For` chain (through
+    /// [`crate::client_ip`]), its `X-Forwarded-Proto` (`http` or `https`,
+    /// the scheme the client used at the proxy) and its `X-Forwarded-Host`.
+    /// Anyone else gets the TCP peer, this listener's scheme and the `Host`
+    /// it sent. The URI's own scheme is never believed: a client writes it.
+    pub fn read<B>(req: &Request<B>, peer: IpAddr, trusted: &[IpNet]) -> Self {
+        let headers = req.headers();
+        let ip = crate::client_ip::client_ip(peer, headers, trusted);
+        let vouched = crate::client_ip::is_trusted(peer, trusted);
+        let listener = match req.extensions().get::<ClientScheme>() {
+            Some(ClientScheme::Https) => "https",
+            Some(ClientScheme::Http) | None => "http",
+        };
+        let proto = vouched
+            .then(|| only(headers, &X_FORWARDED_PROTO))
+            .flatten()
+            .and_then(|v| {
+                let v = v.to_str().ok()?.trim();
+                if v.eq_ignore_ascii_case("https") {
+                    Some("https")
+                } else if v.eq_ignore_ascii_case("http") {
+                    Some("http")
+                } else {
+                    None
+                }
+            })
+            .unwrap_or(listener);
+        let host = vouched
+            .then(|| only(headers, &X_FORWARDED_HOST).cloned())
+            .flatten()
+            .or_else(|| request_host(headers, req.uri()));
+        Self { ip, proto, host }
+    }
+}
+
+/// The value of a header sent exactly once; a repeated one is not believed.
+fn only<'h>(headers: &'h HeaderMap, name: &HeaderName) -> Option<&'h HeaderValue> {
+    let mut values = headers.get_all(name).iter();
+    let first = values.next()?;
+    values.next().is_none().then_some(first)
+}
+
 /// What the origin is told about the request it receives.
 pub(super) struct Forwarding<'a> {
-    pub client_ip: IpAddr,
-    pub proto: &'a str,
-    pub host: Option<HeaderValue>,
+    pub client: &'a ClientHop,
     pub origin_authority: Option<&'a Authority>,
     pub upgrade: Option<HeaderValue>,
 }
 
 /// The host the visitor asked for: `Host`, or the authority of an
 /// absolute-form or HTTP/2 request.
-pub(super) fn request_host(headers: &HeaderMap, uri: &Uri) -> Option<HeaderValue> {
+fn request_host(headers: &HeaderMap, uri: &Uri) -> Option<HeaderValue> {
     headers.get(HOST).cloned().or_else(|| {
         uri.authority()
             .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
@@ -83,6 +167,61 @@ fn strip_hop_by_hop(headers: &mut HeaderMap) {
     }
 }
 
+/// Whether a client-sent header claims something only Anteroom may say.
+fn is_forgeable(name: &HeaderName) -> bool {
+    // Header names are lowercase; `_` and `-` are the same to many stacks.
+    let name = name.as_str().replace('_', "-");
+    FORGEABLE.contains(&name.as_str()) || FORGEABLE_PREFIXES.iter().any(|p| name.starts_with(p))
+}
+
+/// Whether a cookie name is one of Anteroom's, in any of its forms.
+fn is_own_cookie(name: &[u8]) -> bool {
+    let name = strip_prefix_ignore_case(name, b"__host-")
+        .or_else(|| strip_prefix_ignore_case(name, b"__secure-"))
+        .unwrap_or(name);
+    name.get(..OWN_COOKIE_PREFIX.len())
+        .is_some_and(|head| head.eq_ignore_ascii_case(OWN_COOKIE_PREFIX))
+}
+
+fn strip_prefix_ignore_case<'a>(s: &'a [u8], prefix: &[u8]) -> Option<&'a [u8]> {
+    let head = s.get(..prefix.len())?;
+    head.eq_ignore_ascii_case(prefix)
+        .then(|| &s[prefix.len()..])
+}
+
+/// Drops Anteroom's cookies from the `Cookie` headers and joins what is
+/// left into one header (RFC 9113 8.2.3: an HTTP/1.1 hop gets one), or none.
+fn strip_own_cookies(headers: &mut HeaderMap) {
+    if !headers.contains_key(COOKIE) {
+        return;
+    }
+    let mut kept: Vec<u8> = Vec::new();
+    for value in headers.get_all(COOKIE) {
+        for pair in value.as_bytes().split(|&b| b == b';') {
+            let pair = pair.trim_ascii();
+            let name = pair
+                .split(|&b| b == b'=')
+                .next()
+                .unwrap_or(pair)
+                .trim_ascii();
+            if pair.is_empty() || is_own_cookie(name) {
+                continue;
+            }
+            if !kept.is_empty() {
+                kept.extend_from_slice(b"; ");
+            }
+            kept.extend_from_slice(pair);
+        }
+    }
+    headers.remove(COOKIE);
+    // The pieces came from valid header values, so the join is one too.
+    if let Ok(value) = HeaderValue::from_bytes(&kept)
+        && !kept.is_empty()
+    {
+        headers.insert(COOKIE, value);
+    }
+}
+
 /// Rewrites a visitor's request headers for the origin.
 pub(super) fn rewrite_request(
     headers: &mut HeaderMap,
@@ -92,24 +231,25 @@ pub(super) fn rewrite_request(
     strip_hop_by_hop(headers);
     let forged: Vec<HeaderName> = headers
         .keys()
-        .filter(|name| name.as_str().starts_with(ANTEROOM_PREFIX))
+        .filter(|name| is_forgeable(name))
         .cloned()
         .collect();
     for name in forged {
         headers.remove(name);
     }
+    strip_own_cookies(headers);
     // The visitor's `100-continue` was answered by our server already.
     headers.remove(EXPECT);
 
-    let forwarded_for = forwarded_for(headers, fwd.client_ip);
-    headers.insert(X_FORWARDED_FOR, forwarded_for);
-    if let Ok(proto) = HeaderValue::from_str(fwd.proto) {
-        headers.insert(X_FORWARDED_PROTO, proto);
+    let client = fwd.client;
+    // An address always makes a valid header value.
+    if let Ok(ip) = HeaderValue::from_str(&client.ip.to_string()) {
+        headers.insert(X_FORWARDED_FOR, ip);
     }
-    match fwd.host {
-        Some(host) => headers.insert(X_FORWARDED_HOST, host),
-        None => headers.remove(X_FORWARDED_HOST),
-    };
+    headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(client.proto));
+    if let Some(host) = &client.host {
+        headers.insert(X_FORWARDED_HOST, host.clone());
+    }
     // Name-based virtual hosting on the origin must see its own name.
     if let Some(authority) = fwd
         .origin_authority
@@ -127,24 +267,6 @@ pub(super) fn rewrite_request(
     for (name, value) in extra {
         headers.append(name, value);
     }
-}
-
-/// Earlier hops' `X-Forwarded-For` (all of its fields, in order) with the
-/// visitor's address appended: the origin trusts the hops it chooses to.
-fn forwarded_for(headers: &HeaderMap, client_ip: IpAddr) -> HeaderValue {
-    let mut list = String::new();
-    for prior in headers.get_all(X_FORWARDED_FOR) {
-        if let Ok(prior) = prior.to_str() {
-            list.push_str(prior);
-            list.push_str(", ");
-        }
-    }
-    list.push_str(&client_ip.to_string());
-    HeaderValue::from_str(&list).unwrap_or_else(|_| {
-        // An address always is a valid header value; the earlier hops,
-        // which are visible ASCII, cannot make it invalid either.
-        HeaderValue::from_static("unknown")
-    })
 }
 
 /// Rewrites an origin's response headers for the visitor; a `101` keeps

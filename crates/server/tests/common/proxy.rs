@@ -124,7 +124,10 @@ pub async fn start_gate(
     let app = Router::new().fallback(
         move |ConnectInfo(peer): ConnectInfo<SocketAddr>, req: Request| {
             let (proxy, origin, extra) = (Arc::clone(&proxy), origin.clone(), extra.clone());
-            async move { proxy.forward(req, &origin, peer.ip(), extra).await }
+            async move {
+                let client = anteroom::proxy::ClientHop::read(&req, peer.ip(), &[]);
+                proxy.forward(req, &origin, &client, extra).await
+            }
         },
     );
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -15,14 +15,20 @@ fn map(pairs: &[(&str, &str)]) -> HeaderMap {
     h
 }
 
-fn rewritten(pairs: &[(&str, &str)], extra: &[(&str, &str)]) -> HeaderMap {
-    let mut h = map(pairs);
-    let uri: Uri = "/x".parse().unwrap();
+fn request(pairs: &[(&str, &str)]) -> Request<()> {
+    let mut req = Request::new(());
+    *req.uri_mut() = "/x".parse().unwrap();
+    *req.headers_mut() = map(pairs);
+    req
+}
+
+const PEER: IpAddr = IpAddr::V4(Ipv4Addr::new(203, 0, 113, 7));
+
+fn rewritten_with(req: &Request<()>, hop: &ClientHop, extra: &[(&str, &str)]) -> HeaderMap {
+    let mut h = req.headers().clone();
     let origin: Authority = "origin:9000".parse().unwrap();
     let fwd = Forwarding {
-        client_ip: IpAddr::V4(Ipv4Addr::new(203, 0, 113, 7)),
-        proto: "http",
-        host: request_host(&h, &uri),
+        client: hop,
         origin_authority: Some(&origin),
         upgrade: upgrade_protocol(&h),
     };
@@ -32,6 +38,12 @@ fn rewritten(pairs: &[(&str, &str)], extra: &[(&str, &str)]) -> HeaderMap {
         .collect();
     rewrite_request(&mut h, fwd, extra);
     h
+}
+
+/// Rewritten for a client that connected straight from [`PEER`].
+fn rewritten(pairs: &[(&str, &str)], extra: &[(&str, &str)]) -> HeaderMap {
+    let req = request(pairs);
+    rewritten_with(&req, &ClientHop::read(&req, PEER, &[]), extra)
 }
 
 #[test]
@@ -55,10 +67,8 @@ fn request_headers_are_rewritten() {
     assert_eq!(h["host"], "origin:9000");
     assert_eq!(h["x-forwarded-host"], "shop.example");
     assert_eq!(h["x-forwarded-proto"], "http");
-    assert_eq!(
-        h["x-forwarded-for"],
-        "198.51.100.1, 198.51.100.2, 203.0.113.7"
-    );
+    assert_eq!(h["x-forwarded-for"], "203.0.113.7");
+    assert_eq!(h.get_all("x-forwarded-for").iter().count(), 1);
     assert_eq!(h["x-anteroom-session"], "s1");
     assert_eq!(h.get_all("x-anteroom-session").iter().count(), 1);
     assert_eq!(h["x-anteroom-event"], "drop");
@@ -72,6 +82,109 @@ fn request_headers_are_rewritten() {
     ] {
         assert!(!h.contains_key(gone), "{gone} kept");
     }
+}
+
+#[test]
+fn forgeable_headers_are_dropped_in_every_spelling() {
+    let forged = [
+        "x-original-url",
+        "x-rewrite-url",
+        "x_original_url",
+        "X_Rewrite_URL",
+        "forwarded",
+        "x-real-ip",
+        "x_real_ip",
+        "x-forwarded-port",
+        "x-forwarded-prefix",
+        "x-forwarded-server",
+        "x_forwarded_for",
+        "x_forwarded_proto",
+        "x-forwarded_host",
+        "x_anteroom_session",
+        "x-anteroom_event",
+        "true-client-ip",
+        "x-client-ip",
+        "client_ip",
+    ];
+    let pairs: Vec<(&str, &str)> = forged.iter().map(|n| (*n, "/tickets")).collect();
+    let h = rewritten(&pairs, &[]);
+    for name in forged {
+        assert!(
+            !h.contains_key(name.to_ascii_lowercase().as_str()),
+            "{name} kept"
+        );
+    }
+    // The rebuilt set is all that is left of them.
+    let names: Vec<&str> = h.keys().map(HeaderName::as_str).collect();
+    assert_eq!(names.len(), 3, "{names:?}");
+}
+
+#[test]
+fn a_trusted_proxys_chain_proto_and_host_are_believed() {
+    let trusted: Vec<IpNet> = vec!["203.0.113.0/24".parse().unwrap()];
+    let pairs = [
+        ("host", "internal:8080"),
+        ("x-forwarded-for", "6.6.6.6, 198.51.100.4"),
+        ("x-forwarded-proto", "HTTPS"),
+        ("x-forwarded-host", "shop.example"),
+        ("forwarded", "for=6.6.6.6"),
+    ];
+    let req = request(&pairs);
+    let hop = ClientHop::read(&req, PEER, &trusted);
+    let h = rewritten_with(&req, &hop, &[]);
+    assert_eq!(h["x-forwarded-for"], "198.51.100.4");
+    assert_eq!(h["x-forwarded-proto"], "https");
+    assert_eq!(h["x-forwarded-host"], "shop.example");
+    assert!(!h.contains_key("forwarded"));
+    // Not believed from anyone else, nor when it is not one clear value.
+    let hop = ClientHop::read(&req, "192.0.2.1".parse().unwrap(), &trusted);
+    assert_eq!(hop.proto, "http");
+    assert_eq!(hop.host.unwrap(), "internal:8080");
+    let req = request(&[
+        ("x-forwarded-proto", "https"),
+        ("x-forwarded-proto", "http"),
+    ]);
+    assert_eq!(ClientHop::read(&req, PEER, &trusted).proto, "http");
+    let req = request(&[("x-forwarded-proto", "gopher")]);
+    assert_eq!(ClientHop::read(&req, PEER, &trusted).proto, "http");
+    // A TLS listener says https itself.
+    let mut req = request(&[]);
+    req.extensions_mut().insert(ClientScheme::Https);
+    assert_eq!(ClientHop::read(&req, PEER, &[]).proto, "https");
+}
+
+#[test]
+fn anteroom_cookies_never_reach_the_origin() {
+    let check = |cookies: &[&str], expected: Option<&str>| {
+        let pairs: Vec<(&str, &str)> = cookies.iter().map(|c| ("cookie", *c)).collect();
+        let h = rewritten(&pairs, &[]);
+        assert_eq!(
+            h.get("cookie").map(|v| v.to_str().unwrap()),
+            expected,
+            "{cookies:?}"
+        );
+        assert!(h.get_all("cookie").iter().count() <= 1);
+    };
+    check(&["anteroom_sid=a; theme=dark"], Some("theme=dark"));
+    check(&["anteroom_pass=p"], None);
+    check(
+        &["__Host-anteroom_sid=a;__Host-anteroom_pass=p; x=1"],
+        Some("x=1"),
+    );
+    check(
+        &["__Secure-anteroom_pass=p; Anteroom_SID=b", "lang=fr"],
+        Some("lang=fr"),
+    );
+    check(&["a=1", "b=2; anteroom_sid=s"], Some("a=1; b=2"));
+    check(
+        &["anteroom_sidx=1; anteroom=2; my_anteroom_sid=3"],
+        Some("anteroom=2; my_anteroom_sid=3"),
+    );
+    check(&["theme=dark"], Some("theme=dark"));
+    for name in crate::identity::COOKIE_NAMES {
+        assert!(is_own_cookie(name.as_bytes()), "{name}");
+    }
+    check(&[], None);
 }
 
 #[test]
