@@ -7,6 +7,8 @@
 //! `ANTEROOM_ADMIN_TOKEN` are shorthands for the two secrets), then the
 //! command line. Any invalid value fails at start with a message naming it.
 
+pub mod env;
+mod parse;
 pub mod raw;
 pub mod stored;
 mod validate;
@@ -25,12 +27,19 @@ pub use validate::event_from_raw;
 /// Largest total size of a request's headers the gate accepts (API.md: 431 above).
 pub const MAX_HEADER_BYTES: usize = 32 * 1024;
 
-/// A configuration value that failed validation; the message names the key.
+/// A configuration value that failed validation; the message names the key
+/// (and, for a key inside `[[events]]`, the event's id).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid configuration: {key}: {message}")]
+#[error("invalid configuration: {key}{}: {message}", event_note(.event.as_deref()))]
 pub struct ConfigError {
     pub key: String,
     pub message: String,
+    /// The id of the `[[events]]` entry the key belongs to, when it has one.
+    pub event: Option<String>,
+}
+
+fn event_note(event: Option<&str>) -> String {
+    event.map_or_else(String::new, |id| format!(" (event {id:?})"))
 }
 
 impl ConfigError {
@@ -38,15 +47,24 @@ impl ConfigError {
         Self {
             key: key.into(),
             message: message.into(),
+            event: None,
         }
+    }
+
+    /// The same error, saying which event it is about.
+    pub(crate) fn in_event(mut self, id: Option<&str>) -> Self {
+        self.event = id.filter(|id| !id.is_empty()).map(str::to_owned);
+        self
     }
 }
 
 /// Why loading failed: unreadable or malformed input, or an invalid value.
+/// Each says what is wrong once, with the key (`events[0].max_active`), the
+/// event's id and where the value came from (file or variable).
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
     #[error("configuration could not be read: {0}")]
-    Parse(#[from] Box<figment::Error>),
+    Parse(String),
     #[error(transparent)]
     Invalid(#[from] ConfigError),
 }
@@ -74,6 +92,11 @@ pub struct ServerConfig {
     pub log_format: LogFormat,
     pub header_read_timeout: Duration,
     pub max_body_bytes: usize,
+    /// `server.shutdown_grace`: how long a graceful stop waits for requests
+    /// in flight (then the process stops anyway).
+    pub shutdown_grace: Duration,
+    /// `server.access_log`: one log line per public request.
+    pub access_log: bool,
     /// Issue 8: `server.gateway_nodes`, `server.drain_after` (with `store.timeout`)
     /// and the test-only `server.test_clock_offset_ms`.
     pub drain: crate::drain::clock::DrainSettings,
@@ -222,11 +245,11 @@ impl Config {
         if let Some(file) = file {
             figment = figment.merge(Toml::file_exact(file));
         }
-        figment = figment.merge(
-            Env::prefixed("ANTEROOM_")
-                .split("__")
-                .filter(|k| k != "secret" && k != "admin_token"),
-        );
+        // Only variables that name a key of the file are read: see `env`.
+        figment = figment.merge(Env::prefixed(env::PREFIX).split("__").filter(|k| {
+            let key = k.as_str().to_ascii_lowercase().replace("__", ".");
+            !env::SHORTHANDS.contains(&key.as_str()) && env::recognised(&key)
+        }));
         if let Ok(secret) = std::env::var("ANTEROOM_SECRET") {
             figment = figment.merge(Serialized::default("keys.secrets", vec![secret]));
         }
@@ -239,15 +262,18 @@ impl Config {
         if let Some(listen) = &overrides.admin_listen {
             figment = figment.merge(Serialized::default("server.admin_listen", listen));
         }
-        let raw: RawConfig = figment.extract().map_err(Box::new)?;
+        let raw: RawConfig = figment
+            .extract()
+            .map_err(|e| LoadError::Parse(parse::describe(e, &figment)))?;
         Ok(validate::config(&raw)?)
     }
 
     /// Parses and validates a TOML document (tests, `demo`).
     pub fn from_toml(text: &str) -> Result<Self, LoadError> {
-        let raw: RawConfig = Figment::from(Toml::string(text))
+        let figment = Figment::from(Toml::string(text));
+        let raw: RawConfig = figment
             .extract()
-            .map_err(Box::new)?;
+            .map_err(|e| LoadError::Parse(parse::describe(e, &figment)))?;
         Ok(validate::config(&raw)?)
     }
 

@@ -36,6 +36,11 @@ pub struct RawServer {
     pub header_read_timeout: Option<String>,
     /// Largest JSON body the queue API reads, in bytes.
     pub max_body_bytes: Option<u64>,
+    /// On SIGTERM / SIGINT, how long requests in flight may take to finish
+    /// before the process stops anyway.
+    pub shutdown_grace: Option<String>,
+    /// One log line per public request (method, path without query, status, time).
+    pub access_log: Option<bool>,
     /// Issue 8: gateway nodes sharing the store; each drains within 1/n of the capacity left.
     pub gateway_nodes: Option<u64>,
     /// Issue 8: how long a store that times out must keep failing before its events drain.

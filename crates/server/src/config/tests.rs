@@ -56,7 +56,7 @@ fn invalid_values_name_their_key() {
     let inv = "invalid configuration: ";
     check(
         ("id = \"drop\"", "id = \"drop\"\nmax_active = 0"),
-        &format!("{inv}events[0].max_active: must be > 0"),
+        &format!("{inv}events[0].max_active (event \"drop\"): must be > 0"),
     );
     check(
         ("id = \"drop\"", "id = \"a b\""),
@@ -64,28 +64,30 @@ fn invalid_values_name_their_key() {
     );
     check(
         ("id = \"drop\"", "id = \"drop\"\ntoken_ttl = \"soon\""),
-        &format!("{inv}events[0].token_ttl: \"soon\" is not a duration like \"90s\" or \"10m\""),
+        &format!(
+            "{inv}events[0].token_ttl (event \"drop\"): \"soon\" is not a duration like \"90s\" or \"10m\""
+        ),
     );
     check(
         ("http://127.0.0.1:9000", "ftp://x"),
         &format!(
-            "{inv}events[0].origin: \"ftp://x\" must be an http:// or https:// URL with a host"
+            "{inv}events[0].origin (event \"drop\"): \"ftp://x\" must be an http:// or https:// URL with a host"
         ),
     );
     check(
         ("batch_size = 5", "batch_size = 0"),
-        &format!("{inv}events[0].admission.batch_size: must be > 0"),
+        &format!("{inv}events[0].admission.batch_size (event \"drop\"): must be > 0"),
     );
     check(
         ("mode = \"batch\"", "mode = \"fifo\""),
         &format!(
-            "{inv}events[0].admission.mode: \"fifo\" is not batch, continuous, capacity or adaptive"
+            "{inv}events[0].admission.mode (event \"drop\"): \"fifo\" is not batch, continuous, capacity or adaptive"
         ),
     );
     check(
         ("high_risk = \"back_of_queue\"", "high_risk = \"shrug\""),
         &format!(
-            "{inv}events[0].bots.high_risk: \"shrug\" is not back_of_queue, captcha, reject or allow"
+            "{inv}events[0].bots.high_risk (event \"drop\"): \"shrug\" is not back_of_queue, captcha, reject or allow"
         ),
     );
     check(
@@ -108,7 +110,9 @@ fn invalid_values_name_their_key() {
     );
     check(
         ("id = \"drop\"", "id = \"drop\"\nidentity = \"jwt\""),
-        &format!("{inv}events[0].jwt.algorithm: \"\" is not HS256, RS256 or EdDSA"),
+        &format!(
+            "{inv}events[0].jwt.algorithm (event \"drop\"): \"\" is not HS256, RS256 or EdDSA"
+        ),
     );
 }
 

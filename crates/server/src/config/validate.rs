@@ -30,7 +30,9 @@ pub(super) fn config(raw: &RawConfig) -> Result<Config> {
     let mut prefixes = HashSet::new();
     for (i, e) in raw.events.iter().enumerate() {
         let key = format!("events[{i}]");
-        let event = event_from_raw(&key, e)?;
+        // Name the event in the message too, unless its id is what is wrong.
+        let named = e.id.as_deref().filter(|id| EventId::new(id).is_ok());
+        let event = event_from_raw(&key, e).map_err(|err| err.in_event(named))?;
         if !ids.insert(event.id.clone()) {
             return Err(ConfigError::new(
                 format!("{key}.id"),
@@ -107,6 +109,8 @@ fn server(raw: &RawConfig) -> Result<ServerConfig> {
             "10s",
         )?,
         max_body_bytes: usize::try_from(max_body_bytes).unwrap_or(16 * 1024),
+        shutdown_grace: duration("server.shutdown_grace", s.shutdown_grace.as_deref(), "10s")?,
+        access_log: s.access_log.unwrap_or(false),
         drain: drain_settings(s)?,
         trusted_proxies: Vec::new(),
     })
