@@ -5,6 +5,7 @@
 #![forbid(unsafe_code)]
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
+mod access;
 pub mod admin;
 pub mod admission;
 pub mod api;
@@ -116,24 +117,58 @@ pub async fn run_with_store(
     let admin_app = admin::router(state.clone());
     let limits = serve::Limits {
         header_read_timeout: config.server.header_read_timeout,
+        shutdown_grace: config.server.shutdown_grace,
     };
     let public_task = tokio::spawn(serve::serve(public, public_app, limits, stop_rx.clone()));
     let admin_task = tokio::spawn(serve::serve(admin, admin_app, limits, stop_rx));
     shutdown.await;
+    // Graceful stop: listeners close, requests in flight finish (within
+    // `server.shutdown_grace`), then the background tasks end. The store
+    // closes when its last handle drops (the embedded store joins its
+    // writer threads after their last commit); every join answered before
+    // that was already durable.
     let _ = stop_tx.send(true);
     let _ = public_task.await;
     let _ = admin_task.await;
     app::lock(&state.tasks).abort_all();
     bots_reload.abort();
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// What `anteroom check` verifies beyond the configuration's own shape:
+/// everything `run` builds before it opens the store — the token keys, the
+/// bot defence and its files, each event's JWT key.
+/// Opens no store and binds no port, so it is safe beside a live server.
+pub fn check(config: &Config) -> anyhow::Result<()> {
+    let keyring = anteroom_core::token::Keyring::new(&config.secrets).context("keys.secrets")?;
+    bots::BotDefence::new(
+        &config.bots,
+        bots::RateLimits::from(&config.limits),
+        Arc::new(keyring),
+    )
+    .map_err(|e| anyhow::anyhow!("invalid configuration: bots: {e}"))?;
+    for e in &config.events {
+        if let config::Identity::Jwt(jwt) = &e.identity {
+            identity::JwtVerifier::new(jwt)
+                .with_context(|| format!("event {:?}: jwt key", e.id.as_str()))?;
+        }
+    }
     Ok(())
 }
 
 /// The public listener: queue API and page routes, the gate as fallback, and
 /// the header-size guard around everything.
 pub fn public_router(state: Arc<AppState>) -> Router {
-    api::router()
+    let access_log = state.server.access_log;
+    let router = api::router()
         .fallback(gate::gate)
         .method_not_allowed_fallback(error::method_not_allowed)
-        .layer(axum::middleware::from_fn(gate::limit_headers))
-        .with_state(state)
+        .layer(axum::middleware::from_fn(gate::limit_headers));
+    let router = if access_log {
+        router.layer(axum::middleware::from_fn(access::log))
+    } else {
+        router
+    };
+    router.with_state(state)
 }

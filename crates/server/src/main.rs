@@ -1,8 +1,12 @@
 //! The `anteroom` binary: `anteroom serve --config FILE` runs the waiting
-//! room; `anteroom demo` runs it in front of a built-in demo shop with no setup.
+//! room; `anteroom check --config FILE` validates a configuration beside a
+//! live server; `anteroom demo` runs it in front of a built-in demo shop
+//! with no setup.
 
+use std::io::IsTerminal as _;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::process::ExitCode;
 
 use anteroom::config::{Config, LogFormat, Overrides};
 use anyhow::Context as _;
@@ -24,7 +28,9 @@ struct Cli {
 enum Command {
     /// Run the waiting room from a config file (plus ANTEROOM_* environment).
     Serve {
-        #[arg(long, short)]
+        /// The TOML configuration file (see anteroom.example.toml); without
+        /// it, every key comes from ANTEROOM_* environment variables.
+        #[arg(long, short, value_name = "FILE")]
         config: Option<PathBuf>,
         /// Public listener address (overrides server.listen).
         #[arg(long)]
@@ -32,6 +38,14 @@ enum Command {
         /// Admin listener address (overrides server.admin_listen).
         #[arg(long)]
         admin_listen: Option<String>,
+    },
+    /// Validate a configuration (file plus ANTEROOM_* environment) and the
+    /// files it names, without opening the store or binding a port, so it
+    /// can run beside a live server. Exits 0 when valid.
+    Check {
+        /// The TOML configuration file to check.
+        #[arg(long, short, value_name = "FILE")]
+        config: Option<PathBuf>,
     },
     /// Run a demo: embedded store, built-in demo shop, one small event.
     Demo {
@@ -42,12 +56,34 @@ enum Command {
         /// Where the demo keeps its queue.
         #[arg(long, default_value = "./anteroom-demo-data")]
         data: PathBuf,
+        /// Virtual shoppers who join the queue beside you, so the line
+        /// moves as it would on the night of a drop.
+        #[arg(long, default_value_t = 0, value_name = "N")]
+        crowd: usize,
     },
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> ExitCode {
     let cli = Cli::parse();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("anteroom: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    // Errors are printed once, as one chain ("what: why"), without a
+    // backtrace: they are messages for an operator, naming the key or file.
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("anteroom: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve {
             config,
@@ -62,15 +98,29 @@ async fn main() -> anyhow::Result<()> {
                 },
             )?;
             init_logging(config.server.log_format);
+            log_ignored_env();
             serve(config).await
+        }
+        Command::Check { config } => {
+            let path = config.as_deref();
+            let config = Config::load(path, &Overrides::default())?;
+            anteroom::check(&config)?;
+            println!(
+                "{}: valid ({} event{})",
+                path.map_or_else(|| "environment".to_owned(), |p| p.display().to_string()),
+                config.events.len(),
+                if config.events.len() == 1 { "" } else { "s" }
+            );
+            Ok(())
         }
         Command::Demo {
             listen,
             admin_listen,
             data,
+            crowd,
         } => {
             init_logging(LogFormat::Text);
-            demo(listen, admin_listen, data).await
+            demo(listen, admin_listen, data, crowd).await
         }
     }
 }
@@ -90,7 +140,12 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     anteroom::run(public, admin, config, shutdown_signal()).await
 }
 
-async fn demo(listen: SocketAddr, admin_listen: SocketAddr, data: PathBuf) -> anyhow::Result<()> {
+async fn demo(
+    listen: SocketAddr,
+    admin_listen: SocketAddr,
+    data: PathBuf,
+    crowd: usize,
+) -> anyhow::Result<()> {
     let shop = TcpListener::bind("127.0.0.1:0")
         .await
         .context("binding the demo shop")?;
@@ -100,68 +155,61 @@ async fn demo(listen: SocketAddr, admin_listen: SocketAddr, data: PathBuf) -> an
             tracing::error!(error = %e, "demo shop stopped");
         }
     });
-    let admin_token = anteroom::identity::new_session_id();
-    let secret = format!(
-        "{}{}",
-        anteroom::identity::new_session_id(),
-        anteroom::identity::new_session_id()
-    );
-    let toml = format!(
-        r#"
-[server]
-listen = "{listen}"
-admin_listen = "{admin_listen}"
-admin_token = "{admin_token}"
-insecure_cookies = true
-[store]
-kind = "embedded"
-path = "{data}"
-[keys]
-secrets = ["{secret}"]
-[[events]]
-id = "drop"
-origin = "http://{shop_addr}"
-paths = ["/"]
-max_active = 3
-session_ttl = "2m"
-token_ttl = "1m"
-pass_ttl = "30s"
-queue_idle_timeout = "2m"
-admission = {{ mode = "batch", batch_size = 1, interval = "3s" }}
-# Scripts (curl's user agent, no Accept-Language) score high risk and must
-# solve a proof-of-work challenge; a browser scores low and joins at once.
-# 16 bits is about a second of WebCrypto in a browser.
-bots = {{ challenge = "high", difficulty = 16 }}
-"#,
-        data = data.display().to_string().replace('\\', "/"),
-    );
-    let config = Config::from_toml(&toml)?;
+    let demo = anteroom::demo::DemoSetup::new(listen, admin_listen, &data, shop_addr, crowd);
+    let config = Config::from_toml(&demo.config_toml())?;
     let public = TcpListener::bind(listen)
         .await
         .with_context(|| format!("cannot bind {listen}"))?;
     let admin = TcpListener::bind(admin_listen)
         .await
         .with_context(|| format!("cannot bind {admin_listen}"))?;
-    println!(
-        "Anteroom demo: open http://{listen}/ (3 shoppers at a time; one more admitted every 3 s)"
-    );
-    println!(
-        "Admin API: http://{admin_listen}/admin/events  (Authorization: Bearer {admin_token})"
-    );
+    println!("{}", demo.banner());
+    if crowd > 0 {
+        tokio::spawn(anteroom::demo::crowd::run(listen, crowd));
+    }
     anteroom::run(public, admin, config, shutdown_signal()).await
 }
 
 fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    // Colour codes only for a person at a terminal: journald, Kubernetes
+    // and log shippers store them as garbage.
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::stdout().is_terminal());
     match format {
         LogFormat::Json => builder.json().init(),
         LogFormat::Text => builder.init(),
     }
 }
 
-async fn shutdown_signal() {
-    let _ = tokio::signal::ctrl_c().await;
-    tracing::info!("shutting down");
+fn log_ignored_env() {
+    for name in anteroom::config::env::ignored_vars() {
+        tracing::debug!(variable = %name, "ignoring an ANTEROOM_* variable that names no configuration key");
+    }
+}
+
+/// Completes on `SIGTERM` (what systemd, Docker and Kubernetes send) or
+/// `SIGINT` (Ctrl-C); `run` then stops gracefully. The handlers are
+/// installed here, before the server starts, so a signal that arrives while
+/// it is starting stops it gracefully too instead of killing it.
+fn shutdown_signal() -> impl std::future::Future<Output = ()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let term = signal(SignalKind::terminate());
+    let int = signal(SignalKind::interrupt());
+    async move {
+        let (mut term, mut int) = match (term, int) {
+            (Ok(term), Ok(int)) => (term, int),
+            (Err(e), _) | (_, Err(e)) => {
+                tracing::warn!(error = %e, "cannot listen for SIGTERM/SIGINT; falling back to Ctrl-C");
+                let _ = tokio::signal::ctrl_c().await;
+                return;
+            }
+        };
+        tokio::select! {
+            _ = int.recv() => tracing::info!("SIGINT: shutting down gracefully"),
+            _ = term.recv() => tracing::info!("SIGTERM: shutting down gracefully"),
+        }
+    }
 }

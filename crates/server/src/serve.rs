@@ -18,6 +18,8 @@ use tower::ServiceExt as _;
 #[derive(Clone, Copy, Debug)]
 pub struct Limits {
     pub header_read_timeout: Duration,
+    /// How long a graceful stop waits for requests in flight.
+    pub shutdown_grace: Duration,
 }
 
 /// hyper's header count limit, far above what 32 KiB can hold in practice.
@@ -26,7 +28,7 @@ const MAX_HEADERS: usize = 2048;
 const MAX_BUF: usize = 256 * 1024;
 
 /// Accepts connections until `stop` turns true, then lets open ones finish
-/// their current request (for up to 10 s).
+/// their current request (for up to `limits.shutdown_grace`).
 pub async fn serve(
     listener: TcpListener,
     app: Router,
@@ -72,5 +74,8 @@ pub async fn serve(
             }
         });
     }
-    let _ = tokio::time::timeout(Duration::from_secs(10), graceful.shutdown()).await;
+    // Closing the listener first makes new connections fail at once (a load
+    // balancer retries them elsewhere) instead of waiting in the backlog.
+    drop(listener);
+    let _ = tokio::time::timeout(limits.shutdown_grace, graceful.shutdown()).await;
 }
