@@ -17,9 +17,13 @@ use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 
+pub mod crowd;
 mod pages;
+mod setup;
 #[cfg(test)]
 mod tests;
+
+pub use setup::DemoSetup;
 
 /// The path prefix the demo event protects.
 pub const PROTECTED_PREFIX: &str = "/shop";
