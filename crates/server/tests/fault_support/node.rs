@@ -84,6 +84,8 @@ pub struct Node {
     /// In-process nodes (started through `anteroom::run`) stop through this.
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     config: PathBuf,
+    /// Extra environment of the process (orchestrator variables, say).
+    env: Vec<(String, String)>,
     _dir: Arc<tempfile::TempDir>,
 }
 
@@ -91,6 +93,15 @@ impl Node {
     /// Writes `config` (with `{public}` / `{admin}` filled in) and starts the
     /// binary; returns once `/healthz` answers.
     pub async fn start(config: &str, dir: Arc<tempfile::TempDir>) -> Self {
+        Self::start_with_env(config, dir, &[]).await
+    }
+
+    /// [`Node::start`] with extra environment variables for the process.
+    pub async fn start_with_env(
+        config: &str,
+        dir: Arc<tempfile::TempDir>,
+        env: &[(&str, &str)],
+    ) -> Self {
         let public: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let text = config
@@ -104,6 +115,10 @@ impl Node {
             child: None,
             stop: None,
             config: path,
+            env: env
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
             _dir: dir,
         };
         node.spawn().await;
@@ -116,6 +131,7 @@ impl Node {
             .arg("--config")
             .arg(&self.config)
             .env("RUST_LOG", "warn")
+            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .spawn()
@@ -166,6 +182,7 @@ impl Node {
             child: None,
             stop: Some(stop),
             config: PathBuf::new(),
+            env: Vec::new(),
             _dir: Arc::new(tempfile::tempdir().unwrap()),
         }
     }
@@ -175,6 +192,30 @@ impl Node {
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();
             let _ = c.wait();
+        }
+    }
+
+    /// `SIGTERM`, as systemd or Kubernetes stop a service; waits up to
+    /// `limit` for the process to exit and returns how it exited.
+    pub async fn terminate(&mut self, limit: Duration) -> std::process::ExitStatus {
+        let mut child = self.child.take().expect("a process node");
+        let status = Command::new("kill")
+            .arg("-TERM")
+            .arg(child.id().to_string())
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill -TERM failed");
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                return status;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("anteroom did not stop within {limit:?} of SIGTERM");
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
 
