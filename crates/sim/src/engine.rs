@@ -94,6 +94,25 @@ pub struct EngineOutput {
     pub fsync_p50_ms: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fsync_p99_ms: Option<f64>,
+    /// Embedded: an idle sweep that expires every waiter left after the
+    /// restart, while one caller polls `status` back to back: the worst and
+    /// p99 latency of those polls, how long the sweep took and how many it
+    /// expired (the sweep and the repack hold the event only a slice at a time).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sweep: Option<SweepReport>,
+}
+
+/// Status latency while the idle sweep runs.
+#[derive(Debug, Serialize)]
+pub struct SweepReport {
+    pub sweep_waiters: u64,
+    pub sweep_s: f64,
+    pub sweep_status_p99_us: f64,
+    pub sweep_status_max_us: f64,
+    pub sweep_status_calls: u64,
+    /// The same poller for 2 s before the sweep: the machine's noise floor.
+    pub quiet_status_p99_us: f64,
+    pub quiet_status_max_us: f64,
 }
 
 impl From<EngineReport> for EngineOutput {
@@ -104,6 +123,7 @@ impl From<EngineReport> for EngineOutput {
             status_p99_us: None,
             fsync_p50_ms: None,
             fsync_p99_ms: None,
+            sweep: None,
         }
     }
 }

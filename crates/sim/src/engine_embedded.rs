@@ -6,15 +6,16 @@
 use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use anteroom_store::embedded::EmbeddedStore;
-use anteroom_store::{EventId, QueueStore};
+use anteroom_store::{EventId, ExpireRequest, QueueStore};
 use anyhow::{Context, bail};
 
 use super::{
-    EngineArgs, EngineOutput, EngineReport, Histogram, admits, joins, open_embedded,
-    p50_p99_max_us, polls, random_members, ranks, rss_bytes,
+    EngineArgs, EngineOutput, EngineReport, Histogram, SweepReport, admits, joins, member,
+    open_embedded, p50_p99_max_us, polls, random_members, ranks, rss_bytes,
 };
 
 const EVENT: &str = "bench";
@@ -46,6 +47,7 @@ pub(super) async fn run(args: &EngineArgs) -> anyhow::Result<EngineOutput> {
             n - admitted
         );
     }
+    let sweep = sweep_latency(&dir, &event, n).await?;
     Ok(EngineOutput {
         report: EngineReport {
             store: "embedded",
@@ -69,6 +71,84 @@ pub(super) async fn run(args: &EngineArgs) -> anyhow::Result<EngineOutput> {
         status_p99_us: Some(status_p99_us),
         fsync_p50_ms: Some(fsync_p50_ms),
         fsync_p99_ms: Some(fsync_p99_ms),
+        sweep: Some(sweep),
+    })
+}
+
+/// Polls `status` on random members back to back on its own thread until
+/// told to stop; the latency of each poll in ns.
+fn poller(
+    store: &EmbeddedStore,
+    event: &EventId,
+    n: u64,
+    stop: &Arc<AtomicBool>,
+) -> std::thread::JoinHandle<anyhow::Result<Vec<u64>>> {
+    let (store, event, stop) = (store.clone(), event.clone(), stop.clone());
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread().build()?;
+        let mut ns = Vec::with_capacity(1 << 20);
+        while !stop.load(Ordering::Relaxed) {
+            let m = member(rand::random::<u64>() % n.max(1));
+            let t0 = Instant::now();
+            rt.block_on(store.status(&event, &m, false))?;
+            ns.push(t0.elapsed().as_nanos() as u64);
+        }
+        Ok(ns)
+    })
+}
+
+fn joined(h: std::thread::JoinHandle<anyhow::Result<Vec<u64>>>) -> anyhow::Result<Vec<u64>> {
+    let ns = h
+        .join()
+        .map_err(|_| anyhow::anyhow!("the status poller panicked"))??;
+    if ns.is_empty() {
+        bail!("no status call ran");
+    }
+    Ok(ns)
+}
+
+/// Reopens the store and expires every waiter in one idle sweep while a
+/// thread polls `status` back to back; the same poller for two seconds
+/// before the sweep gives the box's own noise floor (a shared machine
+/// preempts threads for milliseconds), so the two maxima can be compared.
+async fn sweep_latency(dir: &Path, event: &EventId, n: u64) -> anyhow::Result<SweepReport> {
+    let store = open_embedded(dir).await?;
+    let waiters = store.queue_length(event).await?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let quiet = poller(&store, event, n, &stop);
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut quiet = joined(quiet)?;
+    let (_, quiet_p99, quiet_max) = p50_p99_max_us(&mut quiet);
+    let stop = Arc::new(AtomicBool::new(false));
+    let poller = poller(&store, event, n, &stop);
+    let t = Instant::now();
+    let swept = store
+        .expire(
+            event,
+            &ExpireRequest {
+                waiting_seen_before_us: i64::MAX,
+            },
+        )
+        .await?;
+    let sweep_s = t.elapsed().as_secs_f64();
+    stop.store(true, Ordering::Relaxed);
+    let mut ns = joined(poller)?;
+    if swept.idle_waiters != waiters {
+        bail!(
+            "the sweep expired {} of {waiters} waiters",
+            swept.idle_waiters
+        );
+    }
+    let (_, p99, max) = p50_p99_max_us(&mut ns);
+    Ok(SweepReport {
+        sweep_waiters: waiters,
+        sweep_s,
+        sweep_status_p99_us: p99,
+        sweep_status_max_us: max,
+        sweep_status_calls: ns.len() as u64,
+        quiet_status_p99_us: quiet_p99,
+        quiet_status_max_us: quiet_max,
     })
 }
 

@@ -24,7 +24,7 @@ use tokio::sync::oneshot;
 
 use super::commit::Committer;
 use super::disk::{Counters, FileOpts};
-use super::state::EventState;
+use super::state::{EventState, Sweep};
 use super::writes::Writes;
 use crate::{
     Admission, AdmitRequest, ExpireRequest, Expired, JoinOutcome, Nonce, RedeemOutcome, StoreError,
@@ -32,6 +32,15 @@ use crate::{
 
 /// How often status-poll touches are flushed when nothing else commits.
 const FLUSH_EVERY: Duration = Duration::from_millis(500);
+
+/// Most slots one idle-sweep step looks at, and most waiters it removes:
+/// a step holds the event for tens of microseconds, whatever the queue's
+/// size (see docs/benchmarks.md for the worst status latency measured).
+const SWEEP_SCAN: usize = 16 << 10;
+const SWEEP_REMOVE: usize = 1 << 10;
+
+/// Members one slice of a rank-index repack moves.
+const REPACK_STEP: usize = 8 << 10;
 
 /// A durable operation sent to the actor.
 pub(crate) enum Op {
@@ -76,7 +85,8 @@ fn apply(st: &mut EventState, op: Op, now: i64) -> Result<Reply, StoreError> {
         Op::Extend(m, exp) => Reply::Bool(st.extend(&m, exp)?),
         Op::Release(m) => Reply::Bool(st.release(&m, now)?),
         Op::Reconcile(ms) => Reply::Count(st.reconcile(&ms)?),
-        Op::Expire(req) => Reply::Expired(st.expire(&req, now)),
+        // The idle sweep runs in steps before this (see `Applier::apply`).
+        Op::Expire(_) => Reply::Expired(st.expire(0, now)),
         Op::ConsumeOnce(n, exp) => Reply::Bool(st.consume_once(&n, exp, now)),
     })
 }
@@ -148,6 +158,29 @@ struct Applier {
 }
 
 impl Applier {
+    /// Runs a due repack of the rank index in slices, letting reads in
+    /// between them.
+    fn settle<'a>(&'a self, mut st: MutexGuard<'a, EventState>) -> MutexGuard<'a, EventState> {
+        let generation = st.generation;
+        loop {
+            let s = &mut *st;
+            if !s.order.repack_step(&mut s.table, REPACK_STEP) {
+                return st;
+            }
+            st = self.pause(st);
+            if st.generation != generation {
+                return st;
+            }
+        }
+    }
+
+    /// Lets waiting readers (position polls) take the lock once.
+    fn pause<'a>(&'a self, st: MutexGuard<'a, EventState>) -> MutexGuard<'a, EventState> {
+        drop(st);
+        std::thread::yield_now();
+        lock(&self.state)
+    }
+
     fn run(&self, rx: &Receiver<Command>, to_disk: &SyncSender<Batch>) {
         let mut batch: Vec<Command> = Vec::with_capacity(self.max_batch);
         loop {
@@ -187,16 +220,71 @@ impl Applier {
             }
             return None;
         }
-        for c in batch.drain(..) {
+        let generation = st.generation;
+        let mut commands = batch.drain(..);
+        while let Some(c) = commands.next() {
             let now = st.tick((self.clock)());
-            answers.push((c.tx, apply(&mut st, c.op, now)));
+            let reply = match c.op {
+                Op::Expire(req) => {
+                    let mut sweep = Sweep::default();
+                    let mut more = true;
+                    while more {
+                        more = st.sweep_idle_step(
+                            req.waiting_seen_before_us,
+                            &mut sweep,
+                            SWEEP_SCAN,
+                            SWEEP_REMOVE,
+                        );
+                        st = self.settle(st);
+                        if more {
+                            st = self.pause(st);
+                        }
+                        if st.generation != generation {
+                            break;
+                        }
+                    }
+                    if st.generation == generation {
+                        let r = st.expire(sweep.idle, now);
+                        st = self.settle(st);
+                        Ok(Reply::Expired(r))
+                    } else {
+                        Err(StoreError::Unavailable("an earlier write failed".into()))
+                    }
+                }
+                op => {
+                    let r = apply(&mut st, op, now);
+                    st = self.settle(st);
+                    r
+                }
+            };
+            answers.push((c.tx, reply));
+            if st.generation != generation {
+                // A failed commit rebuilt memory while reads were let in:
+                // this batch was applied to memory that is gone, so none
+                // of it may touch the rebuilt one (the committer refuses
+                // what was applied, by its generation).
+                let why = st
+                    .down
+                    .clone()
+                    .unwrap_or_else(|| "an earlier write failed".into());
+                for c in commands.by_ref() {
+                    let _ = c.tx.send(Err(StoreError::Unavailable(why.clone())));
+                }
+                return Some(Batch {
+                    generation,
+                    writes: Writes::default(),
+                    counters: st.counters,
+                    answers,
+                });
+            }
         }
+        drop(commands);
         st.flush_seen();
         if answers.is_empty() && st.writes.is_empty() {
             return None;
         }
         Some(Batch {
-            generation: st.generation,
+            generation,
             writes: std::mem::take(&mut st.writes),
             counters: st.counters,
             answers,

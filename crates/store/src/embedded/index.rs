@@ -276,6 +276,15 @@ impl Tail {
     }
 
     fn pop_front(&mut self, n: usize, out: &mut Vec<u32>) {
+        self.take_front(n, out);
+        if self.head >= COMPACT_MIN && self.head * 2 >= self.slots.len() {
+            self.compact();
+        }
+    }
+
+    /// [`Self::pop_front`] without the compaction (a tail being repacked
+    /// away is dropped whole).
+    fn take_front(&mut self, n: usize, out: &mut Vec<u32>) {
         let mut left = n.min(self.live);
         // Tree updates are summed per block: one walk per 512 entries.
         let mut block = self.head / BLOCK_BITS;
@@ -302,23 +311,11 @@ impl Tail {
         if self.live == 0 {
             self.head = self.end;
         }
-        if self.head >= COMPACT_MIN && self.head * 2 >= self.slots.len() {
-            self.compact();
-        }
     }
 
-    /// Rewrites the tail with only its live entries, renumbering their
-    /// positions in the table: for removals in the middle (releases, idle
-    /// expiry), which the head compaction never reaches.
-    fn repack(&mut self, t: &mut MemberTable) {
-        let live: Vec<u32> = self.slots.iter().copied().filter(|s| *s != DEAD).collect();
-        let last_score = self.last_score;
-        *self = Tail::default();
-        for slot in live {
-            let pos = self.push(slot, t.score(slot));
-            t.set_pos(slot, pos);
-        }
-        self.last_score = last_score;
+    /// Whether `pos` is one of this tail's positions.
+    fn holds(&self, pos: u32) -> bool {
+        pos >= self.base && ((pos - self.base) as usize) < self.slots.len()
     }
 
     /// Drops the dead prefix (whole blocks); positions do not change.
@@ -501,19 +498,33 @@ impl Chunked {
 }
 
 /// The queue's order: [`Tail`] and [`Chunked`] together.
+///
+/// A tail mostly emptied from the middle (releases, idle expiry) is
+/// repacked, so dead entries do not pile up: its live entries move, front
+/// first, into a fresh tail whose positions follow the old ones, a bounded
+/// slice per [`Order::repack_step`], so the actor never holds the event for
+/// O(waiters). Between slices only reads (rank, length) run: a member of the
+/// fresh tail ranks by it, one still in the old tail after all of the fresh
+/// one. Any change first finishes the repack.
 #[derive(Default)]
 pub(crate) struct Order {
     tail: Tail,
     rest: Chunked,
+    /// The fresh tail of a repack under way: every member in it arrived
+    /// before every member left in `tail`.
+    moving: Option<Tail>,
+    /// The tail is sparse enough to be repacked.
+    repack_due: bool,
 }
 
 impl Order {
     pub(crate) fn len(&self) -> usize {
-        self.tail.live + self.rest.len
+        self.tail.live + self.rest.len + self.moving.as_ref().map_or(0, |m| m.live)
     }
 
     /// Adds a waiting member's slot (its score is already in the table).
     pub(crate) fn insert(&mut self, t: &mut MemberTable, slot: u32) {
+        self.finish_repack(t);
         let score = t.score(slot);
         if self.tail.accepts(score) {
             let pos = self.tail.push(slot, score);
@@ -527,17 +538,26 @@ impl Order {
     /// Rank of a slot that is in the index.
     pub(crate) fn rank(&self, t: &MemberTable, slot: u32) -> u64 {
         let k = key(t, slot);
+        let moved = self.moving.as_ref();
         match t.pos(slot) {
             NO_POS => {
                 let own = self.rest.count_less(t, k);
-                own + self.tail.count_less(t, k)
+                own + self.tail.count_less(t, k) + moved.map_or(0, |m| m.count_less(t, k))
             }
-            pos => self.tail.rank(pos) + self.rest.count_less(t, k),
+            pos => {
+                let in_tails = match moved {
+                    Some(m) if m.holds(pos) => m.rank(pos),
+                    Some(m) => m.live as u64 + self.tail.rank(pos),
+                    None => self.tail.rank(pos),
+                };
+                in_tails + self.rest.count_less(t, k)
+            }
         }
     }
 
     /// Removes a slot that is in the index.
     pub(crate) fn remove(&mut self, t: &mut MemberTable, slot: u32) -> bool {
+        self.finish_repack(t);
         match t.pos(slot) {
             NO_POS => self.rest.remove(t, key(t, slot)),
             pos => {
@@ -546,15 +566,82 @@ impl Order {
                 if self.tail.slots.len() >= COMPACT_MIN
                     && self.tail.live * 4 < self.tail.slots.len()
                 {
-                    self.tail.repack(t);
+                    self.repack_due = true;
                 }
                 true
             }
         }
     }
 
+    /// Moves up to `budget` members of a due repack; `true` while more is
+    /// left. The caller may let reads in between two steps.
+    pub(crate) fn repack_step(&mut self, t: &mut MemberTable, budget: usize) -> bool {
+        if self.moving.is_none() {
+            if !self.repack_due {
+                return false;
+            }
+            self.repack_due = false;
+            let end = u64::from(self.tail.base) + self.tail.slots.len() as u64;
+            if end + self.tail.live as u64 >= u64::from(NO_POS) {
+                // No room for positions after the old ones: start from 0 in
+                // one go (once per four billion arrivals).
+                self.repack_whole(t);
+                return false;
+            }
+            self.moving = Some(Tail {
+                base: end as u32,
+                ..Tail::default()
+            });
+        }
+        let Some(fresh) = self.moving.as_mut() else {
+            return false;
+        };
+        let mut out = Vec::with_capacity(budget.min(self.tail.live));
+        self.tail.take_front(budget.max(1), &mut out);
+        for slot in out {
+            let pos = fresh.push(slot, t.score(slot));
+            t.set_pos(slot, pos);
+        }
+        if self.tail.live > 0 {
+            return true;
+        }
+        let last_score = self.tail.last_score;
+        if let Some(mut fresh) = self.moving.take() {
+            fresh.last_score = last_score;
+            self.tail = fresh;
+        }
+        false
+    }
+
+    /// Completes a repack under way (or due) at once.
+    fn finish_repack(&mut self, t: &mut MemberTable) {
+        if self.moving.is_some() {
+            while self.repack_step(t, usize::MAX) {}
+        }
+    }
+
+    /// Rewrites the tail with only its live entries from position 0.
+    fn repack_whole(&mut self, t: &mut MemberTable) {
+        let live: Vec<u32> = self
+            .tail
+            .slots
+            .iter()
+            .copied()
+            .filter(|s| *s != DEAD)
+            .collect();
+        let last_score = self.tail.last_score;
+        self.tail = Tail::default();
+        for slot in live {
+            let pos = self.tail.push(slot, t.score(slot));
+            t.set_pos(slot, pos);
+        }
+        self.tail.last_score = last_score;
+    }
+
     /// Takes the `n` best-ranked slots out of the index, best first.
-    pub(crate) fn pop_front(&mut self, t: &MemberTable, n: usize) -> Vec<u32> {
+    pub(crate) fn pop_front(&mut self, t: &mut MemberTable, n: usize) -> Vec<u32> {
+        self.finish_repack(t);
+        let t = &*t;
         let n = n.min(self.len());
         let mut out = Vec::with_capacity(n);
         while out.len() < n {
@@ -588,6 +675,11 @@ impl Order {
             .iter()
             .flat_map(|c| c.slots.iter().copied())
             .chain(self.tail.slots.iter().copied().filter(|s| *s != DEAD))
+            .chain(
+                self.moving
+                    .iter()
+                    .flat_map(|m| m.slots.iter().copied().filter(|s| *s != DEAD)),
+            )
             .collect();
         all.sort_by(|a, b| cmp_key(t, key(t, *a), key(t, *b)));
         all
@@ -643,7 +735,7 @@ mod tests {
                 if r % 29 == 0 {
                     model.sort();
                     let k = (r % 40) as usize;
-                    for s in o.pop_front(&t, k) {
+                    for s in o.pop_front(&mut t, k) {
                         let (sc, mm) = model.remove(0);
                         assert_eq!(&*t.member(s), mm);
                         assert_eq!(t.score(s), sc);
@@ -699,7 +791,7 @@ mod tests {
         model.retain(|(sc, _)| (sc / 10) % 3 != 0);
         for round in 0..3 {
             model.sort();
-            for s in o.pop_front(&t, 1100) {
+            for s in o.pop_front(&mut t, 1100) {
                 let (sc, m) = model.remove(0);
                 assert_eq!(
                     (t.score(s), &*t.member(s)),
@@ -738,6 +830,15 @@ mod tests {
             t.remove(s);
         }
         model.retain(|(_, m)| !gone.contains(m));
+        // In slices, with every rank right between two of them.
+        let mut slices = 0;
+        while o.repack_step(&mut t, 10) {
+            slices += 1;
+            if slices % 5 == 0 {
+                check(&t, &o, &mut model);
+            }
+        }
+        assert!(slices > 5, "the repack went in {slices} slices");
         assert!(o.tail.slots.len() < before / 2, "the tail repacked");
         check(&t, &o, &mut model);
         for i in 7000..7100i64 {

@@ -15,14 +15,21 @@ use super::index::Order;
 use super::table::MemberTable;
 use super::writes::Writes;
 use crate::{
-    Admission, AdmitRequest, EventStats, ExpireRequest, Expired, JoinOutcome, MemberState, Nonce,
-    RedeemOutcome, Revocation, StoreError, check_member,
+    Admission, AdmitRequest, EventStats, Expired, JoinOutcome, MemberState, Nonce, RedeemOutcome,
+    Revocation, StoreError, check_member,
 };
 
 const MINUTE_US: i64 = 60_000_000;
 /// Revocations are kept this long: far beyond any pass lifetime, and every
 /// node refreshes its revocation set about once a second.
 const REVOCATION_KEEP_US: i64 = 3600 * 1_000_000;
+
+/// Where an idle sweep in steps stands.
+#[derive(Default)]
+pub(crate) struct Sweep {
+    pub(crate) cursor: usize,
+    pub(crate) idle: u64,
+}
 
 pub(crate) struct EventState {
     pub(crate) table: MemberTable,
@@ -183,7 +190,7 @@ impl EventState {
             .min(req.max_active.saturating_sub(taken))
             .min(req.nonces.len() as u64)
             .min(self.order.len() as u64) as usize;
-        let slots = self.order.pop_front(&self.table, n);
+        let slots = self.order.pop_front(&mut self.table, n);
         let mut out = Vec::with_capacity(slots.len());
         let mut grant = Vec::with_capacity(slots.len() * 50);
         let exp = req.token_expires_at_us;
@@ -307,18 +314,42 @@ impl EventState {
         Ok(n)
     }
 
-    pub(crate) fn expire(&mut self, req: &ExpireRequest, now: i64) -> Expired {
-        let idle: Vec<u32> = self
-            .table
-            .live_slots()
-            .filter(|s| self.table.seen(*s) < req.waiting_seen_before_us)
-            .collect();
-        for &slot in &idle {
+    /// One bounded step of the idle sweep: looks at up to `scan` slots from
+    /// `sweep.cursor` and takes out at most `remove` waiters not seen since
+    /// `seen_before_us`; `true` while slots are left. Between two steps the
+    /// actor lets reads in (see [`super::actor`]), so a sweep of millions
+    /// never holds the event for long; nothing is inserted meanwhile, so the
+    /// cursor stays valid.
+    pub(crate) fn sweep_idle_step(
+        &mut self,
+        seen_before_us: i64,
+        sweep: &mut Sweep,
+        scan: usize,
+        remove: usize,
+    ) -> bool {
+        let end = self.table.slot_count();
+        let stop = sweep.cursor.saturating_add(scan).min(end);
+        let mut removed = 0;
+        while sweep.cursor < stop && removed < remove {
+            let slot = sweep.cursor as u32;
+            sweep.cursor += 1;
+            if !self.table.is_live(slot) || self.table.seen(slot) >= seen_before_us {
+                continue;
+            }
             let score = self.table.score(slot);
             self.order.remove(&mut self.table, slot);
             self.writes.unwait(score, &self.table.member(slot));
             self.table.remove(slot);
+            removed += 1;
         }
+        sweep.idle += removed as u64;
+        sweep.cursor < end
+    }
+
+    /// The rest of an expiry, after the idle sweep ([`Self::sweep_idle_step`])
+    /// took `idle` waiters out: tokens, sessions, nonces and revocations,
+    /// each bounded by the event's capacity, not by its waiters.
+    pub(crate) fn expire(&mut self, idle: u64, now: i64) -> Expired {
         let tokens: Vec<Box<str>> = self
             .admitted
             .iter()
@@ -364,7 +395,7 @@ impl EventState {
             self.revocations.pop_front();
             self.writes.unrevoke(seq);
         }
-        let ended = (idle.len() + sessions.len()) as u64;
+        let ended = idle + sessions.len() as u64;
         if ended > 0 {
             self.churn_log.push_back((now, ended));
         }
@@ -373,7 +404,7 @@ impl EventState {
         }
         self.prune_logs(now);
         Expired {
-            idle_waiters: idle.len() as u64,
+            idle_waiters: idle,
             unredeemed_tokens: tokens.len() as u64,
             sessions: sessions.len() as u64,
         }
@@ -435,3 +466,6 @@ impl EventState {
             .collect()
     }
 }
+
+#[cfg(test)]
+mod tests;

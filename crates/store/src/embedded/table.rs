@@ -560,6 +560,18 @@ impl MemberTable {
         }
     }
 
+    /// Slot indexes in use so far, live or free: a sweep in steps walks
+    /// `0..slot_count()` (slots never move, so a cursor stays valid while
+    /// nothing is inserted).
+    pub(crate) fn slot_count(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Whether `slot` holds a member.
+    pub(crate) fn is_live(&self, slot: u32) -> bool {
+        self.slots[slot as usize].meta & FREE == 0
+    }
+
     /// Every live slot (for sweeps and snapshots).
     pub(crate) fn live_slots(&self) -> impl Iterator<Item = u32> + '_ {
         self.slots
