@@ -353,9 +353,9 @@
     var max = 0;
     h.forEach(function (p) { keys.forEach(function (k) { if (p[k] !== null && p[k] > max) max = p[k]; }); });
     var scale = niceMax(max);
-    // The x axis spans the history held, up to 15 minutes (at least one),
+    // The x axis spans the history held, up to 15 minutes (at least 30 s),
     // so a freshly opened dashboard does not draw in its last pixels.
-    var span = Math.min(WINDOW_MS, Math.max(60000, h.length ? now - h[0].t : 0));
+    var span = Math.min(WINDOW_MS, Math.max(30000, h.length ? now - h[0].t : 0));
     fig.from.textContent = "−" + duration(Math.round(span / 1000));
     fig.lines.forEach(function (line, i) {
       var pts = [];
