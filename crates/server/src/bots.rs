@@ -18,8 +18,10 @@
 pub mod captcha;
 pub mod challenge;
 pub mod config;
+pub mod entries;
 pub mod rate;
 pub mod reputation;
+pub mod seen;
 pub mod signals;
 
 use std::path::PathBuf;
@@ -34,6 +36,7 @@ pub use challenge::{EnterAnswer, PowAnswer};
 pub use config::{
     BotsConfig, CaptchaConfig, ChallengeLevel, EventBots, HighRiskPolicy, ReputationFiles,
 };
+pub use entries::EntryCap;
 pub use rate::{RateKind, RateLimited, RateLimits};
 pub use signals::{EnterSignals, OwnedSignals, signals_from_headers};
 
@@ -98,6 +101,9 @@ struct Inner {
     window: challenge::RiskWindow,
     keyring: Arc<Keyring>,
     challenge_ttl_ms: i64,
+    entries: entries::EntryCounter,
+    entry_cap: EntryCap,
+    throttled: seen::ThrottledSeen,
 }
 
 impl BotDefence {
@@ -123,6 +129,12 @@ impl BotDefence {
                 window: challenge::RiskWindow::default(),
                 keyring,
                 challenge_ttl_ms: i64::try_from(cfg.challenge_ttl.as_millis()).unwrap_or(i64::MAX),
+                entries: entries::EntryCounter::default(),
+                entry_cap: EntryCap {
+                    per_window: limits.entries_per_ip,
+                    window_ms: limits.entries_window_ms,
+                },
+                throttled: seen::ThrottledSeen::default(),
             }),
         })
     }
@@ -141,6 +153,7 @@ impl BotDefence {
                 tick.tick().await;
                 let Some(inner) = weak.upgrade() else { return };
                 inner.limiters.retain_recent();
+                inner.entries.retain_recent(unix_ms());
                 // File reads are small and rare; a blocking thread keeps
                 // them off the runtime's workers all the same.
                 let result =
@@ -155,6 +168,46 @@ impl BotDefence {
                 }
             }
         })
+    }
+
+    /// Every `every`: marks the visitors whose polls were rate-limited as
+    /// seen in `store` ([`seen`]). Ends when the last handle to this
+    /// `BotDefence` is dropped.
+    pub fn spawn_seen_flush(
+        &self,
+        store: Arc<dyn QueueStore>,
+        every: Duration,
+    ) -> tokio::task::JoinHandle<()> {
+        let weak: Weak<Inner> = Arc::downgrade(&self.inner);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let Some(inner) = weak.upgrade() else { return };
+                let marked = inner.throttled.flush(store.as_ref()).await;
+                if marked > 0 {
+                    metrics::counter!("anteroom_throttled_seen_total").increment(marked as u64);
+                }
+            }
+        })
+    }
+
+    /// Notes that `member` polled `event` and was rate-limited: it is still
+    /// there, and is marked seen on the next flush.
+    pub fn note_throttled_poll(&self, event: &EventId, member: &str) {
+        self.inner.throttled.note(event, member);
+    }
+
+    /// Marks the throttled visitors seen now (tests, and shutdown paths).
+    pub async fn flush_throttled(&self, store: &dyn QueueStore) -> usize {
+        self.inner.throttled.flush(store).await
+    }
+
+    /// Counts one new queue entry from `ip` against the event's entry cap.
+    pub fn record_entry(&self, event: &EventId, ip: std::net::IpAddr, now_ms: i64) {
+        let inner = &self.inner;
+        inner.entries.record(inner.entry_cap, event, ip, now_ms);
     }
 
     /// Re-reads the reputation files now; on error the old lists stay.
@@ -183,6 +236,12 @@ impl BotDefence {
         session: &str,
     ) -> Result<(), RateLimited> {
         self.inner.limiters.check(kind, ip, session)
+    }
+
+    /// Counts one call against the IP limit only (the page load, a
+    /// proof-of-work answer): see [`rate::Limiters::check_ip`].
+    pub fn check_rate_ip(&self, kind: RateKind, ip: std::net::IpAddr) -> Result<(), RateLimited> {
+        self.inner.limiters.check_ip(kind, ip)
     }
 
     /// Scores a request: header signals plus the IP's reputation.
@@ -252,9 +311,20 @@ impl BotDefence {
             ChallengeLevel::Medium => risk.level >= RiskLevel::Medium,
             ChallengeLevel::All => true,
         };
-        if needs_pow {
-            self.pow_step(ev, event, session, pow, store, now_ms)
-                .await?;
+        let over_cap = self
+            .entry_price(event, session, req.ip, store, now_ms)
+            .await;
+        if needs_pow || over_cap.is_some() {
+            self.pow_step(
+                ev,
+                event,
+                session,
+                pow,
+                over_cap.unwrap_or(0),
+                store,
+                now_ms,
+            )
+            .await?;
         }
         let behind = high
             && matches!(
@@ -264,23 +334,55 @@ impl BotDefence {
         Ok(EnterVerdict::Join { behind })
     }
 
+    /// The extra proof-of-work bits the entry cap asks of this join, if the
+    /// address is over it. A visitor already in the queue (a reload, a
+    /// second tab) makes no new entry and pays nothing; that costs one
+    /// store read, only for addresses over the cap.
+    async fn entry_price(
+        &self,
+        event: &EventId,
+        session: &str,
+        ip: std::net::IpAddr,
+        store: &dyn QueueStore,
+        now_ms: i64,
+    ) -> Option<u8> {
+        let inner = &self.inner;
+        let extra = inner.entries.price(inner.entry_cap, event, ip, now_ms)?;
+        match store.status(event, session, false).await {
+            Ok(anteroom_store::MemberState::None) | Err(_) => {
+                metrics::counter!("anteroom_entry_cap_priced_total").increment(1);
+                Some(extra)
+            }
+            Ok(_) => None,
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
     async fn pow_step(
         &self,
         ev: &EventBots,
         event: &EventId,
         session: &str,
         pow: PowAnswer<'_>,
+        extra_bits: u8,
         store: &dyn QueueStore,
         now_ms: i64,
     ) -> Result<(), BotRejection> {
         let inner = &self.inner;
         let first_contact = matches!(pow, PowAnswer::None);
+        // The address's price may rise by a bit while its visitor solves
+        // (others behind it join meanwhile): an answer one bit short of the
+        // price now still pays for the entry, or a busy NAT would solve twice.
+        let min_difficulty = ev
+            .difficulty
+            .saturating_add(extra_bits.saturating_sub(1))
+            .min(MAX_DIFFICULTY);
         let checked = challenge::check(
             &inner.keyring,
             event,
             session,
             pow,
-            ev.difficulty,
+            min_difficulty,
             store,
             now_ms,
         )
@@ -296,7 +398,10 @@ impl BotDefence {
             inner.window.record_challenged(event, now_ms);
         }
         checked.map_err(|reason| {
-            let difficulty = self.difficulty(ev, event, now_ms);
+            let difficulty = self
+                .difficulty(ev, event, now_ms)
+                .saturating_add(extra_bits)
+                .min(MAX_DIFFICULTY);
             challenge::fresh(
                 &inner.keyring,
                 event,
@@ -367,6 +472,16 @@ impl From<RateLimited> for ApiError {
             retry_after_secs: r.retry_after_s,
         }
     }
+}
+
+/// The hardest challenge ever handed out, in bits: past it a phone would
+/// take hours.
+const MAX_DIFFICULTY: u8 = 32;
+
+fn unix_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 /// `2026-12-01T10:03:12.412Z`.

@@ -88,6 +88,8 @@ pub struct ServerConfig {
     pub admin_listen: SocketAddr,
     pub admin_token: String,
     pub insecure_cookies: bool,
+    /// `[server.cookies]` with `insecure_cookies`: names, flags, `SameSite`.
+    pub cookies: crate::identity::CookieSettings,
     pub default_origin: Option<http::Uri>,
     pub log_format: LogFormat,
     pub header_read_timeout: Duration,
@@ -131,6 +133,10 @@ pub struct Limits {
     /// 0 disables the limit.
     pub per_ip_per_second: u32,
     pub per_session_per_second: u32,
+    /// New queue entries per address per event per `entries_window` before
+    /// joining costs proof-of-work; 0 disables the cap.
+    pub entries_per_ip: u32,
+    pub entries_window: Duration,
 }
 
 /// One event, validated.

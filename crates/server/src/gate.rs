@@ -34,7 +34,7 @@ use crate::app::{AppState, EventRuntime};
 use crate::bots::RateKind;
 use crate::config::MAX_HEADER_BYTES;
 use crate::error::ApiError;
-use crate::identity::{self, PASS_COOKIE};
+use crate::identity;
 use crate::passes::{self, PassCheck};
 use crate::proxy::ClientHop;
 
@@ -94,10 +94,7 @@ fn server_options() -> Response {
 
 async fn protected(state: &AppState, rt: Arc<EventRuntime>, req: Request, ip: IpAddr) -> Response {
     // A bad or missing JWT is simply "no pass": the request is queued.
-    let member = identity::resolve(req.headers(), rt.jwt.as_ref(), false, true)
-        .ok()
-        .flatten()
-        .map(|v| v.member);
+    let member = identity::gate_member(req.headers(), rt.jwt.as_ref(), &state.server.cookies);
     if let Some(member) = &member
         && let Some(renew) = check_pass(state, &rt, member, req.headers()).await
     {
@@ -115,7 +112,7 @@ pub async fn check_pass(
     member: &str,
     headers: &HeaderMap,
 ) -> Option<bool> {
-    let cookie = identity::cookie(headers, PASS_COOKIE);
+    let cookie = state.server.cookies.pass(headers);
     match passes::check(state, rt, member, cookie, state.now_ms()) {
         PassCheck::Valid { renew, .. } => Some(renew),
         // The pass ran out while the visitor was idle; if the session is

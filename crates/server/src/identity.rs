@@ -4,6 +4,7 @@
 //! The session id is the queue member; it lives only in an `HttpOnly` cookie
 //! and is never logged or shown to scripts.
 
+pub mod cookies;
 pub mod jwt;
 
 use std::time::Duration;
@@ -12,6 +13,7 @@ use axum::http::{HeaderMap, HeaderValue, header};
 use rand::RngCore;
 
 use crate::error::ApiError;
+pub use cookies::{CookieSettings, SameSite};
 pub use jwt::JwtVerifier;
 
 /// The session cookie's name when cookies are not `Secure` (plain-http
@@ -49,18 +51,24 @@ const SESSION_MAX_AGE: Duration = Duration::from_secs(24 * 3600);
 pub struct Visitor {
     /// The queue member: the session id or the JWT `sub`.
     pub member: String,
-    /// `Set-Cookie` for a session that was created by this request.
+    /// `Set-Cookie` for the session cookie: a session created by this
+    /// request, or an old unprefixed cookie set again under the `__Host-`
+    /// name.
     pub new_cookie: Option<HeaderValue>,
+    /// Whether this request created the session (it cannot be queued yet).
+    pub created: bool,
 }
 
 /// Resolves the caller of a request for an event with identity `jwt`
 /// (`Some`) or cookie identity (`None`). With `create`, a caller without a
-/// session cookie gets a new one; without, such a caller is `Ok(None)`.
+/// session cookie gets a new one, unless the request may have been stripped
+/// of it by `SameSite` ([`cookies::may_mint_session`]); otherwise such a
+/// caller is `Ok(None)`.
 pub fn resolve(
     headers: &HeaderMap,
     jwt: Option<&JwtVerifier>,
     create: bool,
-    insecure_cookies: bool,
+    cookies: &CookieSettings,
 ) -> Result<Option<Visitor>, ApiError> {
     if let Some(verifier) = jwt {
         let token = bearer(headers).ok_or(ApiError::InvalidIdentity)?;
@@ -70,33 +78,55 @@ pub fn resolve(
         return Ok(Some(Visitor {
             member,
             new_cookie: None,
+            created: false,
         }));
     }
-    if let Some(sid) = session_id(headers) {
+    if let Some((sid, current)) = session_id(headers, cookies) {
+        // An old unprefixed cookie moves to the `__Host-` name (and its new
+        // `SameSite`) on the first call that may set cookies.
+        let new_cookie = (create && !current)
+            .then(|| cookies.session_cookie(sid, Some(SESSION_MAX_AGE)))
+            .flatten();
         return Ok(Some(Visitor {
             member: sid.to_owned(),
-            new_cookie: None,
+            new_cookie,
+            created: false,
         }));
     }
-    if !create {
+    if !create || !cookies::may_mint_session(headers) {
         return Ok(None);
     }
     let sid = new_session_id();
-    let cookie = set_cookie(
-        SESSION_COOKIE,
-        &sid,
-        Some(SESSION_MAX_AGE),
-        insecure_cookies,
-    );
+    let cookie = cookies.session_cookie(&sid, Some(SESSION_MAX_AGE));
     Ok(Some(Visitor {
         member: sid,
         new_cookie: cookie,
+        created: true,
     }))
 }
 
-/// The caller's well-formed session id, if any.
-pub fn session_id(headers: &HeaderMap) -> Option<&str> {
-    cookie(headers, SESSION_COOKIE).filter(|s| is_session_id(s))
+/// The caller's well-formed session id, if any, and whether it came under
+/// the name set now.
+pub fn session_id<'h>(headers: &'h HeaderMap, cookies: &CookieSettings) -> Option<(&'h str, bool)> {
+    cookies.session(headers).filter(|(s, _)| is_session_id(s))
+}
+
+/// The caller of a request to a protected path, for the gate: as
+/// [`resolve`] without creating, or else the session the pass cookie names
+/// (a cross-site form `POST` carries the pass but not the `Lax` session
+/// cookie; see [`CookieSettings::pass_session`]).
+pub fn gate_member(
+    headers: &HeaderMap,
+    jwt: Option<&JwtVerifier>,
+    cookies: &CookieSettings,
+) -> Option<String> {
+    if let Some(v) = resolve(headers, jwt, false, cookies).ok().flatten() {
+        return Some(v.member);
+    }
+    if jwt.is_some() {
+        return None;
+    }
+    cookies.pass_session(headers).map(str::to_owned)
 }
 
 /// `Authorization: Bearer <token>`.
@@ -113,7 +143,7 @@ pub fn new_session_id() -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-fn is_session_id(s: &str) -> bool {
+pub(crate) fn is_session_id(s: &str) -> bool {
     s.len() == 32 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
@@ -129,24 +159,6 @@ pub fn cookie<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
         .map(|(_, v)| v.trim_matches('"'))
 }
 
-/// A `Set-Cookie` value: `HttpOnly; Secure; SameSite=Strict; Path=/`, with
-/// `Secure` dropped only for plain-http development. `max_age` of zero deletes.
-pub fn set_cookie(
-    name: &str,
-    value: &str,
-    max_age: Option<Duration>,
-    insecure: bool,
-) -> Option<HeaderValue> {
-    let mut s = format!("{name}={value}; HttpOnly; SameSite=Strict; Path=/");
-    if !insecure {
-        s.push_str("; Secure");
-    }
-    if let Some(age) = max_age {
-        s.push_str(&format!("; Max-Age={}", age.as_secs()));
-    }
-    HeaderValue::from_str(&s).ok()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -158,12 +170,16 @@ mod tests {
             header::COOKIE,
             HeaderValue::from_static("a=1; anteroom_sid=0123456789abcdef0123456789abcdef; b=2"),
         );
-        assert_eq!(session_id(&h), Some("0123456789abcdef0123456789abcdef"));
+        let c = CookieSettings::new(false);
+        assert_eq!(
+            session_id(&h, &c),
+            Some(("0123456789abcdef0123456789abcdef", true))
+        );
         h.insert(
             header::COOKIE,
             HeaderValue::from_static("anteroom_sid=nothex"),
         );
-        assert_eq!(session_id(&h), None);
+        assert_eq!(session_id(&h, &c), None);
     }
 
     #[test]
@@ -180,13 +196,5 @@ mod tests {
         let a = new_session_id();
         assert!(is_session_id(&a));
         assert_ne!(a, new_session_id());
-    }
-
-    #[test]
-    fn cookie_flags() {
-        let c = set_cookie("x", "v", None, false).unwrap();
-        assert_eq!(c, "x=v; HttpOnly; SameSite=Strict; Path=/; Secure");
-        let c = set_cookie("x", "v", Some(Duration::from_secs(5)), true).unwrap();
-        assert_eq!(c, "x=v; HttpOnly; SameSite=Strict; Path=/; Max-Age=5");
     }
 }

@@ -110,6 +110,10 @@ pub async fn run_with_store(
     // Reputation files are re-read when they change; idle rate-limit keys
     // are forgotten on the same tick.
     let bots_reload = state.bots.spawn_reload(std::time::Duration::from_secs(10));
+    // Visitors whose polls were rate-limited are marked seen in batches.
+    let bots_seen = state
+        .bots
+        .spawn_seen_flush(state.store.clone(), std::time::Duration::from_secs(1));
     tracing::info!(public = %public.local_addr()?, admin = %admin.local_addr()?, store = state.store.name(), "anteroom listening");
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
@@ -132,6 +136,7 @@ pub async fn run_with_store(
     let _ = admin_task.await;
     app::lock(&state.tasks).abort_all();
     bots_reload.abort();
+    bots_seen.abort();
     tracing::info!("stopped");
     Ok(())
 }
@@ -154,8 +159,6 @@ pub fn check(config: &Config) -> anyhow::Result<()> {
                 .with_context(|| format!("event {:?}: jwt key", e.id.as_str()))?;
         }
     }
-    Ok(())
-}
 
 /// The public listener: queue API and page routes, the gate as fallback, and
 /// the header-size guard around everything.

@@ -13,6 +13,7 @@ fn limited(per_ip: u32, per_session: u32) -> BotDefence {
     let limits = RateLimits {
         per_ip_per_second: per_ip,
         per_session_per_second: per_session,
+        ..RateLimits::default()
     };
     BotDefence::new(&BotsConfig::default(), limits, keyring()).unwrap()
 }
@@ -69,6 +70,7 @@ fn slow_refill_reports_whole_seconds_rounded_up() {
     let limits = RateLimits {
         per_ip_per_second: 1,
         per_session_per_second: 0,
+        ..RateLimits::default()
     };
     let d = BotDefence::new(&BotsConfig::default(), limits, keyring()).unwrap();
     d.check_rate(RateKind::Enter, ip("192.0.2.1"), "").unwrap();

@@ -44,13 +44,13 @@ async fn a_visitor_walks_from_enter_to_the_origin_and_releases() {
     let sid = v
         .set_cookies
         .iter()
-        .find(|c| c.starts_with("anteroom_sid="))
+        .find(|c| c.starts_with("__Host-anteroom_sid="))
         .unwrap()
         .clone();
     assert!(
         sid.contains("HttpOnly")
             && sid.contains("Secure")
-            && sid.contains("SameSite=Strict")
+            && sid.contains("SameSite=Lax")
             && sid.contains("Path=/"),
         "{sid}"
     );
@@ -62,7 +62,10 @@ async fn a_visitor_walks_from_enter_to_the_origin_and_releases() {
     assert!(body["pass"].is_string() && body["expiresAt"].is_string());
     let pass = v.set_cookies.last().unwrap().clone();
     assert!(
-        pass.starts_with("anteroom_pass=") && pass.contains("HttpOnly") && pass.contains("Secure"),
+        pass.starts_with("__Host-anteroom_pass=")
+            && pass.contains("HttpOnly")
+            && pass.contains("Secure")
+            && pass.contains("SameSite=None"),
         "{pass}"
     );
 
@@ -73,7 +76,7 @@ async fn a_visitor_walks_from_enter_to_the_origin_and_releases() {
     assert_eq!(body, "origin saw /tickets/seat/7?x=1");
     let seen = s.origin.requests.lock().unwrap().last().cloned().unwrap();
     assert_eq!(seen.1.as_deref(), Some("tickets"));
-    assert_eq!(seen.2.as_deref(), v.cookie("anteroom_sid"));
+    assert_eq!(seen.2.as_deref(), v.cookie("__Host-anteroom_sid"));
     let (_, p) = v.json(Method::GET, &s.url(POSITION), None).await;
     assert_eq!(p["status"], "ACTIVE");
 
@@ -84,10 +87,12 @@ async fn a_visitor_walks_from_enter_to_the_origin_and_releases() {
         .split(';')
         .next()
         .unwrap()
-        .trim_start_matches("anteroom_pass=")
+        .trim_start_matches("__Host-anteroom_pass=")
         .to_owned();
     let mut replay = v.clone();
-    replay.cookies.push(("anteroom_pass".into(), old_pass));
+    replay
+        .cookies
+        .push(("__Host-anteroom_pass".into(), old_pass));
     let url = s.url("/tickets/seat/7");
     wait_until("released pass refused", || {
         let mut r = replay.clone();

@@ -33,7 +33,7 @@ fn challenge_of(status: StatusCode, body: &Value) -> (String, u8) {
 #[tokio::test]
 async fn a_script_solves_the_challenge_joins_and_its_answer_is_single_use() {
     let s = start(
-        "[limits]\nper_ip_per_second = 0\nper_session_per_second = 0",
+        "[limits]\nper_ip_per_second = 0\nentries_per_ip = 0\nper_session_per_second = 0",
         MEDIUM,
     )
     .await;
@@ -44,7 +44,7 @@ async fn a_script_solves_the_challenge_joins_and_its_answer_is_single_use() {
     assert_eq!(body["challenge"]["reason"], "challenge_required");
     // The challenge is bound to the session it was issued with, so that
     // session's cookie comes with it.
-    assert!(bot.cookie("anteroom_sid").is_some());
+    assert!(bot.cookie("__Host-anteroom_sid").is_some());
 
     let nonce = anteroom_core::pow::solve(&challenge, difficulty);
     let answer = json!({ "challenge": challenge, "nonce": nonce });
@@ -84,7 +84,7 @@ fn known_bots(dir: &std::path::Path, trusted: bool) -> String {
     std::fs::write(&file, "# test list\n203.0.113.0/24\n").unwrap();
     let trusted = if trusted { r#"["127.0.0.1/32"]"# } else { "[]" };
     format!(
-        "[limits]\nper_ip_per_second = 0\nper_session_per_second = 0\ntrusted_proxies = {trusted}\n\
+        "[limits]\nper_ip_per_second = 0\nentries_per_ip = 0\nper_session_per_second = 0\ntrusted_proxies = {trusted}\n\
          [bots]\nreputation = {{ known_bot = \"{}\" }}\n",
         file.display()
     )

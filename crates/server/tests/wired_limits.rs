@@ -66,7 +66,7 @@ async fn per_ip_limits_answer_429_with_retry_after_on_enter_and_position() {
 
 #[tokio::test]
 async fn per_session_limits_answer_429_with_retry_after() {
-    let head = "[limits]\nper_ip_per_second = 0\nper_session_per_second = 1";
+    let head = "[limits]\nper_ip_per_second = 0\nentries_per_ip = 0\nper_session_per_second = 1";
     let s = start(head, "").await;
     let mut v = Visitor::default();
     let (status, _, _) = call(&s, &mut v, Method::POST, ENTER, CHROME, None).await;

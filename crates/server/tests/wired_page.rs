@@ -13,7 +13,8 @@ use http::{Method, StatusCode};
 use support::{Visitor, wait_until};
 
 const PAGE: &str = "/queue/tickets?return=%2Ftickets%2Fseat%2F9";
-const NO_LIMITS: &str = "[limits]\nper_ip_per_second = 0\nper_session_per_second = 0";
+const NO_LIMITS: &str =
+    "[limits]\nper_ip_per_second = 0\nentries_per_ip = 0\nper_session_per_second = 0";
 
 /// A browser with scripting off: its own headers plus `Accept: text/html`.
 fn html_headers() -> Vec<(&'static str, &'static str)> {
@@ -75,7 +76,7 @@ async fn without_javascript_the_page_shows_the_position_and_continues_once_admit
     let mut v = Visitor::default();
     let html = page(&s, &mut v).await;
     assert!(
-        v.cookie("anteroom_sid").is_some(),
+        v.cookie("__Host-anteroom_sid").is_some(),
         "the first load sets the session"
     );
     assert!(html.contains("You are number 2 in line"), "{html}");
@@ -126,7 +127,7 @@ async fn without_javascript_the_page_shows_the_position_and_continues_once_admit
         .await;
     assert_eq!(status, StatusCode::FOUND);
     assert_eq!(h["location"], "/tickets/seat/9");
-    assert!(v.cookie("anteroom_pass").is_some());
+    assert!(v.cookie("__Host-anteroom_pass").is_some());
     let (status, _, body) = v
         .call(
             Method::GET,

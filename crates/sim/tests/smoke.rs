@@ -27,6 +27,7 @@ path = "{store}"
 secrets = ["smoke-test-secret-0123456789abcdef0123"]
 [limits]
 per_ip_per_second = 0
+entries_per_ip = 0
 per_session_per_second = 0
 [[events]]
 id = "smoke"

@@ -15,7 +15,6 @@
 use axum::http::{HeaderMap, HeaderValue};
 
 use crate::app::{AppState, EventRuntime};
-use crate::identity::{self, PASS_COOKIE};
 use crate::passes::{self, PassCheck};
 
 /// The end, in canonical µs, of a session that started at `start_ms` and was
@@ -37,7 +36,7 @@ pub fn renew(
     headers: &HeaderMap,
 ) -> HeaderValue {
     let now = state.now_ms();
-    let cookie = identity::cookie(headers, PASS_COOKIE);
+    let cookie = state.server.cookies.pass(headers);
     let start = match passes::check(state, rt, member, cookie, now) {
         PassCheck::Valid { claims, .. } | PassCheck::Expired { claims } => {
             passes::session_start_ms(&claims, rt, now)
@@ -47,6 +46,7 @@ pub fn renew(
     let (pass, _) = passes::issue_for_session(&state.keyring, rt, member, now, start);
     let store = state.store.clone();
     let event = rt.id().clone();
+    let cookie = crate::api::redeem::pass_cookie(state, rt, headers, member, Some(&pass));
     let member = member.to_owned();
     let until_us = session_end_us(rt, start, now);
     tokio::spawn(async move {
@@ -54,5 +54,5 @@ pub fn renew(
             tracing::debug!(event = %event, error = e.kind(), "session extend failed");
         }
     });
-    crate::api::redeem::pass_cookie(state, rt, headers, Some(&pass))
+    cookie
 }

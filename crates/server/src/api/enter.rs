@@ -14,7 +14,7 @@ use super::{
     QueuePosition, add_cookie, client_ip, lang, parse_json, read_body, resolve_event, safe_return,
 };
 use crate::app::{AppState, EventRuntime};
-use crate::bots::{EnterAnswer, EnterVerdict, EventBots, RateKind};
+use crate::bots::{EnterAnswer, EnterVerdict, EventBots, PowAnswer, RateKind};
 use crate::error::ApiError;
 use crate::identity::{self, Visitor};
 
@@ -52,19 +52,26 @@ pub async fn enter(State(state): State<Arc<AppState>>, req: Request) -> Result<R
     let rt = resolve_event(&state, &parts.uri)?;
     let body: Option<EnterAnswer> =
         parse_json(&read_body(body, state.server.max_body_bytes).await?)?;
-    let visitor = identity::resolve(
-        &parts.headers,
-        rt.jwt.as_ref(),
-        true,
-        state.server.insecure_cookies,
-    )?
-    .ok_or(ApiError::InvalidIdentity)?;
+    let visitor = identity::resolve(&parts.headers, rt.jwt.as_ref(), true, &state.server.cookies)?
+        .ok_or(ApiError::InvalidIdentity)?;
     let return_path = safe_return(super::query_param(&parts.uri, "return").as_deref());
     let lang = lang(&parts.headers);
     let ip = client_ip(&state, &parts.extensions, &parts.headers);
     // Refused in memory, before any store work; a new visitor still gets
-    // the cookie so the retry is the same session.
-    if let Err(limited) = state.bots.check_rate(RateKind::Enter, ip, &visitor.member) {
+    // the cookie so the retry is the same session. The answer to a
+    // challenge follows the call that asked for it within the second: under
+    // the session limit a real browser would have it refused and solve
+    // twice, so it counts against the address alone (a garbage answer
+    // still counts against both).
+    let answering = body.as_ref().is_some_and(|a| {
+        matches!(a.pow_answer(), PowAnswer::Answer { .. }) || a.captcha_token.is_some()
+    });
+    let limited = if answering {
+        state.bots.check_rate_ip(RateKind::Enter, ip)
+    } else {
+        state.bots.check_rate(RateKind::Enter, ip, &visitor.member)
+    };
+    if let Err(limited) = limited {
         return Ok(with_cookie(
             ApiError::from(limited).into_response(),
             &visitor,
@@ -185,6 +192,9 @@ pub async fn join_checked(
     let outcome = crate::metrics::timed_store("join", state.store.join(rt.id(), member, &scoring))
         .await
         .map_err(|e| crate::drain::on_store_error(state, rt, e))?;
+    if outcome.new {
+        state.bots.record_entry(rt.id(), ip, state.now_ms());
+    }
     // Issue 8: this node's record of ranks and admissions, for drain mode.
     crate::drain::of(rt).note(member, &outcome.state);
     let member_state = crate::drain::adjust(rt, member, outcome.state);
@@ -223,13 +233,18 @@ pub async fn position(
         &parts.headers,
         rt.jwt.as_ref(),
         false,
-        state.server.insecure_cookies,
+        &state.server.cookies,
     )?;
     // Polls are refused in memory before they reach the store; a caller
     // without a session is limited by address alone.
     let ip = client_ip(&state, &parts.extensions, &parts.headers);
     let member = visitor.as_ref().map_or("", |v| v.member.as_str());
-    state.bots.check_rate(RateKind::Position, ip, member)?;
+    if let Err(limited) = state.bots.check_rate(RateKind::Position, ip, member) {
+        // Refused, but the visitor is there: the place must not idle out
+        // because the address (a NAT full of people) polls too much.
+        state.bots.note_throttled_poll(rt.id(), member);
+        return Err(limited.into());
+    }
     let Some(visitor) = visitor else {
         let none = anteroom_store::MemberState::None;
         return Ok(

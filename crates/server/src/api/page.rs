@@ -38,14 +38,9 @@ pub async fn waiting_page(
     let return_path = safe_return(query_param(&parts.uri, "return").as_deref());
     let lang = lang(&parts.headers);
     // A JWT event's page load carries no bearer token: the script joins.
-    let visitor = identity::resolve(
-        &parts.headers,
-        rt.jwt.as_ref(),
-        true,
-        state.server.insecure_cookies,
-    )
-    .ok()
-    .flatten();
+    let visitor = identity::resolve(&parts.headers, rt.jwt.as_ref(), true, &state.server.cookies)
+        .ok()
+        .flatten();
     let position = match &visitor {
         Some(v) => rendered_position(&state, &rt, &parts, v, lang, &return_path).await,
         None => None,
@@ -95,14 +90,17 @@ async fn rendered_position(
     let member = visitor.member.as_str();
     // A session created by this very request cannot be in the queue yet.
     let mut position = None;
-    if visitor.new_cookie.is_none() {
-        state.bots.check_rate(RateKind::Position, ip, member).ok()?;
+    if !visitor.created {
+        // The page load is a browser's own first call, right before the
+        // script's: it counts against the address, not the session's few
+        // calls a second.
+        state.bots.check_rate_ip(RateKind::Position, ip).ok()?;
         position = Some(position_of(state, rt, member, true, lang, return_path).await);
     }
     let position = match position {
         Some(p) if p.status != Status::None => p,
         _ => {
-            state.bots.check_rate(RateKind::Enter, ip, member).ok()?;
+            state.bots.check_rate_ip(RateKind::Enter, ip).ok()?;
             let joined = join_checked(
                 state,
                 rt,

@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use super::{empty, parse_json, query_param, read_body, resolve_event, safe_return};
 use crate::app::{AppState, EventRuntime, rfc3339_ms};
 use crate::error::ApiError;
-use crate::identity::{self, PASS_COOKIE};
+use crate::identity;
 use crate::passes;
 
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
@@ -88,13 +88,8 @@ async fn redeem(
     headers: &HeaderMap,
     token: &str,
 ) -> Result<(Redeemed, HeaderValue), ApiError> {
-    let visitor = identity::resolve(
-        headers,
-        rt.jwt.as_ref(),
-        false,
-        state.server.insecure_cookies,
-    )?
-    .ok_or(ApiError::InvalidToken)?;
+    let visitor = identity::resolve(headers, rt.jwt.as_ref(), false, &state.server.cookies)?
+        .ok_or(ApiError::InvalidToken)?;
     let now = state.now_ms();
     let expect = Expect {
         kind: TokenKind::Admission,
@@ -146,7 +141,7 @@ async fn redeem(
     }
     metrics::counter!("anteroom_redeems_total", "event" => rt.id().to_string()).increment(1);
     let (pass, expires_at_ms) = passes::issue(&state.keyring, rt, &visitor.member, now);
-    let cookie = pass_cookie(state, rt, headers, Some(&pass));
+    let cookie = pass_cookie(state, rt, headers, &visitor.member, Some(&pass));
     Ok((
         Redeemed {
             status: "ACTIVE",
@@ -162,10 +157,13 @@ pub fn pass_cookie(
     state: &AppState,
     rt: &EventRuntime,
     headers: &HeaderMap,
+    member: &str,
     pass: Option<&str>,
 ) -> HeaderValue {
-    let current = identity::cookie(headers, PASS_COOKIE);
-    let value = passes::merge(&state.keyring, current, rt.id(), pass);
+    let cookies = &state.server.cookies;
+    let current = cookies.pass(headers);
+    let passes = passes::merge(&state.keyring, current, rt.id(), pass);
+    let value = identity::CookieSettings::pass_value_for(member, &passes);
     // The cookie outlives one pass so an expired pass of a still-active
     // session reaches the gate, which then renews it.
     let max_age = if value.is_empty() {
@@ -173,15 +171,12 @@ pub fn pass_cookie(
     } else {
         rt.config.session_ttl
     };
-    identity::set_cookie(
-        PASS_COOKIE,
-        &value,
-        Some(max_age),
-        state.server.insecure_cookies,
-    )
-    .unwrap_or(HeaderValue::from_static(
-        "anteroom_pass=; Max-Age=0; Path=/",
-    ))
+    cookies
+        .pass_cookie(&value, Some(max_age))
+        .or_else(|| cookies.pass_cookie("", Some(std::time::Duration::ZERO)))
+        .unwrap_or(HeaderValue::from_static(
+            "anteroom_pass=; Max-Age=0; Path=/",
+        ))
 }
 
 /// Ends the caller's active session or leaves the queue; frees the slot.
@@ -194,17 +189,12 @@ pub async fn release(
     req: Request,
 ) -> Result<Response, ApiError> {
     let rt = resolve_event(&state, req.uri())?;
-    let visitor = identity::resolve(
-        req.headers(),
-        rt.jwt.as_ref(),
-        false,
-        state.server.insecure_cookies,
-    )?;
+    let visitor = identity::resolve(req.headers(), rt.jwt.as_ref(), false, &state.server.cookies)?;
     let mut response = empty(StatusCode::NO_CONTENT);
     if let Some(visitor) = visitor {
         crate::metrics::timed_store("release", state.store.release(rt.id(), &visitor.member))
             .await?;
-        let cookie = pass_cookie(&state, &rt, req.headers(), None);
+        let cookie = pass_cookie(&state, &rt, req.headers(), &visitor.member, None);
         response.headers_mut().append(header::SET_COOKIE, cookie);
     }
     Ok(response)

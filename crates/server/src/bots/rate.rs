@@ -14,11 +14,27 @@ use std::num::NonZeroU32;
 use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 
-/// `[limits]` values the limiters need; 0 disables one.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// `[limits]` values the limiters (and the entry cap) need; 0 disables one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RateLimits {
     pub per_ip_per_second: u32,
     pub per_session_per_second: u32,
+    /// New queue entries per address per event and window before joining
+    /// costs proof-of-work ([`super::entries`]).
+    pub entries_per_ip: u32,
+    pub entries_window_ms: i64,
+}
+
+impl Default for RateLimits {
+    fn default() -> Self {
+        let cap = super::EntryCap::default();
+        Self {
+            per_ip_per_second: 0,
+            per_session_per_second: 0,
+            entries_per_ip: cap.per_window,
+            entries_window_ms: cap.window_ms,
+        }
+    }
 }
 
 impl From<&crate::config::Limits> for RateLimits {
@@ -26,6 +42,8 @@ impl From<&crate::config::Limits> for RateLimits {
         Self {
             per_ip_per_second: l.per_ip_per_second,
             per_session_per_second: l.per_session_per_second,
+            entries_per_ip: l.entries_per_ip,
+            entries_window_ms: i64::try_from(l.entries_window.as_millis()).unwrap_or(i64::MAX),
         }
     }
 }
@@ -91,6 +109,13 @@ impl Limiters {
         Ok(())
     }
 
+    /// Counts one call against the IP limit only: for calls a real browser
+    /// makes on its own, right after another (the page load, the answer to
+    /// a proof-of-work challenge), which the session limit would refuse.
+    pub fn check_ip(&self, kind: RateKind, ip: IpAddr) -> Result<(), RateLimited> {
+        self.check(kind, ip, "")
+    }
+
     /// Forgets keys whose limit has fully replenished, so the maps hold only
     /// clients seen in the last second or so; called by the housekeeping task.
     pub fn retain_recent(&self) {
@@ -126,7 +151,7 @@ fn quota(per_second: u32) -> Option<Quota> {
 
 /// IPv4 as its IPv4-mapped IPv6 form (never a /64 prefix key, whose low 64
 /// bits are zero), IPv6 as its /64 prefix.
-fn ip_key(ip: IpAddr) -> u128 {
+pub(crate) fn ip_key(ip: IpAddr) -> u128 {
     match ip {
         IpAddr::V4(v4) => u128::from(v4.to_ipv6_mapped()),
         IpAddr::V6(v6) => match v6.to_ipv4_mapped() {

@@ -29,6 +29,8 @@ pub struct RawServer {
     pub admin_listen: Option<String>,
     pub admin_token: Option<String>,
     pub insecure_cookies: Option<bool>,
+    /// `[server.cookies]`: `SameSite` per cookie and the upgrade reading.
+    pub cookies: RawCookies,
     pub default_origin: Option<String>,
     /// `"text"` (default) or `"json"`.
     pub log_format: Option<String>,
@@ -47,6 +49,18 @@ pub struct RawServer {
     pub drain_after: Option<String>,
     /// Issue 8, TEST/DIAGNOSTIC ONLY: shifts this node's wall clock (clock-skew tests).
     pub test_clock_offset_ms: Option<i64>,
+}
+
+/// `[server.cookies]`.
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RawCookies {
+    /// `"strict"`, `"lax"` (default) or `"none"`.
+    pub session_same_site: Option<String>,
+    /// `"strict"`, `"lax"` or `"none"` (default with `Secure` cookies).
+    pub pass_same_site: Option<String>,
+    /// Also read the unprefixed cookie names of older versions (default true).
+    pub read_unprefixed: Option<bool>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize, Serialize)]
@@ -70,6 +84,11 @@ pub struct RawKeys {
 pub struct RawLimits {
     pub per_ip_per_second: Option<u32>,
     pub per_session_per_second: Option<u32>,
+    /// New queue entries per address per event and window before joining
+    /// costs proof-of-work; 0 disables the cap.
+    pub entries_per_ip: Option<u32>,
+    /// The window of `entries_per_ip`, e.g. `"10m"`.
+    pub entries_window: Option<String>,
     pub trusted_proxies: Option<Vec<String>>,
 }
 

@@ -101,6 +101,7 @@ fn server(raw: &RawConfig) -> Result<ServerConfig> {
         )?,
         admin_token,
         insecure_cookies: s.insecure_cookies.unwrap_or(false),
+        cookies: cookie_settings(s)?,
         default_origin,
         log_format,
         header_read_timeout: positive(
@@ -114,6 +115,41 @@ fn server(raw: &RawConfig) -> Result<ServerConfig> {
         drain: drain_settings(s)?,
         trusted_proxies: Vec::new(),
     })
+}
+
+/// `[server.cookies]`: see [`crate::identity::cookies`] for the defaults.
+fn cookie_settings(s: &super::raw::RawServer) -> Result<crate::identity::CookieSettings> {
+    use crate::identity::{CookieSettings, SameSite};
+    let secure = !s.insecure_cookies.unwrap_or(false);
+    let mut c = CookieSettings::new(secure);
+    let parse = |key: &str, v: &str| {
+        SameSite::parse(v)
+            .ok_or_else(|| ConfigError::new(key, "must be \"strict\", \"lax\" or \"none\""))
+    };
+    if let Some(v) = s.cookies.session_same_site.as_deref() {
+        c.session_same_site = parse("server.cookies.session_same_site", v)?;
+    }
+    if c.session_same_site == SameSite::None {
+        // The session cookie names the queue place; sent with other sites'
+        // form posts it would let any page join or release its visitors.
+        return Err(ConfigError::new(
+            "server.cookies.session_same_site",
+            "\"none\" would let any site make queue calls as the visitor; use \"lax\" or \"strict\"",
+        ));
+    }
+    if let Some(v) = s.cookies.pass_same_site.as_deref() {
+        c.pass_same_site = parse("server.cookies.pass_same_site", v)?;
+        if c.pass_same_site == SameSite::None && !secure {
+            return Err(ConfigError::new(
+                "server.cookies.pass_same_site",
+                "\"none\" needs Secure cookies, which server.insecure_cookies = true turns off (browsers drop SameSite=None without Secure); use \"lax\"",
+            ));
+        }
+    }
+    if let Some(v) = s.cookies.read_unprefixed {
+        c.read_unprefixed = v;
+    }
+    Ok(c)
 }
 
 /// Issue 8: drain share, drain window and the test-only clock offset.
@@ -208,6 +244,10 @@ fn limits(raw: &RawConfig) -> Result<Limits> {
     Ok(Limits {
         per_ip_per_second: l.per_ip_per_second.unwrap_or(20),
         per_session_per_second: l.per_session_per_second.unwrap_or(2),
+        entries_per_ip: l
+            .entries_per_ip
+            .unwrap_or(crate::bots::entries::DEFAULT_ENTRIES_PER_IP),
+        entries_window: positive("limits.entries_window", l.entries_window.as_deref(), "10m")?,
     })
 }
 

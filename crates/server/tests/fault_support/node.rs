@@ -462,6 +462,7 @@ timeout = "300ms"
 secrets = ["{SECRET}"]
 [limits]
 per_ip_per_second = 0
+entries_per_ip = 0
 per_session_per_second = 0
 "#
     );

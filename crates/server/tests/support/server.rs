@@ -92,6 +92,7 @@ secrets = ["{SECRET}"]
 # exercised on their own in wired_limits.rs.
 [limits]
 per_ip_per_second = 0
+entries_per_ip = 0
 per_session_per_second = 0
 [[events]]
 id = "tickets"

@@ -42,6 +42,8 @@ pub struct ErrorBody {
 pub struct Cookies {
     pub sid: Option<String>,
     pub pass: Option<String>,
+    /// The server set the `__Host-` names (its cookies are `Secure`).
+    pub host_prefix: bool,
 }
 
 impl Cookies {
@@ -54,7 +56,15 @@ impl Cookies {
                 continue;
             };
             let val = (!val.trim().is_empty()).then(|| val.trim().to_owned());
-            match name.trim() {
+            let name = name.trim();
+            let name = match name.strip_prefix("__Host-") {
+                Some(bare) => {
+                    self.host_prefix = true;
+                    bare
+                }
+                None => name,
+            };
+            match name {
                 "anteroom_sid" => self.sid = val,
                 "anteroom_pass" => self.pass = val,
                 _ => {}
@@ -65,11 +75,12 @@ impl Cookies {
     /// The `Cookie` header to send, if any cookie is held.
     pub fn header(&self) -> Option<String> {
         let mut parts = Vec::with_capacity(2);
+        let prefix = if self.host_prefix { "__Host-" } else { "" };
         if let Some(sid) = &self.sid {
-            parts.push(format!("anteroom_sid={sid}"));
+            parts.push(format!("{prefix}anteroom_sid={sid}"));
         }
         if let Some(pass) = &self.pass {
-            parts.push(format!("anteroom_pass={pass}"));
+            parts.push(format!("{prefix}anteroom_pass={pass}"));
         }
         (!parts.is_empty()).then(|| parts.join("; "))
     }
@@ -116,5 +127,13 @@ mod tests {
         );
         c.absorb(&cleared);
         assert_eq!(c.header().as_deref(), Some("anteroom_sid=abc"));
+        let mut secure = Cookies::default();
+        let mut h = HeaderMap::new();
+        h.append(
+            SET_COOKIE,
+            HeaderValue::from_static("__Host-anteroom_sid=abc; Secure; Path=/"),
+        );
+        secure.absorb(&h);
+        assert_eq!(secure.header().as_deref(), Some("__Host-anteroom_sid=abc"));
     }
 }
