@@ -156,3 +156,52 @@ fn env_overrides_file_and_cli_overrides_env() {
         Ok(())
     });
 }
+
+#[test]
+fn cookie_defaults_follow_secure() {
+    use crate::identity::SameSite;
+    let c = Config::from_toml(BASE).unwrap();
+    assert!(c.server.cookies.secure);
+    assert_eq!(c.server.cookies.session_same_site, SameSite::Lax);
+    assert_eq!(c.server.cookies.pass_same_site, SameSite::None);
+    assert!(c.server.cookies.read_unprefixed);
+    assert_eq!(c.limits.entries_per_ip, 20);
+    assert_eq!(c.limits.entries_window, Duration::from_secs(600));
+    let plain = BASE.replacen("[server]\n", "[server]\ninsecure_cookies = true\n", 1);
+    let c = Config::from_toml(&plain).unwrap();
+    assert!(!c.server.cookies.secure);
+    assert_eq!(c.server.cookies.pass_same_site, SameSite::Lax);
+    let strict = BASE.replacen(
+        "[keys]",
+        "[server.cookies]\nsession_same_site = \"strict\"\npass_same_site = \"lax\"\nread_unprefixed = false\n[keys]",
+        1,
+    );
+    let c = Config::from_toml(&strict).unwrap();
+    assert_eq!(c.server.cookies.session_same_site, SameSite::Strict);
+    assert_eq!(c.server.cookies.pass_same_site, SameSite::Lax);
+    assert!(!c.server.cookies.read_unprefixed);
+}
+
+#[test]
+fn session_cookie_none_is_refused() {
+    let inv = "invalid configuration: ";
+    check(
+        ("[keys]", "[server.cookies]\nsession_same_site = \"none\"\n[keys]"),
+        &format!(
+            "{inv}server.cookies.session_same_site: \"none\" would let any site make queue calls as the visitor; use \"lax\" or \"strict\""
+        ),
+    );
+    check(
+        ("[keys]", "[server.cookies]\npass_same_site = \"loose\"\n[keys]"),
+        &format!("{inv}server.cookies.pass_same_site: must be \"strict\", \"lax\" or \"none\""),
+    );
+    check(
+        (
+            "admin_token = \"admin-token-123\"",
+            "admin_token = \"admin-token-123\"\ninsecure_cookies = true\n[server.cookies]\npass_same_site = \"none\"",
+        ),
+        &format!(
+            "{inv}server.cookies.pass_same_site: \"none\" needs Secure cookies, which server.insecure_cookies = true turns off (browsers drop SameSite=None without Secure); use \"lax\""
+        ),
+    );
+}
