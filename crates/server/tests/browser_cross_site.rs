@@ -135,7 +135,7 @@ async fn journeys(cookies: &str, sid_name: &'static str, post_reaches_origin: bo
             "the link from another site replaced the session"
         );
         ensure!(
-            waiting(&s).await == 1,
+            waiting(s).await == 1,
             "the link from another site queued a second visitor"
         );
 

@@ -186,13 +186,19 @@ fn cookie_defaults_follow_secure() {
 fn session_cookie_none_is_refused() {
     let inv = "invalid configuration: ";
     check(
-        ("[keys]", "[server.cookies]\nsession_same_site = \"none\"\n[keys]"),
+        (
+            "[keys]",
+            "[server.cookies]\nsession_same_site = \"none\"\n[keys]",
+        ),
         &format!(
             "{inv}server.cookies.session_same_site: \"none\" would let any site make queue calls as the visitor; use \"lax\" or \"strict\""
         ),
     );
     check(
-        ("[keys]", "[server.cookies]\npass_same_site = \"loose\"\n[keys]"),
+        (
+            "[keys]",
+            "[server.cookies]\npass_same_site = \"loose\"\n[keys]",
+        ),
         &format!("{inv}server.cookies.pass_same_site: must be \"strict\", \"lax\" or \"none\""),
     );
     check(
