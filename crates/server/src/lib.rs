@@ -159,6 +159,8 @@ pub fn check(config: &Config) -> anyhow::Result<()> {
                 .with_context(|| format!("event {:?}: jwt key", e.id.as_str()))?;
         }
     }
+    Ok(())
+}
 
 /// The public listener: queue API and page routes, the gate as fallback, and
 /// the header-size guard around everything.
