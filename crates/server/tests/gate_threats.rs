@@ -34,6 +34,7 @@ path = "{path}"
 secrets = ["{SECRET}"]
 [limits]
 per_ip_per_second = 0
+entries_per_ip = 0
 per_session_per_second = 0
 [[events]]
 id = "tickets"

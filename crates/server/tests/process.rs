@@ -38,6 +38,7 @@ path = "{}"
 secrets = ["{}"]
 [limits]
 per_ip_per_second = 0
+entries_per_ip = 0
 per_session_per_second = 0
 [[events]]
 id = "tickets"

@@ -162,6 +162,7 @@ path = "{dir}"
 secrets = ["{secret}"]
 [limits]
 per_ip_per_second = 0
+entries_per_ip = 0
 per_session_per_second = 0
 [[events]]
 id = "tickets"

@@ -331,7 +331,7 @@ async fn the_real_server_sends_one_rebuilt_set_of_forwarding_headers_and_none_of
         .await;
     assert_eq!(status, StatusCode::OK);
     v.cookies.push(("lang".into(), "fr".into()));
-    let session = v.cookie("anteroom_sid").unwrap().to_owned();
+    let session = v.cookie("__Host-anteroom_sid").unwrap().to_owned();
     let seen = seen_by_origin(&s, &mut v, "/tickets/row/1", &[]).await;
     assert_rebuilt(&seen, "127.0.0.1", "http", "shop.example");
     assert_eq!(seen["x-anteroom-event"], serde_json::json!(["tickets"]));
