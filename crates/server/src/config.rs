@@ -107,6 +107,8 @@ pub struct ServerConfig {
     /// that needs a client address (enter, position, page, gate) has these
     /// at hand.
     pub trusted_proxies: Vec<ipnet::IpNet>,
+    /// `[server.tls]`: HTTPS on the public listener; `None` = plain HTTP.
+    pub tls: Option<crate::tls::config::TlsConfig>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -26,6 +26,7 @@ pub mod passes;
 pub mod proxy;
 pub mod scheduler;
 mod serve;
+pub mod tls;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -85,6 +86,25 @@ pub async fn run(
     run_with_store(public, admin, config, store, shutdown).await
 }
 
+/// The listeners a server runs on, bound by the caller (port 0 in tests).
+pub struct Listeners {
+    pub public: tokio::net::TcpListener,
+    pub admin: tokio::net::TcpListener,
+    /// The plain-HTTP redirect listener of `[server.tls]`; bound from
+    /// `server.tls.redirect_listen` when `None` and that key is set.
+    pub redirect: Option<tokio::net::TcpListener>,
+}
+
+/// [`run`] with every listener given, the redirect one included.
+pub async fn run_listeners(
+    listeners: Listeners,
+    config: Config,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let store = open_store(&config).await?;
+    serve_all(listeners, config, store, shutdown).await
+}
+
 /// [`run`] with a store the caller opened (tests share or break one).
 pub async fn run_with_store(
     public: tokio::net::TcpListener,
@@ -93,7 +113,47 @@ pub async fn run_with_store(
     store: Arc<dyn QueueStore>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    let listeners = Listeners {
+        public,
+        admin,
+        redirect: None,
+    };
+    serve_all(listeners, config, store, shutdown).await
+}
+
+async fn serve_all(
+    listeners: Listeners,
+    config: Config,
+    store: Arc<dyn QueueStore>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let Listeners {
+        public,
+        admin,
+        redirect,
+    } = listeners;
     metrics::install();
+    // Certificates first: a bad pair stops the start before anything runs.
+    let challenges = tls::Challenges::default();
+    let (tls, tls_tasks) = match &config.server.tls {
+        Some(t) => {
+            let (tls, tasks) = tls::start(t, challenges.clone()).await?;
+            (Some(tls), tasks)
+        }
+        None => (None, Vec::new()),
+    };
+    let redirect = match (
+        redirect,
+        config.server.tls.as_ref().and_then(|t| t.redirect_listen),
+    ) {
+        (Some(l), _) => Some(l),
+        (None, Some(addr)) => Some(
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("server.tls.redirect_listen: cannot bind {addr}"))?,
+        ),
+        (None, None) => None,
+    };
     let events = config::stored::resolve(&config.events, store.as_ref())
         .await
         .context("loading event configuration")?;
@@ -117,14 +177,27 @@ pub async fn run_with_store(
     tracing::info!(public = %public.local_addr()?, admin = %admin.local_addr()?, store = state.store.name(), "anteroom listening");
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let public_app = public_router(state.clone());
+    let hsts = tls.as_ref().and_then(|t| t.hsts.clone());
+    let public_app = tls::with_hsts(public_router(state.clone()), hsts);
     let admin_app = admin::router(state.clone());
     let limits = serve::Limits {
         header_read_timeout: config.server.header_read_timeout,
         shutdown_grace: config.server.shutdown_grace,
     };
-    let public_task = tokio::spawn(serve::serve(public, public_app, limits, stop_rx.clone()));
-    let admin_task = tokio::spawn(serve::serve(admin, admin_app, limits, stop_rx));
+    let admin_tls = tls.clone().filter(|t| t.admin);
+    let https_port = public.local_addr()?.port();
+    let redirect_task = redirect.map(|l| {
+        let app = tls::redirect::router(challenges, https_port);
+        tokio::spawn(serve::serve(l, app, limits, None, stop_rx.clone()))
+    });
+    let public_task = tokio::spawn(serve::serve(
+        public,
+        public_app,
+        limits,
+        tls,
+        stop_rx.clone(),
+    ));
+    let admin_task = tokio::spawn(serve::serve(admin, admin_app, limits, admin_tls, stop_rx));
     shutdown.await;
     // Graceful stop: listeners close, requests in flight finish (within
     // `server.shutdown_grace`), then the background tasks end. The store
@@ -134,6 +207,12 @@ pub async fn run_with_store(
     let _ = stop_tx.send(true);
     let _ = public_task.await;
     let _ = admin_task.await;
+    if let Some(t) = redirect_task {
+        let _ = t.await;
+    }
+    for t in tls_tasks {
+        t.abort();
+    }
     app::lock(&state.tasks).abort_all();
     bots_reload.abort();
     bots_seen.abort();

@@ -28,11 +28,14 @@ const MAX_HEADERS: usize = 2048;
 const MAX_BUF: usize = 256 * 1024;
 
 /// Accepts connections until `stop` turns true, then lets open ones finish
-/// their current request (for up to `limits.shutdown_grace`).
+/// their current request (for up to `limits.shutdown_grace`). With `tls`,
+/// each connection completes its handshake first (bounded by the header
+/// read timeout).
 pub async fn serve(
     listener: TcpListener,
     app: Router,
     limits: Limits,
+    tls: Option<crate::tls::Tls>,
     mut stop: watch::Receiver<bool>,
 ) {
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
@@ -49,11 +52,15 @@ pub async fn serve(
             _ = stop.changed() => break,
         };
         let _ = stream.set_nodelay(true);
+        let https = tls.is_some();
         let service = app
             .clone()
             .map_request(move |req: hyper::Request<hyper::body::Incoming>| {
                 let mut req = req.map(axum::body::Body::new);
                 req.extensions_mut().insert(ConnectInfo::<SocketAddr>(peer));
+                if https {
+                    req.extensions_mut().insert(crate::proxy::ClientScheme::Https);
+                }
                 req
             });
         let mut builder = Builder::new(TokioExecutor::new());
@@ -63,13 +70,26 @@ pub async fn serve(
             .header_read_timeout(limits.header_read_timeout)
             .max_headers(MAX_HEADERS)
             .max_buf_size(MAX_BUF);
-        let conn = builder.serve_connection_with_upgrades(
-            TokioIo::new(stream),
-            TowerToHyperService::new(service),
-        );
-        let conn = graceful.watch(conn.into_owned());
+        let watcher = graceful.watcher();
+        let tls = tls.clone();
         tokio::spawn(async move {
-            if let Err(e) = conn.await {
+            let service = TowerToHyperService::new(service);
+            let result = match tls {
+                None => {
+                    let conn =
+                        builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
+                    watcher.watch(conn.into_owned()).await
+                }
+                Some(tls) => {
+                    let Some(stream) = tls.accept(stream, limits.header_read_timeout).await else {
+                        return;
+                    };
+                    let conn =
+                        builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
+                    watcher.watch(conn.into_owned()).await
+                }
+            };
+            if let Err(e) = result {
                 tracing::trace!(error = %e, "connection ended with an error");
             }
         });

@@ -49,6 +49,8 @@ pub struct RawServer {
     pub drain_after: Option<String>,
     /// Issue 8, TEST/DIAGNOSTIC ONLY: shifts this node's wall clock (clock-skew tests).
     pub test_clock_offset_ms: Option<i64>,
+    /// `[server.tls]`; typed already (TLS owns its shape).
+    pub tls: Option<crate::tls::config::RawTls>,
 }
 
 /// `[server.cookies]`.

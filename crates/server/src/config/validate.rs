@@ -25,6 +25,16 @@ pub(super) fn config(raw: &RawConfig) -> Result<Config> {
     let secrets = secrets(raw)?;
     let limits = limits(raw)?;
     server.trusted_proxies = trusted_proxies(raw)?;
+    let data_dir = match &store {
+        StoreConfig::Embedded { path } => Some(path.as_path()),
+        StoreConfig::Redis { .. } => None,
+    };
+    server.tls = raw
+        .server
+        .tls
+        .as_ref()
+        .map(|t| crate::tls::config::validate(t, server.insecure_cookies, data_dir))
+        .transpose()?;
     let mut events = Vec::with_capacity(raw.events.len());
     let mut ids = HashSet::new();
     let mut prefixes = HashSet::new();
@@ -114,6 +124,7 @@ fn server(raw: &RawConfig) -> Result<ServerConfig> {
         access_log: s.access_log.unwrap_or(false),
         drain: drain_settings(s)?,
         trusted_proxies: Vec::new(),
+        tls: None,
     })
 }
 
