@@ -238,6 +238,9 @@ pub fn check(config: &Config) -> anyhow::Result<()> {
                 .with_context(|| format!("event {:?}: jwt key", e.id.as_str()))?;
         }
     }
+    if let Some(t) = &config.server.tls {
+        tls::check(t)?;
+    }
     Ok(())
 }
 

@@ -59,7 +59,8 @@ pub async fn serve(
                 let mut req = req.map(axum::body::Body::new);
                 req.extensions_mut().insert(ConnectInfo::<SocketAddr>(peer));
                 if https {
-                    req.extensions_mut().insert(crate::proxy::ClientScheme::Https);
+                    req.extensions_mut()
+                        .insert(crate::proxy::ClientScheme::Https);
                 }
                 req
             });

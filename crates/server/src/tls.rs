@@ -141,6 +141,20 @@ pub async fn start(
     Ok((Tls::new(store, config)?, tasks))
 }
 
+/// What `anteroom check` verifies without serving: every pair loads, and
+/// the ACME CA root (if any) is readable.
+pub fn check(config: &TlsConfig) -> anyhow::Result<()> {
+    let provider = provider();
+    for files in &config.files {
+        certs::load_files(files, &provider)?;
+    }
+    if let Some(root) = config.acme.as_ref().and_then(|a| a.ca_root.as_ref()) {
+        std::fs::metadata(root)
+            .with_context(|| format!("server.tls.acme.ca_root: cannot read {}", root.display()))?;
+    }
+    Ok(())
+}
+
 /// Sets `anteroom_tls_cert_expiry_seconds{cert}` and warns when less than
 /// [`EXPIRY_WARNING`] is left; `true` if it warned.
 pub fn report_expiry(name: &str, cert: &certs::Loaded, now: i64) -> bool {

@@ -104,7 +104,7 @@ async fn http2_and_http1_over_tls_carry_the_whole_journey() {
             .get_all("set-cookie")
             .iter()
             .map(|v| v.to_str().unwrap().to_owned())
-            .find(|c| c.starts_with("anteroom_sid="))
+            .find(|c| c.starts_with("__Host-anteroom_sid=") || c.starts_with("anteroom_sid="))
             .unwrap();
         assert!(sid.contains("Secure"), "{sid}");
         assert_eq!(

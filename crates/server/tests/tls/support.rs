@@ -19,6 +19,8 @@ pub const SECRET: &str = "test-secret-test-secret-test-secret-0123";
 /// A certificate authority the test trusts.
 pub struct Ca {
     pub pem: String,
+    /// The CA key's SubjectPublicKeyInfo, DER (Chromium's SPKI pin).
+    pub spki_der: Vec<u8>,
     issuer: Issuer<'static, KeyPair>,
 }
 
@@ -44,6 +46,7 @@ impl Ca {
         let cert = params.self_signed(&key).unwrap();
         Self {
             pem: cert.pem(),
+            spki_der: rcgen::PublicKeyData::subject_public_key_info(&key),
             issuer: Issuer::new(params, key),
         }
     }
