@@ -177,6 +177,9 @@ pub struct AppState {
     pub bots: BotDefence,
     /// Background tasks (scheduler, refreshers); aborted at shutdown.
     pub tasks: Mutex<tokio::task::JoinSet<()>>,
+    /// The locked `server.drain_journal` directory, set once at start-up
+    /// (bare states built by tests have none).
+    pub drain_journal: std::sync::OnceLock<crate::drain::journal::JournalDir>,
     events: RwLock<Arc<Events>>,
 }
 
@@ -220,6 +223,7 @@ impl AppState {
             clock,
             bots,
             tasks: Mutex::default(),
+            drain_journal: std::sync::OnceLock::new(),
             events: RwLock::new(Arc::new(Events::build(list))),
         })
     }

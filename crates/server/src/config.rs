@@ -102,6 +102,10 @@ pub struct ServerConfig {
     /// Issue 8: `server.gateway_nodes`, `server.drain_after` (with `store.timeout`)
     /// and the test-only `server.test_clock_offset_ms`.
     pub drain: crate::drain::clock::DrainSettings,
+    /// `server.drain_journal`: this node's own directory for the admissions
+    /// it makes while draining (default: `drain-journal` in the embedded
+    /// store's directory, `./anteroom-drain` with Redis).
+    pub drain_journal: std::path::PathBuf,
     /// `limits.trusted_proxies` in the file: peers whose `X-Forwarded-For`
     /// is believed. Kept with the server settings because every handler
     /// that needs a client address (enter, position, page, gate) has these

@@ -22,11 +22,13 @@
 pub mod cache;
 pub mod clock;
 pub mod health;
+pub mod journal;
+pub mod share;
 pub mod task;
 
 use std::collections::HashMap;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, OnceLock};
 
 use anteroom_core::eta::Lang;
 use anteroom_store::{MemberState, Nonce, RedeemOutcome, StoreError};
@@ -52,6 +54,8 @@ pub struct DrainState {
     /// so a refused connection drains within milliseconds.
     wake: tokio::sync::Notify,
     inner: Mutex<Inner>,
+    /// Where this node's drain admissions go before they are answered.
+    journal: OnceLock<journal::EventJournal>,
 }
 
 #[derive(Debug, Default)]
@@ -65,6 +69,8 @@ struct Inner {
     /// their token expires so a replay stays refused after the drain ends.
     local: HashMap<Nonce, LocalAdmission>,
     by_member: HashMap<String, Nonce>,
+    /// This node's hold on the event's capacity in the store.
+    share: share::ShareState,
 }
 
 #[derive(Debug, Clone)]
@@ -211,23 +217,88 @@ pub fn answer(
 }
 
 /// Redeems a token this node signed while draining. `None` when the nonce is
-/// not a drain admission of this node (the store decides then).
+/// not a drain admission of this node (the store decides then). The
+/// redemption is journaled before it is answered, so a replay stays refused
+/// after a crash; a journal that cannot be written refuses it (`503`).
 pub fn redeem_local(
     rt: &EventRuntime,
     member: &str,
     nonce: &Nonce,
     session_end_ms: i64,
-) -> Option<RedeemOutcome> {
-    let mut inner = lock(&of(rt).inner);
+) -> Option<Result<RedeemOutcome, ApiError>> {
+    let drain = of(rt);
+    let mut inner = lock(&drain.inner);
     let local = inner.local.get_mut(nonce)?;
     if local.member != member {
-        return Some(RedeemOutcome::NotAdmitted);
+        return Some(Ok(RedeemOutcome::NotAdmitted));
     }
     if local.redeemed_until_ms.is_some() {
-        return Some(RedeemOutcome::AlreadyUsed);
+        return Some(Ok(RedeemOutcome::AlreadyUsed));
+    }
+    // Once the store recorded the admission the session is known there.
+    if !local.reconciled
+        && let Some(j) = drain.journal.get()
+    {
+        let record = journal::Record::Redeemed {
+            nonce: *nonce,
+            until_ms: session_end_ms,
+        };
+        if let Err(e) = j.append(&[record]) {
+            tracing::error!(event = %rt.id(), error = %e, path = %j.path().display(), "drain journal write failed; redeem refused");
+            return Some(Err(draining_error()));
+        }
     }
     local.redeemed_until_ms = Some(session_end_ms);
-    Some(RedeemOutcome::Redeemed)
+    Some(Ok(RedeemOutcome::Redeemed))
+}
+
+/// The event's journal on this node (none for a bare state built by tests).
+fn journal<'a>(state: &AppState, rt: &'a EventRuntime) -> Option<&'a journal::EventJournal> {
+    let dir = state.drain_journal.get()?;
+    Some(of(rt).journal.get_or_init(|| dir.event(rt.id())))
+}
+
+/// On start: takes back the drain admissions in the event's journal (left by
+/// a crash before the store recorded them). They count against this node's
+/// share and hold the scheduler until the store has recorded them, exactly
+/// as if the drain had just ended. Returns how many were found.
+pub fn restore(state: &AppState, rt: &EventRuntime) -> Result<usize, String> {
+    let Some(j) = journal(state, rt) else {
+        return Ok(0);
+    };
+    let records = j.replay()?;
+    let drain = of(rt);
+    let mut inner = lock(&drain.inner);
+    for record in records {
+        match record {
+            journal::Record::Admitted {
+                member,
+                nonce,
+                token_expires_at_ms,
+            } => {
+                inner.by_member.insert(member.clone(), nonce);
+                inner.local.insert(
+                    nonce,
+                    LocalAdmission {
+                        member,
+                        token_expires_at_ms,
+                        redeemed_until_ms: None,
+                        reconciled: false,
+                    },
+                );
+            }
+            journal::Record::Redeemed { nonce, until_ms } => {
+                if let Some(l) = inner.local.get_mut(&nonce) {
+                    l.redeemed_until_ms = Some(until_ms);
+                }
+            }
+        }
+    }
+    let n = inner.local.len();
+    if n > 0 {
+        drain.holding.store(true, Ordering::Release);
+    }
+    Ok(n)
 }
 
 /// Events draining on this node, for `/readyz`.

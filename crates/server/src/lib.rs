@@ -163,6 +163,18 @@ async fn serve_all(
         store,
         drain::clock::node_clock(&config.server.drain),
     )?);
+    // Drain admissions a crash left unrecorded are taken back before any
+    // event can admit again (see `drain::journal`).
+    let journal = drain::journal::JournalDir::open(&config.server.drain_journal)
+        .map_err(|e| anyhow::anyhow!("server.drain_journal: {e}"))?;
+    let _ = state.drain_journal.set(journal);
+    for rt in state.events().iter() {
+        let found =
+            drain::restore(&state, rt).map_err(|e| anyhow::anyhow!("server.drain_journal: {e}"))?;
+        if found > 0 {
+            tracing::warn!(event = %rt.id(), admissions = found, "drain admissions from before a restart; recording them before admitting again");
+        }
+    }
     for rt in state.events().iter() {
         scheduler::refresh_once(&state, rt).await;
     }

@@ -53,6 +53,10 @@ fn describe() {
         "anteroom_drain_admissions_total",
         "Visitors this node admitted on its own while draining, per event"
     );
+    metrics::describe_gauge!(
+        "anteroom_drain_share",
+        "Visitors this node may admit on its own should it lose the store (its reserve held in the store), per event"
+    );
     metrics::describe_counter!("anteroom_polls_total", "Position polls, per event");
     metrics::describe_counter!(
         "anteroom_redeems_total",

@@ -94,6 +94,8 @@ async fn schedule(state: Arc<AppState>, id: EventId) {
             Ok(_) => {}
             Err(e) => tracing::warn!(event = %id, error = e.kind(), "admission tick failed"),
         }
+        // Whoever won the tick: keep this node's drain reserve held.
+        crate::drain::share::renew(&state, &rt).await;
     }
 }
 
@@ -171,9 +173,15 @@ pub async fn tick_once(
             n
         })
         .collect::<Vec<_>>();
+    // With several nodes the admission stays out of the others' holds.
+    let (room, max_active) =
+        crate::drain::share::before_admit(state, rt, nonces.len() as u64).await?;
+    if room == 0 {
+        return Ok(0);
+    }
     let request = AdmitRequest {
-        max: nonces.len() as u64,
-        max_active: rt.config.max_active,
+        max: room.min(nonces.len() as u64),
+        max_active,
         nonces,
         token_expires_at_us: now_us.saturating_add(micros(rt.config.token_ttl)),
     };

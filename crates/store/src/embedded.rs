@@ -39,7 +39,8 @@ use self::actor::{Actor, Command, Op, Reply, lock};
 use self::state::EventState;
 use crate::{
     Admission, AdmitRequest, EventId, EventStats, ExpireRequest, Expired, JoinOutcome, MemberState,
-    Nonce, QueueStore, RedeemOutcome, Result, Revocation, StoreError, check_member,
+    Nonce, QueueStore, RedeemOutcome, Result, Revocation, ShareGrant, ShareRequest, StoreError,
+    check_member, check_node,
 };
 
 /// Settings of the embedded store.
@@ -130,7 +131,14 @@ struct Inner {
     events: Mutex<HashMap<EventId, Arc<EventHandle>>>,
     admin: Mutex<HashMap<EventId, AdminState>>,
     ticks: Mutex<HashMap<(EventId, u64), i64>>,
+    /// Per event, the nodes' holds (`hold_share`). In memory: one
+    /// process is the whole cluster here, so the holds only keep the
+    /// contract (a restart forgets them, and nobody else was counting).
+    shares: Mutex<HashMap<EventId, Holds>>,
 }
+
+/// One event's holds: node id → (reserve, pending, expiry µs).
+type Holds = HashMap<String, (u64, u64, i64)>;
 
 /// The embedded store. Cheap to clone; dropping the last clone stops every
 /// actor after its last commit and closes the files.
@@ -189,6 +197,7 @@ impl EmbeddedStore {
                 events: Mutex::new(HashMap::new()),
                 admin: Mutex::new(admin),
                 ticks: Mutex::new(HashMap::new()),
+                shares: Mutex::new(HashMap::new()),
             }),
         };
         let mut found = Vec::new();
@@ -491,6 +500,41 @@ impl QueueStore for EmbeddedStore {
             Reply::Count(n) => Ok(n),
             _ => Err(unexpected()),
         }
+    }
+
+    async fn hold_share(&self, event: &EventId, req: &ShareRequest) -> Result<ShareGrant> {
+        check_node(&req.node)?;
+        let (stats, now) = self.read(event, |st, now| (st.stats(now), now))?;
+        let used = stats.active.saturating_add(stats.outstanding);
+        let mut shares = locked(&self.inner.shares);
+        let holds = shares.entry(event.clone()).or_default();
+        holds.retain(|_, h| h.2 > now);
+        let others = holds
+            .iter()
+            .filter(|(n, _)| **n != req.node)
+            .fold(0u64, |sum, (_, h)| {
+                sum.saturating_add(h.0).saturating_add(h.1)
+            });
+        if req.ttl_ms == 0 {
+            holds.remove(&req.node);
+            return Ok(ShareGrant {
+                others,
+                ..ShareGrant::default()
+            });
+        }
+        let free = req.max_active.saturating_sub(used).saturating_sub(others);
+        let pending = req.pending.min(free);
+        let reserve = req.reserve.min(free - pending);
+        let ttl_us = i64::try_from(req.ttl_ms.saturating_mul(1000)).unwrap_or(i64::MAX);
+        holds.insert(
+            req.node.clone(),
+            (reserve, pending, now.saturating_add(ttl_us)),
+        );
+        Ok(ShareGrant {
+            reserve,
+            pending,
+            others,
+        })
     }
 
     async fn expire(&self, event: &EventId, req: &ExpireRequest) -> Result<Expired> {

@@ -67,6 +67,19 @@ pub fn check_member(member: &str) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// Checks a gateway node id (for [`QueueStore::hold_share`]).
+pub fn check_node(node: &str) -> Result<(), StoreError> {
+    if node.is_empty()
+        || node.len() > 64
+        || !node.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+    {
+        return Err(StoreError::InvalidInput(
+            "node id must be 1..=64 letters, digits or '-'",
+        ));
+    }
+    Ok(())
+}
+
 /// A 128-bit single-use nonce (admission tokens, proof-of-work answers).
 pub type Nonce = [u8; 16];
 
@@ -111,6 +124,31 @@ pub struct AdmitRequest {
     pub nonces: Vec<Nonce>,
     /// Absolute expiry (canonical µs) of the tokens issued by this step.
     pub token_expires_at_us: i64,
+}
+
+/// What a gateway node asks of [`QueueStore::hold_share`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ShareRequest {
+    /// The node's stable id.
+    pub node: String,
+    pub max_active: u64,
+    /// Slots the node wants held for its own admissions should it lose the
+    /// store (its drain share).
+    pub reserve: u64,
+    /// Slots the node is about to admit through the store (its next `admit`).
+    pub pending: u64,
+    /// How long the hold lasts unless renewed; `0` drops it.
+    pub ttl_ms: u64,
+}
+
+/// What [`QueueStore::hold_share`] granted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ShareGrant {
+    pub reserve: u64,
+    pub pending: u64,
+    /// The other nodes' live holds (reserve + pending): an `admit` by this
+    /// node must stay within `max_active - others`.
+    pub others: u64,
 }
 
 /// What `redeem` found.
@@ -257,6 +295,16 @@ pub trait QueueStore: Send + Sync + 'static {
     /// already active or admitted are left as they are; waiting ones leave the
     /// queue. Returns how many were newly recorded.
     async fn reconcile_active(&self, event: &EventId, members: &[(String, i64)]) -> Result<u64>;
+
+    /// Atomically, at canonical now: forgets lapsed holds, then holds for
+    /// `req.node` at most what is free, `max_active - active - outstanding -
+    /// the other nodes' live holds`: `pending` first, then `reserve` from
+    /// what is left. The hold replaces the node's previous one and lasts
+    /// `ttl_ms`. So active + outstanding + every live hold never exceeds
+    /// `max_active` through this call, and each node's `admit` stays within
+    /// its own hold (`max_active - others`): a node that loses the store can
+    /// admit its reserve on its own while the others go on through the store.
+    async fn hold_share(&self, event: &EventId, req: &ShareRequest) -> Result<ShareGrant>;
 
     /// Drops idle waiters, expired tokens and ended sessions at canonical now.
     async fn expire(&self, event: &EventId, req: &ExpireRequest) -> Result<Expired>;

@@ -25,7 +25,8 @@ use self::conn::{Conn, Lua, bounded};
 use self::keys::{CONFIGS, EventKeys};
 use crate::{
     Admission, AdmitRequest, EventId, EventStats, ExpireRequest, Expired, JoinOutcome, MemberState,
-    Nonce, QueueStore, RedeemOutcome, Result, Revocation, StoreError, check_member,
+    Nonce, QueueStore, RedeemOutcome, Result, Revocation, ShareGrant, ShareRequest, StoreError,
+    check_member, check_node,
 };
 
 /// How to reach Redis.
@@ -320,6 +321,29 @@ impl QueueStore for RedisStore {
             recorded += count(self.eval::<i64>(&scripts::RECONCILE, &call).await?);
         }
         Ok(recorded)
+    }
+
+    async fn hold_share(&self, event: &EventId, req: &ShareRequest) -> Result<ShareGrant> {
+        check_node(&req.node)?;
+        let k = EventKeys::new(event);
+        let mut call = scripts::SHARE.call(&[k.held(), k.shares()]);
+        call.arg(&req.node)
+            .arg(req.max_active)
+            .arg(req.reserve)
+            .arg(req.pending)
+            .arg(req.ttl_ms);
+        let v: Vec<i64> = self.eval(&scripts::SHARE, &call).await?;
+        let [reserve, pending, others] = v[..] else {
+            return Err(StoreError::Corrupt(format!(
+                "share script returned {} numbers, not 3",
+                v.len()
+            )));
+        };
+        Ok(ShareGrant {
+            reserve: count(reserve),
+            pending: count(pending),
+            others: count(others),
+        })
     }
 
     async fn expire(&self, event: &EventId, req: &ExpireRequest) -> Result<Expired> {

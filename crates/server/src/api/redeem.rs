@@ -123,7 +123,7 @@ async fn redeem(
         session_end_us.div_euclid(1000),
     );
     let outcome = match local {
-        Some(outcome) => outcome,
+        Some(outcome) => outcome?,
         None => {
             crate::metrics::timed_store(
                 "redeem",

@@ -47,6 +47,8 @@ pub struct RawServer {
     pub gateway_nodes: Option<u64>,
     /// Issue 8: how long a store that times out must keep failing before its events drain.
     pub drain_after: Option<String>,
+    /// Directory of this node's drain journal (admissions made while draining).
+    pub drain_journal: Option<String>,
     /// Issue 8, TEST/DIAGNOSTIC ONLY: shifts this node's wall clock (clock-skew tests).
     pub test_clock_offset_ms: Option<i64>,
     /// `[server.tls]`; typed already (TLS owns its shape).

@@ -22,6 +22,7 @@ pub(super) fn config(raw: &RawConfig) -> Result<Config> {
     if let StoreConfig::Redis { timeout, .. } = &store {
         server.drain.store_timeout = *timeout;
     }
+    server.drain_journal = drain_journal(raw.server.drain_journal.as_deref(), &store)?;
     let secrets = secrets(raw)?;
     let limits = limits(raw)?;
     server.trusted_proxies = trusted_proxies(raw)?;
@@ -123,6 +124,7 @@ fn server(raw: &RawConfig) -> Result<ServerConfig> {
         shutdown_grace: duration("server.shutdown_grace", s.shutdown_grace.as_deref(), "10s")?,
         access_log: s.access_log.unwrap_or(false),
         drain: drain_settings(s)?,
+        drain_journal: PathBuf::new(),
         trusted_proxies: Vec::new(),
         tls: None,
     })
@@ -194,6 +196,22 @@ fn drain_settings(s: &super::raw::RawServer) -> Result<crate::drain::clock::Drai
         test_clock_offset_ms,
         ..Default::default()
     })
+}
+
+/// `server.drain_journal`: next to the embedded store's data by default (the
+/// node's own disk), a directory of its own with Redis.
+fn drain_journal(raw: Option<&str>, store: &StoreConfig) -> Result<PathBuf> {
+    match raw {
+        Some("") => Err(ConfigError::new(
+            "server.drain_journal",
+            "must be a directory path",
+        )),
+        Some(p) => Ok(PathBuf::from(p)),
+        None => Ok(match store {
+            StoreConfig::Embedded { path } => path.join("drain-journal"),
+            StoreConfig::Redis { .. } => PathBuf::from("./anteroom-drain"),
+        }),
+    }
 }
 
 fn store(raw: &RawConfig) -> Result<StoreConfig> {

@@ -12,11 +12,11 @@ use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use anteroom_core::phase::Phase;
-use anteroom_store::EventId;
+use anteroom_store::{EventId, MemberState, Nonce};
 use rand::RngCore;
 
 use super::health::{self, Health, Probe, Verdict};
-use super::{DrainState, Inner, LocalAdmission, of};
+use super::{DrainState, Inner, LocalAdmission, journal, of};
 use crate::app::{AppState, EventRuntime, lock};
 
 /// How often the store is probed for each event (and at once when a request
@@ -124,12 +124,26 @@ async fn leave(state: &AppState, rt: &EventRuntime) {
         )
         .await
         {
-            Ok(n) => tracing::info!(event = %rt.id(), recorded = n, "drain admissions reconciled"),
+            Ok(n) => {
+                tracing::info!(event = %rt.id(), recorded = n, "drain admissions reconciled");
+                if (n as usize) < members.len() {
+                    take_over_store_tokens(state, rt, &members).await;
+                }
+            }
             Err(e) => {
                 tracing::warn!(event = %rt.id(), error = e.kind(), "reconcile failed; still draining");
                 return;
             }
         }
+    }
+    // The store holds them now: the journal can forget them. Should this
+    // fail, a restart records them again: sessions that ended early are
+    // counted until their planned end (fewer admitted, never more).
+    if !pending.is_empty()
+        && let Some(j) = super::journal(state, rt)
+        && let Err(e) = j.clear()
+    {
+        tracing::warn!(event = %rt.id(), error = %e, path = %j.path().display(), "drain journal not emptied");
     }
     // Fresh stats and admin state before the first answer after the drain.
     crate::scheduler::refresh_once(state, rt).await;
@@ -161,6 +175,25 @@ async fn leave(state: &AppState, rt: &EventRuntime) {
     tracing::info!(event = %rt.id(), lasted_ms = ?lasted, "queue store back; drain over");
 }
 
+/// A visitor this node admitted while draining whom the store admitted as
+/// well (another node's scheduler went on through the store, or a tick ran
+/// just before the outage) holds the store's token, which `reconcile_active`
+/// leaves alone. That token would expire while the visitor's drain session
+/// goes on, and the slot would count as free: redeem it for them, with the
+/// drain session's end, so the store counts the session they hold.
+async fn take_over_store_tokens(state: &AppState, rt: &EventRuntime, members: &[(String, i64)]) {
+    for (member, until_us) in members {
+        let Ok(MemberState::Admitted { nonce, .. }) =
+            state.store.status(rt.id(), member, false).await
+        else {
+            continue;
+        };
+        if let Err(e) = state.store.redeem(rt.id(), member, &nonce, *until_us).await {
+            tracing::warn!(event = %rt.id(), error = e.kind(), "store token of a drain admission not taken over");
+        }
+    }
+}
+
 /// `(member, session end ms)` of drain admissions not yet recorded. An
 /// unredeemed token counts as a session from its expiry onwards, so the slot
 /// stays taken whether or not the visitor comes back for it.
@@ -190,31 +223,68 @@ fn admit_locally(state: &AppState, rt: &EventRuntime) {
     let nodes = state.server.drain.gateway_nodes.max(1);
     let now = state.now_ms();
     let token_ttl = i64::try_from(rt.config.token_ttl.as_millis()).unwrap_or(i64::MAX);
+    let journal = super::journal(state, rt);
     let mut inner = lock(&drain.inner);
-    let share = rt.config.max_active.saturating_sub(inner.used_at_entry) / nodes;
+    // Several nodes: what the store holds for this node (the others admit
+    // around it). One node: the capacity left at entry, nobody else admits.
+    let share = if super::share::shared(state) {
+        inner.share.budget()
+    } else {
+        rt.config.max_active.saturating_sub(inner.used_at_entry) / nodes
+    };
     let taken = inner.local.values().filter(|l| !l.reconciled).count() as u64;
     let room = usize::try_from(share.saturating_sub(taken)).unwrap_or(0);
     if room == 0 {
         return;
     }
-    let front = inner.ranks.take_front(room);
-    for member in front {
-        if inner.by_member.contains_key(&member) {
-            continue;
-        }
-        let mut nonce = [0u8; 16];
-        rand::rng().fill_bytes(&mut nonce);
-        inner.by_member.insert(member.clone(), nonce);
-        inner.local.insert(
-            nonce,
-            LocalAdmission {
+    let front: Vec<String> = inner
+        .ranks
+        .take_front(room)
+        .into_iter()
+        .filter(|m| !inner.by_member.contains_key(m))
+        .collect();
+    if front.is_empty() {
+        return;
+    }
+    let admitted: Vec<(Nonce, LocalAdmission)> = front
+        .into_iter()
+        .map(|member| {
+            let mut nonce = [0u8; 16];
+            rand::rng().fill_bytes(&mut nonce);
+            let local = LocalAdmission {
                 member,
                 token_expires_at_ms: now.saturating_add(token_ttl),
                 redeemed_until_ms: None,
                 reconciled: false,
-            },
-        );
-        metrics::counter!("anteroom_drain_admissions_total", "event" => rt.id().to_string())
-            .increment(1);
+            };
+            (nonce, local)
+        })
+        .collect();
+    // On disk before anybody is told: a crash must not forget them.
+    if let Some(j) = journal {
+        let records: Vec<journal::Record> = admitted
+            .iter()
+            .map(|(nonce, l)| journal::Record::Admitted {
+                member: l.member.clone(),
+                nonce: *nonce,
+                token_expires_at_ms: l.token_expires_at_ms,
+            })
+            .collect();
+        if let Err(e) = j.append(&records) {
+            tracing::error!(event = %rt.id(), error = %e, path = %j.path().display(),
+                "drain journal write failed; admitting nobody");
+            // Back to the front, in the same order, for the next try.
+            for (i, (_, l)) in admitted.iter().enumerate() {
+                inner.ranks.note(&l.member, i as u64);
+            }
+            return;
+        }
     }
+    let n = admitted.len() as u64;
+    for (nonce, local) in admitted {
+        inner.by_member.insert(local.member.clone(), nonce);
+        inner.local.insert(nonce, local);
+    }
+    metrics::counter!("anteroom_drain_admissions_total", "event" => rt.id().to_string())
+        .increment(n);
 }

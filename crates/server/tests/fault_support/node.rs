@@ -104,9 +104,12 @@ impl Node {
     ) -> Self {
         let public: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        // Each node has its own drain journal, kept across restarts.
+        let journal = dir.path().join(format!("journal-{}", public.port()));
         let text = config
             .replace("{public}", &public.to_string())
-            .replace("{admin}", &admin.to_string());
+            .replace("{admin}", &admin.to_string())
+            .replace("{journal}", &journal.display().to_string());
         let path = dir.path().join(format!("anteroom-{}.toml", public.port()));
         std::fs::write(&path, text).unwrap();
         let mut node = Self {
@@ -155,9 +158,11 @@ impl Node {
     /// listeners bound to port 0), for tests that need many requests more
     /// than a process boundary.
     pub async fn in_process(config: &str) -> Self {
+        let dir = Arc::new(tempfile::tempdir().unwrap());
         let text = config
             .replace("{public}", "127.0.0.1:0")
-            .replace("{admin}", "127.0.0.1:0");
+            .replace("{admin}", "127.0.0.1:0")
+            .replace("{journal}", &dir.path().display().to_string());
         let config = anteroom::Config::from_toml(&text).unwrap();
         let public = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let admin = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -183,7 +188,7 @@ impl Node {
             stop: Some(stop),
             config: PathBuf::new(),
             env: Vec::new(),
-            _dir: Arc::new(tempfile::tempdir().unwrap()),
+            _dir: dir,
         }
     }
 
@@ -243,11 +248,16 @@ impl Node {
 
     /// The value of `anteroom_draining{event="E"}`, if exported.
     pub async fn draining_gauge(&self, event: &str) -> Option<f64> {
+        self.metric("anteroom_draining", event).await
+    }
+
+    /// The value of the metric `name{event="E"}`, if exported.
+    pub async fn metric(&self, name: &str, event: &str) -> Option<f64> {
         let (_, _, body) = send(Method::GET, &self.admin_url("/metrics"), &[], None)
             .await
             .ok()?;
         let text = String::from_utf8_lossy(&body).into_owned();
-        let prefix = format!("anteroom_draining{{event=\"{event}\"}} ");
+        let prefix = format!("{name}{{event=\"{event}\"}} ");
         text.lines()
             .find_map(|l| l.strip_prefix(&prefix))
             .and_then(|v| v.trim().parse().ok())
@@ -453,6 +463,7 @@ admin_listen = "{{admin}}"
 admin_token = "{ADMIN_TOKEN}"
 insecure_cookies = true
 gateway_nodes = {nodes}
+drain_journal = "{{journal}}"
 [store]
 kind = "redis"
 urls = [{urls}]

@@ -39,6 +39,7 @@ pub(crate) fn all() -> Vec<(&'static str, Check)> {
         admin_state_is_stored,
         event_configs_are_stored,
         reconcile_active_records_drained_sessions,
+        hold_share_keeps_every_node_within_max_active,
         repeated_calls_are_idempotent,
         events_side_by_side,
         concurrent_joins_get_distinct_ranks,

@@ -69,6 +69,11 @@ impl EventKeys {
     pub(crate) fn held(&self) -> String {
         self.key("held")
     }
+    /// Slots held per gateway node (drain reserve and pending admissions):
+    /// node id → `reserve:pending:expiry_us`.
+    pub(crate) fn shares(&self) -> String {
+        self.key("shares")
+    }
     /// Admit batches by the expiry of their tokens (batch id scored by the
     /// expiry), so the sweep finds expired tokens without one sorted-set
     /// entry per token.

@@ -37,4 +37,5 @@ pub(crate) static RECONCILE: LazyLock<Lua> = LazyLock::new(|| {
 });
 pub(crate) static EXPIRE: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("expire.lua")));
 pub(crate) static STATS: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("stats.lua")));
+pub(crate) static SHARE: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("share.lua")));
 pub(crate) static NOW: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("now.lua")));

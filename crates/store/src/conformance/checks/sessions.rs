@@ -329,3 +329,58 @@ pub(super) async fn reconcile_active_records_drained_sessions(s: Store, c: Ctx) 
     );
     assert_eq!(s.stats(&ev).await.unwrap().active, 2);
 }
+
+pub(super) async fn hold_share_keeps_every_node_within_max_active(s: Store, c: Ctx) {
+    let ev = c.event("share");
+    let ms = join_n(&s, &ev, "m", 4).await;
+    let t = now(&s, &ev).await;
+    // One slot taken by an outstanding token: 5 of 6 are free.
+    admit(&s, &ev, 1, 10, t + HOUR_US).await;
+    let ask = |node: &str, reserve: u64, pending: u64, ttl_ms: u64| crate::ShareRequest {
+        node: node.to_owned(),
+        max_active: 6,
+        reserve,
+        pending,
+        ttl_ms,
+    };
+    let hour = 3_600_000;
+    let a = s.hold_share(&ev, &ask("a", 2, 0, hour)).await.unwrap();
+    assert_eq!((a.reserve, a.pending, a.others), (2, 0, 0));
+    let b = s.hold_share(&ev, &ask("b", 4, 0, hour)).await.unwrap();
+    assert_eq!(
+        (b.reserve, b.others),
+        (3, 2),
+        "granted at most what is free"
+    );
+    // A node about to admit: pending comes first, its reserve from the rest.
+    let a = s.hold_share(&ev, &ask("a", 2, 5, hour)).await.unwrap();
+    assert_eq!((a.reserve, a.pending, a.others), (0, 2, 3));
+    // A renewal replaces the node's own hold, never stacks on it.
+    let a = s.hold_share(&ev, &ask("a", 1, 0, hour)).await.unwrap();
+    assert_eq!((a.reserve, a.pending, a.others), (1, 0, 3));
+    // Sessions and tokens count: a redeemed session still takes its slot.
+    let got = admit(&s, &ev, 1, 6 - a.others, t + HOUR_US).await;
+    assert_eq!(got.len(), 1, "{got:?}");
+    s.redeem(&ev, &got[0].member, &got[0].nonce, t + HOUR_US)
+        .await
+        .unwrap();
+    let b = s.hold_share(&ev, &ask("b", 4, 0, hour)).await.unwrap();
+    assert_eq!((b.reserve, b.others), (3, 1));
+    let a = s.hold_share(&ev, &ask("a", 9, 0, hour)).await.unwrap();
+    assert_eq!((a.reserve, a.others), (1, 3), "2 used + 3 held by b");
+    // Dropping a hold frees it; a lapsed hold is forgotten.
+    let b = s.hold_share(&ev, &ask("b", 0, 0, 0)).await.unwrap();
+    assert_eq!((b.reserve, b.pending, b.others), (0, 0, 1));
+    let a = s.hold_share(&ev, &ask("a", 9, 0, hour)).await.unwrap();
+    assert_eq!((a.reserve, a.others), (4, 0));
+    s.hold_share(&ev, &ask("c", 0, 0, 1)).await.unwrap();
+    s.hold_share(&ev, &ask("a", 1, 0, 1)).await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    let c2 = s.hold_share(&ev, &ask("c", 9, 0, hour)).await.unwrap();
+    assert_eq!((c2.reserve, c2.others), (4, 0), "a's hold lapsed");
+    assert!(
+        s.hold_share(&ev, &ask("", 1, 0, hour)).await.is_err(),
+        "an empty node id is refused"
+    );
+    assert_eq!(ms.len(), 4);
+}

@@ -1,0 +1,139 @@
+//! This node's hold on an event's capacity, kept in the store while the
+//! store answers: a drain reserve (what the node may admit on its own should
+//! it alone lose the store) and the admissions it is about to make through
+//! the store. Only with `server.gateway_nodes` above 1: a lone node has
+//! nobody to share with.
+//!
+//! Why: a node that loses the store cannot tell the others what it admits,
+//! and the others go on admitting through the store. Dividing the headroom
+//! last seen by the node count is not enough, since the connected nodes can
+//! take all of it meanwhile. So every node's share is held in the store
+//! (`hold_share`), and every `admit` stays within `max_active` minus what
+//! the other nodes hold: active + outstanding + every hold never exceeds
+//! `max_active`, and a node that loses the store admits at most the reserve
+//! the store still holds for it.
+//!
+//! What the node may count on (its budget) is a lower bound of its hold in
+//! the store: a renewal whose answer was lost may have lowered it, and a
+//! node that is about to admit gives its reserve up first (its admission
+//! comes out of it).
+
+use std::time::{Duration, Instant};
+
+use anteroom_store::{ShareRequest, StoreError};
+
+use super::of;
+use crate::app::{AppState, EventRuntime, lock};
+use crate::metrics::timed_store;
+
+/// How long after its last renewal a node that lost the store may still
+/// admit on its own. The store keeps the hold this long plus the longest a
+/// drain admission can last (token, then session), so the hold outlives
+/// every admission made against it, and a node that is gone for good stops
+/// holding capacity after that.
+pub const ADMIT_WINDOW: Duration = Duration::from_secs(60);
+
+/// What this node knows about its hold, per event.
+#[derive(Debug, Default)]
+pub struct ShareState {
+    /// The least the store may hold as this node's reserve.
+    floor: u64,
+    /// When the store last confirmed a reserve.
+    confirmed_at: Option<Instant>,
+}
+
+impl ShareState {
+    /// What the node may admit on its own now, in all (drain admissions not
+    /// yet recorded in the store count against it).
+    pub fn budget(&self) -> u64 {
+        match self.confirmed_at {
+            Some(at) if at.elapsed() < ADMIT_WINDOW => self.floor,
+            _ => 0,
+        }
+    }
+}
+
+/// Whether holds are used: more than one gateway node shares the store.
+pub fn shared(state: &AppState) -> bool {
+    state.server.drain.gateway_nodes > 1
+}
+
+fn ttl_ms(rt: &EventRuntime) -> u64 {
+    let hold = ADMIT_WINDOW + rt.config.token_ttl + rt.config.session_ttl;
+    u64::try_from(hold.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn request(
+    state: &AppState,
+    rt: &EventRuntime,
+    reserve: u64,
+    pending: u64,
+) -> Option<ShareRequest> {
+    let node = state.drain_journal.get()?.node_id().to_owned();
+    Some(ShareRequest {
+        node,
+        max_active: rt.config.max_active,
+        reserve,
+        pending,
+        ttl_ms: ttl_ms(rt),
+    })
+}
+
+/// Renews this node's reserve: its part of the capacity left at the last
+/// refresh, `(max_active - active - outstanding) / gateway_nodes`, granted
+/// at most what the store has free. Runs after every scheduler tick.
+pub async fn renew(state: &AppState, rt: &EventRuntime) {
+    if !shared(state) {
+        return;
+    }
+    let stats = rt.live.snapshot().stats;
+    let used = stats.active.saturating_add(stats.outstanding);
+    let want = rt.config.max_active.saturating_sub(used) / state.server.drain.gateway_nodes;
+    let Some(req) = request(state, rt, want, 0) else {
+        return;
+    };
+    {
+        // Sent but unanswered, the store may hold `want` from now on; never
+        // less than that or the previous reserve, whichever is smaller (it
+        // grants the lesser of `want` and what is free, and the previous
+        // reserve was free for this node).
+        let mut inner = lock(&of(rt).inner);
+        inner.share.floor = inner.share.floor.min(want);
+    }
+    match timed_store("hold_share", state.store.hold_share(rt.id(), &req)).await {
+        Ok(grant) => {
+            let mut inner = lock(&of(rt).inner);
+            inner.share.floor = grant.reserve;
+            inner.share.confirmed_at = Some(Instant::now());
+            gauge(rt, grant.reserve);
+        }
+        Err(e) => tracing::debug!(event = %rt.id(), error = e.kind(), "drain reserve not renewed"),
+    }
+}
+
+/// Before an `admit` of `want` through the store: holds them as pending
+/// (giving this node's reserve up, since the admission comes out of it).
+/// Returns how many may be admitted and the `max_active` the admit must
+/// keep (the other nodes' holds taken off).
+pub async fn before_admit(
+    state: &AppState,
+    rt: &EventRuntime,
+    want: u64,
+) -> Result<(u64, u64), StoreError> {
+    let max_active = rt.config.max_active;
+    if !shared(state) {
+        return Ok((want, max_active));
+    }
+    let Some(req) = request(state, rt, 0, want) else {
+        return Ok((want, max_active));
+    };
+    lock(&of(rt).inner).share.floor = 0;
+    gauge(rt, 0);
+    let grant = timed_store("hold_share", state.store.hold_share(rt.id(), &req)).await?;
+    Ok((grant.pending, max_active.saturating_sub(grant.others)))
+}
+
+/// `anteroom_drain_share{event}`: what this node may admit on its own now.
+fn gauge(rt: &EventRuntime, n: u64) {
+    metrics::gauge!("anteroom_drain_share", "event" => rt.id().to_string()).set(n as f64);
+}
