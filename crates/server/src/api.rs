@@ -77,9 +77,13 @@ pub fn client_ip(state: &AppState, extensions: &Extensions, headers: &HeaderMap)
 
 /// Reads a request body of at most `limit` bytes.
 pub async fn read_body(body: Body, limit: usize) -> Result<Bytes, ApiError> {
-    axum::body::to_bytes(body, limit)
-        .await
-        .map_err(|_| ApiError::BodyTooLarge)
+    axum::body::to_bytes(body, limit).await.map_err(|e| {
+        if crate::serve::is_body_timeout(&e) {
+            ApiError::BodyTimeout
+        } else {
+            ApiError::BodyTooLarge
+        }
+    })
 }
 
 /// Parses an optional JSON body; an empty body is `None`.

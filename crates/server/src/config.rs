@@ -93,6 +93,9 @@ pub struct ServerConfig {
     pub default_origin: Option<http::Uri>,
     pub log_format: LogFormat,
     pub header_read_timeout: Duration,
+    /// Connection limits besides the header timeout (`server.body_read_timeout`,
+    /// `server.max_connections`, `server.http2_*`).
+    pub connections: ConnectionSettings,
     pub max_body_bytes: usize,
     /// `server.shutdown_grace`: how long a graceful stop waits for requests
     /// in flight (then the process stops anyway).
@@ -113,6 +116,17 @@ pub struct ServerConfig {
     pub trusted_proxies: Vec<ipnet::IpNet>,
     /// `[server.tls]`: HTTPS on the public listener; `None` = plain HTTP.
     pub tls: Option<crate::tls::config::TlsConfig>,
+}
+
+/// How long client connections may stay silent or idle, and how many a
+/// listener holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConnectionSettings {
+    pub body_read_timeout: Duration,
+    pub max_connections: u64,
+    pub http2_keep_alive_interval: Duration,
+    pub http2_keep_alive_timeout: Duration,
+    pub http2_idle_timeout: Duration,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

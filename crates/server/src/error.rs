@@ -69,6 +69,8 @@ pub enum ApiError {
     EventPaused { retry_after_secs: u64 },
     #[error("the event is closed")]
     EventClosed,
+    #[error("the request body stopped arriving")]
+    BodyTimeout,
     #[error("internal error")]
     Internal,
 }
@@ -94,6 +96,7 @@ impl ApiError {
             ApiError::MethodNotAllowed => "method_not_allowed",
             ApiError::EventPaused { .. } => "event_paused",
             ApiError::EventClosed => "event_closed",
+            ApiError::BodyTimeout => "body_timeout",
             ApiError::Internal => "internal",
         }
     }
@@ -104,6 +107,7 @@ impl ApiError {
                 StatusCode::NOT_FOUND
             }
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ApiError::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
             ApiError::InvalidToken
             | ApiError::InvalidIdentity
             | ApiError::Unauthorized
@@ -216,6 +220,7 @@ mod tests {
             409,
             "event_paused",
         );
+        check(ApiError::BodyTimeout, 408, "body_timeout");
         check(
             ApiError::Draining {
                 retry_after_secs: 1,

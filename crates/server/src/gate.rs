@@ -96,30 +96,61 @@ async fn protected(state: &AppState, rt: Arc<EventRuntime>, req: Request, ip: Ip
     // A bad or missing JWT is simply "no pass": the request is queued.
     let member = identity::gate_member(req.headers(), rt.jwt.as_ref(), &state.server.cookies);
     if let Some(member) = &member
-        && let Some(renew) = check_pass(state, &rt, member, req.headers()).await
+        && let Some(pass) = check_pass(state, &rt, member, req.headers()).await
     {
         count("forwarded");
-        return forward(state, &rt, req, ip, member, renew).await;
+        return forward(state, &rt, req, ip, member, pass).await;
     }
     count("queued");
     queue(state, &rt, req, member.as_deref()).await
 }
 
-/// Phase 2: `Some(renew)` when the request carries a valid pass for the event.
+/// A valid pass found by [`check_pass`].
+#[derive(Clone, Copy, Debug)]
+pub struct ValidPass {
+    /// The session it belongs to (see [`passes::Revocations`]).
+    pub session_start_us: i64,
+    /// Past half its life (or expired while the session went on): renew it.
+    pub renew: bool,
+}
+
+/// Phase 2: the request's valid pass for the event, if it carries one.
 pub async fn check_pass(
     state: &AppState,
     rt: &EventRuntime,
     member: &str,
     headers: &HeaderMap,
-) -> Option<bool> {
+) -> Option<ValidPass> {
     let cookie = state.server.cookies.pass(headers);
-    match passes::check(state, rt, member, cookie, state.now_ms()) {
-        PassCheck::Valid { renew, .. } => Some(renew),
+    let now_ms = state.now_ms();
+    match passes::check(state, rt, member, cookie, now_ms) {
+        PassCheck::Valid {
+            session_start_us,
+            renew,
+            ..
+        } => Some(ValidPass {
+            session_start_us,
+            renew,
+        }),
         // The pass ran out while the visitor was idle; if the session is
-        // still active in the store, the pass is simply renewed.
-        PassCheck::Expired { .. } => match state.store.status(rt.id(), member, false).await {
-            Ok(anteroom_store::MemberState::Active { .. }) => Some(true),
-            _ => None,
+        // still active in the store (and not past its end, which the sweep
+        // has yet to see), the pass is simply renewed.
+        PassCheck::Expired {
+            session_start_us, ..
+        } => match state.store.status(rt.id(), member, false).await {
+            Ok(anteroom_store::MemberState::Active { expires_at_us })
+                if expires_at_us > now_ms.saturating_mul(1000) =>
+            {
+                Some(ValidPass {
+                    session_start_us,
+                    renew: true,
+                })
+            }
+            Ok(_) => {
+                passes::store_says_gone(state, rt, member, session_start_us);
+                None
+            }
+            Err(_) => None,
         },
         PassCheck::Missing => None,
     }
@@ -132,12 +163,22 @@ async fn forward(
     req: Request,
     ip: IpAddr,
     member: &str,
-    renew: bool,
+    pass: ValidPass,
 ) -> Response {
     // Issue 6: renewal keeps the session start, so idling and the absolute
     // lifetime both bound the session (admission::lifecycle).
-    let renewal =
-        renew.then(|| crate::admission::lifecycle::renew(state, rt, member, req.headers()));
+    let renewal = pass.renew.then(|| {
+        crate::admission::lifecycle::renew(state, rt, member, pass.session_start_us, req.headers())
+    });
+    // An upgraded connection (WebSocket) outlives this request: the proxy
+    // closes it when this session ends.
+    let mut req = req;
+    req.extensions_mut().insert(passes::SessionWatch::new(
+        state,
+        rt,
+        member,
+        pass.session_start_us,
+    ));
     let mut extra = vec![(
         HeaderName::from_static("x-anteroom-event"),
         header_value(rt.id().as_str()),

@@ -192,24 +192,27 @@ async fn serve_all(
     let hsts = tls.as_ref().and_then(|t| t.hsts.clone());
     let public_app = tls::with_hsts(public_router(state.clone()), hsts);
     let admin_app = admin::router(state.clone());
-    let limits = serve::Limits {
-        header_read_timeout: config.server.header_read_timeout,
-        shutdown_grace: config.server.shutdown_grace,
-    };
+    let (public_limits, admin_limits) = listener_limits(&config.server)?;
     let admin_tls = tls.clone().filter(|t| t.admin);
     let https_port = public.local_addr()?.port();
     let redirect_task = redirect.map(|l| {
         let app = tls::redirect::router(challenges, https_port);
-        tokio::spawn(serve::serve(l, app, limits, None, stop_rx.clone()))
+        tokio::spawn(serve::serve(l, app, admin_limits, None, stop_rx.clone()))
     });
     let public_task = tokio::spawn(serve::serve(
         public,
         public_app,
-        limits,
+        public_limits,
         tls,
         stop_rx.clone(),
     ));
-    let admin_task = tokio::spawn(serve::serve(admin, admin_app, limits, admin_tls, stop_rx));
+    let admin_task = tokio::spawn(serve::serve(
+        admin,
+        admin_app,
+        admin_limits,
+        admin_tls,
+        stop_rx,
+    ));
     shutdown.await;
     // Graceful stop: listeners close, requests in flight finish (within
     // `server.shutdown_grace`), then the background tasks end. The store
@@ -254,6 +257,27 @@ pub fn check(config: &Config) -> anyhow::Result<()> {
         tls::check(t)?;
     }
     Ok(())
+}
+
+/// The public and admin listeners' limits: the configured timeouts, and
+/// connection caps that fit the process's descriptor limit.
+fn listener_limits(
+    server: &config::ServerConfig,
+) -> anyhow::Result<(serve::Limits, serve::Limits)> {
+    let c = &server.connections;
+    let nofile = serve::connections::descriptor_limit();
+    let (public_cap, admin_cap) = serve::connections::connection_caps(c.max_connections, nofile)
+        .map_err(anyhow::Error::msg)?;
+    let limits = |max_connections| serve::Limits {
+        header_read_timeout: server.header_read_timeout,
+        body_read_timeout: c.body_read_timeout,
+        max_connections,
+        http2_keep_alive_interval: c.http2_keep_alive_interval,
+        http2_keep_alive_timeout: c.http2_keep_alive_timeout,
+        http2_idle_timeout: c.http2_idle_timeout,
+        shutdown_grace: server.shutdown_grace,
+    };
+    Ok((limits(public_cap), limits(admin_cap)))
 }
 
 /// The public listener: queue API and page routes, the gate as fallback, and

@@ -6,7 +6,7 @@
 
 use std::future::Future;
 use std::sync::OnceLock;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
@@ -18,6 +18,9 @@ const BUCKETS: &[f64] = &[
     5.0, 10.0,
 ];
 
+/// How often the recorder's upkeep runs when nobody scrapes.
+const UPKEEP_EVERY: Duration = Duration::from_secs(5);
+
 /// Installs the recorder on first call; later calls return the same handle.
 /// `None` if another recorder was installed by someone else first.
 pub fn install() -> Option<PrometheusHandle> {
@@ -28,9 +31,28 @@ pub fn install() -> Option<PrometheusHandle> {
                 .ok()?;
             let handle = builder.install_recorder().ok()?;
             describe();
+            spawn_upkeep(handle.clone());
             Some(handle)
         })
         .clone()
+}
+
+/// The exporter keeps every histogram sample until a scrape or an upkeep
+/// folds it into the buckets: without a scraper memory would grow by a few
+/// bytes per request, forever. A plain thread, not a task, because the
+/// recorder is process-wide and outlives any one runtime (tests start many).
+fn spawn_upkeep(handle: PrometheusHandle) {
+    let spawned = std::thread::Builder::new()
+        .name("metrics-upkeep".into())
+        .spawn(move || {
+            loop {
+                std::thread::sleep(UPKEEP_EVERY);
+                handle.run_upkeep();
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::warn!(error = %e, "metrics upkeep thread not started; histograms grow until scraped");
+    }
 }
 
 fn describe() {

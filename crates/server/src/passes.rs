@@ -26,30 +26,64 @@ const MAX_PASSES: usize = 8;
 /// before a revocation has expired by then anyway.
 const REVOCATION_MARGIN: Duration = Duration::from_secs(30);
 
-/// Revoked members of one event, by canonical time of revocation.
+/// A session start further ahead of a node's clock than this is not
+/// believed (nodes' clocks and the store's disagree by far less).
+const MAX_START_AHEAD_US: i64 = 60_000_000;
+
+/// How often an upgraded connection checks that its session still holds.
+pub const SESSION_WATCH_EVERY: Duration = Duration::from_millis(200);
+
+/// Ended sessions of one event. A session is identified by its member and
+/// its start (the store's canonical time just before its redeem, carried in
+/// the signed pass): a revocation of a member at canonical time `t` ends
+/// every session of that member that started at or before `t`, whatever its
+/// passes' issue times, while a later session of the same member (after
+/// queueing again, which can only start after `t`) is untouched.
 #[derive(Debug, Default)]
 pub struct Revocations {
-    by_member: HashMap<String, i64>,
+    by_member: HashMap<String, Revoked>,
     /// The next refresh asks for revocations at or after this time.
     pub since_us: Option<i64>,
 }
 
+#[derive(Clone, Copy, Debug)]
+struct Revoked {
+    /// Sessions that started at or before this canonical µs are over.
+    started_until_us: i64,
+    /// When this entry was last raised (it is forgotten a pass life later).
+    recorded_us: i64,
+}
+
 impl Revocations {
-    /// Whether a pass of `member` issued at `issued_at_ms` was revoked since.
-    pub fn revokes(&self, member: &str, issued_at_ms: i64) -> bool {
+    /// Whether the session of `member` that started at `session_start_us` is over.
+    pub fn revokes(&self, member: &str, session_start_us: i64) -> bool {
         self.by_member
             .get(member)
-            .is_some_and(|at_us| *at_us >= issued_at_ms.saturating_mul(1000))
+            .is_some_and(|r| session_start_us <= r.started_until_us)
     }
 
     /// Records fetched revocations and forgets those older than `keep_after_us`.
     pub fn apply(&mut self, list: &[Revocation], keep_after_us: i64) {
         for r in list {
-            let at = self.by_member.entry(r.member.clone()).or_insert(r.at_us);
-            *at = (*at).max(r.at_us);
+            self.raise(&r.member, r.at_us, r.at_us);
             self.since_us = Some(self.since_us.map_or(r.at_us, |s| s.max(r.at_us)));
         }
-        self.by_member.retain(|_, at| *at >= keep_after_us);
+        self.by_member.retain(|_, r| r.recorded_us >= keep_after_us);
+    }
+
+    /// The store said this session is gone (a renewal found it not active):
+    /// its passes stop here at once, before the revocation arrives.
+    pub fn end_locally(&mut self, member: &str, session_start_us: i64, now_us: i64) {
+        self.raise(member, session_start_us, now_us);
+    }
+
+    fn raise(&mut self, member: &str, started_until_us: i64, recorded_us: i64) {
+        let entry = self.by_member.entry(member.to_owned()).or_insert(Revoked {
+            started_until_us,
+            recorded_us,
+        });
+        entry.started_until_us = entry.started_until_us.max(started_until_us);
+        entry.recorded_us = entry.recorded_us.max(recorded_us);
     }
 
     pub fn len(&self) -> usize {
@@ -65,38 +99,51 @@ impl Revocations {
 #[derive(Debug)]
 pub enum PassCheck {
     /// A valid pass; `renew` once more than half its life is used.
-    Valid { claims: Claims, renew: bool },
+    Valid {
+        claims: Claims,
+        session_start_us: i64,
+        renew: bool,
+    },
     /// A genuine pass of this session that has expired (the session may still
     /// be active: the gate asks the store before queueing the visitor).
-    Expired { claims: Claims },
-    /// No usable pass (absent, forged, another session's, or revoked).
+    Expired {
+        claims: Claims,
+        session_start_us: i64,
+    },
+    /// No usable pass (absent, forged, another session's, revoked, or its
+    /// session is past `session_ttl`).
     Missing,
 }
 
-/// Signs a new pass for `member` of the event, valid for `pass_ttl`, for a
-/// session that starts now (the redeem).
-pub fn issue(keyring: &Keyring, rt: &EventRuntime, member: &str, now_ms: i64) -> (String, i64) {
-    issue_for_session(keyring, rt, member, now_ms, now_ms)
+fn ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
-/// Signs a pass for a session that started at `session_start_ms` (renewals).
+/// Signs a pass for `member`'s session that started at `session_start_us`
+/// (canonical), valid for `pass_ttl` but never past the session's end: its
+/// absolute lifetime, or its idle end if nothing renews it.
 ///
 /// A pass's nonce is not consumed anywhere, so its first 8 bytes carry the
-/// session start (big-endian ms) and the rest stays random: the signature
-/// makes the start unforgeable, and every node can cap the session at
-/// `start + session_ttl` without a store read (issue 6, session lifecycle).
-pub fn issue_for_session(
+/// session start (big-endian µs) and the rest stays random: the signature
+/// makes the start unforgeable, so every node can tell sessions of one
+/// member apart and cap a session at `start + session_ttl` without a store
+/// read.
+pub fn issue(
     keyring: &Keyring,
     rt: &EventRuntime,
     member: &str,
     now_ms: i64,
-    session_start_ms: i64,
+    session_start_us: i64,
 ) -> (String, i64) {
-    let ttl = i64::try_from(rt.config.pass_ttl.as_millis()).unwrap_or(i64::MAX);
-    let expires_at_ms = now_ms.saturating_add(ttl);
+    let session_end_ms =
+        crate::admission::lifecycle::session_end_us(rt, session_start_us.div_euclid(1000), now_ms)
+            .div_euclid(1000);
+    let expires_at_ms = now_ms
+        .saturating_add(ms(rt.config.pass_ttl))
+        .min(session_end_ms);
     let mut nonce = [0u8; 16];
     rand::rng().fill_bytes(&mut nonce[8..]);
-    nonce[..8].copy_from_slice(&session_start_ms.to_be_bytes());
+    nonce[..8].copy_from_slice(&session_start_us.to_be_bytes());
     let claims = Claims {
         kind: TokenKind::Pass,
         event: rt.id().as_str().to_owned(),
@@ -109,22 +156,31 @@ pub fn issue_for_session(
     (keyring.sign(&claims), expires_at_ms)
 }
 
-/// The session start carried by a pass. A pass from before the start was
-/// carried (a random nonce) gives a value outside the possible range; its
-/// session is then treated as starting at its issue time.
-pub fn session_start_ms(claims: &Claims, rt: &EventRuntime, now_ms: i64) -> i64 {
+/// The session start (canonical µs) carried by a pass. A start outside the
+/// possible range (a pass from an older format) counts as the pass's issue
+/// time.
+pub fn session_start_us(claims: &Claims, rt: &EventRuntime, now_ms: i64) -> i64 {
     let mut start = [0u8; 8];
     start.copy_from_slice(&claims.nonce[..8]);
     let start = i64::from_be_bytes(start);
-    let ttl = i64::try_from(rt.config.session_ttl.as_millis()).unwrap_or(i64::MAX);
     // A start older than one lifetime plus a pass would have ended already.
-    let pass = i64::try_from(rt.config.pass_ttl.as_millis()).unwrap_or(i64::MAX);
-    let oldest = now_ms.saturating_sub(ttl.saturating_add(pass));
-    if start <= now_ms && start >= oldest && start <= claims.issued_at_ms {
+    let oldest_ms =
+        now_ms.saturating_sub(ms(rt.config.session_ttl).saturating_add(ms(rt.config.pass_ttl)));
+    let now_us = now_ms.saturating_mul(1000);
+    if start >= oldest_ms.saturating_mul(1000) && start <= now_us.saturating_add(MAX_START_AHEAD_US)
+    {
         start
     } else {
-        claims.issued_at_ms
+        claims.issued_at_ms.saturating_mul(1000)
     }
+}
+
+/// When a session that started at `session_start_us` ends at the latest
+/// (`session_ttl` after its start), in node ms.
+pub fn session_hard_end_ms(rt: &EventRuntime, session_start_us: i64) -> i64 {
+    session_start_us
+        .div_euclid(1000)
+        .saturating_add(ms(rt.config.session_ttl))
 }
 
 /// Checks the passes in `cookie` for the event and session; local only.
@@ -152,15 +208,94 @@ pub fn check(
     else {
         return PassCheck::Missing;
     };
-    if read(&rt.live.revocations).revokes(member, claims.issued_at_ms) {
+    let session_start_us = session_start_us(&claims, rt, now_ms);
+    if read(&rt.live.revocations).revokes(member, session_start_us)
+        || now_ms >= session_hard_end_ms(rt, session_start_us)
+    {
         return PassCheck::Missing;
     }
     if now_ms >= claims.expires_at_ms {
-        return PassCheck::Expired { claims };
+        return PassCheck::Expired {
+            claims,
+            session_start_us,
+        };
     }
     let half_life = (claims.expires_at_ms - claims.issued_at_ms) / 2;
     let renew = now_ms - claims.issued_at_ms > half_life;
-    PassCheck::Valid { claims, renew }
+    PassCheck::Valid {
+        claims,
+        session_start_us,
+        renew,
+    }
+}
+
+/// The store said the session is gone: refuse its passes on this node now.
+/// Not while the event drains: the store may not know yet of sessions this
+/// node admitted on its own, which reconcile records later.
+pub fn store_says_gone(state: &AppState, rt: &EventRuntime, member: &str, session_start_us: i64) {
+    store_says_gone_at(rt, member, session_start_us, state.now_ms());
+}
+
+/// [`store_says_gone`] as of node time `now_ms` (for background tasks).
+pub fn store_says_gone_at(rt: &EventRuntime, member: &str, session_start_us: i64, now_ms: i64) {
+    if crate::drain::of(rt).is_draining() {
+        return;
+    }
+    let now_us = now_ms.saturating_mul(1000);
+    write(&rt.live.revocations).end_locally(member, session_start_us, now_us);
+    metrics::counter!("anteroom_sessions_ended_locally_total", "event" => rt.id().to_string())
+        .increment(1);
+}
+
+/// One admitted session, watched by an upgraded connection (WebSocket) that
+/// must close when the session ends.
+#[derive(Clone)]
+pub struct SessionWatch {
+    live: std::sync::Arc<crate::app::Live>,
+    clock: std::sync::Arc<dyn crate::app::Clock>,
+    member: String,
+    session_start_us: i64,
+    hard_end_ms: i64,
+}
+
+impl std::fmt::Debug for SessionWatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionWatch")
+            .field("session_start_us", &self.session_start_us)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SessionWatch {
+    pub fn new(state: &AppState, rt: &EventRuntime, member: &str, session_start_us: i64) -> Self {
+        Self {
+            live: rt.live.clone(),
+            clock: state.clock.clone(),
+            member: member.to_owned(),
+            session_start_us,
+            hard_end_ms: session_hard_end_ms(rt, session_start_us),
+        }
+    }
+
+    /// Whether the session is over (revoked here, or past its lifetime).
+    pub fn is_over(&self) -> bool {
+        self.clock.now_ms() >= self.hard_end_ms
+            || read(&self.live.revocations).revokes(&self.member, self.session_start_us)
+    }
+
+    /// Resolves once the session is over; checked every
+    /// [`SESSION_WATCH_EVERY`], so within that of the revocation reaching
+    /// this node.
+    pub async fn ended(self) {
+        let mut every = tokio::time::interval(SESSION_WATCH_EVERY);
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            every.tick().await;
+            if self.is_over() {
+                return;
+            }
+        }
+    }
 }
 
 /// The cookie value with the event's pass replaced by `pass` (or removed,
@@ -219,7 +354,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn revocation_applies_to_passes_issued_before_it() {
+    fn a_revocation_ends_the_sessions_started_before_it_not_later_ones() {
         let mut r = Revocations::default();
         r.apply(
             &[Revocation {
@@ -228,12 +363,24 @@ mod tests {
             }],
             0,
         );
-        assert!(r.revokes("m", 4_000));
-        assert!(r.revokes("m", 5_000));
-        assert!(!r.revokes("m", 5_001));
+        assert!(r.revokes("m", 4_000_000));
+        assert!(r.revokes("m", 5_000_000));
+        assert!(!r.revokes("m", 5_000_001), "a later session of the member");
         assert!(!r.revokes("other", 0));
         assert_eq!(r.since_us, Some(5_000_000));
         r.apply(&[], 6_000_000);
+        assert!(r.is_empty());
+    }
+
+    #[test]
+    fn a_session_ended_locally_is_kept_a_pass_life_from_now_not_from_its_start() {
+        let mut r = Revocations::default();
+        r.end_locally("m", 1_000_000, 9_000_000);
+        assert!(r.revokes("m", 1_000_000));
+        assert!(!r.revokes("m", 1_000_001));
+        r.apply(&[], 8_000_000);
+        assert!(r.revokes("m", 1_000_000), "recorded at 9 s, kept");
+        r.apply(&[], 9_000_001);
         assert!(r.is_empty());
     }
 }

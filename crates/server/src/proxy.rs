@@ -104,12 +104,18 @@ impl Proxy {
     ) -> Result<Response, ProxyError> {
         let (mut parts, body) = req.into_parts();
         let target = target_uri(origin, &parts.uri)?;
+        upgrade::check_asked(&parts.headers)?;
         let upgrade = headers::upgrade_protocol(&parts.headers);
         // Taken before the request is rebuilt: it is how the visitor's side
-        // of an upgraded connection is reached once the origin agrees.
-        let client_side = upgrade
-            .as_ref()
-            .and_then(|_| parts.extensions.remove::<OnUpgrade>());
+        // of an upgraded connection is reached once the origin agrees, with
+        // the client connection's slot and the session it must end with.
+        let client_side = upgrade.as_ref().and_then(|_| {
+            Some(upgrade::ClientSide {
+                upgrade: parts.extensions.remove::<OnUpgrade>()?,
+                slot: parts.extensions.remove::<crate::serve::ConnectionSlot>(),
+                session: parts.extensions.remove::<crate::passes::SessionWatch>(),
+            })
+        });
         let forwarding = headers::Forwarding {
             client,
             origin_authority: target.authority(),

@@ -97,7 +97,8 @@ admission = { mode = "adaptive", target_p95 = "10ms", max_error_rate = 0.05 }"#,
         // Ten requests a second through the gate are plenty of samples.
         let rt = h.rt();
         for (_, m) in sessions.iter().take(10) {
-            let (pass, _) = anteroom::passes::issue(&h.state.keyring, &rt, m, h.clock.now_ms());
+            let now = h.clock.now_ms();
+            let (pass, _) = anteroom::passes::issue(&h.state.keyring, &rt, m, now, now * 1000);
             let req = Request::get("/shop/item")
                 .header("cookie", format!("anteroom_sid={m}; anteroom_pass={pass}"))
                 .body(Body::empty())

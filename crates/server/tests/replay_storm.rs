@@ -64,8 +64,12 @@ async fn ten_thousand_redemptions_of_one_token_over_two_nodes_succeed_once() {
         .collect::<Vec<_>>()
         .join("; ");
     let body = Bytes::from(serde_json::json!({ "token": token }).to_string());
+    // Like any well-behaved client, it drops idle connections before the
+    // server's `header_read_timeout` would close them under a request.
     let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new())
         .pool_max_idle_per_host(IN_FLIGHT)
+        .pool_idle_timeout(Duration::from_secs(5))
+        .pool_timer(hyper_util::rt::TokioTimer::new())
         .build_http();
     let urls = [&a, &b].map(|n| n.url("/api/queue/redeem?eventId=tickets"));
     let gate = Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT));

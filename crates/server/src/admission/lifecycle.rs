@@ -5,8 +5,10 @@
 //! `session_idle_timeout`. The store holds one end time per session; the
 //! redeem sets it to `min(start + idle, start + ttl)` and every pass renewal
 //! by the gate moves it to `min(now + idle, start + ttl)`. The session start
-//! travels inside the signed pass (see `passes::session_start_ms`), so any
-//! node renews without a store read. Passes are renewed past half their life,
+//! travels inside the signed pass (see `passes::session_start_us`), so any
+//! node renews without a store read; a renewal never carries a pass past the
+//! session's end, and a renewal that finds the session gone in the store
+//! ends it on this node at once. Passes are renewed past half their life,
 //! so idling is detected to within `pass_ttl / 2`.
 //!
 //! The store's expire sweep, run at every scheduler tick, ends sessions whose
@@ -15,7 +17,7 @@
 use axum::http::{HeaderMap, HeaderValue};
 
 use crate::app::{AppState, EventRuntime};
-use crate::passes::{self, PassCheck};
+use crate::passes;
 
 /// The end, in canonical µs, of a session that started at `start_ms` and was
 /// last active at `now_ms`.
@@ -33,25 +35,31 @@ pub fn renew(
     state: &AppState,
     rt: &EventRuntime,
     member: &str,
+    session_start_us: i64,
     headers: &HeaderMap,
 ) -> HeaderValue {
     let now = state.now_ms();
-    let cookie = state.server.cookies.pass(headers);
-    let start = match passes::check(state, rt, member, cookie, now) {
-        PassCheck::Valid { claims, .. } | PassCheck::Expired { claims } => {
-            passes::session_start_ms(&claims, rt, now)
-        }
-        PassCheck::Missing => now,
-    };
-    let (pass, _) = passes::issue_for_session(&state.keyring, rt, member, now, start);
+    let start_ms = session_start_us.div_euclid(1000);
+    let (pass, _) = passes::issue(&state.keyring, rt, member, now, session_start_us);
     let store = state.store.clone();
     let event = rt.id().clone();
+    let owned = member.to_owned();
+    let until_us = session_end_us(rt, start_ms, now);
+    let state_ref = state.events();
     let cookie = crate::api::redeem::pass_cookie(state, rt, headers, member, Some(&pass));
-    let member = member.to_owned();
-    let until_us = session_end_us(rt, start, now);
     tokio::spawn(async move {
-        if let Err(e) = store.extend(&event, &member, until_us).await {
-            tracing::debug!(event = %event, error = e.kind(), "session extend failed");
+        match store.extend(&event, &owned, until_us).await {
+            Ok(true) => {}
+            // Released, evicted or expired between the pass check and now:
+            // the pass just issued must not work here either.
+            Ok(false) => {
+                if let Some(rt) = state_ref.get(&event) {
+                    passes::store_says_gone_at(rt, &owned, session_start_us, now);
+                }
+            }
+            Err(e) => {
+                tracing::debug!(event = %event, error = e.kind(), "session extend failed");
+            }
         }
     });
     cookie

@@ -122,6 +122,8 @@ async fn redeem(
         &claims.nonce,
         session_end_us.div_euclid(1000),
     );
+    let redeem_started = std::time::Instant::now();
+    let from_store = local.is_none();
     let outcome = match local {
         Some(outcome) => outcome?,
         None => {
@@ -140,7 +142,9 @@ async fn redeem(
         RedeemOutcome::NotAdmitted => return Err(ApiError::InvalidToken),
     }
     metrics::counter!("anteroom_redeems_total", "event" => rt.id().to_string()).increment(1);
-    let (pass, expires_at_ms) = passes::issue(&state.keyring, rt, &visitor.member, now);
+    let session_start_us = session_start_us(state, rt, from_store, now, redeem_started).await;
+    let (pass, expires_at_ms) =
+        passes::issue(&state.keyring, rt, &visitor.member, now, session_start_us);
     let cookie = pass_cookie(state, rt, headers, &visitor.member, Some(&pass));
     Ok((
         Redeemed {
@@ -150,6 +154,34 @@ async fn redeem(
         },
         cookie,
     ))
+}
+
+/// The session's identity: its start on the store's clock, as of just
+/// before the redeem (the canonical time read after it, less the time the
+/// redeem took), so it is earlier than any revocation of this session and
+/// later than any revocation of this member's previous ones (see
+/// `passes::Revocations`). Read only after a successful redeem, so a storm
+/// of replayed tokens costs the store nothing more. A session admitted
+/// locally while draining, or a store that does not answer now, falls back
+/// to this node's clock.
+async fn session_start_us(
+    state: &AppState,
+    rt: &EventRuntime,
+    from_store: bool,
+    now_ms: i64,
+    redeem_started: std::time::Instant,
+) -> i64 {
+    let local = now_ms.saturating_mul(1000);
+    if !from_store {
+        return local;
+    }
+    match crate::metrics::timed_store("now", state.store.now_us(rt.id())).await {
+        Ok(t) => {
+            let took = i64::try_from(redeem_started.elapsed().as_micros()).unwrap_or(i64::MAX);
+            t.saturating_sub(took)
+        }
+        Err(_) => local,
+    }
 }
 
 /// `Set-Cookie` for the pass cookie with this event's pass set (or removed).

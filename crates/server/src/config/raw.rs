@@ -36,6 +36,15 @@ pub struct RawServer {
     pub log_format: Option<String>,
     /// A client must send its whole request head within this time.
     pub header_read_timeout: Option<String>,
+    /// The longest wait for the next piece of a request body.
+    pub body_read_timeout: Option<String>,
+    /// Open client connections per listener (capped by RLIMIT_NOFILE).
+    pub max_connections: Option<u64>,
+    /// HTTP/2 PING interval and how long the answer may take.
+    pub http2_keep_alive_interval: Option<String>,
+    pub http2_keep_alive_timeout: Option<String>,
+    /// A connection with no request in flight this long is closed.
+    pub http2_idle_timeout: Option<String>,
     /// Largest JSON body the queue API reads, in bytes.
     pub max_body_bytes: Option<u64>,
     /// On SIGTERM / SIGINT, how long requests in flight may take to finish

@@ -120,6 +120,7 @@ fn server(raw: &RawConfig) -> Result<ServerConfig> {
             s.header_read_timeout.as_deref(),
             "10s",
         )?,
+        connections: connection_settings(s)?,
         max_body_bytes: usize::try_from(max_body_bytes).unwrap_or(16 * 1024),
         shutdown_grace: duration("server.shutdown_grace", s.shutdown_grace.as_deref(), "10s")?,
         access_log: s.access_log.unwrap_or(false),
@@ -163,6 +164,40 @@ fn cookie_settings(s: &super::raw::RawServer) -> Result<crate::identity::CookieS
         c.read_unprefixed = v;
     }
     Ok(c)
+}
+
+/// Body timeout, connection cap and HTTP/2 keep-alive and idle timeouts.
+fn connection_settings(s: &super::raw::RawServer) -> Result<crate::config::ConnectionSettings> {
+    let max_connections = s.max_connections.unwrap_or(50_000);
+    if !(16..=10_000_000).contains(&max_connections) {
+        return Err(ConfigError::new(
+            "server.max_connections",
+            "must be between 16 and 10000000",
+        ));
+    }
+    Ok(crate::config::ConnectionSettings {
+        body_read_timeout: positive(
+            "server.body_read_timeout",
+            s.body_read_timeout.as_deref(),
+            "30s",
+        )?,
+        max_connections,
+        http2_keep_alive_interval: positive(
+            "server.http2_keep_alive_interval",
+            s.http2_keep_alive_interval.as_deref(),
+            "20s",
+        )?,
+        http2_keep_alive_timeout: positive(
+            "server.http2_keep_alive_timeout",
+            s.http2_keep_alive_timeout.as_deref(),
+            "10s",
+        )?,
+        http2_idle_timeout: positive(
+            "server.http2_idle_timeout",
+            s.http2_idle_timeout.as_deref(),
+            "60s",
+        )?,
+    })
 }
 
 /// Issue 8: drain share, drain window and the test-only clock offset.

@@ -8,10 +8,16 @@ use axum::response::{IntoResponse, Response};
 use http::StatusCode;
 use thiserror::Error;
 
-/// An upstream failure: the origin is down, slow or misconfigured. Never the
-/// visitor's fault, so never a 4xx.
+/// Why forwarding failed. Upstream failures (the origin is down, slow or
+/// misconfigured) are never the visitor's fault, so never a 4xx; the two
+/// visitor-side ones (a body that stopped arriving, an upgrade other than
+/// WebSocket) are.
 #[derive(Debug, Error)]
 pub enum ProxyError {
+    #[error("the request body stopped arriving")]
+    BodyTimeout,
+    #[error("only WebSocket upgrades are accepted")]
+    UpgradeRefused,
     #[error("the origin is not an absolute http:// URL")]
     BadOrigin,
     #[error("the origin could not be reached")]
@@ -26,6 +32,9 @@ impl ProxyError {
     /// Classifies a client error: a connect timeout is a timeout (`504`),
     /// everything else (refused, reset, malformed answer) is `502`.
     pub(super) fn from_client(err: hyper_util::client::legacy::Error) -> Self {
+        if crate::serve::is_body_timeout(&err) {
+            return Self::BodyTimeout;
+        }
         let mut source = err.source();
         while let Some(cause) = source {
             if cause
@@ -42,6 +51,8 @@ impl ProxyError {
     pub fn status(&self) -> StatusCode {
         match self {
             Self::Timeout => StatusCode::GATEWAY_TIMEOUT,
+            Self::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
+            Self::UpgradeRefused => StatusCode::BAD_REQUEST,
             _ => StatusCode::BAD_GATEWAY,
         }
     }
@@ -50,6 +61,8 @@ impl ProxyError {
     pub fn code(&self) -> &'static str {
         match self {
             Self::Timeout => "gateway_timeout",
+            Self::BodyTimeout => "body_timeout",
+            Self::UpgradeRefused => "upgrade_not_supported",
             _ => "bad_gateway",
         }
     }

@@ -1,17 +1,66 @@
-//! Upgraded connections (WebSocket and other `101 Switching Protocols`):
-//! once both sides agree, the gate only copies bytes between them.
+//! Upgraded connections: only WebSocket. Once both sides agree, the gate
+//! copies bytes between them until either side closes or the visitor's
+//! session ends (within [`crate::passes::SESSION_WATCH_EVERY`] of its
+//! revocation reaching this node, or at its `session_ttl`). A WebSocket
+//! alone does not keep a session alive: only requests through the gate
+//! renew it, so a visitor who only talks over the socket idles out.
+//!
+//! Any other `Upgrade` (`h2c` above all: a proxy that tunnels it lets the
+//! client speak HTTP/2 straight to the origin, past every later check) is
+//! refused with `400 upgrade_not_supported` before the origin is asked.
 
+use http::HeaderMap;
+use http::header::UPGRADE;
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
 
+use super::ProxyError;
+use crate::passes::SessionWatch;
+use crate::serve::ConnectionSlot;
+
+/// Refuses a request asking for any upgrade but WebSocket (one token,
+/// any case); requests without `Upgrade` pass.
+pub(super) fn check_asked(headers: &HeaderMap) -> Result<(), ProxyError> {
+    let asked: Vec<_> = headers.get_all(UPGRADE).iter().collect();
+    let websocket = |v: &http::HeaderValue| {
+        v.to_str()
+            .is_ok_and(|v| v.trim().eq_ignore_ascii_case("websocket"))
+    };
+    match asked.as_slice() {
+        [] => Ok(()),
+        [one] if websocket(one) => Ok(()),
+        _ => {
+            metrics::counter!("anteroom_rejections_total", "reason" => "upgrade_not_supported")
+                .increment(1);
+            Err(ProxyError::UpgradeRefused)
+        }
+    }
+}
+
+/// The visitor's half of an upgrade: the connection to take over, its slot
+/// under `server.max_connections`, and the session it belongs to (none on
+/// unprotected paths).
+pub(super) struct ClientSide {
+    pub upgrade: OnUpgrade,
+    pub slot: Option<ConnectionSlot>,
+    pub session: Option<SessionWatch>,
+}
+
 /// Joins the visitor's and the origin's upgraded connections in a task of
-/// its own, which ends when either side closes.
+/// its own, which ends when either side closes or the session ends.
 ///
 /// The visitor's side resolves only after the `101` has been written back,
 /// so this must be spawned, not awaited, by the handler that returns it.
-pub(super) fn tunnel(client_side: OnUpgrade, origin_side: OnUpgrade) {
+pub(super) fn tunnel(client_side: ClientSide, origin_side: OnUpgrade) {
+    let ClientSide {
+        upgrade,
+        slot,
+        session,
+    } = client_side;
     tokio::spawn(async move {
-        let (client, origin) = match tokio::try_join!(client_side, origin_side) {
+        // Held until both sockets are closed.
+        let _slot = slot;
+        let (client, origin) = match tokio::try_join!(upgrade, origin_side) {
             Ok(both) => both,
             Err(err) => {
                 tracing::debug!(error = %err, "proxy: upgrade not completed");
@@ -20,8 +69,23 @@ pub(super) fn tunnel(client_side: OnUpgrade, origin_side: OnUpgrade) {
         };
         let mut client = TokioIo::new(client);
         let mut origin = TokioIo::new(origin);
-        if let Err(err) = tokio::io::copy_bidirectional(&mut client, &mut origin).await {
-            tracing::debug!(error = %err, "proxy: upgraded connection ended");
+        let ended = async {
+            match session {
+                Some(watch) => watch.ended().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            copied = tokio::io::copy_bidirectional(&mut client, &mut origin) => {
+                if let Err(err) = copied {
+                    tracing::debug!(error = %err, "proxy: upgraded connection ended");
+                }
+            }
+            () = ended => {
+                metrics::counter!("anteroom_upgrades_closed_total", "reason" => "session_ended")
+                    .increment(1);
+                tracing::debug!("proxy: upgraded connection closed, its session ended");
+            }
         }
     });
 }

@@ -1,0 +1,240 @@
+//! Connection accounting: how many client connections a listener may hold
+//! (`server.max_connections`, capped by the descriptors the process has),
+//! the clean refusal past that, accept errors without a busy loop, and
+//! whether a connection is busy or idle.
+//!
+//! Architecture invariant: client connections never take the descriptors the
+//! origin pool, the store and the files need. The public listener holds at
+//! most half of what is left of `RLIMIT_NOFILE` after a fixed reserve (each
+//! proxied request may hold one origin connection beside its client one),
+//! the admin listener a small fixed number inside the reserve; past that a
+//! connection is accepted and refused at once. Checked by
+//! `connections_flood::a_descriptor_starved_node_refuses_cleanly_and_keeps_proxying`.
+
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::net::TcpStream;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+/// Descriptors kept for everything that is not a client connection: store
+/// connections, database files, log output, reputation files, the runtime.
+pub const DESCRIPTOR_RESERVE: u64 = 512;
+/// Connections the admin listener may hold (inside the reserve's budget).
+pub const ADMIN_MAX_CONNECTIONS: usize = 256;
+/// A listener whose share of descriptors is below this refuses to start.
+const MIN_CONNECTIONS: u64 = 16;
+
+/// Per-listener connection limits and timeouts (all from `[server]`).
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// The first request head must be complete this long after accept; later
+    /// heads on a kept-alive HTTP/1 connection within this of the last answer.
+    pub header_read_timeout: Duration,
+    /// The longest wait for the next piece of a request body.
+    pub body_read_timeout: Duration,
+    /// Open client connections this listener holds at most.
+    pub max_connections: usize,
+    /// HTTP/2 PING interval, and how long its answer may take.
+    pub http2_keep_alive_interval: Duration,
+    pub http2_keep_alive_timeout: Duration,
+    /// A connection with no request in flight for this long is closed
+    /// (HTTP/2 gets a GOAWAY; idle HTTP/1 connections time out sooner, by
+    /// `header_read_timeout`).
+    pub http2_idle_timeout: Duration,
+    /// How long a graceful stop waits for requests in flight.
+    pub shutdown_grace: Duration,
+}
+
+/// The descriptors this process may open: the soft `RLIMIT_NOFILE`, raised
+/// to the hard limit first (the default soft limit of 1024 is far too small
+/// for a gateway, and raising it needs no privilege).
+pub fn descriptor_limit() -> u64 {
+    use rustix::process::{Resource, getrlimit, setrlimit};
+    let mut limit = getrlimit(Resource::Nofile);
+    if let Some(hard) = limit.maximum
+        && limit.current.is_some_and(|soft| soft < hard)
+    {
+        limit.current = Some(hard);
+        if let Err(e) = setrlimit(Resource::Nofile, limit) {
+            tracing::debug!(error = %e, "could not raise RLIMIT_NOFILE to its hard limit");
+        }
+    }
+    getrlimit(Resource::Nofile).current.unwrap_or(u64::MAX)
+}
+
+/// The public and admin listeners' connection caps for `max_connections`
+/// and a process allowed `nofile` descriptors.
+pub fn connection_caps(max_connections: u64, nofile: u64) -> Result<(usize, usize), String> {
+    let admin = ADMIN_MAX_CONNECTIONS as u64;
+    let share = nofile.saturating_sub(DESCRIPTOR_RESERVE + admin) / 2;
+    if share < MIN_CONNECTIONS.min(max_connections) {
+        return Err(format!(
+            "server.max_connections: the process may open only {nofile} file descriptors \
+             (RLIMIT_NOFILE), too few for client connections beside the origin and store \
+             pools; raise the limit (e.g. `LimitNOFILE=65536` in the service unit)"
+        ));
+    }
+    let public = max_connections.min(share);
+    if public < max_connections {
+        tracing::warn!(
+            max_connections,
+            nofile,
+            cap = public,
+            "server.max_connections lowered to fit RLIMIT_NOFILE (half of it, after a reserve, \
+             stays free for origin and store connections)"
+        );
+    }
+    let to_usize = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
+    Ok((
+        to_usize(public),
+        to_usize(admin.min(max_connections.max(MIN_CONNECTIONS))),
+    ))
+}
+
+/// The listener's slot for one connection, released when the socket closes.
+/// Requests carry it so that an upgraded connection (a WebSocket tunnel),
+/// which outlives hyper's connection, keeps its slot while it is open.
+#[derive(Clone, Debug)]
+pub struct ConnectionSlot {
+    _permit: Arc<OwnedSemaphorePermit>,
+}
+
+impl ConnectionSlot {
+    pub fn new(permit: OwnedSemaphorePermit) -> Self {
+        Self {
+            _permit: Arc::new(permit),
+        }
+    }
+}
+
+/// The answer to a connection over the cap: written once without waiting
+/// (a client that does not read it simply sees the close).
+const REFUSAL: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\n\
+content-type: application/json\r\n\
+retry-after: 1\r\n\
+connection: close\r\n\
+content-length: 80\r\n\r\n\
+{\"error\":\"too_many_connections\",\"message\":\"the server is at its connection cap\"}";
+
+/// Refuses a connection over the cap: on a plain listener a `503` JSON if
+/// the socket takes it at once, then close (a TLS client just sees the
+/// close). Never awaits, so a flood cannot slow the accept loop.
+pub fn refuse(stream: TcpStream, cap: usize, plain: bool) {
+    if plain {
+        let _ = stream.try_write(REFUSAL);
+    }
+    metrics::counter!("anteroom_connections_refused_total", "reason" => "max_connections")
+        .increment(1);
+    tracing::debug!(
+        cap,
+        "connection refused: listener at server.max_connections"
+    );
+    drop(stream);
+}
+
+/// After a failed accept. Out of descriptors (or kernel memory) the pending
+/// connection stays in the backlog and the next accept would fail at once:
+/// wait for one of our connections to close, at most 100 ms, instead of
+/// spinning. Other errors concern one connection (aborted before accept).
+pub async fn accept_failed(e: &io::Error, slots: &Arc<Semaphore>) {
+    let exhausted = matches!(
+        e.raw_os_error(),
+        Some(code) if code == rustix::io::Errno::MFILE.raw_os_error()
+            || code == rustix::io::Errno::NFILE.raw_os_error()
+            || code == rustix::io::Errno::NOBUFS.raw_os_error()
+            || code == rustix::io::Errno::NOMEM.raw_os_error()
+    );
+    if exhausted {
+        metrics::counter!("anteroom_connections_refused_total", "reason" => "descriptors")
+            .increment(1);
+        tracing::warn!(error = %e, "accept failed: out of descriptors; pausing accepts");
+        let free_before = slots.available_permits();
+        let wait = async {
+            while slots.available_permits() <= free_before {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        };
+        let _ = tokio::time::timeout(Duration::from_millis(100), wait).await;
+    } else {
+        tracing::debug!(error = %e, "accept failed");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+/// Whether a connection has had a request yet, how many are in flight and
+/// since when it has had none.
+#[derive(Clone, Debug)]
+pub struct Activity(Arc<ActivityInner>);
+
+#[derive(Debug)]
+struct ActivityInner {
+    any_request: AtomicBool,
+    in_flight: AtomicUsize,
+    idle_since: Mutex<Instant>,
+}
+
+impl Activity {
+    pub fn new() -> Self {
+        Self(Arc::new(ActivityInner {
+            any_request: AtomicBool::new(false),
+            in_flight: AtomicUsize::new(0),
+            idle_since: Mutex::new(Instant::now()),
+        }))
+    }
+
+    /// A request head arrived; the connection is busy until the guard drops.
+    pub fn begin(&self) -> Busy {
+        self.0.any_request.store(true, Ordering::Relaxed);
+        self.0.in_flight.fetch_add(1, Ordering::AcqRel);
+        Busy(self.0.clone())
+    }
+
+    pub fn any_request(&self) -> bool {
+        self.0.any_request.load(Ordering::Relaxed)
+    }
+
+    /// How long the connection has had no request in flight (zero if busy).
+    pub fn idle_for(&self) -> Duration {
+        if self.0.in_flight.load(Ordering::Acquire) > 0 {
+            return Duration::ZERO;
+        }
+        crate::app::lock(&self.0.idle_since).elapsed()
+    }
+}
+
+/// One request in flight on a connection.
+#[derive(Debug)]
+pub struct Busy(Arc<ActivityInner>);
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        *crate::app::lock(&self.0.idle_since) = Instant::now();
+        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn caps_leave_half_the_descriptors_after_the_reserve() {
+        assert_eq!(connection_caps(50_000, 1_048_576).unwrap(), (50_000, 256));
+        // 20000 descriptors: (20000 - 512 - 256) / 2 = 9616 client connections.
+        assert_eq!(connection_caps(50_000, 20_000).unwrap(), (9_616, 256));
+        assert_eq!(connection_caps(100, 20_000).unwrap(), (100, 100));
+        assert!(connection_caps(50_000, 256).is_err());
+    }
+
+    #[test]
+    fn the_refusal_is_a_complete_json_answer() {
+        let text = std::str::from_utf8(REFUSAL).unwrap();
+        let (head, body) = text.split_once("\r\n\r\n").unwrap();
+        assert!(head.contains(&format!("content-length: {}", body.len())));
+        let json: serde_json::Value = serde_json::from_str(body).unwrap();
+        assert_eq!(json["error"], "too_many_connections");
+    }
+}
