@@ -621,4 +621,47 @@ impl QueueStore for EmbeddedStore {
     async fn ping(&self, event: &EventId) -> Result<()> {
         self.read(event, |_, _| ())
     }
+
+    async fn delete_event(&self, event: &EventId) -> Result<()> {
+        // The actor commits what it holds and stops before its file goes.
+        let handle = locked(&self.inner.events).remove(event);
+        let file = self.event_path(event);
+        tokio::task::spawn_blocking(move || {
+            if let Some(h) = handle {
+                locked(&h.tx).take();
+                if let Some(t) = locked(&h.thread).take() {
+                    let _ = t.join();
+                }
+            }
+            match std::fs::remove_file(&file) {
+                Ok(()) => Ok(()),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                Err(e) => Err(io_error(&file, e)),
+            }
+        })
+        .await
+        .map_err(|e| StoreError::Unavailable(format!("delete task failed: {e}")))??;
+        let key = event.as_str().to_owned();
+        self.meta_call(move |db, path| disk::forget_event(db, path, &key))
+            .await?;
+        locked(&self.inner.admin).remove(event);
+        Ok(())
+    }
+
+    async fn append_audit(&self, event: &EventId, json: &str) -> Result<()> {
+        let (key, json) = (event.as_str().to_owned(), json.to_owned());
+        self.meta_call(move |db, path| disk::append_audit(db, path, &key, &json, crate::AUDIT_KEEP))
+            .await
+    }
+
+    async fn audit(&self, event: &EventId, limit: usize) -> Result<Vec<String>> {
+        let key = event.as_str().to_owned();
+        self.meta_call(move |db, path| disk::read_audit(db, path, &key, limit))
+            .await
+    }
+
+    async fn audit_events(&self) -> Result<Vec<EventId>> {
+        let ids = self.meta_call(disk::audit_events).await?;
+        Ok(ids.iter().filter_map(|k| EventId::new(k).ok()).collect())
+    }
 }

@@ -338,4 +338,39 @@ pub trait QueueStore: Send + Sync + 'static {
 
     /// Readiness of the data of one event (with Redis Cluster, of its slot's master).
     async fn ping(&self, event: &EventId) -> Result<()>;
+
+    /// Removes everything of one event: its queue, tokens, sessions,
+    /// revocations, admin state and configuration document. Its audit trail
+    /// is kept (a record of who deleted it must outlive the event). Both
+    /// backends override this; the default refuses, for test wrappers.
+    async fn delete_event(&self, event: &EventId) -> Result<()> {
+        let _ = event;
+        Err(StoreError::Unavailable(
+            "this store cannot delete events".into(),
+        ))
+    }
+
+    /// Appends one admin audit entry (a JSON document) to the event's trail,
+    /// which keeps the newest [`AUDIT_KEEP`] entries. Both backends override
+    /// this; the default refuses, for test wrappers.
+    async fn append_audit(&self, event: &EventId, json: &str) -> Result<()> {
+        let _ = (event, json);
+        Err(StoreError::Unavailable(
+            "this store keeps no audit trail".into(),
+        ))
+    }
+
+    /// The newest `limit` entries of the event's audit trail, newest first.
+    async fn audit(&self, event: &EventId, limit: usize) -> Result<Vec<String>> {
+        let _ = (event, limit);
+        Ok(Vec::new())
+    }
+
+    /// Every event with an audit trail (deleted ones included), sorted.
+    async fn audit_events(&self) -> Result<Vec<EventId>> {
+        Ok(Vec::new())
+    }
 }
+
+/// Audit entries kept per event; older ones are dropped as new ones come.
+pub const AUDIT_KEEP: usize = 1000;

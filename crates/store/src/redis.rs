@@ -22,7 +22,7 @@ use redis::cluster::ClusterClientBuilder;
 
 use self::batch::{Batcher, Joins, Polls};
 use self::conn::{Conn, Lua, bounded};
-use self::keys::{CONFIGS, EventKeys};
+use self::keys::{AUDITED, CONFIGS, EventKeys};
 use crate::{
     Admission, AdmitRequest, EventId, EventStats, ExpireRequest, Expired, JoinOutcome, MemberState,
     Nonce, QueueStore, RedeemOutcome, Result, Revocation, ShareGrant, ShareRequest, StoreError,
@@ -533,5 +533,48 @@ impl QueueStore for RedisStore {
 
     async fn ping(&self, event: &EventId) -> Result<()> {
         self.now_us(event).await.map(|_| ())
+    }
+
+    async fn delete_event(&self, event: &EventId) -> Result<()> {
+        // One DEL: the keys share the event's hash tag, so one slot.
+        let mut del = redis::cmd("DEL");
+        for k in EventKeys::new(event).all_but_audit() {
+            del.arg(k);
+        }
+        self.query::<()>(&del).await?;
+        self.query::<()>(redis::cmd("HDEL").arg(CONFIGS).arg(event.as_str()))
+            .await
+    }
+
+    async fn append_audit(&self, event: &EventId, json: &str) -> Result<()> {
+        let key = EventKeys::new(event).audit();
+        self.query::<()>(redis::cmd("LPUSH").arg(&key).arg(json))
+            .await?;
+        let keep = i64::try_from(crate::AUDIT_KEEP).unwrap_or(i64::MAX);
+        self.query::<()>(redis::cmd("LTRIM").arg(&key).arg(0).arg(keep - 1))
+            .await?;
+        self.query::<()>(redis::cmd("SADD").arg(AUDITED).arg(event.as_str()))
+            .await
+    }
+
+    async fn audit(&self, event: &EventId, limit: usize) -> Result<Vec<String>> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let last = i64::try_from(limit).unwrap_or(i64::MAX) - 1;
+        self.query(
+            redis::cmd("LRANGE")
+                .arg(EventKeys::new(event).audit())
+                .arg(0)
+                .arg(last),
+        )
+        .await
+    }
+
+    async fn audit_events(&self) -> Result<Vec<EventId>> {
+        let ids: Vec<String> = self.query(redis::cmd("SMEMBERS").arg(AUDITED)).await?;
+        let mut ids: Vec<EventId> = ids.iter().filter_map(|i| EventId::new(i).ok()).collect();
+        ids.sort();
+        Ok(ids)
     }
 }

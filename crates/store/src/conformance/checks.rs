@@ -7,8 +7,10 @@ use anteroom_core::phase::AdminState;
 use anteroom_core::score::JoinScoring;
 use futures::future::BoxFuture;
 
+mod admin;
 mod sessions;
 
+use self::admin::*;
 use self::sessions::*;
 use super::{Ctx, HOUR_US, nonce, open_scoring};
 use crate::{AdmitRequest, EventId, ExpireRequest, MemberState, QueueStore, StoreError};
@@ -47,6 +49,8 @@ pub(crate) fn all() -> Vec<(&'static str, Check)> {
         prewindow_and_behind_order,
         equal_scores_order_by_member,
         invalid_input_is_refused,
+        audit_trail_is_kept_per_event,
+        delete_event_removes_all_but_the_audit,
     ]
 }
 

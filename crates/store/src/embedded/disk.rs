@@ -29,6 +29,8 @@ pub(crate) const USED: TableDefinition<&[u8], i64> = TableDefinition::new("used"
 pub(crate) const REVOKED: TableDefinition<u64, &[u8]> = TableDefinition::new("revoked");
 pub(crate) const ADMIN: TableDefinition<&str, u8> = TableDefinition::new("admin");
 pub(crate) const CONFIGS: TableDefinition<&str, &str> = TableDefinition::new("configs");
+/// Admin audit trail: (event, sequence) → entry JSON, per event in order.
+pub(crate) const AUDIT: TableDefinition<(&str, u64), &str> = TableDefinition::new("audit");
 
 pub(crate) const EVENT_MAGIC: &[u8] = b"anteroom-event/3";
 pub(crate) const META_MAGIC: &[u8] = b"anteroom-meta/1";
@@ -260,6 +262,91 @@ pub(crate) fn put_config(
     {
         let mut t = w.open_table(CONFIGS).map_err(|e| storage(path, e))?;
         t.insert(key, json).map_err(|e| storage(path, e))?;
+    }
+    w.commit().map_err(|e| storage(path, e))
+}
+
+/// Appends an audit entry to an event's trail, dropping the oldest beyond `keep`.
+pub(crate) fn append_audit(
+    db: &Database,
+    path: &Path,
+    key: &str,
+    json: &str,
+    keep: usize,
+) -> Result<(), StoreError> {
+    let mut w = db.begin_write().map_err(|e| storage(path, e))?;
+    w.set_durability(Durability::Immediate)
+        .map_err(|e| storage(path, e))?;
+    {
+        let mut t = w.open_table(AUDIT).map_err(|e| storage(path, e))?;
+        let range = (key, 0u64)..=(key, u64::MAX);
+        let (first, last) = {
+            let mut rows = t.range(range.clone()).map_err(|e| storage(path, e))?;
+            let first = rows.next().transpose().map_err(|e| storage(path, e))?;
+            let last = rows.next_back().transpose().map_err(|e| storage(path, e))?;
+            let seq =
+                |r: Option<(redb::AccessGuard<'_, (&str, u64)>, _)>| r.map(|(k, _)| k.value().1);
+            let first = seq(first);
+            (first, seq(last).or(first))
+        };
+        let next = last.map_or(0, |l| l.saturating_add(1));
+        t.insert((key, next), json).map_err(|e| storage(path, e))?;
+        let keep = u64::try_from(keep.max(1)).unwrap_or(u64::MAX);
+        // Sequences are contiguous, so the oldest ones to drop are known.
+        if let Some(first) = first {
+            let mut seq = first;
+            while next - seq >= keep {
+                t.remove((key, seq)).map_err(|e| storage(path, e))?;
+                seq += 1;
+            }
+        }
+    }
+    w.commit().map_err(|e| storage(path, e))
+}
+
+/// The newest `limit` audit entries of an event, newest first.
+pub(crate) fn read_audit(
+    db: &Database,
+    path: &Path,
+    key: &str,
+    limit: usize,
+) -> Result<Vec<String>, StoreError> {
+    let r = db.begin_read().map_err(|e| storage(path, e))?;
+    let t = match r.open_table(AUDIT) {
+        Ok(t) => t,
+        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+        Err(e) => return Err(storage(path, e)),
+    };
+    let mut out = Vec::new();
+    for row in t
+        .range((key, 0u64)..=(key, u64::MAX))
+        .map_err(|e| storage(path, e))?
+        .rev()
+        .take(limit)
+    {
+        let (_, v) = row.map_err(|e| storage(path, e))?;
+        out.push(v.value().to_owned());
+    }
+    Ok(out)
+}
+
+/// Events with at least one audit entry, sorted.
+pub(crate) fn audit_events(db: &Database, path: &Path) -> Result<Vec<String>, StoreError> {
+    let mut ids: Vec<String> = scan(db, path, AUDIT, |k, _| Some(k.0.to_owned()))?;
+    ids.dedup();
+    Ok(ids)
+}
+
+/// Forgets an event's admin state and config document.
+pub(crate) fn forget_event(db: &Database, path: &Path, key: &str) -> Result<(), StoreError> {
+    let mut w = db.begin_write().map_err(|e| storage(path, e))?;
+    w.set_durability(Durability::Immediate)
+        .map_err(|e| storage(path, e))?;
+    {
+        let mut t = w.open_table(ADMIN).map_err(|e| storage(path, e))?;
+        t.remove(key).map_err(|e| storage(path, e))?;
+        let mut t = w.open_table(CONFIGS).map_err(|e| storage(path, e))?;
+        t.remove(key).map_err(|e| storage(path, e))?;
     }
     w.commit().map_err(|e| storage(path, e))
 }

@@ -2,14 +2,17 @@
 //!
 //! Every key of event `E` is `anteroom:{E}:<name>`: the hash tag `{E}` puts all
 //! of an event's keys in one Redis Cluster slot (so its Lua scripts are legal
-//! there) while different events spread across the cluster. The one cross-event
-//! key is [`CONFIGS`]; `@` cannot appear in an event id, so it never collides.
+//! there) while different events spread across the cluster. The cross-event
+//! keys are [`CONFIGS`] and [`AUDITED`]; `@` cannot appear in an event id, so
+//! they never collide.
 //! Nothing outside the `anteroom:` prefix is ever read or written.
 
 use crate::{EventId, Nonce};
 
 /// Hash of event id → configuration JSON, for every event.
 pub(crate) const CONFIGS: &str = "anteroom:{@config}:events";
+/// Set of the event ids that have an audit trail (deleted events included).
+pub(crate) const AUDITED: &str = "anteroom:{@audit}:events";
 
 /// The keys of one event, in the order the scripts expect them.
 pub(crate) struct EventKeys {
@@ -109,6 +112,32 @@ impl EventKeys {
     }
     pub(crate) fn no_shows_per_s(&self) -> String {
         self.key("h:noshow")
+    }
+    /// Admin audit trail, newest first (a capped list).
+    pub(crate) fn audit(&self) -> String {
+        self.key("audit")
+    }
+    /// Every long-lived key of the event except its audit trail: what
+    /// deleting the event removes. Tick and proof-of-work guards expire on
+    /// their own. A key added above must be listed here too.
+    pub(crate) fn all_but_audit(&self) -> Vec<String> {
+        vec![
+            self.queue(),
+            self.seen(),
+            self.join_batches(),
+            self.join_batch_members(),
+            self.active(),
+            self.held(),
+            self.token_batches(),
+            self.token_batch_members(),
+            self.used(),
+            self.revocations(),
+            self.state(),
+            self.totals(),
+            self.admitted_per_s(),
+            self.churn_per_s(),
+            self.no_shows_per_s(),
+        ]
     }
     /// Guard of one admission tick.
     pub(crate) fn tick(&self, tick: u64) -> String {
