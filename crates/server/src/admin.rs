@@ -2,25 +2,26 @@
 //! `/metrics`, `/healthz`, `/readyz` and `/openapi.json` (unauthenticated, as
 //! the listener itself should only be reachable by operators).
 
+pub mod audit;
+pub mod auth;
+pub mod events;
+pub mod state;
+
 use std::sync::Arc;
 
 use anteroom_core::phase::AdminState;
 use anteroom_store::EventId;
 use axum::Json;
 use axum::Router;
-use axum::extract::{Path, Request, State};
+use axum::extract::{Path, State};
 use axum::http::{HeaderValue, StatusCode, header};
-use axum::middleware::{self, Next};
+use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use serde::Serialize;
-use subtle::ConstantTimeEq;
 
-use crate::api::{empty, parse_json, read_body};
-use crate::app::{AppState, EventRuntime, write};
-use crate::config::{RawEvent, event_from_raw, stored};
+use crate::app::{AppState, EventRuntime};
 use crate::error::ApiError;
-use crate::identity::bearer;
 
 pub mod dashboard;
 
@@ -30,8 +31,9 @@ pub struct EventView {
     pub id: String,
     /// `running`, `paused` or `closed`.
     pub state: String,
+    /// The event's `[[events]]` table; secrets show as `"[redacted]"`.
     #[schema(value_type = Object)]
-    pub config: RawEvent,
+    pub config: serde_json::Value,
     pub stats: StatsView,
     /// `false` while the store cannot be reached for this event (drain).
     pub reachable: bool,
@@ -56,12 +58,26 @@ pub struct StatsView {
 pub fn router(state: Arc<AppState>) -> Router {
     let admin = Router::new()
         .route("/admin/events", get(list))
-        .route("/admin/events/{event}", get(show).put(put))
-        .route("/admin/events/{event}/pause", post(pause))
-        .route("/admin/events/{event}/resume", post(resume))
-        .route("/admin/events/{event}/close", post(close))
-        .route("/admin/events/{event}/sessions/{session}", delete(evict))
-        .route_layer(middleware::from_fn_with_state(state.clone(), authorize));
+        .route(
+            "/admin/events/{event}",
+            get(show)
+                .put(events::put)
+                .patch(events::patch)
+                .delete(events::delete),
+        )
+        .route("/admin/events/{event}/pause", post(state::pause))
+        .route("/admin/events/{event}/resume", post(state::resume))
+        .route("/admin/events/{event}/close", post(state::close))
+        .route("/admin/events/{event}/reopen", post(state::reopen))
+        .route(
+            "/admin/events/{event}/sessions/{session}",
+            delete(events::evict),
+        )
+        .route("/admin/audit", get(audit::list))
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            auth::authorize,
+        ));
     Router::new()
         .merge(admin)
         .merge(dashboard::router())
@@ -77,22 +93,21 @@ pub fn router(state: Arc<AppState>) -> Router {
         .with_state(state)
 }
 
-async fn authorize(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
-    let given = bearer(req.headers()).unwrap_or("");
-    let expected = state.server.admin_token.as_bytes();
-    if bool::from(given.as_bytes().ct_eq(expected)) {
-        next.run(req).await
-    } else {
-        ApiError::Unauthorized.into_response()
+/// `running`, `paused` or `closed`.
+pub fn state_name(s: AdminState) -> &'static str {
+    match s {
+        AdminState::Running => "running",
+        AdminState::Paused => "paused",
+        AdminState::Closed => "closed",
     }
 }
 
-fn event(state: &AppState, id: &str) -> Result<Arc<EventRuntime>, ApiError> {
+pub(crate) fn event(state: &AppState, id: &str) -> Result<Arc<EventRuntime>, ApiError> {
     let id = EventId::new(id).map_err(|_| ApiError::UnknownEvent)?;
     state.event(&id).ok_or(ApiError::UnknownEvent)
 }
 
-fn view(rt: &EventRuntime) -> EventView {
+pub(crate) fn view(rt: &EventRuntime) -> EventView {
     let snap = rt.live.snapshot();
     let s = &snap.stats;
     let per_s = |n: u64, secs: f64| (n > 0).then(|| n as f64 / secs);
@@ -103,13 +118,8 @@ fn view(rt: &EventRuntime) -> EventView {
     let eta = anteroom_core::eta::estimate(s.waiting, rate, s.churn_last_1m as f64 / 60.0);
     EventView {
         id: rt.id().to_string(),
-        state: match snap.admin {
-            AdminState::Running => "running",
-            AdminState::Paused => "paused",
-            AdminState::Closed => "closed",
-        }
-        .to_owned(),
-        config: rt.config.raw.clone(),
+        state: state_name(snap.admin).to_owned(),
+        config: events::shown(&rt.config.raw),
         stats: StatsView {
             waiting: s.waiting,
             active: s.active,
@@ -143,95 +153,6 @@ pub async fn show(
     let rt = event(&state, &id)?;
     crate::scheduler::refresh_once(&state, &rt).await;
     Ok(Json(view(&rt)))
-}
-
-/// Creates or replaces an event (same fields as a `[[events]]` table); in
-/// force on this node when it answers, on the others within seconds.
-#[utoipa::path(put, path = "/admin/events/{event}", tag = "admin", security(("bearer" = [])),
-    params(("event" = String, Path,)), request_body(content = Object, description = "an [[events]] table as JSON"),
-    responses((status = 200, body = EventView), (status = 400, body = crate::error::ErrorBody)))]
-pub async fn put(
-    State(state): State<Arc<AppState>>,
-    Path(id): Path<String>,
-    req: Request,
-) -> Result<Response, ApiError> {
-    let body = read_body(req.into_body(), 64 * 1024).await?;
-    let mut raw: RawEvent = parse_json(&body)?
-        .ok_or_else(|| ApiError::BadRequest("an event JSON body is required".into()))?;
-    if raw.id.as_deref().is_some_and(|given| given != id) {
-        return Err(ApiError::BadRequest(
-            "the body's id differs from the path's".into(),
-        ));
-    }
-    raw.id = Some(id);
-    let config = event_from_raw("event", &raw).map_err(|e| ApiError::BadRequest(e.to_string()))?;
-    let anchor = stored::put(state.store.as_ref(), &config).await?;
-    let event_id = config.id.clone();
-    let new = state
-        .upsert_event(config, anchor)
-        .map_err(|e| ApiError::BadRequest(e.to_string()))?;
-    if new {
-        crate::scheduler::spawn_event(&state, &event_id);
-    }
-    let rt = state.event(&event_id).ok_or(ApiError::Internal)?;
-    crate::scheduler::refresh_once(&state, &rt).await;
-    Ok((StatusCode::OK, Json(view(&rt))).into_response())
-}
-
-async fn set_state(state: &AppState, id: &str, admin: AdminState) -> Result<Response, ApiError> {
-    let rt = event(state, id)?;
-    state.store.set_admin_state(rt.id(), admin).await?;
-    // In force here at once; other nodes see it at their next refresh, and
-    // the store itself refuses admissions from the moment it answered.
-    write(&rt.live.snapshot).admin = admin;
-    tracing::info!(event = %rt.id(), state = ?admin, "admin state changed");
-    Ok(empty(StatusCode::NO_CONTENT))
-}
-
-/// Stops admissions; visitors keep their places.
-#[utoipa::path(post, path = "/admin/events/{event}/pause", tag = "admin", security(("bearer" = [])),
-    params(("event" = String, Path,)), responses((status = 204), (status = 404, body = crate::error::ErrorBody)))]
-pub async fn pause(
-    State(state): State<Arc<AppState>>,
-    Path(id): Path<String>,
-) -> Result<Response, ApiError> {
-    set_state(&state, &id, AdminState::Paused).await
-}
-
-/// Restarts admissions.
-#[utoipa::path(post, path = "/admin/events/{event}/resume", tag = "admin", security(("bearer" = [])),
-    params(("event" = String, Path,)), responses((status = 204), (status = 404, body = crate::error::ErrorBody)))]
-pub async fn resume(
-    State(state): State<Arc<AppState>>,
-    Path(id): Path<String>,
-) -> Result<Response, ApiError> {
-    set_state(&state, &id, AdminState::Running).await
-}
-
-/// Closes the event: no joins, no admissions.
-#[utoipa::path(post, path = "/admin/events/{event}/close", tag = "admin", security(("bearer" = [])),
-    params(("event" = String, Path,)), responses((status = 204), (status = 404, body = crate::error::ErrorBody)))]
-pub async fn close(
-    State(state): State<Arc<AppState>>,
-    Path(id): Path<String>,
-) -> Result<Response, ApiError> {
-    set_state(&state, &id, AdminState::Closed).await
-}
-
-/// Evicts a session (waiting, admitted or active); its pass stops working.
-#[utoipa::path(delete, path = "/admin/events/{event}/sessions/{session}", tag = "admin", security(("bearer" = [])),
-    params(("event" = String, Path,), ("session" = String, Path,)),
-    responses((status = 204), (status = 404, body = crate::error::ErrorBody)))]
-pub async fn evict(
-    State(state): State<Arc<AppState>>,
-    Path((id, session)): Path<(String, String)>,
-) -> Result<Response, ApiError> {
-    let rt = event(&state, &id)?;
-    if state.store.release(rt.id(), &session).await? {
-        Ok(empty(StatusCode::NO_CONTENT))
-    } else {
-        Err(ApiError::NotFound)
-    }
 }
 
 /// Prometheus text format.

@@ -180,6 +180,12 @@ pub struct AppState {
     /// The locked `server.drain_journal` directory, set once at start-up
     /// (bare states built by tests have none).
     pub drain_journal: std::sync::OnceLock<crate::drain::journal::JournalDir>,
+    /// The config file's table of each event it has, secrets redacted: the
+    /// base a stored admin change is made against (see `config::stored`).
+    pub file_events: HashMap<EventId, crate::config::RawEvent>,
+    /// Serialises this node's admin writes, so two changes never validate
+    /// against the same old set of events.
+    pub admin_writes: tokio::sync::Mutex<()>,
     events: RwLock<Arc<Events>>,
 }
 
@@ -224,6 +230,12 @@ impl AppState {
             bots,
             tasks: Mutex::default(),
             drain_journal: std::sync::OnceLock::new(),
+            file_events: config
+                .events
+                .iter()
+                .map(|e| (e.id.clone(), e.raw.redacted()))
+                .collect(),
+            admin_writes: tokio::sync::Mutex::new(()),
             events: RwLock::new(Arc::new(Events::build(list))),
         })
     }
@@ -267,6 +279,33 @@ impl AppState {
         }
         *guard = Arc::new(Events::build(list));
         Ok(new)
+    }
+}
+
+impl AppState {
+    /// Removes an event from this node (its background tasks end at their
+    /// next turn); returns it, so a failed deletion can put it back.
+    pub fn remove_event(&self, id: &EventId) -> Option<Arc<EventRuntime>> {
+        let mut guard = write(&self.events);
+        let current = guard.clone();
+        let removed = current.get(id).cloned()?;
+        let list: Vec<Arc<EventRuntime>> =
+            current.iter().filter(|rt| rt.id() != id).cloned().collect();
+        *guard = Arc::new(Events::build(list));
+        Some(removed)
+    }
+
+    /// Puts back an event taken out by [`Self::remove_event`].
+    pub fn restore_event(&self, rt: Arc<EventRuntime>) {
+        let mut guard = write(&self.events);
+        let current = guard.clone();
+        let mut list: Vec<Arc<EventRuntime>> = current
+            .iter()
+            .filter(|r| r.id() != rt.id())
+            .cloned()
+            .collect();
+        list.push(rt);
+        *guard = Arc::new(Events::build(list));
     }
 }
 

@@ -22,7 +22,7 @@ use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
 
 pub use raw::{RawConfig, RawEvent};
-pub use validate::event_from_raw;
+pub use validate::{event_from_raw, event_set};
 
 /// Largest total size of a request's headers the gate accepts (API.md: 431 above).
 pub const MAX_HEADER_BYTES: usize = 32 * 1024;
@@ -86,7 +86,9 @@ pub struct Config {
 pub struct ServerConfig {
     pub listen: SocketAddr,
     pub admin_listen: SocketAddr,
-    pub admin_token: String,
+    /// Every admin token: `server.admin_token` (named `admin`) and
+    /// `[[server.admin_tokens]]`; never empty.
+    pub admin_tokens: Vec<AdminToken>,
     pub insecure_cookies: bool,
     /// `[server.cookies]` with `insecure_cookies`: names, flags, `SameSite`.
     pub cookies: crate::identity::CookieSettings,
@@ -127,6 +129,33 @@ pub struct ConnectionSettings {
     pub http2_keep_alive_interval: Duration,
     pub http2_keep_alive_timeout: Duration,
     pub http2_idle_timeout: Duration,
+}
+
+/// What an admin token may do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AdminRole {
+    /// Every admin call.
+    Admin,
+    /// `GET` only (dashboards); any write is `403`.
+    Read,
+}
+
+/// One admin token with its name; the value never appears in `Debug`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct AdminToken {
+    pub name: String,
+    pub role: AdminRole,
+    pub token: String,
+}
+
+impl std::fmt::Debug for AdminToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AdminToken")
+            .field("name", &self.name)
+            .field("role", &self.role)
+            .finish_non_exhaustive()
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -193,13 +222,24 @@ pub enum Identity {
     Jwt(JwtConfig),
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct JwtConfig {
     pub algorithm: jsonwebtoken::Algorithm,
-    /// HS256: the shared secret; RS256 / EdDSA: the public key PEM.
+    /// HS256: the shared secret; RS256 / EdDSA: the public key PEM (read
+    /// from its file or variable when the config names one).
     pub key: String,
     pub issuer: Option<String>,
     pub audience: Option<String>,
+}
+
+impl std::fmt::Debug for JwtConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JwtConfig")
+            .field("algorithm", &self.algorithm)
+            .field("issuer", &self.issuer)
+            .field("audience", &self.audience)
+            .finish_non_exhaustive()
+    }
 }
 
 /// How the scheduler releases visitors (the policy's parameters).

@@ -51,6 +51,12 @@ pub enum ApiError {
     InvalidIdentity,
     #[error("missing or wrong admin token")]
     Unauthorized,
+    /// A valid admin token whose role does not allow the call.
+    #[error("{0}")]
+    Forbidden(String),
+    /// The call conflicts with the current state; `code` says how.
+    #[error("{message}")]
+    Conflict { code: &'static str, message: String },
     #[error("too many requests")]
     RateLimited { retry_after_secs: u64 },
     #[error("blocked")]
@@ -87,6 +93,8 @@ impl ApiError {
             ApiError::TokenUsed => "token_used",
             ApiError::InvalidIdentity => "invalid_identity",
             ApiError::Unauthorized => "unauthorized",
+            ApiError::Forbidden(_) => "forbidden",
+            ApiError::Conflict { code, .. } => code,
             ApiError::RateLimited { .. } => "rate_limited",
             ApiError::Blocked => "blocked",
             ApiError::ChallengeRequired { .. } => "challenge_required",
@@ -112,9 +120,12 @@ impl ApiError {
             | ApiError::InvalidIdentity
             | ApiError::Unauthorized
             | ApiError::ChallengeRequired { .. } => StatusCode::UNAUTHORIZED,
-            ApiError::TokenUsed | ApiError::EventPaused { .. } => StatusCode::CONFLICT,
+            ApiError::TokenUsed | ApiError::EventPaused { .. } | ApiError::Conflict { .. } => {
+                StatusCode::CONFLICT
+            }
             ApiError::EventClosed => StatusCode::GONE,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Blocked => StatusCode::FORBIDDEN,
             ApiError::Draining { .. } => StatusCode::SERVICE_UNAVAILABLE,

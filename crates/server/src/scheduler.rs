@@ -291,6 +291,13 @@ async fn watch_configs(state: Arc<AppState>) {
             continue;
         };
         for (id, doc) in docs {
+            if doc.deleted {
+                // Deleted through another node: its tasks here end at their next turn.
+                if state.remove_event(&id).is_some() {
+                    tracing::info!(event = %id, "event deleted on another node; stopped here");
+                }
+                continue;
+            }
             let Some(raw) = doc.event else { continue };
             if state.event(&id).is_some_and(|rt| rt.config.raw == raw) {
                 continue;

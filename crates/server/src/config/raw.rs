@@ -27,7 +27,10 @@ pub struct RawConfig {
 pub struct RawServer {
     pub listen: Option<String>,
     pub admin_listen: Option<String>,
+    /// The single admin token, known as the token named `admin`.
     pub admin_token: Option<String>,
+    /// `[[server.admin_tokens]]`: named tokens, each `admin` or `read`.
+    pub admin_tokens: Option<Vec<RawAdminToken>>,
     pub insecure_cookies: Option<bool>,
     /// `[server.cookies]`: `SameSite` per cookie and the upgrade reading.
     pub cookies: RawCookies,
@@ -74,6 +77,30 @@ pub struct RawCookies {
     pub pass_same_site: Option<String>,
     /// Also read the unprefixed cookie names of older versions (default true).
     pub read_unprefixed: Option<bool>,
+}
+
+/// One `[[server.admin_tokens]]` table.
+#[derive(Clone, Default, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RawAdminToken {
+    /// Who the token is in the audit trail and the logs.
+    pub name: Option<String>,
+    /// The token itself (prefer `token_env`).
+    pub token: Option<String>,
+    /// Name of an environment variable holding the token.
+    pub token_env: Option<String>,
+    /// `"admin"` (default: everything) or `"read"` (GET only).
+    pub role: Option<String>,
+}
+
+impl std::fmt::Debug for RawAdminToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RawAdminToken")
+            .field("name", &self.name)
+            .field("token_env", &self.token_env)
+            .field("role", &self.role)
+            .finish_non_exhaustive()
+    }
 }
 
 #[derive(Clone, Debug, Default, Deserialize, Serialize)]
@@ -128,16 +155,37 @@ pub struct RawEvent {
     pub bots: Option<RawBots>,
 }
 
+impl RawEvent {
+    /// The table with its secrets replaced by `"[redacted]"`: what the admin
+    /// API shows and the audit trail records.
+    pub fn redacted(&self) -> RawEvent {
+        let mut out = self.clone();
+        if let Some(j) = &mut out.jwt
+            && j.secret.is_some()
+        {
+            j.secret = Some("[redacted]".to_owned());
+        }
+        out
+    }
+}
+
 /// `[events.jwt]`: how a `Bearer` JWT is checked when `identity = "jwt"`.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct RawJwt {
     /// `"HS256"`, `"RS256"` or `"EdDSA"`: pinned, nothing else is accepted.
     pub algorithm: Option<String>,
-    /// HS256 shared secret.
+    /// HS256 shared secret, inline (the config file only: the admin API
+    /// refuses it, so the store never holds a secret).
     pub secret: Option<String>,
+    /// HS256: a file holding the shared secret (surrounding whitespace trimmed).
+    pub secret_file: Option<String>,
+    /// HS256: an environment variable holding the shared secret.
+    pub secret_env: Option<String>,
     /// RS256 / EdDSA public key, PEM.
     pub public_key_pem: Option<String>,
+    /// RS256 / EdDSA: a file holding the public key PEM.
+    pub public_key_file: Option<String>,
     pub issuer: Option<String>,
     pub audience: Option<String>,
 }

@@ -1,25 +1,50 @@
 //! Event configuration kept in the store: live changes made with
-//! `PUT /admin/events/E` (which reach every node and survive restarts), and
-//! each event's ordering anchor.
+//! `PUT`/`PATCH`/`DELETE /admin/events/E` (which reach every node and
+//! survive restarts), and each event's ordering anchor.
 //!
 //! The anchor is the canonical time arrival scores count from when an event
 //! has no `opens_at` ("open now"). It is fixed once per event in the store so
 //! every node, and every restart, orders joins against the same origin.
+//!
+//! The rule when the config file and a stored change differ at start: the
+//! newer intent wins, key by key (top-level keys of the event table). Each
+//! stored change keeps the file's version of the event it was made against
+//! (`file_base`). A key whose file value still equals that base was not
+//! touched in the file since the API change, so the stored value is kept; a
+//! key the file changed since wins. A change stored without a base (made
+//! before bases were kept, or for an event the file did not have then) wins
+//! wholesale. Every difference is logged at start, naming the key, the
+//! winner and who made the stored change; the merged result is stored back
+//! with the current file as its new base, so every node converges on it.
 
 use std::collections::HashMap;
 
 use anteroom_store::{EventId, QueueStore, StoreError};
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
-use super::{ConfigError, EventConfig, RawEvent, event_from_raw};
+use super::{ConfigError, EventConfig, RawEvent, event_set};
 
 /// The JSON document stored per event.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct StoredEvent {
     /// Canonical µs arrival scores count from when `opens_at` is absent.
     pub anchor_us: Option<i64>,
-    /// The event as last put through the admin API; it wins over the file.
+    /// The event as last put through the admin API.
     pub event: Option<RawEvent>,
+    /// The config file's table of this event when `event` (or the deletion)
+    /// was stored; `None` when the file had no such event.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file_base: Option<RawEvent>,
+    /// Deleted through the admin API: a file table equal to `file_base` is
+    /// not started again.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub deleted: bool,
+    /// Who stored the change (the admin token's name) and when (ms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub changed_by: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub changed_at_ms: Option<i64>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -44,25 +69,133 @@ pub async fn read_all(store: &dyn QueueStore) -> Result<HashMap<EventId, StoredE
     Ok(out)
 }
 
-/// The events to run: the file's, overridden or extended by stored admin
-/// changes, each with its ordering anchor (fixed in the store on first use).
+/// One top-level key where the file and the stored change differ.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Difference {
+    pub key: String,
+    /// `true` when the file's value is used.
+    pub file_wins: bool,
+}
+
+/// Merges the file's table with a stored change by the rule in the module
+/// docs; returns the event to run and the keys that differed.
+pub fn merge(file: &RawEvent, doc: &StoredEvent) -> (RawEvent, Vec<Difference>) {
+    let Some(stored) = &doc.event else {
+        return (file.clone(), Vec::new());
+    };
+    let (f, s) = (to_map(file), to_map(stored));
+    // Bases are kept redacted, so compare the file's table redacted too.
+    let redacted = to_map(&file.redacted());
+    let base = doc.file_base.as_ref().map(to_map);
+    let mut keys: Vec<&String> = f.keys().chain(s.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    let mut merged = serde_json::Map::new();
+    let mut diffs = Vec::new();
+    for key in keys {
+        let (fv, sv) = (f.get(key), s.get(key));
+        let file_wins = match &base {
+            Some(b) => b.get(key) != redacted.get(key),
+            None => false,
+        };
+        if fv != sv {
+            diffs.push(Difference {
+                key: key.clone(),
+                file_wins,
+            });
+        }
+        if let Some(v) = if file_wins { fv } else { sv } {
+            merged.insert(key.clone(), v.clone());
+        }
+    }
+    let event = serde_json::from_value(Value::Object(merged)).unwrap_or_else(|_| stored.clone());
+    (event, diffs)
+}
+
+fn to_map(raw: &RawEvent) -> serde_json::Map<String, Value> {
+    match serde_json::to_value(raw) {
+        Ok(Value::Object(m)) => m.into_iter().filter(|(_, v)| !v.is_null()).collect(),
+        _ => serde_json::Map::new(),
+    }
+}
+
+/// The events to run: the file's, merged with or extended by stored admin
+/// changes (see the module docs), each with its ordering anchor (fixed in
+/// the store on first use). Logs every difference between file and store.
 pub async fn resolve(
     file_events: &[EventConfig],
     store: &dyn QueueStore,
 ) -> Result<Vec<(EventConfig, i64)>, StoredError> {
     let mut stored = read_all(store).await?;
-    let mut events: Vec<EventConfig> = file_events.to_vec();
+    let mut raws: Vec<(String, RawEvent)> = Vec::new();
+    let mut rewrite: Vec<(EventId, StoredEvent)> = Vec::new();
+    for e in file_events {
+        let Some(doc) = stored.get(&e.id) else {
+            raws.push((format!("event {}", e.id), e.raw.clone()));
+            continue;
+        };
+        let by = doc.changed_by.as_deref().unwrap_or("an earlier version");
+        let file_base = e.raw.redacted();
+        if doc.deleted {
+            if doc.file_base.as_ref() == Some(&file_base) {
+                tracing::warn!(event = %e.id, by, "event deleted through the admin API; its unchanged table in the config file is not started (remove it from the file, or change it to start it again)");
+                continue;
+            }
+            tracing::warn!(event = %e.id, by, "event deleted through the admin API, but its table in the config file changed since: the file wins and the event starts again");
+            rewrite.push((e.id.clone(), StoredEvent::default()));
+            raws.push((format!("event {}", e.id), e.raw.clone()));
+            continue;
+        }
+        if doc.event.is_none() {
+            raws.push((format!("event {}", e.id), e.raw.clone()));
+            continue;
+        }
+        let (merged, diffs) = merge(&e.raw, doc);
+        for d in &diffs {
+            if d.file_wins {
+                tracing::warn!(event = %e.id, key = %d.key, by, "config file changed this key after it was changed through the admin API: the file's value is used");
+            } else {
+                tracing::warn!(event = %e.id, key = %d.key, by, "this key was changed through the admin API and differs from the config file: the stored value is used");
+            }
+        }
+        if merged.jwt.as_ref().is_some_and(|j| j.secret.is_some()) {
+            // The store never keeps an inline secret, so it cannot hold this merge.
+            tracing::warn!(event = %e.id, by, "the config file's jwt table with an inline secret won over the stored change, which the store cannot keep: the stored change is dropped and the file's table runs (use jwt.secret_file or jwt.secret_env to combine both)");
+            rewrite.push((e.id.clone(), StoredEvent::default()));
+            raws.push((format!("event {}", e.id), e.raw.clone()));
+            continue;
+        }
+        if doc.event.as_ref() != Some(&merged) || doc.file_base.as_ref() != Some(&file_base) {
+            let mut doc = doc.clone();
+            doc.event = Some(merged.clone());
+            doc.file_base = Some(file_base);
+            rewrite.push((e.id.clone(), doc));
+        }
+        raws.push((format!("stored event {}", e.id), merged));
+    }
     let mut ids: Vec<&EventId> = stored.keys().collect();
     ids.sort();
     for id in ids {
-        let Some(raw) = stored.get(id).and_then(|d| d.event.as_ref()) else {
+        if file_events.iter().any(|e| e.id == *id) {
+            continue;
+        }
+        let Some(doc) = stored.get(id).filter(|d| !d.deleted) else {
             continue;
         };
-        let config = event_from_raw(&format!("stored event {id}"), raw)?;
-        match events.iter_mut().find(|e| e.id == *id) {
-            Some(slot) => *slot = config,
-            None => events.push(config),
-        }
+        let Some(raw) = &doc.event else { continue };
+        tracing::info!(event = %id, by = doc.changed_by.as_deref().unwrap_or("an earlier version"), "event created through the admin API (not in the config file)");
+        raws.push((format!("stored event {id}"), raw.clone()));
+    }
+    let keyed: Vec<(String, &RawEvent)> = raws.iter().map(|(k, r)| (k.clone(), r)).collect();
+    let events = event_set(&keyed)?;
+    for (id, doc) in rewrite {
+        let anchor = stored.get(&id).and_then(|d| d.anchor_us);
+        let doc = StoredEvent {
+            anchor_us: anchor,
+            ..doc
+        };
+        store.put_event_config(&id, &to_json(&doc)).await?;
+        stored.insert(id, doc);
     }
     let mut out = Vec::with_capacity(events.len());
     for e in events {
@@ -91,10 +224,26 @@ pub async fn anchor(
     Ok(now)
 }
 
+/// Who made a stored change, and the file's table it was made against.
+#[derive(Clone, Debug, Default)]
+pub struct Change {
+    pub by: String,
+    pub at_ms: i64,
+    pub file_base: Option<RawEvent>,
+}
+
 /// Stores an admin change, keeping the event's anchor.
-pub async fn put(store: &dyn QueueStore, event: &EventConfig) -> Result<i64, StoreError> {
+pub async fn put(
+    store: &dyn QueueStore,
+    event: &EventConfig,
+    change: Change,
+) -> Result<i64, StoreError> {
     let mut doc = read_all(store).await?.remove(&event.id).unwrap_or_default();
     doc.event = Some(event.raw.clone());
+    doc.deleted = false;
+    doc.file_base = change.file_base;
+    doc.changed_by = Some(change.by);
+    doc.changed_at_ms = Some(change.at_ms);
     if doc.anchor_us.is_none() && event.opens_at_ms.is_none() {
         doc.anchor_us = Some(store.now_us(&event.id).await?);
     }
@@ -105,6 +254,75 @@ pub async fn put(store: &dyn QueueStore, event: &EventConfig) -> Result<i64, Sto
     })
 }
 
+/// Records a deletion (after the store forgot the event), so no node and
+/// no restart brings the file's unchanged table back.
+pub async fn put_deleted(
+    store: &dyn QueueStore,
+    id: &EventId,
+    change: Change,
+) -> Result<(), StoreError> {
+    let doc = StoredEvent {
+        deleted: true,
+        file_base: change.file_base,
+        changed_by: Some(change.by),
+        changed_at_ms: Some(change.at_ms),
+        ..StoredEvent::default()
+    };
+    store.put_event_config(id, &to_json(&doc)).await
+}
+
 fn to_json(doc: &StoredEvent) -> String {
     serde_json::to_string(doc).unwrap_or_else(|_| "{}".to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw(json: &str) -> RawEvent {
+        serde_json::from_str(json).unwrap()
+    }
+
+    #[test]
+    fn the_newer_intent_wins_key_by_key() {
+        let base = raw(r#"{"id":"e","origin":"http://a","max_active":10,"pre_window":"1m"}"#);
+        // The API changed max_active; the file later changed origin.
+        let stored = raw(r#"{"id":"e","origin":"http://a","max_active":99,"pre_window":"1m"}"#);
+        let file = raw(r#"{"id":"e","origin":"http://b","max_active":10,"pre_window":"1m"}"#);
+        let doc = StoredEvent {
+            event: Some(stored),
+            file_base: Some(base),
+            ..StoredEvent::default()
+        };
+        let (merged, diffs) = merge(&file, &doc);
+        assert_eq!(merged.origin.as_deref(), Some("http://b"));
+        assert_eq!(merged.max_active, Some(99));
+        assert_eq!(
+            diffs,
+            [
+                Difference {
+                    key: "max_active".into(),
+                    file_wins: false
+                },
+                Difference {
+                    key: "origin".into(),
+                    file_wins: true
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn a_change_without_a_base_wins_wholesale() {
+        let stored = raw(r#"{"id":"e","origin":"http://s","max_active":5}"#);
+        let file = raw(r#"{"id":"e","origin":"http://f","pre_window":"1m"}"#);
+        let doc = StoredEvent {
+            event: Some(stored.clone()),
+            ..StoredEvent::default()
+        };
+        let (merged, diffs) = merge(&file, &doc);
+        assert_eq!(merged, stored);
+        assert_eq!(diffs.len(), 3);
+        assert!(diffs.iter().all(|d| !d.file_wins));
+    }
 }

@@ -148,7 +148,7 @@ fn env_overrides_file_and_cli_overrides_env() {
         let c = Config::load(Some(&file), &overrides).unwrap();
         assert_eq!(c.server.listen.to_string(), "127.0.0.1:7777");
         assert_eq!(c.server.admin_listen.to_string(), "127.0.0.1:9999");
-        assert_eq!(c.server.admin_token, "from-the-environment");
+        assert_eq!(c.server.admin_tokens[0].token, "from-the-environment");
         assert_eq!(
             c.secrets,
             vec!["ffffffffffffffffffffffffffffffffffff".to_owned()]
@@ -209,5 +209,150 @@ fn session_cookie_none_is_refused() {
         &format!(
             "{inv}server.cookies.pass_same_site: \"none\" needs Secure cookies, which server.insecure_cookies = true turns off (browsers drop SameSite=None without Secure); use \"lax\""
         ),
+    );
+}
+
+// Variables from the environment: cargo sets `CARGO_PKG_*` for every test
+// run, so these need no process-wide `set_var`.
+const LONG_VAR: &str = "CARGO_PKG_DESCRIPTION";
+const SHORT_VAR: &str = "CARGO_PKG_NAME";
+
+#[test]
+fn admin_tokens_are_named_with_roles() {
+    let tokens = format!(
+        r#"
+[[server.admin_tokens]]
+name = "ops"
+token = "ops-token-0123456789"
+[[server.admin_tokens]]
+name = "wall"
+token_env = "{LONG_VAR}"
+role = "read"
+"#
+    );
+    let c = Config::from_toml(&format!("{BASE}{tokens}")).unwrap();
+    let t = &c.server.admin_tokens;
+    assert_eq!(
+        t.iter()
+            .map(|t| (t.name.as_str(), t.role))
+            .collect::<Vec<_>>(),
+        [
+            ("admin", AdminRole::Admin),
+            ("ops", AdminRole::Admin),
+            ("wall", AdminRole::Read)
+        ]
+    );
+    assert_eq!(t[2].token, env!("CARGO_PKG_DESCRIPTION"));
+    assert!(
+        !format!("{t:?}").contains("token-0123"),
+        "Debug hides tokens"
+    );
+    let inv = "invalid configuration: ";
+    let bad = |from: &str, to: &str, want: &str| {
+        let text = format!("{BASE}{}", tokens.replacen(from, to, 1));
+        let err = Config::from_toml(&text).unwrap_err().to_string();
+        assert_eq!(err, format!("{inv}{want}"));
+    };
+    bad(
+        "role = \"read\"",
+        "role = \"root\"",
+        "server.admin_tokens[1].role: \"root\" is not \"admin\" or \"read\"",
+    );
+    bad(
+        "name = \"wall\"",
+        "name = \"ops\"",
+        "server.admin_tokens[1].name: \"ops\" is already the name of another admin token",
+    );
+    bad(
+        "role = \"read\"",
+        "token = \"another-token-0123456789\"",
+        "server.admin_tokens[1].token: set exactly one of token and token_env",
+    );
+    bad(
+        LONG_VAR,
+        "ANTEROOM_TEST_UNSET_VAR",
+        "server.admin_tokens[1].token_env: environment variable \"ANTEROOM_TEST_UNSET_VAR\" is not set",
+    );
+    bad(
+        LONG_VAR,
+        SHORT_VAR,
+        "server.admin_tokens[1].token: must be at least 16 characters",
+    );
+    bad(
+        "name = \"wall\"",
+        "name = \"a b\"",
+        "server.admin_tokens[1].name: must match ^[A-Za-z0-9_.@-]{1,64}$",
+    );
+    // Named tokens alone are enough.
+    let only_named = format!(
+        "{}{tokens}",
+        BASE.replace("admin_token = \"admin-token-123\"", "")
+    );
+    assert_eq!(
+        Config::from_toml(&only_named)
+            .unwrap()
+            .server
+            .admin_tokens
+            .len(),
+        2
+    );
+}
+
+#[test]
+fn the_jwt_key_comes_from_a_file_or_the_environment() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("key");
+    let secret = "a-jwt-secret-of-at-least-32-bytes-long!!";
+    std::fs::write(&file, format!("{secret}\n")).unwrap();
+    let with = |jwt: &str| {
+        BASE.replacen(
+            "id = \"drop\"",
+            &format!("id = \"drop\"\nidentity = \"jwt\"\njwt = {jwt}"),
+            1,
+        )
+    };
+    let key = |c: Config| match &c.events[0].identity {
+        Identity::Jwt(j) => j.key.clone(),
+        Identity::Cookie => panic!("cookie"),
+    };
+    let from_file = with(&format!(
+        "{{ algorithm = \"HS256\", secret_file = \"{}\" }}",
+        file.display()
+    ));
+    assert_eq!(key(Config::from_toml(&from_file).unwrap()), secret);
+    let c = Config::from_toml(&with(&format!(
+        "{{ algorithm = \"HS256\", secret_env = \"{LONG_VAR}\" }}"
+    )))
+    .unwrap();
+    let long = env!("CARGO_PKG_DESCRIPTION");
+    assert!(
+        !format!("{:?}", c.events[0].identity).contains(long),
+        "Debug hides the key"
+    );
+    assert_eq!(key(c), long);
+    let inv = "invalid configuration: ";
+    let err = |jwt: &str| Config::from_toml(&with(jwt)).unwrap_err().to_string();
+    assert_eq!(
+        err(&format!(
+            "{{ algorithm = \"HS256\", secret = \"{secret}\", secret_env = \"X\" }}"
+        )),
+        format!("{inv}events[0].jwt.secret_env: set only one of secret and secret_env")
+    );
+    assert!(
+        err("{ algorithm = \"HS256\", secret_file = \"/nonexistent/key\" }").starts_with(&format!(
+            "{inv}events[0].jwt.secret_file: cannot read \"/nonexistent/key\""
+        ))
+    );
+    assert_eq!(
+        err("{ algorithm = \"HS256\", secret_env = \"ANTEROOM_TEST_UNSET_VAR\" }"),
+        format!(
+            "{inv}events[0].jwt.secret_env: environment variable \"ANTEROOM_TEST_UNSET_VAR\" is not set"
+        )
+    );
+    assert_eq!(
+        err("{ algorithm = \"HS256\" }"),
+        format!(
+            "{inv}events[0].jwt.secret: HS256 needs a secret of at least 32 bytes (secret_file, secret_env or secret)"
+        )
     );
 }

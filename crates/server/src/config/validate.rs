@@ -1,6 +1,6 @@
 //! From the outside to the inside: every check, each error naming its key.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::{Duration, UNIX_EPOCH};
@@ -9,8 +9,8 @@ use anteroom_store::EventId;
 
 use super::raw::{RawAdmission, RawBots, RawConfig, RawEvent, RawJwt};
 use super::{
-    Admission, Bots, ChallengeLevel, Config, ConfigError, EventConfig, HighRisk, Identity,
-    JwtConfig, Limits, LogFormat, ServerConfig, StoreConfig,
+    AdminRole, AdminToken, Admission, Bots, ChallengeLevel, Config, ConfigError, EventConfig,
+    HighRisk, Identity, JwtConfig, Limits, LogFormat, ServerConfig, StoreConfig,
 };
 
 type Result<T> = std::result::Result<T, ConfigError>;
@@ -36,30 +36,13 @@ pub(super) fn config(raw: &RawConfig) -> Result<Config> {
         .as_ref()
         .map(|t| crate::tls::config::validate(t, server.insecure_cookies, data_dir))
         .transpose()?;
-    let mut events = Vec::with_capacity(raw.events.len());
-    let mut ids = HashSet::new();
-    let mut prefixes = HashSet::new();
-    for (i, e) in raw.events.iter().enumerate() {
-        let key = format!("events[{i}]");
-        // Name the event in the message too, unless its id is what is wrong.
-        let named = e.id.as_deref().filter(|id| EventId::new(id).is_ok());
-        let event = event_from_raw(&key, e).map_err(|err| err.in_event(named))?;
-        if !ids.insert(event.id.clone()) {
-            return Err(ConfigError::new(
-                format!("{key}.id"),
-                format!("duplicate event id {:?}", event.id.as_str()),
-            ));
-        }
-        for (j, p) in event.paths.iter().enumerate() {
-            if !prefixes.insert(p.to_ascii_lowercase()) {
-                return Err(ConfigError::new(
-                    format!("{key}.paths[{j}]"),
-                    format!("{p:?} is already protected by another event"),
-                ));
-            }
-        }
-        events.push(event);
-    }
+    let keyed: Vec<(String, &RawEvent)> = raw
+        .events
+        .iter()
+        .enumerate()
+        .map(|(i, e)| (format!("events[{i}]"), e))
+        .collect();
+    let events = event_set(&keyed)?;
     Ok(Config {
         server,
         store,
@@ -70,15 +53,130 @@ pub(super) fn config(raw: &RawConfig) -> Result<Config> {
     })
 }
 
-fn server(raw: &RawConfig) -> Result<ServerConfig> {
-    let s = &raw.server;
-    let admin_token = s.admin_token.clone().unwrap_or_default();
-    if admin_token.len() < 8 {
+/// Validates a whole set of events, each under its own key (`events[0]` in
+/// the file, `event` for the admin API's change): every event on its own,
+/// then the rules across events (unique ids, a path prefix owned by one
+/// event only). The config file and `PUT`/`PATCH /admin/events/E` both go
+/// through here, so the API accepts exactly what the file would.
+pub fn event_set(events: &[(String, &RawEvent)]) -> Result<Vec<EventConfig>> {
+    let mut out: Vec<EventConfig> = Vec::with_capacity(events.len());
+    let mut ids = HashSet::new();
+    let mut prefixes: HashMap<String, EventId> = HashMap::new();
+    for (key, e) in events {
+        // Name the event in the message too, unless its id is what is wrong.
+        let named = e.id.as_deref().filter(|id| EventId::new(id).is_ok());
+        let event = event_from_raw(key, e).map_err(|err| err.in_event(named))?;
+        if !ids.insert(event.id.clone()) {
+            return Err(ConfigError::new(
+                format!("{key}.id"),
+                format!("duplicate event id {:?}", event.id.as_str()),
+            ));
+        }
+        for (j, p) in event.paths.iter().enumerate() {
+            let canonical = crate::gate::routes::check_prefix(p)
+                .map_err(|e| ConfigError::new(format!("{key}.paths[{j}]"), e.to_string()))?
+                .to_ascii_lowercase();
+            if let Some(owner) = prefixes.get(&canonical) {
+                return Err(ConfigError::new(
+                    format!("{key}.paths[{j}]"),
+                    format!(
+                        "{p:?} is already protected by another event ({:?})",
+                        owner.as_str()
+                    ),
+                ));
+            }
+            prefixes.insert(canonical, event.id.clone());
+        }
+        out.push(event);
+    }
+    Ok(out)
+}
+
+fn admin_tokens(s: &super::raw::RawServer) -> Result<Vec<AdminToken>> {
+    let mut tokens = Vec::new();
+    if let Some(t) = &s.admin_token {
+        if t.len() < 8 {
+            return Err(ConfigError::new(
+                "server.admin_token",
+                "must be set (at least 8 characters; ANTEROOM_ADMIN_TOKEN)",
+            ));
+        }
+        tokens.push(AdminToken {
+            name: "admin".to_owned(),
+            role: AdminRole::Admin,
+            token: t.clone(),
+        });
+    }
+    for (i, t) in s.admin_tokens.iter().flatten().enumerate() {
+        let k = |field: &str| format!("server.admin_tokens[{i}].{field}");
+        let name = t.name.clone().unwrap_or_default();
+        let name_ok = (1..=64).contains(&name.len())
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"_-.@".contains(&b));
+        if !name_ok {
+            return Err(ConfigError::new(
+                k("name"),
+                "must match ^[A-Za-z0-9_.@-]{1,64}$",
+            ));
+        }
+        let token = match (&t.token, &t.token_env) {
+            (Some(v), None) => v.clone(),
+            (None, Some(var)) => std::env::var(var).map_err(|_| {
+                ConfigError::new(
+                    k("token_env"),
+                    format!("environment variable {var:?} is not set"),
+                )
+            })?,
+            _ => {
+                return Err(ConfigError::new(
+                    k("token"),
+                    "set exactly one of token and token_env",
+                ));
+            }
+        };
+        if token.len() < 16 {
+            return Err(ConfigError::new(
+                k("token"),
+                "must be at least 16 characters",
+            ));
+        }
+        let role = match t.role.as_deref().unwrap_or("admin") {
+            "admin" => AdminRole::Admin,
+            "read" => AdminRole::Read,
+            other => {
+                return Err(ConfigError::new(
+                    k("role"),
+                    format!("{other:?} is not \"admin\" or \"read\""),
+                ));
+            }
+        };
+        if tokens.iter().any(|o: &AdminToken| o.name == name) {
+            return Err(ConfigError::new(
+                k("name"),
+                format!("{name:?} is already the name of another admin token"),
+            ));
+        }
+        if tokens.iter().any(|o| o.token == token) {
+            return Err(ConfigError::new(
+                k("token"),
+                "is the same as another admin token",
+            ));
+        }
+        tokens.push(AdminToken { name, role, token });
+    }
+    if tokens.is_empty() {
         return Err(ConfigError::new(
             "server.admin_token",
-            "must be set (at least 8 characters; ANTEROOM_ADMIN_TOKEN)",
+            "must be set (at least 8 characters; ANTEROOM_ADMIN_TOKEN), or [[server.admin_tokens]] given",
         ));
     }
+    Ok(tokens)
+}
+
+fn server(raw: &RawConfig) -> Result<ServerConfig> {
+    let s = &raw.server;
+    let admin_tokens = admin_tokens(s)?;
     let log_format = match s.log_format.as_deref().unwrap_or("text") {
         "text" => LogFormat::Text,
         "json" => LogFormat::Json,
@@ -110,7 +208,7 @@ fn server(raw: &RawConfig) -> Result<ServerConfig> {
             "server.admin_listen",
             s.admin_listen.as_deref().unwrap_or("127.0.0.1:9090"),
         )?,
-        admin_token,
+        admin_tokens,
         insecure_cookies: s.insecure_cookies.unwrap_or(false),
         cookies: cookie_settings(s)?,
         default_origin,
@@ -416,20 +514,49 @@ fn jwt(key: &str, j: Option<&RawJwt>) -> Result<JwtConfig> {
     };
     let key_value = match algorithm {
         jsonwebtoken::Algorithm::HS256 => {
-            j.secret.clone().filter(|s| s.len() >= 32).ok_or_else(|| {
-                ConfigError::new(
+            let secret = one_source(
+                key,
+                &[
+                    ("secret", j.secret.as_deref(), Source::Inline),
+                    ("secret_file", j.secret_file.as_deref(), Source::File),
+                    ("secret_env", j.secret_env.as_deref(), Source::Env),
+                ],
+                "HS256 needs a secret of at least 32 bytes (secret_file, secret_env or secret)",
+            )?;
+            if secret.len() < 32 {
+                return Err(ConfigError::new(
                     format!("{key}.secret"),
                     "HS256 needs a secret of at least 32 bytes",
-                )
-            })?
+                ));
+            }
+            secret
         }
-        _ => j
-            .public_key_pem
-            .clone()
-            .filter(|p| p.contains("-----BEGIN"))
-            .ok_or_else(|| {
-                ConfigError::new(format!("{key}.public_key_pem"), "needs a PEM public key")
-            })?,
+        _ => one_source(
+            key,
+            &[
+                (
+                    "public_key_pem",
+                    j.public_key_pem.as_deref(),
+                    Source::Inline,
+                ),
+                (
+                    "public_key_file",
+                    j.public_key_file.as_deref(),
+                    Source::File,
+                ),
+            ],
+            "needs a PEM public key (public_key_pem or public_key_file)",
+        )
+        .and_then(|pem| {
+            if pem.contains("-----BEGIN") {
+                Ok(pem)
+            } else {
+                Err(ConfigError::new(
+                    format!("{key}.public_key_pem"),
+                    "needs a PEM public key",
+                ))
+            }
+        })?,
     };
     // Parse the key now, so a bad key fails at start rather than per request.
     crate::identity::jwt::decoding_key(algorithm, &key_value)
@@ -440,6 +567,43 @@ fn jwt(key: &str, j: Option<&RawJwt>) -> Result<JwtConfig> {
         issuer: j.issuer.clone(),
         audience: j.audience.clone(),
     })
+}
+
+#[derive(Clone, Copy)]
+enum Source {
+    Inline,
+    File,
+    Env,
+}
+
+/// The one value given among `sources` (inline, a file to read, or an
+/// environment variable), read now; none or several is an error.
+fn one_source(
+    key: &str,
+    sources: &[(&str, Option<&str>, Source)],
+    missing: &str,
+) -> Result<String> {
+    let mut given = sources.iter().filter(|(_, v, _)| v.is_some());
+    let Some((name, Some(value), source)) = given.next() else {
+        let first = sources.first().map_or("key", |s| s.0);
+        return Err(ConfigError::new(format!("{key}.{first}"), missing));
+    };
+    if let Some((other, _, _)) = given.next() {
+        return Err(ConfigError::new(
+            format!("{key}.{other}"),
+            format!("set only one of {name} and {other}"),
+        ));
+    }
+    let k = format!("{key}.{name}");
+    match source {
+        Source::Inline => Ok((*value).to_owned()),
+        Source::File => std::fs::read_to_string(value)
+            .map(|t| t.trim().to_owned())
+            .map_err(|e| ConfigError::new(k, format!("cannot read {value:?}: {e}"))),
+        Source::Env => std::env::var(value)
+            .map(|t| t.trim().to_owned())
+            .map_err(|_| ConfigError::new(k, format!("environment variable {value:?} is not set"))),
+    }
 }
 
 fn admission(key: &str, a: Option<&RawAdmission>) -> Result<Admission> {

@@ -158,6 +158,41 @@ impl TestServer {
         }
     }
 
+    /// Stops the server and starts it again on the same data directory with
+    /// `toml` (which should name that directory: see [`Self::dir`]).
+    pub async fn restart(self, toml: &str) -> Self {
+        let (origin_addr, origin) = (self.origin_addr, self.origin.clone());
+        let dir = self.stop_keeping_dir().await;
+        // The stopped server's last tasks may still hold the embedded store
+        // for a moment after `run` returned: wait until its files open.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let opts = anteroom_store::embedded::EmbeddedOptions::default();
+            match anteroom_store::embedded::EmbeddedStore::open(dir.path(), opts).await {
+                Ok(store) => break drop(store),
+                Err(e) => assert!(Instant::now() < deadline, "store not released: {e}"),
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Self::start_with(toml, origin_addr, origin, dir).await
+    }
+
+    /// Stops the server and hands back its data directory.
+    pub async fn stop_keeping_dir(mut self) -> tempfile::TempDir {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            task.await.unwrap().unwrap();
+        }
+        self._dir
+    }
+
+    /// The data directory (what [`config_toml`] was given).
+    pub fn dir(&self) -> &std::path::Path {
+        self._dir.path()
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{}", self.public, path)
     }

@@ -1,0 +1,277 @@
+//! Changing events through the admin API: `PUT` (create or replace),
+//! `PATCH` (only the named fields), `DELETE` (the event and its queue) and
+//! session eviction. Every change is validated by the same function as the
+//! config file, against every other event, and recorded in the audit trail.
+
+use std::sync::Arc;
+
+use axum::Extension;
+use axum::Json;
+use axum::extract::{Path, Query, Request, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use super::auth::Caller;
+use super::{EventView, audit, event, view};
+use crate::api::{empty, parse_json, read_body};
+use crate::app::AppState;
+use crate::config::stored::{self, Change};
+use crate::config::{EventConfig, RawEvent, event_set};
+use crate::error::ApiError;
+
+/// Largest event body the admin API reads.
+const MAX_EVENT_BODY: usize = 64 * 1024;
+
+/// The config as the admin API shows and records it: secrets redacted.
+/// Unset fields are left out rather than shown as `null`.
+pub fn shown(raw: &RawEvent) -> Value {
+    let mut v = serde_json::to_value(raw.redacted()).unwrap_or(Value::Null);
+    strip_nulls(&mut v);
+    v
+}
+
+fn strip_nulls(v: &mut Value) {
+    if let Value::Object(m) = v {
+        m.retain(|_, x| !x.is_null());
+        m.values_mut().for_each(strip_nulls);
+    }
+}
+
+/// Creates or replaces an event (same fields as a `[[events]]` table); in
+/// force on this node when it answers, on the others within seconds.
+#[utoipa::path(put, path = "/admin/events/{event}", tag = "admin", security(("bearer" = [])),
+    params(("event" = String, Path,)), request_body(content = Object, description = "an [[events]] table as JSON"),
+    responses((status = 200, body = EventView), (status = 400, body = crate::error::ErrorBody),
+        (status = 403, body = crate::error::ErrorBody)))]
+pub async fn put(
+    State(state): State<Arc<AppState>>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+    req: Request,
+) -> Result<Response, ApiError> {
+    let body = read_body(req.into_body(), MAX_EVENT_BODY).await?;
+    let raw: RawEvent = parse_json(&body)?
+        .ok_or_else(|| ApiError::BadRequest("an event JSON body is required".into()))?;
+    let _writes = state.admin_writes.lock().await;
+    apply(&state, &caller, &id, raw, "put").await
+}
+
+/// Changes only the fields the body names (a JSON merge patch, RFC 7396:
+/// `null` resets a field to its default); the result is validated whole.
+#[utoipa::path(patch, path = "/admin/events/{event}", tag = "admin", security(("bearer" = [])),
+    params(("event" = String, Path,)), request_body(content = Object, description = "some fields of an [[events]] table"),
+    responses((status = 200, body = EventView), (status = 400, body = crate::error::ErrorBody),
+        (status = 404, body = crate::error::ErrorBody)))]
+pub async fn patch(
+    State(state): State<Arc<AppState>>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+    req: Request,
+) -> Result<Response, ApiError> {
+    let body = read_body(req.into_body(), MAX_EVENT_BODY).await?;
+    let patch: Value = parse_json(&body)?
+        .ok_or_else(|| ApiError::BadRequest("a JSON object body is required".into()))?;
+    if !patch.is_object() {
+        return Err(ApiError::BadRequest(
+            "the body must be a JSON object".into(),
+        ));
+    }
+    let _writes = state.admin_writes.lock().await;
+    let rt = event(&state, &id)?;
+    let mut doc = serde_json::to_value(&rt.config.raw).map_err(|_| ApiError::Internal)?;
+    merge_patch(&mut doc, &patch);
+    let raw: RawEvent = serde_json::from_value(doc)
+        .map_err(|e| ApiError::BadRequest(format!("invalid event field: {e}")))?;
+    apply(&state, &caller, &id, raw, "patch").await
+}
+
+/// RFC 7396: objects merge key by key, `null` removes, anything else replaces.
+fn merge_patch(target: &mut Value, patch: &Value) {
+    let Value::Object(p) = patch else {
+        *target = patch.clone();
+        return;
+    };
+    if !target.is_object() {
+        *target = Value::Object(serde_json::Map::new());
+    }
+    if let Value::Object(t) = target {
+        for (k, v) in p {
+            if v.is_null() {
+                t.remove(k);
+            } else {
+                merge_patch(t.entry(k.clone()).or_insert(Value::Null), v);
+            }
+        }
+    }
+}
+
+/// Validates `raw` as event `id` beside every other event, stores it, puts
+/// it in force here and records the change.
+async fn apply(
+    state: &Arc<AppState>,
+    caller: &Caller,
+    id: &str,
+    mut raw: RawEvent,
+    action: &str,
+) -> Result<Response, ApiError> {
+    if raw.id.as_deref().is_some_and(|given| given != id) {
+        return Err(ApiError::BadRequest(
+            "the body's id differs from the path's".into(),
+        ));
+    }
+    raw.id = Some(id.to_owned());
+    if raw.jwt.as_ref().is_some_and(|j| j.secret.is_some()) {
+        return Err(ApiError::BadRequest(
+            "event.jwt.secret: the admin API takes no inline secret, as the store would keep it \
+             in plain text; name a file (jwt.secret_file) or an environment variable \
+             (jwt.secret_env) instead"
+                .into(),
+        ));
+    }
+    let config = validate(state, id, &raw)?;
+    let before = state.event(&config.id).map(|rt| shown(&rt.config.raw));
+    let change = Change {
+        by: caller.name.clone(),
+        at_ms: state.now_ms(),
+        file_base: state.file_events.get(&config.id).cloned(),
+    };
+    let anchor = stored::put(state.store.as_ref(), &config, change).await?;
+    let event_id = config.id.clone();
+    let new = state
+        .upsert_event(config, anchor)
+        .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    if new {
+        crate::scheduler::spawn_event(state, &event_id);
+    }
+    let rt = state.event(&event_id).ok_or(ApiError::Internal)?;
+    audit::record(
+        state,
+        caller,
+        &event_id,
+        action,
+        before.unwrap_or(Value::Null),
+        shown(&rt.config.raw),
+    )
+    .await;
+    crate::scheduler::refresh_once(state, &rt).await;
+    Ok((StatusCode::OK, Json(view(&rt))).into_response())
+}
+
+/// The same check as the config file's: this event beside all the others.
+fn validate(state: &AppState, id: &str, raw: &RawEvent) -> Result<EventConfig, ApiError> {
+    let events = state.events();
+    let mut keyed: Vec<(String, &RawEvent)> = events
+        .iter()
+        .filter(|rt| rt.id().as_str() != id)
+        .map(|rt| (format!("events[id={}]", rt.id()), &rt.config.raw))
+        .collect();
+    keyed.push(("event".to_owned(), raw));
+    let mut configs = event_set(&keyed).map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    configs.pop().ok_or(ApiError::Internal)
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeleteQuery {
+    /// Delete even while visitors wait or hold sessions.
+    #[serde(default)]
+    pub force: bool,
+}
+
+/// Removes an event and its queue; `409` while anybody waits, holds a token
+/// or a session, unless `?force=true`. The audit trail stays.
+#[utoipa::path(delete, path = "/admin/events/{event}", tag = "admin", security(("bearer" = [])),
+    params(("event" = String, Path,), ("force" = Option<bool>, Query,)),
+    responses((status = 204), (status = 404, body = crate::error::ErrorBody),
+        (status = 409, body = crate::error::ErrorBody)))]
+pub async fn delete(
+    State(state): State<Arc<AppState>>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+    query: Result<Query<DeleteQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Response, ApiError> {
+    let Query(q) = query.map_err(|e| ApiError::BadRequest(e.body_text()))?;
+    let _writes = state.admin_writes.lock().await;
+    let rt = event(&state, &id)?;
+    let stats = state.store.stats(rt.id()).await?;
+    let present = stats.waiting + stats.outstanding + stats.active;
+    if present > 0 && !q.force {
+        return Err(ApiError::Conflict {
+            code: "visitors_present",
+            message: format!(
+                "{} waiting, {} admitted, {} active: delete with ?force=true to end them all",
+                stats.waiting, stats.outstanding, stats.active
+            ),
+        });
+    }
+    // Off the routes first, so no join re-creates the queue being removed.
+    let taken = state.remove_event(rt.id());
+    if let Err(e) = state.store.delete_event(rt.id()).await {
+        if let Some(rt) = taken {
+            state.restore_event(rt);
+        }
+        return Err(e.into());
+    }
+    let change = Change {
+        by: caller.name.clone(),
+        at_ms: state.now_ms(),
+        file_base: state.file_events.get(rt.id()).cloned(),
+    };
+    stored::put_deleted(state.store.as_ref(), rt.id(), change).await?;
+    let before = serde_json::json!({
+        "config": shown(&rt.config.raw),
+        "waiting": stats.waiting, "admitted": stats.outstanding, "active": stats.active,
+    });
+    audit::record(&state, &caller, rt.id(), "delete", before, Value::Null).await;
+    Ok(empty(StatusCode::NO_CONTENT))
+}
+
+/// Evicts a session (waiting, admitted or active); its pass stops working.
+#[utoipa::path(delete, path = "/admin/events/{event}/sessions/{session}", tag = "admin", security(("bearer" = [])),
+    params(("event" = String, Path,), ("session" = String, Path,)),
+    responses((status = 204), (status = 404, body = crate::error::ErrorBody)))]
+pub async fn evict(
+    State(state): State<Arc<AppState>>,
+    Extension(caller): Extension<Caller>,
+    Path((id, session)): Path<(String, String)>,
+) -> Result<Response, ApiError> {
+    let rt = event(&state, &id)?;
+    if !state.store.release(rt.id(), &session).await? {
+        return Err(ApiError::NotFound);
+    }
+    // The session id is a bearer secret of its visitor: the trail keeps a
+    // digest, enough to match it with the visitor's own report.
+    let digest = Sha256::digest(session.as_bytes());
+    let short: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
+    audit::record(
+        &state,
+        &caller,
+        rt.id(),
+        "evict",
+        serde_json::json!({ "session_sha256": short }),
+        Value::Null,
+    )
+    .await;
+    Ok(empty(StatusCode::NO_CONTENT))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn merge_patch_follows_rfc_7396() {
+        let mut doc = serde_json::json!({"a": 1, "b": {"c": 2, "d": 3}, "e": [1]});
+        merge_patch(
+            &mut doc,
+            &serde_json::json!({"a": null, "b": {"c": 9}, "e": [2], "f": "x"}),
+        );
+        assert_eq!(
+            doc,
+            serde_json::json!({"b": {"c": 9, "d": 3}, "e": [2], "f": "x"})
+        );
+    }
+}
