@@ -4,6 +4,7 @@
 
 pub mod audit;
 pub mod auth;
+pub mod dashboard;
 pub mod events;
 pub mod state;
 
@@ -22,8 +23,6 @@ use serde::Serialize;
 
 use crate::app::{AppState, EventRuntime};
 use crate::error::ApiError;
-
-pub mod dashboard;
 
 /// An event as the admin API shows it.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
