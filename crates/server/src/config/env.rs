@@ -152,6 +152,7 @@ mod example {
                         || line.contains(&format!(" {name} ="))
                         || line.contains(&format!("{{ {name} ="))
                         || line.starts_with(&format!("[{k}]"))
+                        || line.starts_with(&format!("[[{k}]]"))
                         || line.starts_with(&format!("[{name}]"))
                 })
             })

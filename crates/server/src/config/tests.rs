@@ -336,23 +336,23 @@ fn the_jwt_key_comes_from_a_file_or_the_environment() {
         err(&format!(
             "{{ algorithm = \"HS256\", secret = \"{secret}\", secret_env = \"X\" }}"
         )),
-        format!("{inv}events[0].jwt.secret_env: set only one of secret and secret_env")
+        format!("{inv}events[0].jwt.secret_env (event \"drop\"): set only one of secret and secret_env")
     );
     assert!(
         err("{ algorithm = \"HS256\", secret_file = \"/nonexistent/key\" }").starts_with(&format!(
-            "{inv}events[0].jwt.secret_file: cannot read \"/nonexistent/key\""
+            "{inv}events[0].jwt.secret_file (event \"drop\"): cannot read \"/nonexistent/key\""
         ))
     );
     assert_eq!(
         err("{ algorithm = \"HS256\", secret_env = \"ANTEROOM_TEST_UNSET_VAR\" }"),
         format!(
-            "{inv}events[0].jwt.secret_env: environment variable \"ANTEROOM_TEST_UNSET_VAR\" is not set"
+            "{inv}events[0].jwt.secret_env (event \"drop\"): environment variable \"ANTEROOM_TEST_UNSET_VAR\" is not set"
         )
     );
     assert_eq!(
         err("{ algorithm = \"HS256\" }"),
         format!(
-            "{inv}events[0].jwt.secret: HS256 needs a secret of at least 32 bytes (secret_file, secret_env or secret)"
+            "{inv}events[0].jwt.secret (event \"drop\"): HS256 needs a secret of at least 32 bytes (secret_file, secret_env or secret)"
         )
     );
 }
