@@ -336,7 +336,9 @@ fn the_jwt_key_comes_from_a_file_or_the_environment() {
         err(&format!(
             "{{ algorithm = \"HS256\", secret = \"{secret}\", secret_env = \"X\" }}"
         )),
-        format!("{inv}events[0].jwt.secret_env (event \"drop\"): set only one of secret and secret_env")
+        format!(
+            "{inv}events[0].jwt.secret_env (event \"drop\"): set only one of secret and secret_env"
+        )
     );
     assert!(
         err("{ algorithm = \"HS256\", secret_file = \"/nonexistent/key\" }").starts_with(&format!(
