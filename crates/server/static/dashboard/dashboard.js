@@ -20,7 +20,6 @@
   var timer = null;
   var readOnly = false;
   var lastOk = 0;
-  var lastSaved = 0;
 
   function token() { return sessionStorage.getItem(TOKEN_KEY); }
 
@@ -31,9 +30,9 @@
     } catch (e) { return {}; }
   }
 
-  function saveHistory(now) {
-    if (now - lastSaved < 5000) return;
-    lastSaved = now;
+  // Saved after every refresh (a few kilobytes per event at most), so a
+  // reload at any moment finds the charts as they were.
+  function saveHistory() {
     try { sessionStorage.setItem(HISTORY_KEY, JSON.stringify(history)); } catch (e) { /* quota: memory only */ }
   }
 
@@ -450,6 +449,8 @@
   }
 
   // --- start -----------------------------------------------------------------
+
+  window.addEventListener("pagehide", function () { saveHistory(); });
 
   document.addEventListener("DOMContentLoaded", function () {
     $("login-form").addEventListener("submit", function (e) {
