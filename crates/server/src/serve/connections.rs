@@ -8,8 +8,7 @@
 //! most half of what is left of `RLIMIT_NOFILE` after a fixed reserve (each
 //! proxied request may hold one origin connection beside its client one),
 //! the admin listener a small fixed number inside the reserve; past that a
-//! connection is accepted and refused at once. Checked by
-//! `connections_flood::a_descriptor_starved_node_refuses_cleanly_and_keeps_proxying`.
+//! connection is accepted and refused at once.
 
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
