@@ -73,6 +73,7 @@ pub fn router(state: Arc<AppState>) -> Router {
             delete(events::evict),
         )
         .route("/admin/audit", get(audit::list))
+        .route("/admin/whoami", get(auth::whoami))
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
             auth::authorize,

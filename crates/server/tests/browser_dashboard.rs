@@ -20,6 +20,9 @@ use http::{Method, StatusCode};
 use serde_json::{Value, json};
 use support::{ADMIN_TOKEN, TestServer, Visitor};
 
+/// A named read-only admin token (dashboards on a wall screen).
+const VIEWER_TOKEN: &str = "viewer-token-0123456789";
+
 const STEP: Duration = Duration::from_secs(20);
 
 /// axe-core's browser bundle, installed by scripts/test with npm into a cache
@@ -188,7 +191,10 @@ async fn event_json(s: &TestServer, event: &str) -> Value {
 #[tokio::test(flavor = "multi_thread")]
 async fn dashboard_signs_in_shows_live_figures_and_steers() {
     let axe = axe_source();
-    let s = TestServer::start("").await;
+    let s = TestServer::start(&format!(
+        "[[server.admin_tokens]]\nname = \"viewer\"\ntoken = \"{VIEWER_TOKEN}\"\nrole = \"read\"\n"
+    ))
+    .await;
     // Five visitors: max_active = 2 admits two (outstanding tokens), three wait.
     for _ in 0..5 {
         let (status, _) = Visitor::default()
@@ -279,7 +285,6 @@ async fn dashboard_signs_in_shows_live_figures_and_steers() {
         })
         .await?;
 
-
         // Pause, cancelled first: nothing changes.
         control(&client, "tickets", "Pause", false).await?;
         ensure!(event_json(s, "tickets").await["state"] == "running");
@@ -340,22 +345,15 @@ async fn dashboard_signs_in_shows_live_figures_and_steers() {
                 .await?
         );
 
-        // A read-only token hides the controls. Named tokens with roles are
-        // the admin API's; the page is held to their contract here by
-        // answering `GET /admin/whoami` as a read-only token would.
-        client
-            .execute(
-                "const real = window.fetch;
-                 window.fetch = (path, init) => path === '/admin/whoami'
-                   ? Promise.resolve(new Response(JSON.stringify({ name: 'viewer', role: 'read-only' }),
-                       { status: 200, headers: { 'content-type': 'application/json' } }))
-                   : real(path, init);",
-                vec![],
-            )
-            .await?;
+        // A read-only token (named, role "read") hides the controls: the page
+        // asks the real `GET /admin/whoami`.
         let field = client.find(Locator::Id("token")).await?;
-        field.send_keys(ADMIN_TOKEN).await?;
-        client.find(Locator::Css("#login-form button")).await?.click().await?;
+        field.send_keys(VIEWER_TOKEN).await?;
+        client
+            .find(Locator::Css("#login-form button"))
+            .await?
+            .click()
+            .await?;
         wait_text(&client, "[data-event=tickets] [data-stat=waiting]", "1").await?;
         wait_for("the read-only notice", STEP, || async {
             Ok(client

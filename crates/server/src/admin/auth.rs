@@ -64,6 +64,18 @@ pub async fn authorize(
     next.run(req).await
 }
 
+/// `GET /admin/whoami`: the caller's token name and role, so the dashboard
+/// hides the controls a read-only token cannot use.
+pub async fn whoami(
+    axum::extract::Extension(caller): axum::extract::Extension<Caller>,
+) -> axum::Json<serde_json::Value> {
+    let role = match caller.role {
+        AdminRole::Admin => "admin",
+        AdminRole::Read => "read-only",
+    };
+    axum::Json(serde_json::json!({ "name": caller.name, "role": role }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
