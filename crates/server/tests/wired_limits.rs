@@ -36,10 +36,12 @@ async fn per_ip_limits_answer_429_with_retry_after_on_enter_and_position() {
     limited(status, &h, &body);
 
     // Position has its own budget: a visitor polling at the limit can still enter.
+    // (The scheduler may already have admitted `a`: either answer is a 200.)
     let (status, _, p) = call(&s, &mut a, Method::GET, POSITION, &a_headers, None).await;
-    assert_eq!(
-        (status, p["status"].as_str()),
-        (StatusCode::OK, Some("WAITING"))
+    assert_eq!(status, StatusCode::OK, "{p}");
+    assert!(
+        matches!(p["status"].as_str(), Some("WAITING" | "ADMITTED")),
+        "{p}"
     );
     let (status, h, body) = call(&s, &mut a, Method::GET, POSITION, &a_headers, None).await;
     limited(status, &h, &body);
