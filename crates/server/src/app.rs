@@ -90,6 +90,13 @@ impl Live {
     pub fn snapshot(&self) -> Snapshot {
         read(&self.snapshot).clone()
     }
+
+    /// The last refreshed stats and admin state, without cloning the rest of
+    /// the snapshot (the request path reads these on every poll).
+    pub fn stats_and_admin(&self) -> (EventStats, AdminState) {
+        let s = read(&self.snapshot);
+        (s.stats.clone(), s.admin)
+    }
 }
 
 /// One configured event: its validated config plus its live state.
@@ -100,6 +107,8 @@ pub struct EventRuntime {
     pub anchor_us: i64,
     pub jwt: Option<JwtVerifier>,
     pub live: Arc<Live>,
+    /// The event's request counters, registered once.
+    pub counters: crate::metrics::EventCounters,
 }
 
 impl EventRuntime {
@@ -108,11 +117,13 @@ impl EventRuntime {
             Identity::Jwt(j) => Some(JwtVerifier::new(j)?),
             Identity::Cookie => None,
         };
+        let counters = crate::metrics::EventCounters::new(config.id.as_str());
         Ok(Self {
             config,
             anchor_us,
             jwt,
             live,
+            counters,
         })
     }
 

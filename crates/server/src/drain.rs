@@ -180,7 +180,7 @@ pub fn store_failed(_state: &AppState, rt: &EventRuntime) {
 
 /// Switches the event to drain mode (the probe decided the store is down).
 fn enter_drain(state: &AppState, rt: &EventRuntime, why: &str) {
-    let stats = rt.live.snapshot().stats;
+    let (stats, _) = rt.live.stats_and_admin();
     if of(rt).enter(
         state.now_ms(),
         stats.active.saturating_add(stats.outstanding),

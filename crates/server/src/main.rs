@@ -13,6 +13,13 @@ use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use tokio::net::TcpListener;
 
+/// mimalloc instead of glibc's malloc: a request allocates a few dozen small
+/// blocks on one worker thread and frees some on another, and glibc spent a
+/// seventh of a position poll's CPU in malloc and free, with arena lock
+/// waits between the workers (profiles in docs/benchmarks.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser, Debug)]
 #[command(
     name = "anteroom",

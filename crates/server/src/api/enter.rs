@@ -77,7 +77,7 @@ pub async fn enter(State(state): State<Arc<AppState>>, req: Request) -> Result<R
             &visitor,
         ));
     }
-    metrics::counter!("anteroom_joins_total", "event" => rt.id().to_string()).increment(1);
+    rt.counters.joins.increment(1);
 
     // Issue 8: while the event drains, new arrivals are turned away (503 +
     // Retry-After) and visitors this node admitted itself get that answer.
@@ -226,7 +226,7 @@ pub async fn position(
 ) -> Result<Response, ApiError> {
     let (parts, _) = req.into_parts();
     let rt = resolve_event(&state, &parts.uri)?;
-    metrics::counter!("anteroom_polls_total", "event" => rt.id().to_string()).increment(1);
+    rt.counters.polls.increment(1);
     let return_path = safe_return(super::query_param(&parts.uri, "return").as_deref());
     let lang = lang(&parts.headers);
     let visitor = identity::resolve(
@@ -292,6 +292,6 @@ pub fn current_phase(state: &AppState, rt: &EventRuntime) -> Phase {
         state.now_ms(),
         rt.config.opens_at_ms,
         pre_window,
-        rt.live.snapshot().admin,
+        rt.live.stats_and_admin().1,
     )
 }

@@ -64,7 +64,7 @@ impl QueuePosition {
             status,
             rank: None,
             position: None,
-            queue_length: rt.live.snapshot().stats.waiting,
+            queue_length: rt.live.stats_and_admin().0.waiting,
             estimated_wait_seconds: None,
             estimated_wait: None,
             display: None,
@@ -91,9 +91,9 @@ impl QueuePosition {
         return_path: &str,
     ) -> Self {
         let now = state.now_ms();
-        let snapshot = rt.live.snapshot();
+        let (_, admin) = rt.live.stats_and_admin();
         let pre_window = i64::try_from(rt.config.pre_window.as_millis()).unwrap_or(i64::MAX);
-        let phase = phase(now, rt.config.opens_at_ms, pre_window, snapshot.admin);
+        let phase = phase(now, rt.config.opens_at_ms, pre_window, admin);
         match (phase, member_state) {
             (Phase::Closed, _) => Self::bare(state, rt, Status::Closed, IDLE_POLL_MS * 6),
             (

@@ -141,7 +141,7 @@ async fn redeem(
         RedeemOutcome::AlreadyUsed => return Err(ApiError::TokenUsed),
         RedeemOutcome::NotAdmitted => return Err(ApiError::InvalidToken),
     }
-    metrics::counter!("anteroom_redeems_total", "event" => rt.id().to_string()).increment(1);
+    rt.counters.redeems.increment(1);
     let session_start_us = session_start_us(state, rt, from_store, now, redeem_started).await;
     let (pass, expires_at_ms) =
         passes::issue(&state.keyring, rt, &visitor.member, now, session_start_us);

@@ -86,7 +86,7 @@ pub async fn renew(state: &AppState, rt: &EventRuntime) {
     if !shared(state) {
         return;
     }
-    let stats = rt.live.snapshot().stats;
+    let (stats, _) = rt.live.stats_and_admin();
     let used = stats.active.saturating_add(stats.outstanding);
     let want = rt.config.max_active.saturating_sub(used) / state.server.drain.gateway_nodes;
     let Some(req) = request(state, rt, want, 0) else {
