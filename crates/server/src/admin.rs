@@ -166,7 +166,7 @@ pub async fn metrics() -> Response {
     r
 }
 
-/// Ready when no event drains (issue 8): otherwise `503` naming the
+/// Ready when no event drains: otherwise `503` naming the
 /// draining events, so a load balancer and an operator see the mode.
 #[utoipa::path(get, path = "/readyz", tag = "ops", responses((status = 200), (status = 503, body = crate::error::ErrorBody)))]
 pub async fn ready(State(state): State<Arc<AppState>>) -> Response {

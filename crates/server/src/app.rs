@@ -67,9 +67,9 @@ pub struct Live {
     pub revocations: RwLock<Revocations>,
     /// The admission policy's memory (no-show compensation, AIMD window).
     pub policy: Mutex<PolicyMemory>,
-    /// Issue 8: drain mode (rank cache, local admissions, reconcile).
+    /// Drain mode (rank cache, local admissions, reconcile).
     pub drain: crate::drain::DrainState,
-    /// Issue 6: origin observations, capacity probe and ETA rate.
+    /// Origin observations, capacity probe and ETA rate.
     pub admission: crate::admission::AdmissionLive,
 }
 

@@ -104,7 +104,7 @@ pub struct ServerConfig {
     pub shutdown_grace: Duration,
     /// `server.access_log`: one log line per public request.
     pub access_log: bool,
-    /// Issue 8: `server.gateway_nodes`, `server.drain_after` (with `store.timeout`)
+    /// Drain mode: `server.gateway_nodes`, `server.drain_after` (with `store.timeout`)
     /// and the test-only `server.test_clock_offset_ms`.
     pub drain: crate::drain::clock::DrainSettings,
     /// `server.drain_journal`: this node's own directory for the admissions
@@ -200,7 +200,7 @@ pub struct EventConfig {
     pub pre_window: Duration,
     pub max_active: u64,
     /// Absolute lifetime of an active session, counted from its redeem
-    /// (issue 6: no longer renewed; idling is `session_idle_timeout`).
+    /// (not renewed by activity; idling is `session_idle_timeout`).
     pub session_ttl: Duration,
     /// An active session ends after this long without a request through the
     /// gate: each pass renewal moves its end to

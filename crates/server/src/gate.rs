@@ -165,7 +165,7 @@ async fn forward(
     member: &str,
     pass: ValidPass,
 ) -> Response {
-    // Issue 6: renewal keeps the session start, so idling and the absolute
+    // Renewal keeps the session start, so idling and the absolute
     // lifetime both bound the session (admission::lifecycle).
     let renewal = pass.renew.then(|| {
         crate::admission::lifecycle::renew(state, rt, member, pass.session_start_us, req.headers())
@@ -187,7 +187,7 @@ async fn forward(
         HeaderName::from_static("x-anteroom-session"),
         header_value(member),
     ));
-    // Issue 6: adaptive admission reads the origin's latency and 5xx share
+    // Adaptive admission reads the origin's latency and 5xx share
     // as the gate sees them, timed on the injected clock.
     let started_ms = state.now_ms();
     let mut response = timed_forward(state, req, &rt.config.origin, ip, extra).await;

@@ -14,7 +14,7 @@ pub mod bots;
 pub mod client_ip;
 pub mod config;
 pub mod demo;
-// Issue 8: drain mode per event while the queue store is unreachable.
+// Drain mode per event while the queue store is unreachable.
 pub mod drain;
 pub mod error;
 pub mod gate;

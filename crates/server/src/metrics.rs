@@ -67,7 +67,7 @@ fn describe() {
         "Visitors admitted since the event started, per event"
     );
     metrics::describe_counter!("anteroom_joins_total", "Enter calls, per event");
-    // Issue 8: drain mode.
+    // Drain mode.
     metrics::describe_gauge!(
         "anteroom_draining",
         "1 while the event drains on this node (queue store unreachable), else 0"

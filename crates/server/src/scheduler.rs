@@ -28,7 +28,7 @@ const WATCH_CONFIGS_EVERY: Duration = Duration::from_secs(5);
 /// Starts the background tasks of one event.
 pub fn spawn_event(state: &Arc<AppState>, id: &EventId) {
     let mut tasks = lock(&state.tasks);
-    // Issue 8: the drain task runs beside the scheduler and holds it while
+    // Drain mode: the drain task runs beside the scheduler and holds it while
     // drain admissions are not yet recorded in the store.
     tasks.spawn(crate::drain::supervise(
         state.clone(),
@@ -70,7 +70,7 @@ pub fn mode(a: &Admission) -> Mode {
 
 /// Time between two ticks of an event: every second at most, whatever the
 /// mode, so the expire sweep frees ended sessions, void tokens and idle
-/// waiters within a second (issue 6) and batch mode can hand out what a
+/// waiters within a second and batch mode can hand out what a
 /// batch still owes as slots free. Batch cadence is kept by the policy.
 pub fn tick_every(a: &Admission) -> Duration {
     a.tick()

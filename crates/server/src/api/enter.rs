@@ -79,7 +79,7 @@ pub async fn enter(State(state): State<Arc<AppState>>, req: Request) -> Result<R
     }
     rt.counters.joins.increment(1);
 
-    // Issue 8: while the event drains, new arrivals are turned away (503 +
+    // Drain mode: while the event drains, new arrivals are turned away (503 +
     // Retry-After) and visitors this node admitted itself get that answer.
     if let Some(p) = crate::drain::answer(&state, &rt, &visitor.member, lang, &return_path) {
         if p.status == super::Status::Draining {
@@ -195,7 +195,7 @@ pub async fn join_checked(
     if outcome.new {
         state.bots.record_entry(rt.id(), ip, state.now_ms());
     }
-    // Issue 8: this node's record of ranks and admissions, for drain mode.
+    // Drain mode: this node's record of ranks and admissions, for drain mode.
     crate::drain::of(rt).note(member, &outcome.state);
     let member_state = crate::drain::adjust(rt, member, outcome.state);
     // A burst's first polls spread over a few seconds instead of arriving
@@ -265,7 +265,7 @@ pub async fn position_of(
     lang: anteroom_core::eta::Lang,
     return_path: &str,
 ) -> QueuePosition {
-    // Issue 8: drain admissions and DRAINING come from this node's records.
+    // Drain mode: drain admissions and DRAINING come from this node's records.
     if let Some(p) = crate::drain::answer(state, rt, member, lang, return_path) {
         return p;
     }

@@ -112,9 +112,9 @@ async fn redeem(
         Phase::Closed => return Err(ApiError::EventClosed),
         Phase::Scheduled | Phase::PreQueue | Phase::Open => {}
     }
-    // Issue 6: the first end is the idle timeout (capped by the lifetime).
+    // The first end is the idle timeout (capped by the lifetime).
     let session_end_us = crate::admission::lifecycle::session_end_us(rt, now, now);
-    // Issue 8: a token this node signed while draining is redeemed against
+    // Drain mode: a token this node signed while draining is redeemed against
     // its local single-use set (the store never saw that nonce).
     let local = crate::drain::redeem_local(
         rt,

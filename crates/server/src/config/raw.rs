@@ -55,13 +55,13 @@ pub struct RawServer {
     pub shutdown_grace: Option<String>,
     /// One log line per public request (method, path without query, status, time).
     pub access_log: Option<bool>,
-    /// Issue 8: gateway nodes sharing the store; each drains within 1/n of the capacity left.
+    /// Drain mode: gateway nodes sharing the store; each drains within 1/n of the capacity left.
     pub gateway_nodes: Option<u64>,
-    /// Issue 8: how long a store that times out must keep failing before its events drain.
+    /// Drain mode: how long a store that times out must keep failing before its events drain.
     pub drain_after: Option<String>,
     /// Directory of this node's drain journal (admissions made while draining).
     pub drain_journal: Option<String>,
-    /// Issue 8, TEST/DIAGNOSTIC ONLY: shifts this node's wall clock (clock-skew tests).
+    /// TEST/DIAGNOSTIC ONLY: shifts this node's wall clock (clock-skew tests).
     pub test_clock_offset_ms: Option<i64>,
     /// `[server.tls]`; typed already (TLS owns its shape).
     pub tls: Option<crate::tls::config::RawTls>,
@@ -144,7 +144,7 @@ pub struct RawEvent {
     pub max_active: Option<u64>,
     pub session_ttl: Option<String>,
     /// An active session with no request through the gate for this long ends
-    /// (issue 6); `session_ttl` stays its absolute lifetime.
+    /// (so an abandoned slot frees itself); `session_ttl` stays its absolute lifetime.
     pub session_idle_timeout: Option<String>,
     pub token_ttl: Option<String>,
     pub pass_ttl: Option<String>,

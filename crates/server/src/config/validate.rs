@@ -18,7 +18,7 @@ type Result<T> = std::result::Result<T, ConfigError>;
 pub(super) fn config(raw: &RawConfig) -> Result<Config> {
     let mut server = server(raw)?;
     let store = store(raw)?;
-    // The drain probe is bounded by the store's own timeout (issue 8).
+    // The drain probe is bounded by the store's own timeout (so a dead store drains instead of hanging requests).
     if let StoreConfig::Redis { timeout, .. } = &store {
         server.drain.store_timeout = *timeout;
     }
@@ -298,7 +298,7 @@ fn connection_settings(s: &super::raw::RawServer) -> Result<crate::config::Conne
     })
 }
 
-/// Issue 8: drain share, drain window and the test-only clock offset.
+/// Drain mode: drain share, drain window and the test-only clock offset.
 fn drain_settings(s: &super::raw::RawServer) -> Result<crate::drain::clock::DrainSettings> {
     let gateway_nodes = s.gateway_nodes.unwrap_or(1);
     if !(1..=10_000).contains(&gateway_nodes) {
