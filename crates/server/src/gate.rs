@@ -15,6 +15,7 @@
 //! reaches the origin without a valid pass for that event.
 
 pub mod classify;
+pub mod commands;
 pub mod normalize;
 pub mod routes;
 
@@ -172,6 +173,9 @@ async fn forward(
     });
     // An upgraded connection (WebSocket) outlives this request: the proxy
     // closes it when this session ends.
+    // Kept for an origin's `release` command: the cookie that clears this
+    // event's pass keeps the visitor's passes of other events.
+    let cookies = cookie_headers(req.headers());
     let mut req = req;
     req.extensions_mut().insert(passes::SessionWatch::new(
         state,
@@ -195,10 +199,23 @@ async fn forward(
     rt.live
         .admission
         .record_origin(state.now_ms(), state.now_ms() - started_ms, status);
-    if let Some(cookie) = renewal {
+    if commands::take(response.headers_mut()).release {
+        commands::release(state, rt, member, pass.session_start_us).await;
+        let cleared = crate::api::redeem::pass_cookie(state, rt, &cookies, member, None);
+        response.headers_mut().append(header::SET_COOKIE, cleared);
+    } else if let Some(cookie) = renewal {
         response.headers_mut().append(header::SET_COOKIE, cookie);
     }
     response
+}
+
+/// The request's `Cookie` headers alone (values share the request's buffer).
+fn cookie_headers(headers: &HeaderMap) -> HeaderMap {
+    let mut only = HeaderMap::new();
+    for value in headers.get_all(header::COOKIE) {
+        only.append(header::COOKIE, value.clone());
+    }
+    only
 }
 
 /// The gate's `429` for a client that is not a browser navigation: the
@@ -284,7 +301,11 @@ async fn forward_unprotected(state: &AppState, req: Request, ip: IpAddr) -> Resp
         },
     };
     count("unprotected");
-    timed_forward(state, req, &origin, ip, Vec::new()).await
+    let mut response = timed_forward(state, req, &origin, ip, Vec::new()).await;
+    if commands::take(response.headers_mut()).release {
+        commands::release_without_session();
+    }
+    response
 }
 
 async fn timed_forward(

@@ -224,10 +224,43 @@ pub async fn release(
     let visitor = identity::resolve(req.headers(), rt.jwt.as_ref(), false, &state.server.cookies)?;
     let mut response = empty(StatusCode::NO_CONTENT);
     if let Some(visitor) = visitor {
-        crate::metrics::timed_store("release", state.store.release(rt.id(), &visitor.member))
-            .await?;
+        // The caller's own pass names the session this node must refuse at
+        // once (the other nodes learn it from the store's revocation).
+        let pass = state.server.cookies.pass(req.headers());
+        let local = match passes::check(&state, &rt, &visitor.member, pass, state.now_ms()) {
+            passes::PassCheck::Valid {
+                session_start_us, ..
+            }
+            | passes::PassCheck::Expired {
+                session_start_us, ..
+            } => Some(session_start_us),
+            passes::PassCheck::Missing => None,
+        };
+        release_member(&state, &rt, &visitor.member, local).await?;
         let cookie = pass_cookie(&state, &rt, req.headers(), &visitor.member, None);
         response.headers_mut().append(header::SET_COOKIE, cookie);
     }
     Ok(response)
+}
+
+/// Ends `member`'s presence in the event (waiting, admitted or active) and
+/// frees the slot: the store release, which records the revocation every
+/// node's cache picks up, then, for the session that started at
+/// `local_session_start_us`, this node's own revocation so its passes stop
+/// here at once. The one path for the release call and the origin's
+/// `Anteroom-Command: release`. The local revocation is made even when the
+/// store fails: whoever asked for the end should not find the session still
+/// open on this node.
+pub async fn release_member(
+    state: &AppState,
+    rt: &EventRuntime,
+    member: &str,
+    local_session_start_us: Option<i64>,
+) -> Result<bool, anteroom_store::StoreError> {
+    let released =
+        crate::metrics::timed_store("release", state.store.release(rt.id(), member)).await;
+    if let Some(start) = local_session_start_us {
+        passes::store_says_gone(state, rt, member, start);
+    }
+    released
 }
