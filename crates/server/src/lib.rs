@@ -39,6 +39,8 @@ use axum::Router;
 
 pub use app::AppState;
 pub use config::Config;
+/// Binds a listener with the accept queue a gateway needs.
+pub use serve::connections::bind as bind_listener;
 
 /// Opens the configured queue store.
 pub async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn QueueStore>> {

@@ -133,17 +133,14 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
 }
 
 async fn serve(config: Config) -> anyhow::Result<()> {
-    let public = TcpListener::bind(config.server.listen)
-        .await
+    let public = anteroom::bind_listener(config.server.listen)
         .with_context(|| format!("server.listen: cannot bind {}", config.server.listen))?;
-    let admin = TcpListener::bind(config.server.admin_listen)
-        .await
-        .with_context(|| {
-            format!(
-                "server.admin_listen: cannot bind {}",
-                config.server.admin_listen
-            )
-        })?;
+    let admin = anteroom::bind_listener(config.server.admin_listen).with_context(|| {
+        format!(
+            "server.admin_listen: cannot bind {}",
+            config.server.admin_listen
+        )
+    })?;
     anteroom::run(public, admin, config, shutdown_signal()).await
 }
 

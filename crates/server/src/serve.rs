@@ -3,7 +3,8 @@
 //! one), upgrades (WebSocket) reach the proxy, and no client can pin the
 //! node: a connection must deliver its first request head within
 //! `server.header_read_timeout` of being accepted, a body must keep arriving
-//! (`server.body_read_timeout`), idle HTTP/2 connections are closed, and
+//! at 64 KiB per `server.body_read_timeout` at least (so a small one is
+//! whole within it), idle HTTP/2 connections are closed, and
 //! each listener holds at most its share of connections (see
 //! [`connections`]), so the origin and store pools always find descriptors.
 //!
@@ -14,8 +15,11 @@
 pub mod connections;
 
 use std::convert::Infallible;
+use std::future::Future as _;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::Router;
@@ -27,8 +31,8 @@ use hyper_util::server::conn::auto::Builder;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+use tokio::time::{Instant, Sleep};
 use tower::ServiceExt as _;
-use tower_http::timeout::TimeoutBody;
 
 use connections::Activity;
 pub use connections::{ConnectionSlot, Limits};
@@ -50,7 +54,17 @@ pub async fn serve(
     stop: watch::Receiver<bool>,
 ) {
     let slots = Arc::new(Semaphore::new(limits.max_connections));
-    accept_loop(&listener, &app, &limits, tls.as_ref(), &slots, stop.clone()).await;
+    let refusing = Arc::new(Semaphore::new(connections::CLEAN_REFUSALS));
+    let loop_state = (&slots, &refusing);
+    accept_loop(
+        &listener,
+        &app,
+        &limits,
+        tls.as_ref(),
+        loop_state,
+        stop.clone(),
+    )
+    .await;
     drop(listener);
     // Every open connection holds one permit: all of them back means all closed.
     let all = u32::try_from(limits.max_connections).unwrap_or(u32::MAX);
@@ -62,7 +76,7 @@ async fn accept_loop(
     app: &Router,
     limits: &Limits,
     tls: Option<&crate::tls::Tls>,
-    slots: &Arc<Semaphore>,
+    (slots, refusing): (&Arc<Semaphore>, &Arc<Semaphore>),
     mut stop: watch::Receiver<bool>,
 ) {
     loop {
@@ -77,7 +91,7 @@ async fn accept_loop(
             _ = stop.changed() => return,
         };
         let Ok(permit) = slots.clone().try_acquire_owned() else {
-            connections::refuse(stream, limits.max_connections, tls.is_none());
+            connections::refuse(stream, limits.max_connections, tls.is_none(), refusing);
             continue;
         };
         let _ = stream.set_nodelay(true);
@@ -176,14 +190,14 @@ async fn serve_connection<S>(
 }
 
 /// A request as the router sees it: the peer address and the connection
-/// slot attached, the body timing out between pieces.
+/// slot attached, the body timing out (see [`ReadTimeoutBody`]).
 fn prepare(
     req: hyper::Request<hyper::body::Incoming>,
     peer: SocketAddr,
     body_read_timeout: Duration,
     slot: &ConnectionSlot,
 ) -> axum::extract::Request {
-    let mut req = req.map(|b| Body::new(TimeoutBody::new(body_read_timeout, b)));
+    let mut req = req.map(|b| Body::new(ReadTimeoutBody::new(b, body_read_timeout)));
     req.extensions_mut().insert(ConnectInfo::<SocketAddr>(peer));
     req.extensions_mut().insert(slot.clone());
     req
@@ -200,12 +214,123 @@ fn track(response: axum::response::Response, busy: connections::Busy) -> axum::r
     })
 }
 
+/// Each this many bytes of a request body extend its whole-body deadline by
+/// one `body_read_timeout`.
+const BODY_BYTES_PER_TIMEOUT: usize = 64 * 1024;
+
+/// A request body that fails with [`BodyTimeout`] when no piece arrives for
+/// `timeout`, or when it falls behind 64 KiB per `timeout` on average: its
+/// first 64 KiB must arrive within `timeout` of the first wait for it, each
+/// further 64 KiB within one more. A wait between pieces alone would let a
+/// client that sends a byte just inside the timeout hold its connection
+/// (and, through the gate, an origin connection) for days; with the
+/// average, any body the queue API reads must be complete within
+/// `timeout`, while an upload only needs 64 KiB per `timeout` (about
+/// 2 KiB/s at the default 30 s). The clocks start at the first wait, so a
+/// body that is already there costs no timer.
+struct ReadTimeoutBody<B> {
+    inner: B,
+    timeout: Duration,
+    /// The next piece's deadline and the whole body's, once waited for.
+    clocks: Option<Clocks>,
+    /// Bytes received since the whole-body deadline last moved.
+    credit: usize,
+}
+
+struct Clocks {
+    piece: Pin<Box<Sleep>>,
+    whole: Pin<Box<Sleep>>,
+}
+
+impl<B> ReadTimeoutBody<B> {
+    fn new(inner: B, timeout: Duration) -> Self {
+        Self {
+            inner,
+            timeout,
+            clocks: None,
+            credit: 0,
+        }
+    }
+}
+
+/// A request body stopped arriving, or arrived too slowly, for
+/// `server.body_read_timeout`.
+#[derive(Debug)]
+pub struct BodyTimeout;
+
+impl std::fmt::Display for BodyTimeout {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("request body read timed out")
+    }
+}
+
+impl std::error::Error for BodyTimeout {}
+
+impl<B> hyper::body::Body for ReadTimeoutBody<B>
+where
+    B: hyper::body::Body + Unpin,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    type Data = B::Data;
+    type Error = Box<dyn std::error::Error + Send + Sync>;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<hyper::body::Frame<B::Data>, Self::Error>>> {
+        use hyper::body::Buf as _;
+        let this = self.get_mut();
+        match Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => {
+                if let Some(clocks) = &mut this.clocks {
+                    let now = Instant::now();
+                    clocks.piece.as_mut().reset(now + this.timeout);
+                    if let Some(data) = frame.data_ref() {
+                        this.credit += data.remaining();
+                        while this.credit >= BODY_BYTES_PER_TIMEOUT {
+                            this.credit -= BODY_BYTES_PER_TIMEOUT;
+                            let later = clocks.whole.deadline() + this.timeout;
+                            clocks.whole.as_mut().reset(later);
+                        }
+                    }
+                } else if let Some(data) = frame.data_ref() {
+                    this.credit += data.remaining();
+                }
+                Poll::Ready(Some(Ok(frame)))
+            }
+            Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e.into()))),
+            Poll::Ready(None) => Poll::Ready(None),
+            Poll::Pending => {
+                let timeout = this.timeout;
+                let clocks = this.clocks.get_or_insert_with(|| Clocks {
+                    piece: Box::pin(tokio::time::sleep(timeout)),
+                    whole: Box::pin(tokio::time::sleep(timeout)),
+                });
+                let piece = clocks.piece.as_mut().poll(cx).is_ready();
+                let whole = clocks.whole.as_mut().poll(cx).is_ready();
+                if piece || whole {
+                    return Poll::Ready(Some(Err(Box::new(BodyTimeout))));
+                }
+                Poll::Pending
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
 /// Whether `err` (or one of its causes) is a request body that stopped
-/// arriving for `server.body_read_timeout`.
+/// arriving, or arrived too slowly, for `server.body_read_timeout`.
 pub fn is_body_timeout(err: &(dyn std::error::Error + 'static)) -> bool {
     let mut cause = Some(err);
     while let Some(e) = cause {
-        if e.is::<tower_http::timeout::TimeoutError>() {
+        if e.is::<BodyTimeout>() {
             return true;
         }
         cause = e.source();
@@ -234,4 +359,89 @@ fn protocol_builder(limits: &Limits) -> Builder<TokioExecutor> {
         .max_concurrent_streams(H2_MAX_STREAMS)
         .max_header_list_size(u32::try_from(MAX_BUF).unwrap_or(u32::MAX));
     builder
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+    use hyper::body::Frame;
+
+    /// A body fed piece by piece from the test.
+    struct Fed(tokio::sync::mpsc::Receiver<Bytes>);
+
+    impl hyper::body::Body for Fed {
+        type Data = Bytes;
+        type Error = std::io::Error;
+
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
+            self.0
+                .poll_recv(cx)
+                .map(|piece| piece.map(|b| Ok(Frame::data(b))))
+        }
+    }
+
+    /// A fed body wrapped like a request's.
+    fn fed(timeout: Duration) -> (tokio::sync::mpsc::Sender<Bytes>, Body) {
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        (tx, Body::new(ReadTimeoutBody::new(Fed(rx), timeout)))
+    }
+
+    #[tokio::test]
+    async fn a_body_trickled_just_inside_the_piece_timeout_still_times_out() {
+        // A byte every 100 ms never waits a whole second for a piece, but a
+        // small body must be complete within the second.
+        let (tx, body) = fed(Duration::from_secs(1));
+        tokio::spawn(async move {
+            while tx.send(Bytes::from_static(b"x")).await.is_ok() {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        });
+        let started = std::time::Instant::now();
+        let err = axum::body::to_bytes(body, 1 << 20).await.unwrap_err();
+        assert!(is_body_timeout(&err), "{err}");
+        let took = started.elapsed();
+        assert!(
+            took >= Duration::from_millis(950),
+            "timed out early: {took:?}"
+        );
+        assert!(
+            took < Duration::from_secs(5),
+            "timed out only after {took:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_large_body_that_keeps_its_average_rate_is_read_whole() {
+        // 64 KiB every 100 ms for 1.5 s: more than a second in all, yet each
+        // 64 KiB is well within its second.
+        let (tx, body) = fed(Duration::from_secs(1));
+        tokio::spawn(async move {
+            for _ in 0..15 {
+                let piece = Bytes::from(vec![b'x'; BODY_BYTES_PER_TIMEOUT]);
+                tx.send(piece).await.unwrap();
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        });
+        let bytes = axum::body::to_bytes(body, 1 << 24).await.unwrap();
+        assert_eq!(bytes.len(), 15 * BODY_BYTES_PER_TIMEOUT);
+    }
+
+    #[tokio::test]
+    async fn a_stalled_body_times_out_and_one_already_there_needs_no_clock() {
+        let (tx, body) = fed(Duration::from_millis(300));
+        tx.send(Bytes::from_static(b"half")).await.unwrap();
+        let err = axum::body::to_bytes(body, 1024).await.unwrap_err();
+        assert!(is_body_timeout(&err), "{err}");
+        drop(tx);
+
+        let (tx, body) = fed(Duration::from_millis(1));
+        tx.send(Bytes::from_static(b"all")).await.unwrap();
+        drop(tx);
+        let bytes = axum::body::to_bytes(body, 1024).await.unwrap();
+        assert_eq!(&bytes[..], b"all");
+    }
 }

@@ -8,7 +8,9 @@
 //! most half of what is left of `RLIMIT_NOFILE` after a fixed reserve (each
 //! proxied request may hold one origin connection beside its client one),
 //! the admin listener a small fixed number inside the reserve; past that a
-//! connection is accepted and refused at once.
+//! connection is accepted and refused at once (a few refusals at a time,
+//! [`CLEAN_REFUSALS`], keep their descriptor briefly, also inside the
+//! reserve).
 
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -32,7 +34,8 @@ pub struct Limits {
     /// The first request head must be complete this long after accept; later
     /// heads on a kept-alive HTTP/1 connection within this of the last answer.
     pub header_read_timeout: Duration,
-    /// The longest wait for the next piece of a request body.
+    /// The longest wait for the next piece of a request body, and the time
+    /// each 64 KiB of it may take.
     pub body_read_timeout: Duration,
     /// Open client connections this listener holds at most.
     pub max_connections: usize,
@@ -118,20 +121,90 @@ connection: close\r\n\
 content-length: 80\r\n\r\n\
 {\"error\":\"too_many_connections\",\"message\":\"the server is at its connection cap\"}";
 
-/// Refuses a connection over the cap: on a plain listener a `503` JSON if
-/// the socket takes it at once, then close (a TLS client just sees the
-/// close). Never awaits, so a flood cannot slow the accept loop.
-pub fn refuse(stream: TcpStream, cap: usize, plain: bool) {
-    if plain {
-        let _ = stream.try_write(REFUSAL);
-    }
+/// Refusals answered cleanly at once, per listener: each holds its
+/// descriptor for up to [`REFUSAL_WAIT`] (+ [`REFUSAL_LINGER`] for a client
+/// that sent its request), out of the descriptor reserve.
+pub const CLEAN_REFUSALS: usize = 64;
+/// How long a refused connection may take to send its request: a client
+/// sends it right behind the handshake, so it is here within a round trip.
+const REFUSAL_WAIT: Duration = Duration::from_millis(100);
+/// How long a refused connection is read after the answer, until the
+/// client closes.
+const REFUSAL_LINGER: Duration = Duration::from_millis(500);
+
+/// Refuses a connection over the cap: on a plain listener a `503` JSON,
+/// then close (a TLS client just sees the close). While fewer than
+/// [`CLEAN_REFUSALS`] are being answered (`answering` holds their permits),
+/// the answer comes after the client's request, with a lingering close
+/// (see [`answer_refusal`]); past that, as under a flood, it is written
+/// once without waiting and the socket closed. Never awaits, so a flood
+/// cannot slow the accept loop.
+pub fn refuse(stream: TcpStream, cap: usize, plain: bool, answering: &Arc<Semaphore>) {
     metrics::counter!("anteroom_connections_refused_total", "reason" => "max_connections")
         .increment(1);
     tracing::debug!(
         cap,
         "connection refused: listener at server.max_connections"
     );
-    drop(stream);
+    if !plain {
+        return;
+    }
+    match answering.clone().try_acquire_owned() {
+        Ok(permit) => {
+            tokio::spawn(async move {
+                answer_refusal(stream).await;
+                drop(permit);
+            });
+        }
+        Err(_) => {
+            let _ = stream.try_write(REFUSAL);
+        }
+    }
+}
+
+/// The clean refusal: the answer after the request, because many clients
+/// (hyper's among them) take an answer that arrives before they have
+/// written their request for a broken connection, not for a `503`; then
+/// `FIN`, and the rest of the request read until the client closes,
+/// because closing with unread bytes sends a reset, which can destroy the
+/// answer before the client has read it. A client that sent nothing within
+/// [`REFUSAL_WAIT`] gets the answer and the close at once.
+async fn answer_refusal(mut stream: TcpStream) {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let mut buf = [0u8; 4096];
+    let asked = tokio::time::timeout(REFUSAL_WAIT, stream.read(&mut buf))
+        .await
+        .is_ok_and(|r| r.is_ok_and(|n| n > 0));
+    if tokio::time::timeout(REFUSAL_WAIT, stream.write_all(REFUSAL))
+        .await
+        .is_err()
+        || !asked
+    {
+        return;
+    }
+    let _ = stream.shutdown().await;
+    let drain = async { while matches!(stream.read(&mut buf).await, Ok(n) if n > 0) {} };
+    let _ = tokio::time::timeout(REFUSAL_LINGER, drain).await;
+}
+
+/// Accept queue length asked of the kernel (capped by
+/// `net.core.somaxconn`, 4096 by default since Linux 5.4). A flash crowd,
+/// or a flood being refused, arrives faster than one accept loop takes
+/// connections for a moment; a short queue drops their handshakes and each
+/// visitor waits a second or more for the retransmission.
+const LISTEN_BACKLOG: u32 = 4096;
+
+/// Binds a listener with a deep accept queue ([`LISTEN_BACKLOG`]).
+pub fn bind(addr: std::net::SocketAddr) -> io::Result<tokio::net::TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    // As std and tokio do on Unix: a restarted node may bind at once.
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
 }
 
 /// After a failed accept. Out of descriptors (or kernel memory) the pending
