@@ -86,6 +86,8 @@ pub struct Node {
     config: PathBuf,
     /// Extra environment of the process (orchestrator variables, say).
     env: Vec<(String, String)>,
+    /// The process's `RLIMIT_NOFILE` (soft and hard), if not inherited.
+    nofile: Option<u64>,
     _dir: Arc<tempfile::TempDir>,
 }
 
@@ -102,6 +104,17 @@ impl Node {
         dir: Arc<tempfile::TempDir>,
         env: &[(&str, &str)],
     ) -> Self {
+        let mut node = Self::start_unspawned(config, dir);
+        node.env = env
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        node.spawn().await;
+        node
+    }
+
+    /// Writes the config; the process is not started yet.
+    fn start_unspawned(config: &str, dir: Arc<tempfile::TempDir>) -> Self {
         let public: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         // Each node has its own drain journal, kept across restarts.
@@ -112,24 +125,44 @@ impl Node {
             .replace("{journal}", &journal.display().to_string());
         let path = dir.path().join(format!("anteroom-{}.toml", public.port()));
         std::fs::write(&path, text).unwrap();
-        let mut node = Self {
+        Self {
             public,
             admin,
             child: None,
             stop: None,
             config: path,
-            env: env
-                .iter()
-                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-                .collect(),
+            env: Vec::new(),
+            nofile: None,
             _dir: dir,
-        };
+        }
+    }
+
+    /// [`Node::start`] with the process allowed `nofile` descriptors (soft
+    /// and hard limit, set through util-linux `prlimit`), so that its
+    /// connection caps come from a small descriptor budget.
+    pub async fn start_with_nofile(config: &str, dir: Arc<tempfile::TempDir>, nofile: u64) -> Self {
+        let mut node = Self::start_unspawned(config, dir);
+        node.nofile = Some(nofile);
         node.spawn().await;
         node
     }
 
+    /// The process id of a process node.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     async fn spawn(&mut self) {
-        let child = Command::new(env!("CARGO_BIN_EXE_anteroom"))
+        let bin = env!("CARGO_BIN_EXE_anteroom");
+        let mut command = match self.nofile {
+            Some(n) => {
+                let mut c = Command::new("prlimit");
+                c.arg(format!("--nofile={n}:{n}")).arg(bin);
+                c
+            }
+            None => Command::new(bin),
+        };
+        let child = command
             .arg("serve")
             .arg("--config")
             .arg(&self.config)
@@ -138,7 +171,7 @@ impl Node {
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .spawn()
-            .unwrap();
+            .expect("the anteroom binary (or prlimit: apt-get install util-linux)");
         self.child = Some(child);
         let url = format!("http://{}/healthz", self.admin);
         let started = Instant::now();
@@ -188,6 +221,7 @@ impl Node {
             stop: Some(stop),
             config: PathBuf::new(),
             env: Vec::new(),
+            nofile: None,
             _dir: dir,
         }
     }
