@@ -66,6 +66,11 @@ pub struct EngineArgs {
     /// from `--tasks` concurrent tasks, for `polls_per_s`.
     #[arg(long, default_value_t = 200_000)]
     pub polls: u64,
+    /// Times the whole benchmark runs (each on a fresh store); every figure
+    /// is reported as the median with its min and max, so one lucky run
+    /// cannot stand for the figure.
+    #[arg(long, default_value_t = 3)]
+    pub runs: u32,
     /// Data directory for the embedded store (default: a fresh temp dir).
     #[arg(long)]
     pub dir: Option<PathBuf>,
@@ -146,6 +151,9 @@ pub struct EngineReport {
     pub rank_max_us: f64,
     /// Position polls per second from `join_tasks` concurrent callers.
     pub polls_per_s: f64,
+    /// Seconds to make the poll phase's last-seen touches durable (the
+    /// embedded store writes them with the next commit; Redis at once).
+    pub poll_flush_s: f64,
     /// Redis only: plain `ZADD NX` per second, same server, concurrency and run.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub baseline_zadd_per_s: Option<f64>,
@@ -323,9 +331,25 @@ async fn polls(
     Ok(total as f64 / start.elapsed().as_secs_f64().max(1e-9))
 }
 
+/// Waits until every change made so far is on disk, by one durable call
+/// that changes nothing (releasing a member that never joined): the
+/// embedded store persists position-poll touches with the next commit, so
+/// without this the first admit batch after the poll phase would carry
+/// (and the admit figure would time) the rewrite of every polled waiter's
+/// row. Seconds it took.
+async fn settle(store: &Arc<dyn QueueStore>, event: &EventId) -> anyhow::Result<f64> {
+    let t = Instant::now();
+    if store.release(event, &member(u64::MAX)).await? {
+        bail!("the settling release found a member");
+    }
+    Ok(t.elapsed().as_secs_f64())
+}
+
 /// Admits `total` members in steps of 1024 from 16 concurrent schedulers
-/// (so their steps share group commits); members per second.
+/// (so their steps share group commits); members per second. Earlier
+/// changes are settled first (see [`settle`]): the figure is admissions alone.
 async fn admits(store: &Arc<dyn QueueStore>, event: &EventId, total: u64) -> anyhow::Result<f64> {
+    settle(store, event).await?;
     let exp = store.now_us(event).await? + 3_600_000_000;
     let left = Arc::new(AtomicU64::new(total));
     let start = Instant::now();
@@ -361,17 +385,191 @@ async fn admits(store: &Arc<dyn QueueStore>, event: &EventId, total: u64) -> any
     Ok(total as f64 / start.elapsed().as_secs_f64().max(1e-9))
 }
 
-/// Prints the report as a table or as one JSON object.
-pub fn print(report: &EngineOutput, json: bool) -> anyhow::Result<()> {
-    if json {
-        println!("{}", serde_json::to_string(report)?);
+/// Every run's report, and the medians and spread over them.
+pub struct Runs {
+    pub runs: Vec<serde_json::Value>,
+}
+
+/// Runs the benchmark `args.runs` times (the restart child once).
+pub async fn run_all(args: &EngineArgs) -> anyhow::Result<Runs> {
+    let n = if args.reopen.is_some() {
+        1
+    } else {
+        args.runs.max(1)
+    };
+    let mut runs = Vec::new();
+    for i in 0..n {
+        let report = run(args).await?;
+        if n > 1 && !args.json {
+            eprintln!(
+                "run {}/{n}: admits_per_s {:.0}, joins_per_s {:.0}",
+                i + 1,
+                report.report.admits_per_s,
+                report.report.joins_per_s
+            );
+        }
+        runs.push(serde_json::to_value(&report)?);
+    }
+    Ok(Runs { runs })
+}
+
+/// Numeric leaves of a report, keys joined with `.` (`sweep.sweep_s`).
+fn numbers(v: &serde_json::Value, prefix: &str, out: &mut Vec<(String, f64)>) {
+    match v {
+        serde_json::Value::Object(map) => {
+            for (k, val) in map {
+                let key = if prefix.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{prefix}.{k}")
+                };
+                numbers(val, &key, out);
+            }
+        }
+        serde_json::Value::Number(x) => {
+            if let Some(x) = x.as_f64() {
+                out.push((prefix.to_owned(), x));
+            }
+        }
+        _ => {}
+    }
+}
+
+/// (min, median, max); the median of an even count is the lower middle
+/// one, a value some run really measured.
+fn spread(mut xs: Vec<f64>) -> (f64, f64, f64) {
+    xs.sort_by(f64::total_cmp);
+    (xs[0], xs[(xs.len() - 1) / 2], xs[xs.len() - 1])
+}
+
+/// Replaces every number of `v` by its median over the runs.
+fn put_medians(
+    v: &mut serde_json::Value,
+    prefix: &str,
+    medians: &std::collections::HashMap<String, f64>,
+) {
+    match v {
+        serde_json::Value::Object(map) => {
+            for (k, val) in map.iter_mut() {
+                let key = if prefix.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{prefix}.{k}")
+                };
+                put_medians(val, &key, medians);
+            }
+        }
+        serde_json::Value::Number(_) => {
+            if let Some(m) = medians
+                .get(prefix)
+                .and_then(|m| serde_json::Number::from_f64(*m))
+            {
+                *v = serde_json::Value::Number(m);
+            }
+        }
+        _ => {}
+    }
+}
+
+impl Runs {
+    /// Per numeric key, in report order: (key, min, median, max).
+    fn figures(&self) -> Vec<(String, f64, f64, f64)> {
+        let mut first = Vec::new();
+        numbers(&self.runs[0], "", &mut first);
+        let all: Vec<Vec<(String, f64)>> = self
+            .runs
+            .iter()
+            .map(|r| {
+                let mut v = Vec::new();
+                numbers(r, "", &mut v);
+                v
+            })
+            .collect();
+        first
+            .iter()
+            .map(|(key, _)| {
+                let xs: Vec<f64> = all
+                    .iter()
+                    .filter_map(|r| r.iter().find(|(k, _)| k == key).map(|(_, x)| *x))
+                    .collect();
+                let (lo, mid, hi) = spread(xs);
+                (key.clone(), lo, mid, hi)
+            })
+            .collect()
+    }
+
+    /// One JSON object: the first run's shape with every number replaced by
+    /// its median over the runs (so the keys keep their meaning), `runs`,
+    /// and `spread`: `{key: {min, median, max}}` for every number.
+    pub fn to_json(&self) -> serde_json::Value {
+        let figures = self.figures();
+        let medians = figures.iter().map(|(k, _, m, _)| (k.clone(), *m)).collect();
+        let mut out = self.runs[0].clone();
+        put_medians(&mut out, "", &medians);
+        if let Some(map) = out.as_object_mut() {
+            map.insert("runs".into(), serde_json::json!(self.runs.len()));
+            let spread: serde_json::Map<String, serde_json::Value> = figures
+                .iter()
+                .map(|(k, lo, mid, hi)| {
+                    (
+                        k.clone(),
+                        serde_json::json!({ "min": lo, "median": mid, "max": hi }),
+                    )
+                })
+                .collect();
+            map.insert("spread".into(), serde_json::Value::Object(spread));
+        }
+        out
+    }
+}
+
+/// Prints the runs as a table (min / median / max per figure) or as one
+/// JSON object (see [`Runs::to_json`]). The restart child prints its one
+/// report as it is, for the parent to read.
+pub fn print(runs: &Runs, args: &EngineArgs) -> anyhow::Result<()> {
+    if args.reopen.is_some() {
+        println!("{}", serde_json::to_string(&runs.runs[0])?);
         return Ok(());
     }
-    let v = serde_json::to_value(report)?;
-    if let Some(map) = v.as_object() {
-        for (k, val) in map {
-            println!("{k:>30}  {val}");
-        }
+    if args.json {
+        println!("{}", serde_json::to_string(&runs.to_json())?);
+        return Ok(());
+    }
+    if let Some(store) = runs.runs[0].get("store") {
+        println!("{:>36}  {store}, {} runs", "store", runs.runs.len());
+    }
+    println!(
+        "{:>36}  {:>14}  {:>14}  {:>14}",
+        "figure", "min", "median", "max"
+    );
+    for (k, lo, mid, hi) in runs.figures() {
+        println!("{k:>36}  {lo:>14.3}  {mid:>14.3}  {hi:>14.3}");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn figures_are_the_spread_over_runs_and_json_keeps_keys() {
+        let runs = Runs {
+            runs: vec![
+                serde_json::json!({"store": "embedded", "admits_per_s": 3.0, "sweep": {"sweep_s": 1.0}}),
+                serde_json::json!({"store": "embedded", "admits_per_s": 1.0, "sweep": {"sweep_s": 5.0}}),
+                serde_json::json!({"store": "embedded", "admits_per_s": 2.0, "sweep": {"sweep_s": 3.0}}),
+            ],
+        };
+        let f = runs.figures();
+        assert_eq!(f[0], ("admits_per_s".into(), 1.0, 2.0, 3.0));
+        assert_eq!(f[1], ("sweep.sweep_s".into(), 1.0, 3.0, 5.0));
+        let j = runs.to_json();
+        assert_eq!(j["admits_per_s"], 2.0);
+        assert_eq!(j["sweep"]["sweep_s"], 3.0);
+        assert_eq!(j["store"], "embedded");
+        assert_eq!(j["runs"], 3);
+        assert_eq!(j["spread"]["admits_per_s"]["min"], 1.0);
+        assert_eq!(j["spread"]["sweep.sweep_s"]["max"], 5.0);
+    }
 }

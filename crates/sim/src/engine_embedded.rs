@@ -15,7 +15,7 @@ use anyhow::{Context, bail};
 
 use super::{
     EngineArgs, EngineOutput, EngineReport, Histogram, SweepReport, admits, joins, member,
-    open_embedded, p50_p99_max_us, polls, random_members, ranks, rss_bytes,
+    open_embedded, p50_p99_max_us, polls, random_members, ranks, rss_bytes, settle,
 };
 
 const EVENT: &str = "bench";
@@ -36,6 +36,7 @@ pub(super) async fn run(args: &EngineArgs) -> anyhow::Result<EngineOutput> {
         index_ranks(&embedded, &event, n, args.rank_samples)?;
     let (status_p50_us, status_p99_us, _) = ranks(&store, &event, n, args.rank_samples).await?;
     let polls_per_s = polls(&store, &event, n, args.polls, args.tasks).await?;
+    let poll_flush_s = settle(&store, &event).await?;
     let admitted = args.admits.min(n / 10);
     let admits_per_s = admits(&store, &event, admitted).await?;
     drop((store, embedded));
@@ -65,6 +66,7 @@ pub(super) async fn run(args: &EngineArgs) -> anyhow::Result<EngineOutput> {
                 / n.max(1) as f64,
             rank_max_us,
             polls_per_s,
+            poll_flush_s,
             baseline_zadd_per_s: None,
         },
         status_p50_us: Some(status_p50_us),
@@ -265,6 +267,7 @@ pub(super) async fn reopen(dir: &Path) -> anyhow::Result<EngineReport> {
         bytes_per_waiter_after_joins: 0.0,
         rank_max_us: 0.0,
         polls_per_s: 0.0,
+        poll_flush_s: 0.0,
         baseline_zadd_per_s: None,
     })
 }

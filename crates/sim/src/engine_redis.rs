@@ -21,7 +21,7 @@ use anyhow::{Context, bail};
 
 use anteroom_core::score::JoinScoring;
 
-use super::{EngineArgs, EngineReport, Histogram, admits, member, polls, ranks};
+use super::{EngineArgs, EngineReport, Histogram, admits, member, polls, ranks, settle};
 
 /// Every key the backend keeps per event (see `anteroom_store::redis`'s key
 /// layout), so the benchmark can clean up without scanning.
@@ -243,6 +243,7 @@ pub(super) async fn run(args: &EngineArgs) -> anyhow::Result<EngineReport> {
     probe.report("status", args.rank_samples).await?;
     let probe = Probe::start(&raw, &queues).await?;
     let polls_per_s = polls(&store, event, per_event, args.polls, args.tasks).await?;
+    let poll_flush_s = settle(&store, event).await?;
     probe
         .report("polls (concurrent status)", args.polls)
         .await?;
@@ -289,6 +290,7 @@ pub(super) async fn run(args: &EngineArgs) -> anyhow::Result<EngineReport> {
         bytes_per_waiter_after_joins: per_waiter,
         rank_max_us,
         polls_per_s,
+        poll_flush_s,
         baseline_zadd_per_s: Some(baseline_zadd_per_s),
     })
 }

@@ -34,8 +34,8 @@ async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Engine(args) => {
-            let report = engine::run(&args).await?;
-            engine::print(&report, args.json)
+            let runs = engine::run_all(&args).await?;
+            engine::print(&runs, &args)
         }
         Command::Crowd(args) => anteroom_sim::crowd::run(args).await,
         Command::Origin(args) => anteroom_sim::origin::run(args).await,
