@@ -1,12 +1,18 @@
 //! `anteroom-sim crowd`: a flash crowd of virtual visitors against a real
 //! Anteroom, judged by [`crate::report`].
 //!
-//! Each visitor is a tokio task with its own cookies; all share one connection
-//! pool whose requests in flight are bounded by `--connections`, so a 100k
-//! crowd does not need 100k sockets. A sampler records the timeline for
-//! `--plot` every 250 ms.
+//! Visitors are not tasks: each is a small record in one array, advanced by
+//! one scheduler ([`fleet`]) over a fixed pool of `--connections` HTTP/1.1
+//! keep-alive connections, so a million-visitor crowd needs a few tens of
+//! megabytes and a few hundred sockets. The report says how much CPU the
+//! simulator itself used and how late its requests left against their
+//! schedule, so a run tells whether the simulator or the server held it
+//! back. A sampler records the timeline for `--plot` every 250 ms.
 
 mod arrival;
+mod conn;
+mod fleet;
+mod usage;
 mod visitor;
 mod wire;
 
@@ -14,16 +20,17 @@ pub use wire::{Cookies, QueuePosition};
 
 use std::{net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
 
-use anyhow::Context;
+use anyhow::{Context, bail};
+use hyper::{Uri, header::HeaderValue};
 use rand::{Rng, SeedableRng, rngs::StdRng};
-use tokio::{sync::Semaphore, time::Instant};
+use tokio::time::Instant;
 
 pub use arrival::{Arrival, schedule};
-use visitor::{Live, Plan, Shared};
+use fleet::{Config, Fleet, Live};
 
 use crate::{
     origin::{LatencyModel, OriginStats, StatsReader, serve_origin},
-    report::{self, Report, RunFacts, Sample, VisitorRecord},
+    report::{self, Report, RunFacts, Sample, SimFacts},
 };
 
 /// `anteroom-sim crowd`.
@@ -76,7 +83,8 @@ pub struct CrowdArgs {
     /// Poll every this many milliseconds instead of honouring `pollAfterMs`.
     #[arg(long)]
     pub fixed_poll: Option<u64>,
-    /// Most requests in flight at once (bounds open connections).
+    /// Keep-alive connections (sockets) the visitors share: the most
+    /// requests in flight at once.
     #[arg(long, default_value_t = 512)]
     pub connections: usize,
     /// Stop the run after this many seconds, whatever is left.
@@ -142,76 +150,121 @@ pub async fn run(args: CrowdArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The target's socket address and `Host`, from `http://host:port`.
+async fn target(url: &str) -> anyhow::Result<(std::net::SocketAddr, String)> {
+    let Some(rest) = url.strip_prefix("http://") else {
+        bail!("--target must be an http:// URL (the crowd speaks plain HTTP/1.1): {url}");
+    };
+    let authority = rest.split('/').next().unwrap_or_default();
+    let with_port = if authority.contains(':') {
+        authority.to_owned()
+    } else {
+        format!("{authority}:80")
+    };
+    let addr = tokio::net::lookup_host(&with_port)
+        .await
+        .with_context(|| format!("resolving {with_port}"))?
+        .next()
+        .with_context(|| format!("{with_port} has no address"))?;
+    Ok((addr, authority.to_owned()))
+}
+
 /// Runs the crowd to completion (or `--timeout`) and judges it.
 pub async fn simulate(args: &CrowdArgs, origin: OriginSource) -> anyhow::Result<Outcome> {
     let client = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
-        .pool_max_idle_per_host(args.connections)
         .timeout(Duration::from_secs(30))
         .build()?;
-    let start = Instant::now();
-    let shared = Arc::new(Shared {
-        client: client.clone(),
-        base: args.target.trim_end_matches('/').to_owned(),
-        event: args.event.clone(),
-        permits: Semaphore::new(args.connections.max(1)),
-        start,
-        fixed_poll: args.fixed_poll.map(Duration::from_millis),
-        browse: Duration::from_millis(args.browse),
-        browse_path: args.browse_path.clone(),
-        live: Live::default(),
-    });
+    let (addr, host) = target(&args.target).await?;
+    let uri = |path: &str| -> anyhow::Result<Uri> {
+        format!("{path}?eventId={}", args.event)
+            .parse()
+            .with_context(|| format!("event id {:?} in a URL", args.event))
+    };
+    let cfg = Config {
+        addr,
+        host: HeaderValue::from_str(&host).context("target host")?,
+        enter: uri("/api/queue/enter")?,
+        position: uri("/api/queue/position")?,
+        redeem: uri("/api/queue/redeem")?,
+        release: uri("/api/queue/release")?,
+        browse: args.browse_path.parse().context("--browse-path")?,
+        fixed_poll_us: args.fixed_poll.map(|ms| ms * 1000),
+        browse_pause_us: args.browse * 1000 / 4,
+        connections: args.connections.max(1),
+        deadline_us: args.timeout.saturating_mul(1_000_000),
+    };
+    let load_start = usage::load_average();
+    let rss_before = usage::rss_bytes();
+    let cpu_before = usage::cpu_seconds();
     let mut rng = StdRng::seed_from_u64(args.seed);
-    let arrivals = schedule(args.arrival, args.visitors, args.rate, &mut rng);
-    let deadline = start + Duration::from_secs(args.timeout);
-
-    let (stop_sampling, sampler) = spawn_sampler(shared.clone(), origin.clone(), client.clone());
-    let mut tasks = Vec::with_capacity(args.visitors);
-    for (i, at) in arrivals.into_iter().enumerate() {
-        let plan = Plan {
-            id: i as u64,
-            bot: rng.random_bool(args.bots.clamp(0.0, 1.0)),
-            abandon: rng.random_bool(args.abandon.clamp(0.0, 1.0)),
-        };
-        let shared = shared.clone();
-        tasks.push(tokio::spawn(async move {
-            let mut rec = VisitorRecord::default();
-            tokio::time::sleep_until(start + at).await;
-            let lived =
-                tokio::time::timeout_at(deadline, visitor::visit(&shared, plan, &mut rec)).await;
-            if lived.is_err() {
-                rec.errors.push("deadline".into());
-            }
-            rec
-        }));
+    let arrivals: Vec<u64> = schedule(args.arrival, args.visitors, args.rate, &mut rng)
+        .into_iter()
+        .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+        .collect();
+    let plans: Vec<u8> = (0..args.visitors)
+        .map(|_| {
+            let bot = rng.random_bool(args.bots.clamp(0.0, 1.0));
+            let abandon = rng.random_bool(args.abandon.clamp(0.0, 1.0));
+            (u8::from(bot) * visitor::BOT) | (u8::from(abandon) * visitor::ABANDON)
+        })
+        .collect();
+    if args.visitors > u32::MAX as usize {
+        bail!("at most {} visitors", u32::MAX);
     }
-    let mut records = Vec::with_capacity(tasks.len());
-    for t in tasks {
-        records.push(t.await.context("a visitor task panicked")?);
-    }
+    let live = Arc::new(Live::default());
+    let start = Instant::now();
+    let (fleet, solved) = Fleet::new(cfg, start, live.clone(), &plans, arrivals, rng);
+    drop(plans);
+    let (stop_sampling, sampler) =
+        spawn_sampler(live.clone(), start, origin.clone(), client.clone());
+    // The scheduler gets a task of its own so it never waits behind the sampler.
+    let finished = tokio::spawn(fleet.run(solved))
+        .await
+        .context("the crowd's scheduler panicked")?;
     let duration_s = start.elapsed().as_secs_f64();
+    live.rss_max
+        .fetch_max(usage::rss_bytes(), std::sync::atomic::Ordering::Relaxed);
+    let cpu_s = match (cpu_before, usage::cpu_seconds()) {
+        (Some(a), Some(b)) => b - a,
+        _ => 0.0,
+    };
     let _ = stop_sampling.send(());
     let timeline = sampler.await.unwrap_or_default();
     let final_stats = origin.read(&client).await;
     let sampled_max = timeline.iter().filter_map(|s| s.origin_concurrency).max();
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    let rss_max = live.rss_max.load(std::sync::atomic::Ordering::Relaxed);
+    let sim = SimFacts {
+        cpu_s,
+        cpu_share: cpu_s / duration_s.max(1e-9) / cores as f64,
+        cores,
+        scheduler_busy_share: finished.busy.as_secs_f64() / duration_s.max(1e-9),
+        connections: args.connections.max(1),
+        connects: finished.connects,
+        requests: finished.requests,
+        rss_max_bytes: rss_max,
+        bytes_per_visitor: rss_max.saturating_sub(rss_before) as f64 / args.visitors.max(1) as f64,
+        load_start,
+        load_end: usage::load_average(),
+    };
     let facts = RunFacts {
         max_origin_concurrency: final_stats.map(|s| s.max_concurrency).or(sampled_max),
         max_active: args.max_active,
-        max_active_observed: shared
-            .live
-            .max_active
-            .load(std::sync::atomic::Ordering::Relaxed),
+        max_active_observed: live.max_active.load(std::sync::atomic::Ordering::Relaxed),
         duration_s,
+        sim,
     };
     Ok(Outcome {
-        report: report::build(&records, facts),
+        report: report::build(&finished.records, &finished.tally, facts),
         timeline,
     })
 }
 
 /// Samples the live counters and the origin every 250 ms until told to stop.
 fn spawn_sampler(
-    shared: Arc<Shared>,
+    live: Arc<Live>,
+    start: Instant,
     origin: OriginSource,
     client: reqwest::Client,
 ) -> (
@@ -229,8 +282,9 @@ fn spawn_sampler(
                 _ = tick.tick() => {}
                 _ = &mut stopped => break,
             }
-            let t_s = shared.start.elapsed().as_secs_f64();
-            let admitted = shared.live.admitted.load(Relaxed);
+            let t_s = start.elapsed().as_secs_f64();
+            live.rss_max.fetch_max(usage::rss_bytes(), Relaxed);
+            let admitted = live.admitted.load(Relaxed);
             let dt = t_s - last_t;
             let admission_rate = if dt > 0.0 {
                 (admitted - last_admitted) as f64 / dt
@@ -240,8 +294,8 @@ fn spawn_sampler(
             (last_t, last_admitted) = (t_s, admitted);
             samples.push(Sample {
                 t_s,
-                waiting: shared.live.waiting.load(Relaxed),
-                active: shared.live.active.load(Relaxed),
+                waiting: live.waiting.load(Relaxed),
+                active: live.active.load(Relaxed),
                 admission_rate,
                 origin_concurrency: origin.read(&client).await.map(|s| s.concurrency),
             });

@@ -1,16 +1,20 @@
 //! The judge: turns what every visitor saw into the crowd report (fairness,
 //! origin safety, ETA honesty, polling cost, latency, errors), as text or JSON.
 
+pub mod hist;
 pub mod stats;
 
 use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use stats::{Observed, certain_inversions, kendall_tau, median, percentile};
+pub use hist::Hist;
+use stats::{Observed, certain_inversions, kendall_tau, median};
 
-/// Everything one visitor saw. Times are microseconds since the run started.
-#[derive(Debug, Clone, Default)]
+/// Everything the judge needs of one visitor. Times are microseconds since
+/// the run started; latencies and errors are tallied for the whole crowd
+/// ([`Tally`]), so a million visitors do not keep one list each.
+#[derive(Debug, Clone, Copy, Default)]
 pub struct VisitorRecord {
     pub bot: bool,
     /// Whether the visitor arrived before the event opened (`NOT_OPEN`): such
@@ -29,12 +33,50 @@ pub struct VisitorRecord {
     pub polls: u32,
     /// Proof-of-work challenges solved.
     pub challenges: u32,
-    /// Request latencies in microseconds, per kind.
-    pub enter_us: Vec<u64>,
-    pub position_us: Vec<u64>,
-    pub redeem_us: Vec<u64>,
-    /// Error kinds met, e.g. `position_429` or `enter_timeout`.
-    pub errors: Vec<String>,
+}
+
+/// What the crowd as a whole met: request latencies per kind, how late the
+/// simulator sent its requests against their schedule, and errors.
+#[derive(Debug, Clone, Default)]
+pub struct Tally {
+    pub enter_us: Hist,
+    pub position_us: Hist,
+    pub redeem_us: Hist,
+    /// Every request: how long after its scheduled time it was sent.
+    pub lag_us: Hist,
+    /// Position polls only (a burst schedules every arrival at 0, so the
+    /// arrivals' lateness is the burst's backlog, not pacing).
+    pub poll_lag_us: Hist,
+    /// Error occurrences by kind, e.g. `position_429_rate_limited`.
+    pub errors: BTreeMap<String, u64>,
+    /// Visitors that gave up, by the error that ended them (`deadline`:
+    /// still under way when the run stopped). Every visitor that does not
+    /// live its whole plan is here exactly once.
+    pub gave_up: BTreeMap<String, u64>,
+}
+
+/// The simulator's own cost and pacing, so a run says which side was the bottleneck.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct SimFacts {
+    /// CPU seconds the simulator used (user + system, all threads).
+    pub cpu_s: f64,
+    /// `cpu_s / duration_s / cores`: 1.0 is every core of the box busy with the simulator.
+    pub cpu_share: f64,
+    pub cores: usize,
+    /// Share of the run the scheduler (one task: every visitor's state) was busy.
+    pub scheduler_busy_share: f64,
+    /// Keep-alive connections (sockets) the visitors share.
+    pub connections: usize,
+    /// Connections opened over the run (reconnects after the server closed one).
+    pub connects: u64,
+    pub requests: u64,
+    /// Highest resident set size sampled while the crowd ran, and that
+    /// above the process's size before the visitors existed, per visitor.
+    pub rss_max_bytes: u64,
+    pub bytes_per_visitor: f64,
+    /// `/proc/loadavg` (1 minute) at the start and at the end of the run.
+    pub load_start: Option<f64>,
+    pub load_end: Option<f64>,
 }
 
 /// One point of the timeline, sampled about every 250 ms.
@@ -60,10 +102,10 @@ pub struct Latency {
 }
 
 impl Latency {
-    fn of(us: &[u64]) -> Self {
-        let ms = |p| percentile(us, p).map(|v| v as f64 / 1000.0);
+    fn of(us: &Hist) -> Self {
+        let ms = |p| us.percentile(p).map(|v| v as f64 / 1000.0);
         Latency {
-            count: us.len(),
+            count: us.count() as usize,
             p50_ms: ms(50.0),
             p99_ms: ms(99.0),
         }
@@ -101,6 +143,23 @@ pub struct Report {
     pub position_latency: Latency,
     pub redeem_latency: Latency,
     pub duration_s: f64,
+    /// Visitors that lived their whole plan (admitted, browsed, released or
+    /// abandoned on purpose); `visitors = completed + gave_up`.
+    pub completed: usize,
+    /// Visitors that gave up (also in `errors` as `gave_up_<kind>`).
+    pub gave_up: u64,
+    /// The simulator's CPU time / wall time / cores.
+    pub sim_cpu_share: f64,
+    /// How late requests left against their schedule (p50/p99/max, ms), all
+    /// requests and position polls alone.
+    pub sim_lag_p50_ms: Option<f64>,
+    pub sim_lag_p99_ms: Option<f64>,
+    pub sim_lag_max_ms: Option<f64>,
+    pub sim_poll_lag_p99_ms: Option<f64>,
+    /// `simulator` (its CPU or scheduler was saturated), `server` (requests
+    /// left late because every connection was waiting for an answer) or `none`.
+    pub bottleneck: &'static str,
+    pub sim: SimFacts,
 }
 
 /// Inputs to the report that do not come from visitors.
@@ -110,10 +169,30 @@ pub struct RunFacts {
     pub max_active: Option<u64>,
     pub max_active_observed: u64,
     pub duration_s: f64,
+    pub sim: SimFacts,
+}
+
+/// Lateness of sends (p99) from which the crowd did not keep its schedule.
+const LATE_US: u64 = 100_000;
+/// Busy share from which the simulator is taken to be saturated.
+const SATURATED: f64 = 0.85;
+
+/// Which side held the run back: the simulator when its threads or its
+/// scheduler were (nearly) saturated, the server when the simulator had time
+/// to spare yet requests still left late (they waited for a connection whose
+/// answer had not come), else neither.
+pub fn bottleneck(sim: &SimFacts, lag_p99_us: Option<u64>) -> &'static str {
+    if sim.cpu_share >= SATURATED || sim.scheduler_busy_share >= SATURATED {
+        "simulator"
+    } else if lag_p99_us.is_some_and(|l| l >= LATE_US) {
+        "server"
+    } else {
+        "none"
+    }
 }
 
 /// Judges a finished run.
-pub fn build(records: &[VisitorRecord], facts: RunFacts) -> Report {
+pub fn build(records: &[VisitorRecord], tally: &Tally, facts: RunFacts) -> Report {
     let admitted: Vec<&VisitorRecord> = records
         .iter()
         .filter(|r| r.admitted_seen.is_some())
@@ -132,18 +211,17 @@ pub fn build(records: &[VisitorRecord], facts: RunFacts) -> Report {
     let all: Vec<Observed> = fair.iter().map(|(_, o)| *o).collect();
     let within = certain_inversions(&class(false)) + certain_inversions(&class(true));
 
-    let mut errors = BTreeMap::new();
-    for e in records.iter().flat_map(|r| &r.errors) {
-        *errors.entry(e.clone()).or_insert(0) += 1;
+    let mut errors = tally.errors.clone();
+    for (kind, n) in &tally.gave_up {
+        *errors.entry(format!("gave_up_{kind}")).or_insert(0) += n;
     }
+    let gave_up: u64 = tally.gave_up.values().sum();
+    let ms = |v: Option<u64>| v.map(|v| v as f64 / 1000.0);
     let (eta_honest_share, first_eta_to_wait_median) = eta_honesty(&admitted);
     let share = |bot: bool| {
         let of: Vec<_> = records.iter().filter(|r| r.bot == bot).collect();
         let n = of.iter().filter(|r| r.admitted_seen.is_some()).count();
         (!of.is_empty()).then(|| n as f64 / of.len() as f64)
-    };
-    let gather = |f: fn(&VisitorRecord) -> &Vec<u64>| -> Vec<u64> {
-        records.iter().flat_map(|r| f(r).iter().copied()).collect()
     };
     let polls: u64 = records.iter().map(|r| u64::from(r.polls)).sum();
     Report {
@@ -167,10 +245,19 @@ pub fn build(records: &[VisitorRecord], facts: RunFacts) -> Report {
         errors,
         bot_admitted_share: share(true),
         human_admitted_share: share(false),
-        enter_latency: Latency::of(&gather(|r| &r.enter_us)),
-        position_latency: Latency::of(&gather(|r| &r.position_us)),
-        redeem_latency: Latency::of(&gather(|r| &r.redeem_us)),
+        enter_latency: Latency::of(&tally.enter_us),
+        position_latency: Latency::of(&tally.position_us),
+        redeem_latency: Latency::of(&tally.redeem_us),
         duration_s: facts.duration_s,
+        completed: records.len().saturating_sub(gave_up as usize),
+        gave_up,
+        sim_cpu_share: facts.sim.cpu_share,
+        sim_lag_p50_ms: ms(tally.lag_us.percentile(50.0)),
+        sim_lag_p99_ms: ms(tally.lag_us.percentile(99.0)),
+        sim_lag_max_ms: ms(tally.lag_us.max()),
+        sim_poll_lag_p99_ms: ms(tally.poll_lag_us.percentile(99.0)),
+        bottleneck: bottleneck(&facts.sim, tally.lag_us.percentile(99.0)),
+        sim: facts.sim,
     }
 }
 
@@ -268,6 +355,37 @@ pub fn render_text(r: &Report) -> String {
     s += &format!("position latency      {}\n", lat(&r.position_latency));
     s += &format!("redeem latency        {}\n", lat(&r.redeem_latency));
     s += &format!("duration              {:.1} s\n", r.duration_s);
+    s += &format!(
+        "visitors completed    {} (gave up {})\n",
+        r.completed, r.gave_up
+    );
+    s += &format!(
+        "simulator             cpu {:.1}% of {} cores, scheduler busy {:.1}%, {} connections ({} opened), {} requests\n",
+        r.sim_cpu_share * 100.0,
+        r.sim.cores,
+        r.sim.scheduler_busy_share * 100.0,
+        r.sim.connections,
+        r.sim.connects,
+        r.sim.requests
+    );
+    s += &format!(
+        "send lag              p50 {} ms, p99 {} ms, max {} ms (polls p99 {} ms)\n",
+        opt(r.sim_lag_p50_ms, 1),
+        opt(r.sim_lag_p99_ms, 1),
+        opt(r.sim_lag_max_ms, 1),
+        opt(r.sim_poll_lag_p99_ms, 1)
+    );
+    s += &format!(
+        "simulator memory      max rss {:.1} MiB, {:.0} bytes per visitor\n",
+        r.sim.rss_max_bytes as f64 / (1 << 20) as f64,
+        r.sim.bytes_per_visitor
+    );
+    s += &format!(
+        "load average          {} at start, {} at end\n",
+        opt(r.sim.load_start, 2),
+        opt(r.sim.load_end, 2)
+    );
+    s += &format!("bottleneck            {}\n", r.bottleneck);
     if r.errors.is_empty() {
         s += "errors                none\n";
     } else {

@@ -207,6 +207,16 @@ async fn crowd_against_a_fifo_fake_is_judged_fair() {
     assert!(r.max_active_observed <= 20, "{r:#?}");
     assert!(r.polls_per_visitor > 0.0);
     assert!(!outcome.timeline.is_empty());
+    assert_eq!(r.completed, 200, "{r:#?}");
+    assert_eq!(r.gave_up, 0, "{r:#?}");
+    assert!(
+        r.sim.connects <= 64,
+        "one socket per pooled connection: {r:#?}"
+    );
+    assert!(
+        r.sim.requests >= 200 * 7,
+        "enter, poll, redeem, 4 pages, release: {r:#?}"
+    );
     let json = serde_json::to_value(r).unwrap();
     for key in [
         "visitors",
@@ -222,6 +232,11 @@ async fn crowd_against_a_fifo_fake_is_judged_fair() {
         "bot_admitted_share",
         "human_admitted_share",
         "duration_s",
+        "completed",
+        "gave_up",
+        "sim_cpu_share",
+        "sim_lag_p99_ms",
+        "bottleneck",
     ] {
         assert!(json.get(key).is_some(), "missing {key}");
     }

@@ -49,21 +49,9 @@ pub struct Cookies {
 impl Cookies {
     /// Keeps every `anteroom_*` cookie the answer sets (and forgets cleared ones).
     pub fn absorb(&mut self, headers: &HeaderMap) {
-        for value in headers.get_all(SET_COOKIE) {
-            let Ok(value) = value.to_str() else { continue };
-            let pair = value.split(';').next().unwrap_or_default();
-            let Some((name, val)) = pair.split_once('=') else {
-                continue;
-            };
-            let val = (!val.trim().is_empty()).then(|| val.trim().to_owned());
-            let name = name.trim();
-            let name = match name.strip_prefix("__Host-") {
-                Some(bare) => {
-                    self.host_prefix = true;
-                    bare
-                }
-                None => name,
-            };
+        for (name, host, val) in set_cookies(headers) {
+            self.host_prefix |= host;
+            let val = val.map(str::to_owned);
             match name {
                 "anteroom_sid" => self.sid = val,
                 "anteroom_pass" => self.pass = val,
@@ -84,6 +72,22 @@ impl Cookies {
         }
         (!parts.is_empty()).then(|| parts.join("; "))
     }
+}
+
+/// The cookies an answer sets: (name without `__Host-`, whether it had the
+/// prefix, value or `None` when cleared).
+pub fn set_cookies(headers: &HeaderMap) -> impl Iterator<Item = (&str, bool, Option<&str>)> {
+    headers.get_all(SET_COOKIE).into_iter().filter_map(|value| {
+        let pair = value.to_str().ok()?.split(';').next().unwrap_or_default();
+        let (name, val) = pair.split_once('=')?;
+        let val = val.trim();
+        let val = (!val.is_empty()).then_some(val);
+        let name = name.trim();
+        Some(match name.strip_prefix("__Host-") {
+            Some(bare) => (bare, true, val),
+            None => (name, false, val),
+        })
+    })
 }
 
 /// Seconds from a `Retry-After` header, when present and numeric.

@@ -1,0 +1,667 @@
+//! The crowd's scheduler: every visitor's state in one array, one timer heap
+//! of who acts next and when, and a fixed pool of HTTP/1.1 keep-alive
+//! connections. A visitor whose turn is due takes the next free connection,
+//! sends the one request its [`Step`] calls for, and its answer moves it on
+//! and sets its next turn (`pollAfterMs` with jitter, a browse pause, a
+//! back-off). There is no task per visitor, so a million visitors cost
+//! their array (about 52 bytes each) plus a timer entry, not a million stacks.
+//!
+//! How late each request left against its scheduled turn is recorded: with
+//! the simulator's own CPU share, that tells a slow server (every connection
+//! waiting for an answer) from a saturated simulator.
+
+use std::{
+    cmp::Reverse,
+    collections::{BinaryHeap, HashMap},
+    net::SocketAddr,
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::Duration,
+};
+
+use bytes::Bytes;
+use futures::{FutureExt, StreamExt, stream::FuturesUnordered};
+use http_body_util::Full;
+use hyper::{
+    Method, Request, StatusCode, Uri,
+    header::{self, HeaderMap, HeaderValue},
+};
+use rand::{Rng, rngs::StdRng};
+use tokio::{sync::mpsc, time::Instant};
+
+use super::{
+    conn::{Answer, Conn, Exchange},
+    visitor::{
+        ABANDON, BOT, HAS_SID, HOST_PREFIX, NEVER, PRE_OPEN, REDEEMED, RELEASED, Step, Visitor,
+        WAITING, tick_down, tick_up,
+    },
+    wire::{ChallengeAnswer, ErrorBody, QueuePosition, retry_after, set_cookies},
+};
+use crate::report::{Tally, VisitorRecord};
+
+/// Gives up after this many failed requests in a row (or challenges answered).
+const MAX_FAILURES: u8 = 10;
+/// Pages an admitted visitor reads through the gate while browsing.
+const PAGES: u8 = 4;
+/// Wait before resending a request that got no answer.
+const RETRY_US: u64 = 500_000;
+
+/// Counters the timeline sampler reads while the crowd runs.
+#[derive(Default)]
+pub struct Live {
+    pub waiting: AtomicU64,
+    pub active: AtomicU64,
+    pub max_active: AtomicU64,
+    pub admitted: AtomicU64,
+    pub rss_max: AtomicU64,
+}
+
+/// What the scheduler needs to know of the run.
+pub struct Config {
+    pub addr: SocketAddr,
+    pub host: HeaderValue,
+    pub enter: Uri,
+    pub position: Uri,
+    pub redeem: Uri,
+    pub release: Uri,
+    pub browse: Uri,
+    pub fixed_poll_us: Option<u64>,
+    pub browse_pause_us: u64,
+    pub connections: usize,
+    /// The run stops this long after its start, whatever is left.
+    pub deadline_us: u64,
+}
+
+/// A finished crowd: what the judge reads, and the scheduler's own figures.
+pub struct Finished {
+    pub records: Vec<VisitorRecord>,
+    pub tally: Tally,
+    pub connects: u64,
+    pub requests: u64,
+    /// Time the scheduler spent working (not waiting for an answer or a turn).
+    pub busy: Duration,
+}
+
+/// A proof-of-work answer, ready to send with the visitor's next enter.
+pub struct Solved {
+    id: u32,
+    body: Bytes,
+}
+
+pub struct Fleet {
+    cfg: Config,
+    start: Instant,
+    live: Arc<Live>,
+    visitors: Vec<Visitor>,
+    /// Arrival times (µs from the start, non-decreasing), visitor i's at i.
+    arrivals: Vec<u64>,
+    next_arrival: usize,
+    /// Every later turn: (due µs, visitor).
+    timers: BinaryHeap<Reverse<(u64, u32)>>,
+    /// The few long values only some visitors hold at a time.
+    tokens: HashMap<u32, Box<str>>,
+    passes: HashMap<u32, Box<str>>,
+    answers: HashMap<u32, Bytes>,
+    /// Session ids that are not 32 hex digits (kept whole).
+    odd_sids: HashMap<u32, Box<str>>,
+    tally: Tally,
+    rng: StdRng,
+    settled: usize,
+    connects: u64,
+    requests: u64,
+    solved_tx: mpsc::UnboundedSender<Solved>,
+}
+
+/// `op_status_error`, e.g. `enter_403_blocked`, for the errors table.
+fn error_kind(op: &str, a: &Answer) -> String {
+    match serde_json::from_slice::<ErrorBody>(&a.body) {
+        Ok(e) => format!("{op}_{}_{}", a.status.as_u16(), e.error),
+        Err(_) => format!("{op}_{}", a.status.as_u16()),
+    }
+}
+
+const CHROME: &str = "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/124.0 Safari/537.36";
+
+impl Fleet {
+    /// A crowd of `plans.len()` visitors (their `BOT`/`ABANDON` flags)
+    /// arriving at `arrivals` (µs from `start`).
+    pub fn new(
+        cfg: Config,
+        start: Instant,
+        live: Arc<Live>,
+        plans: &[u8],
+        arrivals: Vec<u64>,
+        rng: StdRng,
+    ) -> (Self, mpsc::UnboundedReceiver<Solved>) {
+        let (solved_tx, solved_rx) = mpsc::unbounded_channel();
+        let fleet = Fleet {
+            cfg,
+            start,
+            live,
+            visitors: plans.iter().map(|&f| Visitor::new(f)).collect(),
+            arrivals,
+            next_arrival: 0,
+            timers: BinaryHeap::with_capacity(plans.len()),
+            tokens: HashMap::new(),
+            passes: HashMap::new(),
+            answers: HashMap::new(),
+            odd_sids: HashMap::new(),
+            tally: Tally::default(),
+            rng,
+            settled: 0,
+            connects: 0,
+            requests: 0,
+            solved_tx,
+        };
+        (fleet, solved_rx)
+    }
+
+    fn now_us(&self) -> u64 {
+        u64::try_from(self.start.elapsed().as_micros()).unwrap_or(u64::MAX)
+    }
+
+    /// The next turn, arrivals and timers merged: (due µs, visitor, is an arrival).
+    fn peek(&self) -> Option<(u64, u32, bool)> {
+        let arrival = self
+            .arrivals
+            .get(self.next_arrival)
+            .map(|&at| (at, self.next_arrival as u32, true));
+        let timer = self
+            .timers
+            .peek()
+            .map(|Reverse((at, id))| (*at, *id, false));
+        match (arrival, timer) {
+            (Some(a), Some(t)) => Some(if t.0 < a.0 { t } else { a }),
+            (a, t) => a.or(t),
+        }
+    }
+
+    fn pop_due(&mut self, now: u64) -> Option<(u64, u32)> {
+        let (due, id, arrival) = self.peek().filter(|t| t.0 <= now)?;
+        if arrival {
+            self.next_arrival += 1;
+        } else {
+            self.timers.pop();
+        }
+        Some((due, id))
+    }
+
+    fn schedule(&mut self, id: u32, at_us: u64) {
+        self.timers.push(Reverse((at_us, id)));
+    }
+
+    fn error(&mut self, kind: &str) {
+        match self.tally.errors.get_mut(kind) {
+            Some(n) => *n += 1,
+            None => {
+                self.tally.errors.insert(kind.to_owned(), 1);
+            }
+        }
+    }
+
+    /// Ends a visitor's life early: counted once under `gave_up`, by `why`.
+    fn give_up(&mut self, id: u32, why: &str) {
+        *self.tally.gave_up.entry(why.to_owned()).or_insert(0) += 1;
+        self.settle(id, Step::Failed);
+    }
+
+    fn settle(&mut self, id: u32, step: Step) {
+        let v = &mut self.visitors[id as usize];
+        if v.has(WAITING) {
+            v.set(WAITING, false);
+            self.live.waiting.fetch_sub(1, Ordering::Relaxed);
+        }
+        if matches!(v.step, Step::Browse) {
+            self.live.active.fetch_sub(1, Ordering::Relaxed);
+        }
+        v.step = step;
+        self.settled += 1;
+        self.tokens.remove(&id);
+        self.passes.remove(&id);
+        self.answers.remove(&id);
+        self.odd_sids.remove(&id);
+    }
+
+    fn cookie(&self, id: u32) -> Option<HeaderValue> {
+        let v = &self.visitors[id as usize];
+        let prefix = if v.has(HOST_PREFIX) { "__Host-" } else { "" };
+        let mut c = String::with_capacity(160);
+        if v.has(HAS_SID) {
+            c.push_str(prefix);
+            c.push_str("anteroom_sid=");
+            v.sid_hex(&mut c);
+        } else if let Some(sid) = self.odd_sids.get(&id) {
+            c.push_str(prefix);
+            c.push_str("anteroom_sid=");
+            c.push_str(sid);
+        }
+        if let Some(pass) = self.passes.get(&id) {
+            if !c.is_empty() {
+                c.push_str("; ");
+            }
+            c.push_str(prefix);
+            c.push_str("anteroom_pass=");
+            c.push_str(pass);
+        }
+        if c.is_empty() {
+            return None;
+        }
+        HeaderValue::from_str(&c).ok()
+    }
+
+    /// Keeps every `anteroom_*` cookie the answer sets (and forgets cleared ones).
+    fn absorb(&mut self, id: u32, headers: &HeaderMap) {
+        for (name, host, val) in set_cookies(headers) {
+            let v = &mut self.visitors[id as usize];
+            if host {
+                v.set(HOST_PREFIX, true);
+            }
+            match (name, val) {
+                ("anteroom_sid", Some(sid)) => {
+                    if v.set_sid(sid) {
+                        self.odd_sids.remove(&id);
+                    } else {
+                        v.set(HAS_SID, false);
+                        self.odd_sids.insert(id, sid.into());
+                    }
+                }
+                ("anteroom_sid", None) => {
+                    v.set(HAS_SID, false);
+                    self.odd_sids.remove(&id);
+                }
+                ("anteroom_pass", Some(pass)) => {
+                    self.passes.insert(id, pass.into());
+                }
+                ("anteroom_pass", None) => {
+                    self.passes.remove(&id);
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// The request of visitor `id`'s turn, with its identity: cookies, user
+    /// agent, and a benchmarking-range address (RFC 2544, 198.18.0.0/15) in
+    /// `X-Forwarded-For`, so per-IP limits see distinct clients when the
+    /// server trusts loopback as a proxy.
+    fn request(&mut self, id: u32) -> Option<Request<Full<Bytes>>> {
+        let v = self.visitors[id as usize];
+        let (method, uri, body) = match v.step {
+            Step::Enter => (
+                Method::POST,
+                &self.cfg.enter,
+                self.answers.remove(&id).map(|b| (b, true)),
+            ),
+            Step::Poll => (Method::GET, &self.cfg.position, None),
+            Step::Redeem => {
+                let token = self.tokens.get(&id)?;
+                let body = serde_json::to_vec(&serde_json::json!({ "token": token })).ok()?;
+                (Method::POST, &self.cfg.redeem, Some((body.into(), true)))
+            }
+            Step::Browse => (Method::GET, &self.cfg.browse, None),
+            Step::Release => (Method::POST, &self.cfg.release, None),
+            Step::Solving | Step::Done | Step::Failed => return None,
+        };
+        let ip = format!(
+            "198.{}.{}.{}",
+            18 + ((id >> 16) & 1),
+            (id >> 8) & 0xff,
+            id & 0xff
+        );
+        let mut req = Request::builder()
+            .method(method)
+            .uri(uri.clone())
+            .header(header::HOST, self.cfg.host.clone())
+            .header("x-forwarded-for", ip)
+            .header(header::ACCEPT, HeaderValue::from_static("application/json"));
+        req = if v.has(BOT) {
+            req.header(
+                header::USER_AGENT,
+                HeaderValue::from_static("python-requests/2.31.0"),
+            )
+        } else {
+            req.header(header::USER_AGENT, HeaderValue::from_static(CHROME))
+                .header(
+                    header::ACCEPT_LANGUAGE,
+                    HeaderValue::from_static("en-US,en;q=0.9"),
+                )
+        };
+        if let Some(c) = self.cookie(id) {
+            req = req.header(header::COOKIE, c);
+        }
+        let body = match body {
+            Some((b, json)) => {
+                if json {
+                    req = req.header(
+                        header::CONTENT_TYPE,
+                        HeaderValue::from_static("application/json"),
+                    );
+                }
+                b
+            }
+            None => Bytes::new(),
+        };
+        if v.step == Step::Poll {
+            self.visitors[id as usize].polls += 1;
+        }
+        req.body(Full::new(body)).ok()
+    }
+
+    /// Runs the crowd until every visitor's life is over or the deadline.
+    pub async fn run(mut self, mut solved: mpsc::UnboundedReceiver<Solved>) -> Finished {
+        let addr = self.cfg.addr;
+        let mut idle: Vec<Conn> = (0..self.cfg.connections.max(1))
+            .map(|_| Conn::default())
+            .collect();
+        let mut inflight = FuturesUnordered::new();
+        let deadline =
+            tokio::time::sleep_until(self.start + Duration::from_micros(self.cfg.deadline_us));
+        tokio::pin!(deadline);
+        let mut busy = Duration::ZERO;
+        let mut woke = std::time::Instant::now();
+        let mut timed_out = false;
+        loop {
+            let now = self.now_us();
+            while !idle.is_empty() {
+                let Some((due, id)) = self.pop_due(now) else {
+                    break;
+                };
+                let step = self.visitors[id as usize].step;
+                let Some(req) = self.request(id) else {
+                    continue;
+                };
+                let Some(conn) = idle.pop() else { break };
+                let lag = now.saturating_sub(due);
+                self.tally.lag_us.record(lag);
+                if step == Step::Poll {
+                    self.tally.poll_lag_us.record(lag);
+                }
+                inflight.push(
+                    conn.exchange(addr, req)
+                        .map(move |x: Exchange| (x, id, step, now)),
+                );
+            }
+            if self.settled == self.visitors.len() {
+                break;
+            }
+            let next = self.peek().map(|t| self.start + Duration::from_micros(t.0));
+            busy += woke.elapsed();
+            tokio::select! {
+                biased;
+                () = &mut deadline => {
+                    timed_out = true;
+                }
+                Some((x, id, step, sent)) = inflight.next(), if !inflight.is_empty() => {
+                    woke = std::time::Instant::now();
+                    self.requests += 1;
+                    self.connects += u64::from(x.connected);
+                    idle.push(x.conn);
+                    self.answered(id, step, sent, x.result);
+                }
+                Some(s) = solved.recv() => {
+                    woke = std::time::Instant::now();
+                    let now = self.now_us();
+                    if self.visitors[s.id as usize].step == Step::Solving {
+                        self.visitors[s.id as usize].step = Step::Enter;
+                        self.answers.insert(s.id, s.body);
+                        self.schedule(s.id, now);
+                    }
+                }
+                () = tokio::time::sleep_until(next.unwrap_or_else(Instant::now)), if next.is_some() && !idle.is_empty() => {
+                    woke = std::time::Instant::now();
+                }
+            }
+            if timed_out {
+                break;
+            }
+        }
+        busy += woke.elapsed().min(Duration::from_millis(1));
+        for id in 0..self.visitors.len() as u32 {
+            if !self.visitors[id as usize].settled() {
+                self.error("deadline");
+                self.give_up(id, "deadline");
+            }
+        }
+        Finished {
+            records: self.visitors.iter().map(Visitor::record).collect(),
+            tally: self.tally,
+            connects: self.connects,
+            requests: self.requests,
+            busy,
+        }
+    }
+
+    fn answered(&mut self, id: u32, step: Step, sent: u64, result: Result<Answer, &'static str>) {
+        let received = self.now_us();
+        match step {
+            Step::Enter => self.on_enter(id, sent, received, result),
+            Step::Poll => self.on_poll(id, sent, received, result),
+            Step::Redeem => self.on_redeem(id, received, sent, result),
+            Step::Browse => self.on_browse(id, received, result),
+            Step::Release => self.on_release(id, result),
+            Step::Solving | Step::Done | Step::Failed => {}
+        }
+    }
+
+    /// A failed request: retried after `retry_us` unless `MAX_FAILURES` in a row.
+    fn failed(&mut self, id: u32, kind: &str, retry_at_us: Option<u64>) {
+        self.error(kind);
+        let v = &mut self.visitors[id as usize];
+        v.failures = v.failures.saturating_add(1);
+        match retry_at_us {
+            Some(at) if v.failures < MAX_FAILURES => self.schedule(id, at),
+            _ => self.give_up(id, kind),
+        }
+    }
+
+    fn on_enter(&mut self, id: u32, sent: u64, received: u64, result: Result<Answer, &str>) {
+        let a = match result {
+            Ok(a) => a,
+            Err(e) => return self.failed(id, &format!("enter_{e}"), Some(received + RETRY_US)),
+        };
+        self.tally.enter_us.record(received - sent);
+        self.absorb(id, &a.headers);
+        match a.status.as_u16() {
+            200 => match serde_json::from_slice::<QueuePosition>(&a.body) {
+                Ok(pos) => {
+                    let v = &mut self.visitors[id as usize];
+                    v.arrival_sent = tick_down(sent);
+                    v.arrival_received = tick_up(received);
+                    v.failures = 0;
+                    v.set(PRE_OPEN, pos.status == "NOT_OPEN");
+                    v.set(WAITING, true);
+                    v.step = Step::Poll;
+                    self.live.waiting.fetch_add(1, Ordering::Relaxed);
+                    self.position(id, &pos, sent, received);
+                }
+                Err(_) => {
+                    self.error("enter_bad_body");
+                    self.give_up(id, "enter_bad_body");
+                }
+            },
+            401 => {
+                let Ok(c) = serde_json::from_slice::<ChallengeAnswer>(&a.body) else {
+                    let kind = error_kind("enter", &a);
+                    return self.failed(id, &kind, None);
+                };
+                let v = &mut self.visitors[id as usize];
+                v.failures = v.failures.saturating_add(1);
+                if v.failures >= MAX_FAILURES {
+                    // Challenged again and again: the answers are not accepted.
+                    let kind = error_kind("enter", &a);
+                    self.error(&kind);
+                    return self.give_up(id, &kind);
+                }
+                v.challenges = v.challenges.saturating_add(1);
+                v.step = Step::Solving;
+                let (challenge, difficulty) = (c.challenge.challenge, c.challenge.difficulty);
+                let tx = self.solved_tx.clone();
+                // Hashing is CPU work: keep it off the scheduler.
+                tokio::task::spawn_blocking(move || {
+                    let nonce = anteroom_core::pow::solve(&challenge, difficulty);
+                    let body = serde_json::to_vec(
+                        &serde_json::json!({ "challenge": challenge, "nonce": nonce }),
+                    )
+                    .unwrap_or_default();
+                    let _ = tx.send(Solved {
+                        id,
+                        body: body.into(),
+                    });
+                });
+            }
+            429 | 503 => {
+                let kind = error_kind("enter", &a);
+                let back_off = retry_after(&a.headers).unwrap_or(1) * 1_000_000;
+                self.failed(id, &kind, Some(received + back_off));
+            }
+            _ => {
+                let kind = error_kind("enter", &a);
+                self.failed(id, &kind, None);
+            }
+        }
+    }
+
+    /// A QueuePosition answer (to enter or to a poll) sent at `sent`.
+    fn position(&mut self, id: u32, pos: &QueuePosition, sent: u64, received: u64) {
+        match pos.status.as_str() {
+            "ADMITTED" | "ACTIVE" => {
+                let v = &mut self.visitors[id as usize];
+                v.admitted_seen = tick_up(received);
+                if v.has(WAITING) {
+                    v.set(WAITING, false);
+                    self.live.waiting.fetch_sub(1, Ordering::Relaxed);
+                }
+                self.live.admitted.fetch_add(1, Ordering::Relaxed);
+                match &pos.token {
+                    Some(token) => {
+                        self.visitors[id as usize].step = Step::Redeem;
+                        self.tokens.insert(id, token.as_str().into());
+                        self.schedule(id, received);
+                    }
+                    None => self.start_browsing(id, received),
+                }
+            }
+            "WAITING" | "PAUSED" | "NOT_OPEN" | "DRAINING" => {
+                let v = &mut self.visitors[id as usize];
+                v.last_waiting_sent = tick_down(sent);
+                if v.eta_at == NEVER
+                    && let Some(eta) = pos.estimated_wait_seconds
+                {
+                    v.eta_at = tick_up(received);
+                    v.eta_s = eta as f32;
+                }
+                let told = pos.poll_after_ms.unwrap_or(1000) * 1000;
+                // Up to 10% jitter, as API.md asks of clients.
+                let jittered = told + (told as f64 * self.rng.random::<f64>() * 0.1) as u64;
+                let wait = self.cfg.fixed_poll_us.unwrap_or(jittered);
+                self.schedule(id, received + wait);
+            }
+            other => {
+                let kind = format!("status_{}", other.to_lowercase());
+                self.error(&kind);
+                self.give_up(id, &kind);
+            }
+        }
+    }
+
+    fn on_poll(&mut self, id: u32, sent: u64, received: u64, result: Result<Answer, &str>) {
+        let a = match result {
+            Ok(a) => a,
+            Err(e) => return self.failed(id, &format!("position_{e}"), Some(received + RETRY_US)),
+        };
+        self.tally.position_us.record(received - sent);
+        self.absorb(id, &a.headers);
+        let parsed = serde_json::from_slice::<QueuePosition>(&a.body);
+        match (a.status, parsed) {
+            (StatusCode::OK, Ok(pos)) => {
+                self.visitors[id as usize].failures = 0;
+                self.position(id, &pos, sent, received);
+            }
+            (status, _) => {
+                let kind = error_kind("position", &a);
+                let retry = (status.as_u16() == 429 || status.is_server_error())
+                    .then(|| received + retry_after(&a.headers).unwrap_or(1) * 1_000_000);
+                self.failed(id, &kind, retry);
+            }
+        }
+    }
+
+    fn on_redeem(&mut self, id: u32, received: u64, sent: u64, result: Result<Answer, &str>) {
+        let a = match result {
+            Ok(a) => a,
+            Err(e) => {
+                let kind = format!("redeem_{e}");
+                self.error(&kind);
+                return self.give_up(id, &kind);
+            }
+        };
+        self.tally.redeem_us.record(received - sent);
+        if a.status != StatusCode::OK {
+            let kind = error_kind("redeem", &a);
+            self.error(&kind);
+            return self.give_up(id, &kind);
+        }
+        self.tokens.remove(&id);
+        self.absorb(id, &a.headers);
+        if !self.passes.contains_key(&id)
+            && let Some(pass) = serde_json::from_slice::<serde_json::Value>(&a.body)
+                .ok()
+                .and_then(|v| v.get("pass")?.as_str().map(Box::<str>::from))
+        {
+            // Fall back to the body's pass when no cookie was set.
+            self.passes.insert(id, pass);
+        }
+        self.visitors[id as usize].set(REDEEMED, true);
+        self.start_browsing(id, received);
+    }
+
+    fn start_browsing(&mut self, id: u32, now: u64) {
+        let v = &mut self.visitors[id as usize];
+        v.step = Step::Browse;
+        v.pages_left = PAGES;
+        let active = self.live.active.fetch_add(1, Ordering::Relaxed) + 1;
+        self.live.max_active.fetch_max(active, Ordering::Relaxed);
+        self.schedule(id, now);
+    }
+
+    fn on_browse(&mut self, id: u32, received: u64, result: Result<Answer, &str>) {
+        match result {
+            Ok(a) if a.status.is_success() => self.absorb(id, &a.headers),
+            Ok(a) => {
+                let kind = error_kind("browse", &a);
+                self.error(&kind);
+            }
+            Err(e) => self.error(&format!("browse_{e}")),
+        }
+        let pause = self.cfg.browse_pause_us;
+        let v = &mut self.visitors[id as usize];
+        v.pages_left = v.pages_left.saturating_sub(1);
+        if v.pages_left > 0 {
+            return self.schedule(id, received + pause);
+        }
+        self.live.active.fetch_sub(1, Ordering::Relaxed);
+        if v.has(ABANDON) {
+            v.step = Step::Done;
+            self.settled += 1;
+            self.passes.remove(&id);
+            self.odd_sids.remove(&id);
+        } else {
+            v.step = Step::Release;
+            self.schedule(id, received + pause);
+        }
+    }
+
+    fn on_release(&mut self, id: u32, result: Result<Answer, &str>) {
+        match result {
+            Ok(a) if a.status.is_success() => self.visitors[id as usize].set(RELEASED, true),
+            Ok(a) => {
+                let kind = error_kind("release", &a);
+                self.error(&kind);
+            }
+            Err(e) => self.error(&format!("release_{e}")),
+        }
+        self.settle(id, Step::Done);
+    }
+}

@@ -1,0 +1,141 @@
+//! The crowd against a real Anteroom (in-process, port 0, embedded store)
+//! whose per-IP limits are on and which does not trust loopback as a proxy,
+//! so every visitor is the same address: most are rate limited. Every
+//! visitor must still be accounted for: it either lived its whole plan or
+//! is counted once under `gave_up_<kind>` in `errors`, and the rate-limited
+//! answers are counted by kind. Also checks the simulator reports its own
+//! CPU share, send lag and memory.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use anteroom_sim::{
+    crowd::{Arrival, CrowdArgs, OriginSource, simulate},
+    origin::serve_origin,
+    report::render_text,
+};
+use tokio::net::TcpListener;
+
+fn config(origin: &str, store: &std::path::Path) -> anteroom::Config {
+    let text = format!(
+        r#"
+[server]
+admin_token = "limits-admin-token-0123456789"
+insecure_cookies = true
+[store]
+kind = "embedded"
+path = "{store}"
+[keys]
+secrets = ["limits-test-secret-0123456789abcdef0123"]
+[limits]
+per_ip_per_second = 20
+entries_per_ip = 0
+per_session_per_second = 0
+[[events]]
+id = "limits"
+origin = "{origin}"
+paths = ["/"]
+max_active = 50
+admission = {{ mode = "batch", batch_size = 50, interval = "100ms" }}
+bots = {{ challenge = "off" }}
+"#,
+        store = store.display()
+    );
+    anteroom::Config::from_toml(&text).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rate_limited_visitors_are_counted_never_dropped() {
+    let origin = serve_origin(
+        TcpListener::bind("127.0.0.1:0").await.unwrap(),
+        "fixed:1ms".parse().unwrap(),
+    )
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let public = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let admin = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let target = format!("http://{}", public.local_addr().unwrap());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(anteroom::run(
+        public,
+        admin,
+        config(&format!("http://{}", origin.addr), dir.path()),
+        async {
+            let _ = stopped.await;
+        },
+    ));
+
+    let args = CrowdArgs {
+        target,
+        event: "limits".into(),
+        visitors: 300,
+        arrival: Arrival::Burst,
+        rate: 1000.0,
+        bots: 0.0,
+        abandon: 0.0,
+        browse: 40,
+        browse_path: "/".into(),
+        json: false,
+        plot: None,
+        origin_stats: None,
+        origin_listen: None,
+        origin_latency: "fixed:0ms".parse().unwrap(),
+        max_active: Some(50),
+        fixed_poll: Some(100),
+        connections: 16,
+        // Short on purpose: visitors still retrying then are counted as
+        // `gave_up_deadline`, which is part of what is checked.
+        timeout: 6,
+        seed: 5,
+    };
+    let outcome = simulate(&args, OriginSource::Embedded(origin.stats_reader()))
+        .await
+        .unwrap();
+    let r = &outcome.report;
+    println!("{}", render_text(r));
+
+    assert_eq!(r.visitors, 300);
+    assert_eq!(
+        r.completed as u64 + r.gave_up,
+        300,
+        "every visitor completed or gave up: {r:#?}"
+    );
+    let gave_up: u64 = r
+        .errors
+        .iter()
+        .filter(|(k, _)| k.starts_with("gave_up_"))
+        .map(|(_, n)| n)
+        .sum();
+    assert_eq!(gave_up, r.gave_up, "{:?}", r.errors);
+    assert!(
+        r.gave_up > 0,
+        "a shared address at 20/s cannot serve 300 visitors in 6 s: {r:#?}"
+    );
+    assert!(
+        r.errors.keys().any(|k| k.contains("429_rate_limited")),
+        "rate-limited answers are counted by kind: {:?}",
+        r.errors
+    );
+    assert!(r.admitted >= r.redeemed);
+    assert!(r.sim_cpu_share > 0.0 && r.sim_cpu_share <= 1.0, "{r:#?}");
+    assert!(r.sim_lag_p99_ms.is_some(), "{r:#?}");
+    assert!(r.sim.rss_max_bytes > 0);
+    assert!(r.sim.requests > 300, "{r:#?}");
+    assert!(
+        r.sim.connects <= 16 * 4,
+        "a fixed pool of keep-alive connections, not one per request: {r:#?}"
+    );
+    let json = serde_json::to_value(r).unwrap();
+    for key in [
+        "sim_cpu_share",
+        "sim_lag_p99_ms",
+        "bottleneck",
+        "completed",
+        "gave_up",
+    ] {
+        assert!(json.get(key).is_some(), "missing {key}");
+    }
+
+    let _ = stop.send(());
+    server.await.unwrap().unwrap();
+    origin.shutdown().await;
+}
