@@ -7,6 +7,7 @@ pub mod enter;
 pub mod model;
 pub mod page;
 pub mod redeem;
+pub mod stream;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
@@ -36,6 +37,7 @@ pub fn router() -> Router<Arc<AppState>> {
             post(redeem::redeem_json).get(redeem::redeem_browser),
         )
         .route("/api/queue/release", post(redeem::release))
+        .route("/api/queue/stream", get(stream::stream))
         .route("/queue/{event}", get(page::waiting_page))
         .route("/_anteroom/{*file}", get(page::asset))
 }

@@ -197,6 +197,8 @@ pub struct AppState {
     /// Serialises this node's admin writes, so two changes never validate
     /// against the same old set of events.
     pub admin_writes: tokio::sync::Mutex<()>,
+    /// Open push streams and the per-event fan-out behind them.
+    pub push: crate::push::Push,
     events: RwLock<Arc<Events>>,
 }
 
@@ -247,6 +249,7 @@ impl AppState {
                 .map(|e| (e.id.clone(), e.raw.redacted()))
                 .collect(),
             admin_writes: tokio::sync::Mutex::new(()),
+            push: crate::push::Push::new(config.server.max_streams),
             events: RwLock::new(Arc::new(Events::build(list))),
         })
     }

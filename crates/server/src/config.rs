@@ -104,6 +104,9 @@ pub struct ServerConfig {
     pub shutdown_grace: Duration,
     /// `server.access_log`: one log line per public request.
     pub access_log: bool,
+    /// `server.max_streams`: open push streams this node holds at once;
+    /// past it a stream is refused (`503` + `Retry-After`) and the page polls.
+    pub max_streams: usize,
     /// Drain mode: `server.gateway_nodes`, `server.drain_after` (with `store.timeout`)
     /// and the test-only `server.test_clock_offset_ms`.
     pub drain: crate::drain::clock::DrainSettings,

@@ -24,6 +24,7 @@ pub mod openapi;
 pub mod page;
 pub mod passes;
 pub mod proxy;
+pub mod push;
 pub mod scheduler;
 mod serve;
 pub mod tls;
@@ -221,6 +222,9 @@ async fn serve_all(
     // closes when its last handle drops (the embedded store joins its
     // writer threads after their last commit); every join answered before
     // that was already durable.
+    // Push streams never finish on their own: they end first, so the
+    // graceful stop is not held for `shutdown_grace` by open streams.
+    state.push.close();
     let _ = stop_tx.send(true);
     let _ = public_task.await;
     let _ = admin_task.await;

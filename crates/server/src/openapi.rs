@@ -16,6 +16,7 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
         crate::api::redeem::redeem_json,
         crate::api::redeem::redeem_browser,
         crate::api::redeem::release,
+        crate::api::stream::stream,
         crate::admin::list,
         crate::admin::show,
         crate::admin::events::put,

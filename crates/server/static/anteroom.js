@@ -1,8 +1,9 @@
 /* Anteroom waiting page script.
  *
- * Joins the queue, polls the position with jitter (paused while the tab is
- * hidden), solves proof-of-work in a Web Worker when the server asks, and on
- * admission redeems the token and goes to the return path. Everything it says
+ * Joins the queue, follows the push stream (Server-Sent Events) or, when the
+ * stream is refused or fails, polls the position with jitter (paused while
+ * the tab is hidden), solves proof-of-work in a Web Worker when the server
+ * asks, and on admission redeems the token and goes to the return path. Everything it says
  * comes from the JSON block the server rendered (`#anteroom-config`), in the
  * visitor's language; the page is complete without this script.
  */
@@ -24,6 +25,12 @@
   // often so the visitor does not lose the place by switching tabs.
   var HIDDEN_KEEPALIVE_MS = 120000;
   var MAX_BACKOFF_MS = 30000;
+  // A stream that was refused (the node holds all it may) or never
+  // delivered is tried again this long after, doubling up to the cap; the
+  // page polls meanwhile. One that worked and ended (its lifetime, a
+  // restart) is reopened after one poll.
+  var STREAM_RETRY_MS = 30000;
+  var MAX_STREAM_RETRY_MS = 300000;
 
   var el = {
     status: document.getElementById('ar-status'),
@@ -42,6 +49,12 @@
   var failures = 0;
   var redeeming = false;
   var lastContact = Date.now();
+  var stream = null;
+  var streamRetryAt = 0;
+  var streamFailures = 0;
+  // How the page learnt its position: exposed for the browser tests and
+  // for operators' debugging.
+  var transport = window.anteroomTransport = { streams: 0, streamMessages: 0, polls: 0 };
 
   function fill(template, values) {
     return template.replace(/\{(\w+)\}/g, function (m, key) {
@@ -224,7 +237,74 @@
   }
 
   function poll() {
+    transport.polls++;
     return call('GET', '/position').then(handle, networkError);
+  }
+
+  /* ---- push stream ---- */
+
+  function closeStream() {
+    if (stream) stream.close();
+    stream = null;
+  }
+
+  // Opens the stream unless one is open, the browser has no EventSource or
+  // a failed one is not due again. Returns whether the page now follows a
+  // stream (and so does not poll).
+  function openStream() {
+    if (stream) return true;
+    if (typeof EventSource === 'undefined' || Date.now() < streamRetryAt) return false;
+    var es;
+    try {
+      es = new EventSource(api + '/stream' + query);
+    } catch (e) {
+      return false;
+    }
+    stream = es;
+    transport.streams++;
+    var delivered = false;
+    es.addEventListener('position', function (event) {
+      if (stream !== es) return;
+      var pos;
+      try { pos = JSON.parse(event.data); } catch (e) { return; }
+      delivered = true;
+      streamFailures = 0;
+      failures = 0;
+      lastContact = Date.now();
+      transport.streamMessages++;
+      // The stream replaces the poll loop while it lasts.
+      if (timer) { clearTimeout(timer); timer = null; }
+      onStreamPosition(pos);
+    });
+    es.onerror = function () {
+      // EventSource would reconnect by itself; the page decides instead.
+      if (stream !== es) return;
+      closeStream();
+      if (redeeming) return;
+      if (delivered) {
+        streamRetryAt = 0;
+        schedule(jitter(1500));
+      } else {
+        streamFailures++;
+        streamRetryAt = Date.now() +
+          jitter(Math.min(MAX_STREAM_RETRY_MS, STREAM_RETRY_MS * Math.pow(2, streamFailures - 1)));
+        schedule(0);
+      }
+    };
+    return true;
+  }
+
+  function onStreamPosition(pos) {
+    render(pos);
+    var status = pos.status;
+    if (status === 'ADMITTED' && pos.token) {
+      try { sessionStorage.setItem('anteroomAdmitted', 'stream ' + Date.now()); } catch (e) { /* private mode */ }
+      closeStream();
+      return redeem(pos.token);
+    }
+    if (status === 'NONE') { closeStream(); return enter(); }
+    if (status === 'ACTIVE') { closeStream(); return leave(); }
+    if (status === 'CLOSED') { closeStream(); }
   }
 
   function networkError() {
@@ -263,9 +343,14 @@
       // Not (or no longer) in the queue, e.g. idled out: join again.
       return enter();
     }
-    if (pos.status === 'ADMITTED' && pos.token) return redeem(pos.token);
+    if (pos.status === 'ADMITTED' && pos.token) {
+      try { sessionStorage.setItem('anteroomAdmitted', 'poll ' + Date.now()); } catch (e) { /* private mode */ }
+      return redeem(pos.token);
+    }
     if (pos.status === 'ACTIVE') return leave();
     if (pos.status === 'CLOSED') return;
+    // The stream's first message is the position: no poll while it lasts.
+    if (openStream()) return;
     scheduleNext(pos.pollAfterMs);
   }
 

@@ -199,6 +199,13 @@ fn server(raw: &RawConfig) -> Result<ServerConfig> {
             "must be between 64 and 1048576",
         ));
     }
+    let max_streams = s.max_streams.unwrap_or(20_000);
+    if max_streams > 10_000_000 {
+        return Err(ConfigError::new(
+            "server.max_streams",
+            "must be between 0 and 10000000",
+        ));
+    }
     Ok(ServerConfig {
         listen: addr(
             "server.listen",
@@ -222,6 +229,7 @@ fn server(raw: &RawConfig) -> Result<ServerConfig> {
         max_body_bytes: usize::try_from(max_body_bytes).unwrap_or(16 * 1024),
         shutdown_grace: duration("server.shutdown_grace", s.shutdown_grace.as_deref(), "10s")?,
         access_log: s.access_log.unwrap_or(false),
+        max_streams: usize::try_from(max_streams).unwrap_or(usize::MAX),
         drain: drain_settings(s)?,
         drain_journal: PathBuf::new(),
         trusted_proxies: Vec::new(),

@@ -1,0 +1,333 @@
+//! The fan-out behind push streams (`GET /api/queue/stream`): one hub per
+//! event with open streams on this node, and the node's cap on streams.
+//!
+//! Each tick ([`TICK`]) a hub makes **one** store read for its event (the
+//! event's stats) and publishes what every stream needs from it in a
+//! [`Tick`]: the event's admission progress (`admitted_total`), its queue
+//! length and its phase. No stream reads the store per tick:
+//!
+//! - **Ranks** are derived. Admissions take the best-ranked waiters and,
+//!   while admissions run, nobody joins ahead of a waiting visitor, so a
+//!   visitor read at rank `r` is at rank `r - k` or better once `k` more
+//!   have been admitted. A stream recomputes that lazily, at its own
+//!   cadence, from the latest tick (never higher than the truth, so the
+//!   rank shown never rises).
+//! - **Admissions** wake only the streams they can concern: a stream read
+//!   at rank `r` registers the admission count past which it must have been
+//!   reached (`admitted_total` before its read + `r` + 1), and a tick wakes
+//!   just the streams whose mark it passed; each of those reads its own
+//!   status once. So the per-stream reads follow admissions, not ticks.
+//! - **Phase changes** (pause, resume, close, opening) wake every stream
+//!   through the tick's `watch` channel; that is rare.
+//!
+//! A stream still reads its own status now and then (see `api::stream`):
+//! every second near the front, where the few visitors there must see
+//! departures ahead at once, and otherwise within a third of
+//! `queue_idle_timeout`, which is also what keeps the place alive.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use anteroom_core::phase::Phase;
+use anteroom_store::EventId;
+use tokio::sync::{Notify, watch};
+
+use crate::app::{AppState, lock};
+
+/// How often a hub reads its event's progress and wakes the streams it
+/// concerns: the bound on an admission's way to its visitor, besides the
+/// visitor's own status read.
+pub const TICK: Duration = Duration::from_millis(250);
+
+/// Ticks remembered in [`Tick::recent`]: a stream's rank baseline is the
+/// first tick after its read, looked up here (4 s of ticks).
+const RECENT: usize = 16;
+
+/// What one hub tick learnt, shared by every stream of the event.
+#[derive(Clone, Copy, Debug)]
+pub struct Tick {
+    /// Increases by one with each successful read.
+    pub seq: u64,
+    pub admitted_total: u64,
+    pub waiting: u64,
+    pub phase: Option<Phase>,
+    /// The event is gone from this node (deleted): its streams end.
+    pub gone: bool,
+    /// `(seq, admitted_total)` of the last [`RECENT`] reads, newest last.
+    recent: [(u64, u64); RECENT],
+}
+
+impl Tick {
+    fn new(admitted_total: u64, waiting: u64) -> Self {
+        Self {
+            seq: 0,
+            admitted_total,
+            waiting,
+            phase: None,
+            gone: false,
+            recent: [(0, admitted_total); RECENT],
+        }
+    }
+
+    /// `admitted_total` as of the first read after tick `seq` (or a later
+    /// one, which only undercounts admissions since then); `None` until
+    /// there is one.
+    pub fn admitted_after(&self, seq: u64) -> Option<u64> {
+        if self.seq <= seq {
+            return None;
+        }
+        self.recent
+            .iter()
+            .find(|(s, _)| *s > seq)
+            .map(|(_, a)| *a)
+            .or(Some(self.admitted_total))
+    }
+
+    fn record(&mut self, admitted_total: u64, waiting: u64) {
+        self.seq += 1;
+        self.admitted_total = admitted_total;
+        self.waiting = waiting;
+        self.recent.rotate_left(1);
+        self.recent[RECENT - 1] = (self.seq, admitted_total);
+    }
+}
+
+/// The node's push streams: the cap, the hubs, the shutdown signal.
+pub struct Push {
+    max_streams: usize,
+    open: Arc<AtomicUsize>,
+    hubs: std::sync::Mutex<HashMap<EventId, Arc<Hub>>>,
+    closing: watch::Sender<bool>,
+}
+
+impl std::fmt::Debug for Push {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Push")
+            .field("max_streams", &self.max_streams)
+            .field("open", &self.open.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+impl Push {
+    pub fn new(max_streams: usize) -> Self {
+        Self {
+            max_streams,
+            open: Arc::default(),
+            hubs: std::sync::Mutex::default(),
+            closing: watch::channel(false).0,
+        }
+    }
+
+    /// A place for one more stream, or `None` at `server.max_streams`.
+    pub fn try_open(&self) -> Option<StreamPermit> {
+        let taken = self
+            .open
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < self.max_streams).then_some(n + 1)
+            })
+            .ok()?;
+        metrics::gauge!("anteroom_streams_open").set((taken + 1) as f64);
+        Some(StreamPermit {
+            open: self.open.clone(),
+        })
+    }
+
+    /// Streams open now.
+    pub fn open(&self) -> usize {
+        self.open.load(Ordering::Acquire)
+    }
+
+    /// Resolves once the server stops: every stream ends then.
+    pub fn closing(&self) -> watch::Receiver<bool> {
+        self.closing.subscribe()
+    }
+
+    /// Ends every stream (graceful shutdown).
+    pub fn close(&self) {
+        self.closing.send_replace(true);
+    }
+
+    /// Subscribes a stream to `event`'s hub, starting the hub if it is the
+    /// event's first stream on this node.
+    pub fn subscribe(&self, state: &Arc<AppState>, event: &EventId) -> Subscription {
+        let mut hubs = lock(&self.hubs);
+        let hub = match hubs.get(event) {
+            Some(hub) => hub.clone(),
+            None => {
+                let stats = state
+                    .event(event)
+                    .map(|rt| rt.live.snapshot().stats)
+                    .unwrap_or_default();
+                let hub = Arc::new(Hub {
+                    tick: watch::channel(Tick::new(stats.admitted_total, stats.waiting)).0,
+                    waiters: std::sync::Mutex::default(),
+                    streams: AtomicUsize::new(0),
+                    next_id: AtomicU64::new(0),
+                });
+                hubs.insert(event.clone(), hub.clone());
+                tokio::spawn(run(state.clone(), event.clone(), hub.clone()));
+                hub
+            }
+        };
+        hub.streams.fetch_add(1, Ordering::AcqRel);
+        let id = hub.next_id.fetch_add(1, Ordering::Relaxed);
+        Subscription {
+            tick: hub.tick.subscribe(),
+            hub,
+            id,
+            wake: Arc::new(Notify::new()),
+            mark: None,
+        }
+    }
+}
+
+/// One open stream's place under `server.max_streams`.
+#[derive(Debug)]
+pub struct StreamPermit {
+    open: Arc<AtomicUsize>,
+}
+
+impl Drop for StreamPermit {
+    fn drop(&mut self) {
+        let left = self.open.fetch_sub(1, Ordering::AcqRel).saturating_sub(1);
+        metrics::gauge!("anteroom_streams_open").set(left as f64);
+    }
+}
+
+/// One event's fan-out.
+pub struct Hub {
+    tick: watch::Sender<Tick>,
+    /// Streams waiting for `admitted_total` to reach a mark, by
+    /// `(mark, stream id)`: a tick wakes the ones it passed, no others.
+    waiters: std::sync::Mutex<BTreeMap<(u64, u64), Arc<Notify>>>,
+    streams: AtomicUsize,
+    next_id: AtomicU64,
+}
+
+/// A stream's handle on its event's hub.
+pub struct Subscription {
+    hub: Arc<Hub>,
+    id: u64,
+    /// Woken when an admission may have reached this stream's visitor.
+    pub wake: Arc<Notify>,
+    /// The latest tick; `changed()` fires on phase changes only.
+    pub tick: watch::Receiver<Tick>,
+    mark: Option<(u64, u64)>,
+}
+
+impl Subscription {
+    /// The latest tick (copied; the lock is not held).
+    pub fn latest(&self) -> Tick {
+        *self.tick.borrow()
+    }
+
+    /// Wake this stream once `admitted_total` reaches `mark` (replacing
+    /// any earlier mark); `None` stops waking it for admissions.
+    pub fn wake_at(&mut self, mark: Option<u64>) {
+        let mut waiters = lock(&self.hub.waiters);
+        if let Some(old) = self.mark.take() {
+            waiters.remove(&old);
+        }
+        if let Some(m) = mark {
+            let key = (m, self.id);
+            waiters.insert(key, self.wake.clone());
+            self.mark = Some(key);
+        }
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        self.wake_at(None);
+        self.hub.streams.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A hub's loop: one stats read per tick while the event has streams here.
+async fn run(state: Arc<AppState>, event: EventId, hub: Arc<Hub>) {
+    let mut every = tokio::time::interval(TICK);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut closing = state.push.closing();
+    loop {
+        tokio::select! {
+            _ = every.tick() => {}
+            _ = closing.wait_for(|c| *c) => return,
+        }
+        {
+            // Under the hubs lock: a stream subscribing now either finds
+            // this hub still listed (and keeps it running) or starts anew.
+            let mut hubs = lock(&state.push.hubs);
+            if hub.streams.load(Ordering::Acquire) == 0 {
+                hubs.remove(&event);
+                return;
+            }
+        }
+        let Some(rt) = state.event(&event) else {
+            hub.tick.send_modify(|t| t.gone = true);
+            let mut hubs = lock(&state.push.hubs);
+            hubs.remove(&event);
+            return;
+        };
+        let phase = crate::api::enter::current_phase(&state, &rt);
+        let read = crate::metrics::timed_store("stream_tick", state.store.stats(&event)).await;
+        metrics::counter!("anteroom_stream_fanout_reads_total").increment(1);
+        let admitted_total = match read {
+            Ok(stats) => {
+                hub.tick.send_if_modified(|t| {
+                    t.record(stats.admitted_total, stats.waiting);
+                    let changed = t.phase != Some(phase);
+                    t.phase = Some(phase);
+                    changed
+                });
+                stats.admitted_total
+            }
+            // A store that does not answer: the streams' own reads say
+            // DRAINING; nothing is woken for admissions meanwhile.
+            Err(_) => continue,
+        };
+        let due = {
+            let mut waiters = lock(&hub.waiters);
+            let later = waiters.split_off(&(admitted_total.saturating_add(1), 0));
+            std::mem::replace(&mut *waiters, later)
+        };
+        for wake in due.values() {
+            wake.notify_one();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_rank_baseline_is_the_first_read_after_the_stream_s() {
+        let mut t = Tick::new(100, 50);
+        assert_eq!(t.admitted_after(0), None, "no read since");
+        t.record(110, 40); // seq 1
+        t.record(130, 20); // seq 2
+        assert_eq!(t.admitted_after(0), Some(110));
+        assert_eq!(t.admitted_after(1), Some(130));
+        assert_eq!(t.admitted_after(2), None);
+        for n in 0..40 {
+            t.record(200 + n, 0);
+        }
+        // Fallen out of the window: a later read (fewer admissions counted).
+        assert_eq!(t.admitted_after(1), Some(200 + 40 - RECENT as u64));
+    }
+
+    #[test]
+    fn the_cap_counts_open_streams_and_frees_on_drop() {
+        let push = Push::new(2);
+        let a = push.try_open().unwrap();
+        let _b = push.try_open().unwrap();
+        assert!(push.try_open().is_none());
+        drop(a);
+        assert_eq!(push.open(), 1);
+        assert!(push.try_open().is_some());
+        assert!(Push::new(0).try_open().is_none(), "0 turns streams off");
+    }
+}
