@@ -223,8 +223,6 @@ pub async fn simulate(args: &CrowdArgs, origin: OriginSource) -> anyhow::Result<
         .await
         .context("the crowd's scheduler panicked")?;
     let duration_s = start.elapsed().as_secs_f64();
-    live.rss_max
-        .fetch_max(usage::rss_bytes(), std::sync::atomic::Ordering::Relaxed);
     let cpu_s = match (cpu_before, usage::cpu_seconds()) {
         (Some(a), Some(b)) => b - a,
         _ => 0.0,
