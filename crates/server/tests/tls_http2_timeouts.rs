@@ -1,6 +1,9 @@
 //! HTTP/2 connections cannot pin the node: over real TLS (ALPN `h2`, a real
 //! HTTP/2 client), a connection with no open stream is sent GOAWAY and closed
-//! after `server.http2_idle_timeout`.
+//! after `server.http2_idle_timeout`, and one whose client stops answering
+//! PINGs (behind a relay that goes silent, as a vanished machine does) is
+//! closed after `http2_keep_alive_interval` + `http2_keep_alive_timeout`,
+//! even while a push stream keeps it busy.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[path = "tls/support.rs"]
@@ -91,5 +94,125 @@ async fn an_idle_http2_connection_gets_goaway_after_the_idle_timeout() {
             .any(|l| l.starts_with("anteroom_connections_closed_total{reason=\"idle\"}")),
         "the close is counted: {metrics}"
     );
+    s.stop().await;
+}
+
+/// A TCP relay between the client and the server that can go silent: once
+/// frozen it forwards nothing either way (the client's PING answers never
+/// arrive, as with a client whose machine vanished without a FIN), keeps
+/// reading what the server sends, and reports when the server closes.
+struct Relay {
+    addr: std::net::SocketAddr,
+    frozen: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    closed: tokio::sync::oneshot::Receiver<Instant>,
+}
+
+async fn relay(server: std::net::SocketAddr) -> Relay {
+    use std::sync::atomic::Ordering;
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let frozen = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (closed_tx, closed) = tokio::sync::oneshot::channel();
+    let f = frozen.clone();
+    tokio::spawn(async move {
+        let (client, _) = listener.accept().await.unwrap();
+        let upstream = tokio::net::TcpStream::connect(server).await.unwrap();
+        let (mut cr, mut cw) = client.into_split();
+        let (mut sr, mut sw) = upstream.into_split();
+        let f2 = f.clone();
+        // Client to server: stops forwarding once frozen (the bytes are dropped).
+        tokio::spawn(async move {
+            let mut buf = vec![0u8; 16 * 1024];
+            while let Ok(n) = cr.read(&mut buf).await {
+                if n == 0 {
+                    break;
+                }
+                if !f2.load(Ordering::SeqCst) && sw.write_all(&buf[..n]).await.is_err() {
+                    break;
+                }
+            }
+            std::future::pending::<()>().await;
+        });
+        // Server to client: always read, forward only until frozen, and say
+        // when the server ends the connection.
+        let mut buf = vec![0u8; 16 * 1024];
+        loop {
+            match sr.read(&mut buf).await {
+                Ok(0) | Err(_) => {
+                    let _ = closed_tx.send(Instant::now());
+                    break;
+                }
+                Ok(n) => {
+                    if !f.load(Ordering::SeqCst) {
+                        let _ = cw.write_all(&buf[..n]).await;
+                    }
+                }
+            }
+        }
+        std::future::pending::<()>().await;
+    });
+    Relay {
+        addr,
+        frozen,
+        closed,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_stops_answering_pings_is_closed_even_with_a_stream_open() {
+    let (ca, s) = start(
+        "http2_idle_timeout = \"60s\"\nhttp2_keep_alive_interval = \"1s\"\nhttp2_keep_alive_timeout = \"1s\"",
+    )
+    .await;
+    let relay = relay(s.public).await;
+    let (mut send, conn) = h2(&ca, relay.addr).await;
+    tokio::spawn(conn);
+    let enter = send
+        .send_request(
+            Request::post(format!("https://{HOST}/api/queue/enter?eventId=tickets"))
+                .header("accept-language", "en")
+                .body(Empty::new())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(enter.status(), StatusCode::OK);
+    let cookie = enter
+        .headers()
+        .get_all("set-cookie")
+        .iter()
+        .filter_map(|v| v.to_str().ok()?.split(';').next().map(str::to_owned))
+        .collect::<Vec<_>>()
+        .join("; ");
+    enter.into_body().collect().await.unwrap();
+    // A push stream never ends by itself: the connection is busy, so the
+    // idle timeout (60 s) cannot be what closes it.
+    let stream = send
+        .send_request(get("/api/queue/stream?eventId=tickets", Some(&cookie)))
+        .await
+        .unwrap();
+    assert_eq!(stream.status(), StatusCode::OK);
+    let mut body = stream.into_body();
+    assert!(
+        body.frame().await.is_some_and(|f| f.is_ok()),
+        "the stream sends the position at once"
+    );
+    let silent_from = Instant::now();
+    relay
+        .frozen
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let closed_at = tokio::time::timeout(Duration::from_secs(15), relay.closed)
+        .await
+        .expect("a client that answers no PING is still connected after 15 s")
+        .unwrap();
+    let after = closed_at - silent_from;
+    println!("HTTP/2 client silent with a stream open: closed by the server after {after:?}");
+    assert!(
+        after >= Duration::from_millis(1500),
+        "closed before a PING could go unanswered: {after:?}"
+    );
+    assert!(after <= Duration::from_secs(6), "closed late: {after:?}");
+    drop(body);
     s.stop().await;
 }
