@@ -98,6 +98,28 @@ fn describe() {
         "anteroom_store_latency_seconds",
         "Queue store call latency, by operation"
     );
+    metrics::describe_counter!(
+        "anteroom_origin_commands_total",
+        "Anteroom-Command values seen on origin responses, by command and outcome"
+    );
+    metrics::describe_gauge!("anteroom_streams_open", "Open push streams on this node");
+    metrics::describe_counter!("anteroom_streams_opened_total", "Push streams opened");
+    metrics::describe_counter!(
+        "anteroom_streams_refused_total",
+        "Push streams refused (past server.max_streams)"
+    );
+    metrics::describe_counter!(
+        "anteroom_stream_messages_total",
+        "Positions sent on push streams"
+    );
+    metrics::describe_counter!(
+        "anteroom_stream_reads_total",
+        "Store reads made by single push streams"
+    );
+    metrics::describe_counter!(
+        "anteroom_stream_fanout_reads_total",
+        "Store reads made by the per-event push fan-out (one per event per tick)"
+    );
 }
 
 /// Renders the current metrics in Prometheus text format.
