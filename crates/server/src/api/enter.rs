@@ -229,22 +229,7 @@ pub async fn position(
     rt.counters.polls.increment(1);
     let return_path = safe_return(super::query_param(&parts.uri, "return").as_deref());
     let lang = lang(&parts.headers);
-    let visitor = identity::resolve(
-        &parts.headers,
-        rt.jwt.as_ref(),
-        false,
-        &state.server.cookies,
-    )?;
-    // Polls are refused in memory before they reach the store; a caller
-    // without a session is limited by address alone.
-    let ip = client_ip(&state, &parts.extensions, &parts.headers);
-    let member = visitor.as_ref().map_or("", |v| v.member.as_str());
-    if let Err(limited) = state.bots.check_rate(RateKind::Position, ip, member) {
-        // Refused, but the visitor is there: the place must not idle out
-        // because the address (a NAT full of people) polls too much.
-        state.bots.note_throttled_poll(rt.id(), member);
-        return Err(limited.into());
-    }
+    let visitor = polling_visitor(&state, &rt, &parts)?;
     let Some(visitor) = visitor else {
         let none = anteroom_store::MemberState::None;
         return Ok(
@@ -254,6 +239,32 @@ pub async fn position(
     };
     let position = position_of(&state, &rt, &visitor.member, true, lang, &return_path).await;
     Ok(position.respond(StatusCode::OK))
+}
+
+/// The caller of a position read (a poll, or a push stream opening: both
+/// read the store, so both are limited alike), or `None` without a session.
+/// Reads are refused in memory before they reach the store; a caller
+/// without a session is limited by address alone.
+pub fn polling_visitor(
+    state: &AppState,
+    rt: &EventRuntime,
+    parts: &axum::http::request::Parts,
+) -> Result<Option<Visitor>, ApiError> {
+    let visitor = identity::resolve(
+        &parts.headers,
+        rt.jwt.as_ref(),
+        false,
+        &state.server.cookies,
+    )?;
+    let ip = client_ip(state, &parts.extensions, &parts.headers);
+    let member = visitor.as_ref().map_or("", |v| v.member.as_str());
+    if let Err(limited) = state.bots.check_rate(RateKind::Position, ip, member) {
+        // Refused, but the visitor is there: the place must not idle out
+        // because the address (a NAT full of people) polls too much.
+        state.bots.note_throttled_poll(rt.id(), member);
+        return Err(limited.into());
+    }
+    Ok(visitor)
 }
 
 /// The position of `member`, or DRAINING when the store cannot answer.

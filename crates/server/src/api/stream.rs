@@ -28,11 +28,9 @@ use axum::response::{IntoResponse, Response};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::{QueuePosition, Status, client_ip, lang, query_param, resolve_event, safe_return};
+use super::{QueuePosition, Status, lang, query_param, resolve_event, safe_return};
 use crate::app::AppState;
-use crate::bots::RateKind;
 use crate::error::{ApiError, ErrorBody};
-use crate::identity;
 use crate::push::{StreamPermit, Subscription};
 
 /// A heartbeat comment follows this much silence (the contract: at least
@@ -75,20 +73,9 @@ pub async fn stream(
 ) -> Result<Response, ApiError> {
     let (parts, _) = req.into_parts();
     let rt = resolve_event(&state, &parts.uri)?;
-    let visitor = identity::resolve(
-        &parts.headers,
-        rt.jwt.as_ref(),
-        false,
-        &state.server.cookies,
-    )?;
     // Opening a stream reads the store like a poll, so it counts as one:
     // a reconnect loop is limited like a poll loop.
-    let ip = client_ip(&state, &parts.extensions, &parts.headers);
-    let member = visitor.as_ref().map_or("", |v| v.member.as_str());
-    if let Err(limited) = state.bots.check_rate(RateKind::Position, ip, member) {
-        state.bots.note_throttled_poll(rt.id(), member);
-        return Err(limited.into());
-    }
+    let visitor = super::enter::polling_visitor(&state, &rt, &parts)?;
     let Some(permit) = state.push.try_open() else {
         metrics::counter!("anteroom_streams_refused_total").increment(1);
         return Ok(refused());
