@@ -35,7 +35,7 @@ use async_trait::async_trait;
 use redb::Database;
 use tokio::sync::oneshot;
 
-use self::actor::{Actor, Command, Op, Reply, lock};
+use self::actor::{Actor, Op, ReplyTo, lock};
 use self::state::EventState;
 use crate::{
     Admission, AdmitRequest, EventId, EventStats, ExpireRequest, Expired, JoinOutcome, MemberState,
@@ -117,7 +117,7 @@ impl QueueView<'_> {
 /// One live event: its memory and the way to its actor.
 struct EventHandle {
     state: Arc<Mutex<EventState>>,
-    tx: Mutex<Option<Sender<Command>>>,
+    tx: Mutex<Option<Sender<Op>>>,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -295,12 +295,13 @@ impl EmbeddedStore {
         Ok(h)
     }
 
-    async fn call(&self, id: &EventId, op: Op) -> Result<Reply> {
+    /// Sends the event's actor the operation `op` builds around its reply
+    /// sender, and awaits the answer (after the commit).
+    async fn call<T>(&self, id: &EventId, op: impl FnOnce(ReplyTo<T>) -> Op) -> Result<T> {
         let h = self.event(id)?;
         let (tx, rx) = oneshot::channel();
-        let sent = locked(&h.tx)
-            .as_ref()
-            .map(|s| s.send(Command { op, tx }).is_ok());
+        let op = op(tx);
+        let sent = locked(&h.tx).as_ref().map(|s| s.send(op).is_ok());
         if sent != Some(true) {
             return Err(StoreError::Unavailable(format!(
                 "event {id}: actor stopped"
@@ -410,10 +411,6 @@ fn read_admin(db: &Database, path: &Path) -> Result<HashMap<EventId, AdminState>
     Ok(rows.into_iter().collect())
 }
 
-fn unexpected() -> StoreError {
-    StoreError::Unavailable("event actor answered the wrong operation".into())
-}
-
 #[async_trait]
 impl QueueStore for EmbeddedStore {
     fn name(&self) -> &'static str {
@@ -431,10 +428,12 @@ impl QueueStore for EmbeddedStore {
         scoring: &JoinScoring,
     ) -> Result<JoinOutcome> {
         check_member(member)?;
-        match self.call(event, Op::Join(member.into(), *scoring)).await? {
-            Reply::Join(o) => Ok(o),
-            _ => Err(unexpected()),
-        }
+        self.call(event, |reply| Op::Join {
+            member: member.into(),
+            scoring: *scoring,
+            reply,
+        })
+        .await
     }
 
     async fn status(&self, event: &EventId, member: &str, touch: bool) -> Result<MemberState> {
@@ -447,10 +446,11 @@ impl QueueStore for EmbeddedStore {
     }
 
     async fn admit(&self, event: &EventId, req: &AdmitRequest) -> Result<Vec<Admission>> {
-        match self.call(event, Op::Admit(req.clone())).await? {
-            Reply::Admit(a) => Ok(a),
-            _ => Err(unexpected()),
-        }
+        self.call(event, |reply| Op::Admit {
+            req: req.clone(),
+            reply,
+        })
+        .await
     }
 
     async fn redeem(
@@ -461,45 +461,43 @@ impl QueueStore for EmbeddedStore {
         session_expires_at_us: i64,
     ) -> Result<RedeemOutcome> {
         check_member(member)?;
-        match self
-            .call(
-                event,
-                Op::Redeem(member.into(), *nonce, session_expires_at_us),
-            )
-            .await?
-        {
-            Reply::Redeem(r) => Ok(r),
-            _ => Err(unexpected()),
-        }
+        self.call(event, |reply| Op::Redeem {
+            member: member.into(),
+            nonce: *nonce,
+            session_expires_at_us,
+            reply,
+        })
+        .await
     }
 
     async fn extend(&self, event: &EventId, member: &str, expires_at_us: i64) -> Result<bool> {
         check_member(member)?;
-        match self
-            .call(event, Op::Extend(member.into(), expires_at_us))
-            .await?
-        {
-            Reply::Bool(b) => Ok(b),
-            _ => Err(unexpected()),
-        }
+        self.call(event, |reply| Op::Extend {
+            member: member.into(),
+            expires_at_us,
+            reply,
+        })
+        .await
     }
 
     async fn release(&self, event: &EventId, member: &str) -> Result<bool> {
         check_member(member)?;
-        match self.call(event, Op::Release(member.into())).await? {
-            Reply::Bool(b) => Ok(b),
-            _ => Err(unexpected()),
-        }
+        self.call(event, |reply| Op::Release {
+            member: member.into(),
+            reply,
+        })
+        .await
     }
 
     async fn reconcile_active(&self, event: &EventId, members: &[(String, i64)]) -> Result<u64> {
         for (m, _) in members {
             check_member(m)?;
         }
-        match self.call(event, Op::Reconcile(members.to_vec())).await? {
-            Reply::Count(n) => Ok(n),
-            _ => Err(unexpected()),
-        }
+        self.call(event, |reply| Op::Reconcile {
+            members: members.to_vec(),
+            reply,
+        })
+        .await
     }
 
     async fn hold_share(&self, event: &EventId, req: &ShareRequest) -> Result<ShareGrant> {
@@ -538,10 +536,8 @@ impl QueueStore for EmbeddedStore {
     }
 
     async fn expire(&self, event: &EventId, req: &ExpireRequest) -> Result<Expired> {
-        match self.call(event, Op::Expire(*req)).await? {
-            Reply::Expired(e) => Ok(e),
-            _ => Err(unexpected()),
-        }
+        self.call(event, |reply| Op::Expire { req: *req, reply })
+            .await
     }
 
     async fn stats(&self, event: &EventId) -> Result<EventStats> {
@@ -558,13 +554,12 @@ impl QueueStore for EmbeddedStore {
         nonce: &Nonce,
         expires_at_us: i64,
     ) -> Result<bool> {
-        match self
-            .call(event, Op::ConsumeOnce(*nonce, expires_at_us))
-            .await?
-        {
-            Reply::Bool(b) => Ok(b),
-            _ => Err(unexpected()),
-        }
+        self.call(event, |reply| Op::ConsumeOnce {
+            nonce: *nonce,
+            expires_at_us,
+            reply,
+        })
+        .await
     }
 
     async fn claim_tick(&self, event: &EventId, tick: u64, ttl_ms: u64) -> Result<bool> {

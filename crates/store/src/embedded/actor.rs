@@ -42,31 +42,123 @@ const SWEEP_REMOVE: usize = 1 << 10;
 /// Members one slice of a rank-index repack moves.
 const REPACK_STEP: usize = 8 << 10;
 
-/// A durable operation sent to the actor.
+/// Where the answer to one operation goes. Each [`Op`] carries the sender of
+/// its own result type, so an operation cannot be answered with another's.
+pub(crate) type ReplyTo<T> = oneshot::Sender<Result<T, StoreError>>;
+
+/// A durable operation sent to the actor, with where its answer goes.
 pub(crate) enum Op {
-    Join(Box<str>, JoinScoring),
-    Admit(AdmitRequest),
-    Redeem(Box<str>, Nonce, i64),
-    Extend(Box<str>, i64),
-    Release(Box<str>),
-    Reconcile(Vec<(String, i64)>),
-    Expire(ExpireRequest),
-    ConsumeOnce(Nonce, i64),
+    Join {
+        member: Box<str>,
+        scoring: JoinScoring,
+        reply: ReplyTo<JoinOutcome>,
+    },
+    Admit {
+        req: AdmitRequest,
+        reply: ReplyTo<Vec<Admission>>,
+    },
+    Redeem {
+        member: Box<str>,
+        nonce: Nonce,
+        session_expires_at_us: i64,
+        reply: ReplyTo<RedeemOutcome>,
+    },
+    Extend {
+        member: Box<str>,
+        expires_at_us: i64,
+        reply: ReplyTo<bool>,
+    },
+    Release {
+        member: Box<str>,
+        reply: ReplyTo<bool>,
+    },
+    Reconcile {
+        members: Vec<(String, i64)>,
+        reply: ReplyTo<u64>,
+    },
+    Expire {
+        req: ExpireRequest,
+        reply: ReplyTo<Expired>,
+    },
+    ConsumeOnce {
+        nonce: Nonce,
+        expires_at_us: i64,
+        reply: ReplyTo<bool>,
+    },
 }
 
-/// The answer to an [`Op`], sent after the commit.
-pub(crate) enum Reply {
-    Join(JoinOutcome),
-    Admit(Vec<Admission>),
-    Redeem(RedeemOutcome),
-    Bool(bool),
-    Count(u64),
-    Expired(Expired),
+impl Op {
+    /// Answers the operation without applying it.
+    pub(crate) fn refuse(self, e: StoreError) {
+        match self {
+            Op::Join { reply, .. } => Held::refused(reply, e),
+            Op::Admit { reply, .. } => Held::refused(reply, e),
+            Op::Redeem { reply, .. } => Held::refused(reply, e),
+            Op::Extend { reply, .. } | Op::Release { reply, .. } => Held::refused(reply, e),
+            Op::Reconcile { reply, .. } => Held::refused(reply, e),
+            Op::Expire { reply, .. } => Held::refused(reply, e),
+            Op::ConsumeOnce { reply, .. } => Held::refused(reply, e),
+        }
+    }
 }
 
-pub(crate) struct Command {
-    pub(crate) op: Op,
-    pub(crate) tx: oneshot::Sender<Result<Reply, StoreError>>,
+/// The result of an applied operation, held with its sender until the
+/// batch is committed.
+pub(crate) struct Held<T> {
+    reply: ReplyTo<T>,
+    result: Result<T, StoreError>,
+}
+
+impl<T> Held<T> {
+    fn new(reply: ReplyTo<T>, result: Result<T, StoreError>) -> Self {
+        Self { reply, result }
+    }
+
+    fn refused(reply: ReplyTo<T>, e: StoreError) {
+        // A caller that gave up (dropped its future) needs no answer.
+        let _ = reply.send(Err(e));
+    }
+
+    fn send(self) {
+        // A caller that gave up still had its change committed.
+        let _ = self.reply.send(self.result);
+    }
+}
+
+/// One applied operation's answer, by result type.
+pub(crate) enum Answer {
+    Join(Held<JoinOutcome>),
+    Admit(Held<Vec<Admission>>),
+    Redeem(Held<RedeemOutcome>),
+    Bool(Held<bool>),
+    Count(Held<u64>),
+    Expired(Held<Expired>),
+}
+
+impl Answer {
+    /// Sends the result: its batch is on disk.
+    pub(crate) fn send(self) {
+        match self {
+            Answer::Join(h) => h.send(),
+            Answer::Admit(h) => h.send(),
+            Answer::Redeem(h) => h.send(),
+            Answer::Bool(h) => h.send(),
+            Answer::Count(h) => h.send(),
+            Answer::Expired(h) => h.send(),
+        }
+    }
+
+    /// Sends `e` instead of the result: its batch was not kept.
+    pub(crate) fn refuse(self, e: StoreError) {
+        match self {
+            Answer::Join(h) => Held::refused(h.reply, e),
+            Answer::Admit(h) => Held::refused(h.reply, e),
+            Answer::Redeem(h) => Held::refused(h.reply, e),
+            Answer::Bool(h) => Held::refused(h.reply, e),
+            Answer::Count(h) => Held::refused(h.reply, e),
+            Answer::Expired(h) => Held::refused(h.reply, e),
+        }
+    }
 }
 
 pub(crate) type Clock = Arc<dyn Fn() -> i64 + Send + Sync>;
@@ -77,18 +169,41 @@ pub(crate) fn lock(m: &Mutex<EventState>) -> MutexGuard<'_, EventState> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-fn apply(st: &mut EventState, op: Op, now: i64) -> Result<Reply, StoreError> {
-    Ok(match op {
-        Op::Join(m, s) => Reply::Join(st.join(&m, &s, now)?),
-        Op::Admit(req) => Reply::Admit(st.admit(&req, now)),
-        Op::Redeem(m, n, exp) => Reply::Redeem(st.redeem(&m, &n, exp, now)?),
-        Op::Extend(m, exp) => Reply::Bool(st.extend(&m, exp)?),
-        Op::Release(m) => Reply::Bool(st.release(&m, now)?),
-        Op::Reconcile(ms) => Reply::Count(st.reconcile(&ms)?),
+fn apply(st: &mut EventState, op: Op, now: i64) -> Answer {
+    match op {
+        Op::Join {
+            member,
+            scoring,
+            reply,
+        } => Answer::Join(Held::new(reply, st.join(&member, &scoring, now))),
+        Op::Admit { req, reply } => Answer::Admit(Held::new(reply, Ok(st.admit(&req, now)))),
+        Op::Redeem {
+            member,
+            nonce,
+            session_expires_at_us,
+            reply,
+        } => Answer::Redeem(Held::new(
+            reply,
+            st.redeem(&member, &nonce, session_expires_at_us, now),
+        )),
+        Op::Extend {
+            member,
+            expires_at_us,
+            reply,
+        } => Answer::Bool(Held::new(reply, st.extend(&member, expires_at_us))),
+        Op::Release { member, reply } => Answer::Bool(Held::new(reply, st.release(&member, now))),
+        Op::Reconcile { members, reply } => Answer::Count(Held::new(reply, st.reconcile(&members))),
         // The idle sweep runs in steps before this (see `Applier::apply`).
-        Op::Expire(_) => Reply::Expired(st.expire(0, now)),
-        Op::ConsumeOnce(n, exp) => Reply::Bool(st.consume_once(&n, exp, now)),
-    })
+        Op::Expire { reply, .. } => Answer::Expired(Held::new(reply, Ok(st.expire(0, now)))),
+        Op::ConsumeOnce {
+            nonce,
+            expires_at_us,
+            reply,
+        } => Answer::Bool(Held::new(
+            reply,
+            Ok(st.consume_once(&nonce, expires_at_us, now)),
+        )),
+    }
 }
 
 pub(crate) struct Actor {
@@ -100,11 +215,6 @@ pub(crate) struct Actor {
     pub(crate) max_batch: usize,
 }
 
-pub(crate) type Answer = (
-    oneshot::Sender<Result<Reply, StoreError>>,
-    Result<Reply, StoreError>,
-);
-
 /// One applied batch on its way to disk.
 pub(crate) struct Batch {
     /// The memory generation it was applied to (see [`EventState::generation`]).
@@ -115,7 +225,7 @@ pub(crate) struct Batch {
 }
 
 impl Actor {
-    pub(crate) fn run(self, rx: Receiver<Command>) {
+    pub(crate) fn run(self, rx: Receiver<Op>) {
         // A rendezvous channel: the actor runs at most one batch ahead of
         // the commit in progress, which bounds both memory and how far
         // memory can be ahead of the disk.
@@ -145,9 +255,9 @@ impl Actor {
     }
 }
 
-fn fail_all(rx: Receiver<Command>, why: &str) {
-    for c in rx {
-        let _ = c.tx.send(Err(StoreError::Unavailable(why.to_owned())));
+fn fail_all(rx: Receiver<Op>, why: &str) {
+    for op in rx {
+        op.refuse(StoreError::Unavailable(why.to_owned()));
     }
 }
 
@@ -181,8 +291,8 @@ impl Applier {
         lock(&self.state)
     }
 
-    fn run(&self, rx: &Receiver<Command>, to_disk: &SyncSender<Batch>) {
-        let mut batch: Vec<Command> = Vec::with_capacity(self.max_batch);
+    fn run(&self, rx: &Receiver<Op>, to_disk: &SyncSender<Batch>) {
+        let mut batch: Vec<Op> = Vec::with_capacity(self.max_batch);
         loop {
             let last = match rx.recv_timeout(FLUSH_EVERY) {
                 Ok(c) => {
@@ -210,22 +320,22 @@ impl Applier {
     }
 
     /// Applies one batch (possibly empty: a flush of touches) to memory.
-    fn apply(&self, batch: &mut Vec<Command>) -> Option<Batch> {
+    fn apply(&self, batch: &mut Vec<Op>) -> Option<Batch> {
         let mut answers = Vec::with_capacity(batch.len());
         let mut st = lock(&self.state);
         if let Some(why) = &st.down {
             // Nothing is applied while memory waits to be rebuilt from disk.
-            for c in batch.drain(..) {
-                let _ = c.tx.send(Err(StoreError::Unavailable(why.clone())));
+            for op in batch.drain(..) {
+                op.refuse(StoreError::Unavailable(why.clone()));
             }
             return None;
         }
         let generation = st.generation;
         let mut commands = batch.drain(..);
-        while let Some(c) = commands.next() {
+        while let Some(op) = commands.next() {
             let now = st.tick((self.clock)());
-            let reply = match c.op {
-                Op::Expire(req) => {
+            let answer = match op {
+                Op::Expire { req, reply } => {
                     let mut sweep = Sweep::default();
                     let mut more = true;
                     while more {
@@ -243,21 +353,22 @@ impl Applier {
                             break;
                         }
                     }
-                    if st.generation == generation {
+                    let result = if st.generation == generation {
                         let r = st.expire(sweep.idle, now);
                         st = self.settle(st);
-                        Ok(Reply::Expired(r))
+                        Ok(r)
                     } else {
                         Err(StoreError::Unavailable("an earlier write failed".into()))
-                    }
+                    };
+                    Answer::Expired(Held::new(reply, result))
                 }
                 op => {
-                    let r = apply(&mut st, op, now);
+                    let a = apply(&mut st, op, now);
                     st = self.settle(st);
-                    r
+                    a
                 }
             };
-            answers.push((c.tx, reply));
+            answers.push(answer);
             if st.generation != generation {
                 // A failed commit rebuilt memory while reads were let in:
                 // this batch was applied to memory that is gone, so none
@@ -267,8 +378,8 @@ impl Applier {
                     .down
                     .clone()
                     .unwrap_or_else(|| "an earlier write failed".into());
-                for c in commands.by_ref() {
-                    let _ = c.tx.send(Err(StoreError::Unavailable(why.clone())));
+                for op in commands.by_ref() {
+                    op.refuse(StoreError::Unavailable(why.clone()));
                 }
                 return Some(Batch {
                     generation,

@@ -107,9 +107,8 @@ impl Committer {
             }
             self.backoff = RETRY_FIRST;
         }
-        for (tx, r) in b.answers {
-            // A caller that gave up (dropped its future) still had its change committed.
-            let _ = tx.send(r);
+        for a in b.answers {
+            a.send();
         }
         Ok(())
     }
@@ -166,7 +165,7 @@ impl Committer {
 
 /// Tells every caller of `b` that its change was not kept.
 fn refuse(b: Batch, why: &str) {
-    for (tx, _) in b.answers {
-        let _ = tx.send(Err(StoreError::Unavailable(why.to_owned())));
+    for a in b.answers {
+        a.refuse(StoreError::Unavailable(why.to_owned()));
     }
 }
