@@ -1,6 +1,7 @@
 //! The judge: turns what every visitor saw into the crowd report (fairness,
 //! origin safety, ETA honesty, polling cost, latency, errors), as text or JSON.
 
+pub mod capacity;
 pub mod hist;
 pub mod stats;
 
@@ -28,6 +29,12 @@ pub struct VisitorRecord {
     pub last_waiting_sent: Option<u64>,
     /// When the first answer saying `ADMITTED` (or `ACTIVE`) was received.
     pub admitted_seen: Option<u64>,
+    /// When the server made the admission (the token's issue time, on the
+    /// run's clock).
+    pub admitted_at: Option<u64>,
+    /// When the visitor gave its slot back (release answered, or its last
+    /// page when it abandons).
+    pub ended_at: Option<u64>,
     pub redeemed: bool,
     pub released: bool,
     pub polls: u32,
@@ -132,6 +139,13 @@ pub struct Report {
     pub max_active: Option<u64>,
     /// The most visitors seen browsing with a pass at once, client-side.
     pub max_active_observed: u64,
+    /// Mean of (active sessions + outstanding tokens) / `max_active` while
+    /// anyone waited, from the first admission on ([`capacity::capacity_use`]).
+    pub capacity_use: Option<f64>,
+    /// From an admission (its token's issue time) to the first answer that
+    /// told its visitor.
+    pub admission_to_visitor_p50_ms: Option<f64>,
+    pub admission_to_visitor_p99_ms: Option<f64>,
     pub eta_honest_share: Option<f64>,
     pub first_eta_to_wait_median: Option<f64>,
     pub polls_per_visitor: f64,
@@ -224,6 +238,11 @@ pub fn build(records: &[VisitorRecord], tally: &Tally, facts: RunFacts) -> Repor
         (!of.is_empty()).then(|| n as f64 / of.len() as f64)
     };
     let polls: u64 = records.iter().map(|r| u64::from(r.polls)).sum();
+    let run_end_us = (facts.duration_s * 1e6) as u64;
+    let capacity_use = facts
+        .max_active
+        .and_then(|max| capacity::capacity_use(records, max, run_end_us));
+    let lag = capacity::admission_to_visitor(records);
     Report {
         visitors: records.len(),
         admitted: admitted.len(),
@@ -234,6 +253,9 @@ pub fn build(records: &[VisitorRecord], tally: &Tally, facts: RunFacts) -> Repor
         max_origin_concurrency: facts.max_origin_concurrency,
         max_active: facts.max_active,
         max_active_observed: facts.max_active_observed,
+        capacity_use,
+        admission_to_visitor_p50_ms: ms(lag.percentile(50.0)),
+        admission_to_visitor_p99_ms: ms(lag.percentile(99.0)),
         eta_honest_share,
         first_eta_to_wait_median,
         polls_per_visitor: if records.is_empty() {
@@ -338,6 +360,12 @@ pub fn render_text(r: &Report) -> String {
         int(r.max_origin_concurrency),
         int(r.max_active),
         r.max_active_observed
+    );
+    s += &format!("capacity use          {}\n", pct(r.capacity_use));
+    s += &format!(
+        "admission to visitor  p50 {} ms, p99 {} ms\n",
+        opt(r.admission_to_visitor_p50_ms, 0),
+        opt(r.admission_to_visitor_p99_ms, 0)
     );
     s += &format!("eta honest share      {}\n", pct(r.eta_honest_share));
     s += &format!(

@@ -104,6 +104,17 @@ async fn three_hundred_visitors_are_all_admitted_in_order_within_max_active() {
         max_origin <= MAX_ACTIVE,
         "origin concurrency {max_origin} > max_active {MAX_ACTIVE}"
     );
+    // Every admission's token carries its issue time, so the report can say
+    // how long each took to reach its visitor and how full the slots were.
+    let use_share = r.capacity_use.expect("capacity use is reported");
+    assert!(use_share > 0.0 && use_share <= 1.0, "{use_share}");
+    let lag_p99 = r
+        .admission_to_visitor_p99_ms
+        .expect("admission lag is reported");
+    assert!(
+        lag_p99 < 10_000.0,
+        "an admission reached its visitor {lag_p99} ms late with 200 ms polls"
+    );
     let stats = origin.stats();
     assert_eq!(
         stats.gated_requests, stats.requests,

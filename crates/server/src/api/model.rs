@@ -191,6 +191,11 @@ fn waiting(
 
 /// Signs the admission token for an outstanding admission: same nonce and
 /// expiry as the store holds, so redeeming it consumes exactly that nonce.
+///
+/// "Issued at" is the admission itself (the expiry less `token_ttl`), not
+/// this poll: the token is then the same on every poll, and a client can
+/// tell how long its admission waited before it learnt of it. A `token_ttl`
+/// changed since the admission can only move that instant, never past now.
 fn admission_token(
     state: &AppState,
     rt: &EventRuntime,
@@ -203,7 +208,10 @@ fn admission_token(
         kind: TokenKind::Admission,
         event: rt.id().as_str().to_owned(),
         session_tag: session_tag(member),
-        issued_at_ms: now_ms,
+        issued_at_ms: expires_at_us
+            .saturating_sub(i64::try_from(rt.config.token_ttl.as_micros()).unwrap_or(i64::MAX))
+            .div_euclid(1000)
+            .min(now_ms),
         expires_at_ms: expires_at_us.div_euclid(1000),
         nonce,
         difficulty: 0,

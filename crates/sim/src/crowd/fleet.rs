@@ -93,6 +93,9 @@ pub struct Solved {
 pub struct Fleet {
     cfg: Config,
     start: Instant,
+    /// `start` on the wall clock (µs since the Unix epoch), to place the
+    /// server's admission times (token issue times) on the run's clock.
+    start_unix_us: i64,
     live: Arc<Live>,
     visitors: Vec<Visitor>,
     /// Arrival times (µs from the start, non-decreasing), visitor i's at i.
@@ -114,6 +117,18 @@ pub struct Fleet {
     connects: u64,
     requests: u64,
     solved_tx: mpsc::UnboundedSender<Solved>,
+}
+
+/// The issue time (ms since the Unix epoch) an admission token carries:
+/// bytes 6..14 of its payload (see `anteroom_core::token`). Read without
+/// checking the MAC: the simulator only times its own admissions.
+fn token_issued_at_ms(token: &str) -> Option<i64> {
+    use base64::Engine as _;
+    let payload = token.split('.').next()?;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(payload)
+        .ok()?;
+    Some(i64::from_be_bytes(bytes.get(6..14)?.try_into().ok()?))
 }
 
 /// `op_status_error`, e.g. `enter_403_blocked`, for the errors table.
@@ -138,9 +153,15 @@ impl Fleet {
         rng: StdRng,
     ) -> (Self, mpsc::UnboundedReceiver<Solved>) {
         let (solved_tx, solved_rx) = mpsc::unbounded_channel();
+        let since_start = i64::try_from(start.elapsed().as_micros()).unwrap_or(0);
+        let start_unix_us = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
+            - since_start;
         let fleet = Fleet {
             cfg,
             start,
+            start_unix_us,
             live,
             visitors: plans.iter().map(|&f| Visitor::new(f)).collect(),
             arrivals,
@@ -460,7 +481,7 @@ impl Fleet {
             Step::Poll => self.on_poll(id, sent, received, result),
             Step::Redeem => self.on_redeem(id, received, sent, result),
             Step::Browse => self.on_browse(id, received, result),
-            Step::Release => self.on_release(id, result),
+            Step::Release => self.on_release(id, received, result),
             Step::Solving | Step::Done | Step::Failed => {}
         }
     }
@@ -556,6 +577,12 @@ impl Fleet {
                 self.live.admitted.fetch_add(1, Ordering::Relaxed);
                 match &pos.token {
                     Some(token) => {
+                        if let Some(issued_ms) = token_issued_at_ms(token) {
+                            let rel = issued_ms.saturating_mul(1000) - self.start_unix_us;
+                            // Clocks read in ms: never after the visitor saw it.
+                            let at = u64::try_from(rel.max(0)).unwrap_or(0).min(received);
+                            self.visitors[id as usize].admitted_at = tick_down(at);
+                        }
                         self.visitors[id as usize].step = Step::Redeem;
                         self.tokens.insert(id, token.as_str().into());
                         self.schedule(id, received);
@@ -663,6 +690,7 @@ impl Fleet {
         }
         self.live.active.fetch_sub(1, Ordering::Relaxed);
         if v.has(ABANDON) {
+            v.ended_at = tick_up(received);
             v.step = Step::Done;
             self.settled += 1;
             self.passes.remove(&id);
@@ -673,7 +701,8 @@ impl Fleet {
         }
     }
 
-    fn on_release(&mut self, id: u32, result: Result<Answer, &str>) {
+    fn on_release(&mut self, id: u32, received: u64, result: Result<Answer, &str>) {
+        self.visitors[id as usize].ended_at = tick_up(received);
         match result {
             Ok(a) if a.status.is_success() => self.visitors[id as usize].set(RELEASED, true),
             Ok(a) => {

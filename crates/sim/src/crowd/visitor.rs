@@ -1,4 +1,4 @@
-//! One virtual visitor's state, kept small (about 52 bytes) so a million of
+//! One virtual visitor's state, kept small (about 60 bytes) so a million of
 //! them fit in tens of megabytes: no task, no buffers, no strings of its own.
 //! Its life (enter, solving proof-of-work when asked, wait polling as told,
 //! redeem, browse the origin through the gate, release or abandon) is a
@@ -67,6 +67,11 @@ pub struct Visitor {
     pub arrival_received: u32,
     pub last_waiting_sent: u32,
     pub admitted_seen: u32,
+    /// When its admission was made (the token's issue time, server clock).
+    pub admitted_at: u32,
+    /// When its slot was given back: the release answered, or (abandoning)
+    /// its last page answered.
+    pub ended_at: u32,
     /// When the first estimate was received, and the estimate (NaN: none yet).
     pub eta_at: u32,
     pub eta_s: f32,
@@ -87,6 +92,8 @@ impl Visitor {
             arrival_received: NEVER,
             last_waiting_sent: NEVER,
             admitted_seen: NEVER,
+            admitted_at: NEVER,
+            ended_at: NEVER,
             eta_at: NEVER,
             eta_s: f32::NAN,
             polls: 0,
@@ -158,6 +165,8 @@ impl Visitor {
                 .map(|at| (at, f64::from(self.eta_s))),
             last_waiting_sent: us(self.last_waiting_sent),
             admitted_seen: us(self.admitted_seen),
+            admitted_at: us(self.admitted_at),
+            ended_at: us(self.ended_at),
             redeemed: self.has(REDEEMED),
             released: self.has(RELEASED),
             polls: self.polls,
@@ -173,7 +182,7 @@ mod tests {
     #[test]
     fn a_visitor_is_small() {
         assert!(
-            std::mem::size_of::<Visitor>() <= 56,
+            std::mem::size_of::<Visitor>() <= 64,
             "{}",
             std::mem::size_of::<Visitor>()
         );

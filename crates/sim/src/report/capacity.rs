@@ -1,0 +1,145 @@
+//! How much of `max_active` a run kept in use while visitors waited, and how
+//! long an admission took to reach its visitor, both from the times the
+//! visitors recorded (the admission's own time comes from its token).
+
+use super::VisitorRecord;
+use super::hist::Hist;
+
+/// The mean of `in use / max_active` over the time someone waited, counted
+/// from the first admission (before it nothing can be in use: the event had
+/// not opened). A slot is in use from its admission (the token's issue time)
+/// until the visitor gave it back (release answered; an abandoning visitor's
+/// last page, which undercounts: the server holds that slot until it idles
+/// out). A visitor waits from its join's answer until its admission, or, when
+/// never admitted, until its last poll answered `WAITING`.
+pub fn capacity_use(records: &[VisitorRecord], max_active: u64, run_end_us: u64) -> Option<f64> {
+    if max_active == 0 {
+        return None;
+    }
+    // (time, Δ waiting, Δ in use)
+    let mut changes: Vec<(u64, i64, i64)> = Vec::with_capacity(records.len() * 4);
+    let mut first_admission = u64::MAX;
+    for r in records {
+        let admitted = r.admitted_at.or(r.admitted_seen);
+        if let Some((_, joined)) = r.arrival {
+            let left = admitted.or(r.last_waiting_sent).unwrap_or(joined);
+            if left > joined {
+                changes.push((joined, 1, 0));
+                changes.push((left, -1, 0));
+            }
+        }
+        if let Some(from) = admitted {
+            first_admission = first_admission.min(from);
+            let to = r.ended_at.unwrap_or(run_end_us).max(from);
+            changes.push((from, 0, 1));
+            changes.push((to, 0, -1));
+        }
+    }
+    if first_admission == u64::MAX {
+        return None;
+    }
+    changes.sort_unstable_by_key(|c| c.0);
+    let (mut waiting, mut in_use) = (0i64, 0i64);
+    let (mut used, mut span) = (0f64, 0f64);
+    let mut last = 0u64;
+    for (at, dw, du) in changes {
+        if waiting > 0 && last >= first_admission && at > last {
+            let dt = (at - last) as f64;
+            // Outstanding tokens beyond the cap (no-show compensation) count
+            // as full, not as more than full.
+            used += (in_use.max(0) as f64).min(max_active as f64) * dt;
+            span += dt;
+        }
+        waiting += dw;
+        in_use += du;
+        last = at;
+    }
+    (span > 0.0).then(|| used / (span * max_active as f64))
+}
+
+/// From each admission (its token's issue time) to the first answer that
+/// told its visitor, in µs.
+pub fn admission_to_visitor(records: &[VisitorRecord]) -> Hist {
+    let mut h = Hist::default();
+    for r in records {
+        if let (Some(at), Some(seen)) = (r.admitted_at, r.admitted_seen) {
+            h.record(seen.saturating_sub(at));
+        }
+    }
+    h
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn visitor(
+        joined: u64,
+        admitted: Option<u64>,
+        seen: Option<u64>,
+        ended: Option<u64>,
+    ) -> VisitorRecord {
+        VisitorRecord {
+            bot: false,
+            pre_open: false,
+            arrival: Some((joined, joined)),
+            first_eta: None,
+            last_waiting_sent: seen.or(Some(joined + 1)),
+            admitted_seen: seen,
+            admitted_at: admitted,
+            ended_at: ended,
+            redeemed: admitted.is_some(),
+            released: ended.is_some(),
+            polls: 1,
+            challenges: 0,
+        }
+    }
+
+    #[test]
+    fn a_slot_in_use_the_whole_wait_is_full_use() {
+        // max_active 1: one visitor holds the slot 0..100 while another
+        // waits 0..100 and then holds it 100..200.
+        let r = vec![
+            visitor(0, Some(0), Some(10), Some(100)),
+            visitor(0, Some(100), Some(150), Some(200)),
+        ];
+        assert_eq!(capacity_use(&r, 1, 300), Some(1.0));
+    }
+
+    #[test]
+    fn a_slot_left_idle_while_someone_waits_counts_against_use() {
+        // The slot is given back at 50 and refilled at 100: half the wait idle.
+        let r = vec![
+            visitor(0, Some(0), Some(10), Some(50)),
+            visitor(0, Some(100), Some(120), Some(200)),
+        ];
+        assert_eq!(capacity_use(&r, 1, 300), Some(0.5));
+        // Two slots, one used: half.
+        let r = vec![
+            visitor(0, Some(0), Some(1), Some(100)),
+            visitor(0, Some(100), Some(101), Some(150)),
+        ];
+        assert_eq!(capacity_use(&r, 2, 300), Some(0.5));
+    }
+
+    #[test]
+    fn nothing_admitted_or_nobody_waiting_gives_no_figure() {
+        let r = vec![visitor(0, None, None, None)];
+        assert_eq!(capacity_use(&r, 10, 100), None);
+        // Admitted at once: nobody ever waited after the first admission.
+        let r = vec![visitor(5, Some(5), Some(5), Some(10))];
+        assert_eq!(capacity_use(&r, 10, 100), None);
+    }
+
+    #[test]
+    fn the_lag_runs_from_the_token_to_the_answer_that_carried_it() {
+        let r = vec![
+            visitor(0, Some(100), Some(1_100), Some(2_000)),
+            visitor(0, Some(100), Some(300), Some(2_000)),
+            visitor(0, None, None, None),
+        ];
+        let h = admission_to_visitor(&r);
+        assert_eq!(h.count(), 2);
+        assert!(h.max().unwrap() >= 1_000);
+    }
+}
