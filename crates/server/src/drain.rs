@@ -31,7 +31,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use anteroom_core::eta::Lang;
-use anteroom_store::{MemberState, Nonce, RedeemOutcome, StoreError};
+use anteroom_store::{MemberState, Nonce, RedeemOutcome, StoreError, UnavailableKind};
 
 use crate::api::QueuePosition;
 use crate::app::{AppState, EventRuntime, lock};
@@ -178,14 +178,16 @@ pub fn store_failed(_state: &AppState, rt: &EventRuntime) {
     of(rt).wake.notify_one();
 }
 
-/// Switches the event to drain mode (the probe decided the store is down).
-fn enter_drain(state: &AppState, rt: &EventRuntime, why: &str) {
+/// Switches the event to drain mode (the probe decided the store is down);
+/// `kind` is why the store said it was unavailable, if it said.
+fn enter_drain(state: &AppState, rt: &EventRuntime, why: &str, kind: Option<UnavailableKind>) {
     let (stats, _) = rt.live.stats_and_admin();
     if of(rt).enter(
         state.now_ms(),
         stats.active.saturating_add(stats.outstanding),
     ) {
-        tracing::warn!(event = %rt.id(), why, "queue store unreachable; draining");
+        let kind = kind.map_or("unknown", UnavailableKind::as_str);
+        tracing::warn!(event = %rt.id(), why, kind, "queue store unreachable; draining");
         task::gauge(rt, true);
     }
 }

@@ -239,7 +239,11 @@ mod tests {
             503,
             "draining",
         );
-        check(StoreError::Unavailable("x".into()).into(), 503, "draining");
+        check(
+            StoreError::unavailable(anteroom_store::UnavailableKind::Refused, "x").into(),
+            503,
+            "draining",
+        );
         check(StoreError::InvalidInput("x").into(), 400, "bad_request");
     }
 }

@@ -40,7 +40,7 @@ use self::state::EventState;
 use crate::{
     Admission, AdmitRequest, EventId, EventStats, ExpireRequest, Expired, JoinOutcome, MemberState,
     Nonce, QueueStore, RedeemOutcome, Result, Revocation, ShareGrant, ShareRequest, StoreError,
-    check_member, check_node,
+    Unavailable, UnavailableKind, check_member, check_node,
 };
 
 /// Settings of the embedded store.
@@ -151,6 +151,29 @@ fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// A blocking task of the store that did not finish (panicked or cancelled).
+fn stopped(what: &str, e: tokio::task::JoinError) -> StoreError {
+    Unavailable::new(UnavailableKind::Stopped, format!("{what}: {e}"))
+        .with_source(e)
+        .into()
+}
+
+fn actor_stopped(id: &EventId) -> StoreError {
+    StoreError::unavailable(
+        UnavailableKind::Stopped,
+        format!("event {id}: actor stopped"),
+    )
+}
+
+/// A disk that cannot take an event's file now may later: the event drains
+/// meanwhile, so a storage failure is answered as an unavailable disk.
+fn disk_down(e: StoreError) -> StoreError {
+    match e {
+        StoreError::Storage(why) => StoreError::unavailable(UnavailableKind::Disk, why),
+        other => other,
+    }
+}
+
 fn io_error(path: &Path, e: std::io::Error) -> StoreError {
     StoreError::Storage(format!("{}: {e}", path.display()))
 }
@@ -164,7 +187,7 @@ impl EmbeddedStore {
         let path = path.to_owned();
         tokio::task::spawn_blocking(move || Self::open_blocking(&path, opts))
             .await
-            .map_err(|e| StoreError::Unavailable(format!("store open task failed: {e}")))?
+            .map_err(|e| stopped("store open task failed", e))?
     }
 
     fn open_blocking(dir: &Path, opts: EmbeddedOptions) -> Result<Self> {
@@ -287,10 +310,7 @@ impl EmbeddedStore {
         // First use of an event: creating its file is rare and quick, so it
         // is done right here rather than on a blocking pool. A disk that
         // cannot take the new file now may later: the event drains meanwhile.
-        let h = self.start_event(id).map_err(|e| match e {
-            StoreError::Storage(why) => StoreError::Unavailable(why),
-            other => other,
-        })?;
+        let h = self.start_event(id).map_err(disk_down)?;
         events.insert(id.clone(), h.clone());
         Ok(h)
     }
@@ -303,12 +323,9 @@ impl EmbeddedStore {
         let op = op(tx);
         let sent = locked(&h.tx).as_ref().map(|s| s.send(op).is_ok());
         if sent != Some(true) {
-            return Err(StoreError::Unavailable(format!(
-                "event {id}: actor stopped"
-            )));
+            return Err(actor_stopped(id));
         }
-        rx.await
-            .map_err(|_| StoreError::Unavailable(format!("event {id}: actor stopped")))?
+        rx.await.map_err(|_| actor_stopped(id))?
     }
 
     fn clock(&self) -> i64 {
@@ -345,24 +362,31 @@ impl EmbeddedStore {
             if meta.is_none() {
                 let db =
                     disk::open_file(&inner.meta_path, disk::META_MAGIC, &meta_files(&inner.opts))
-                        .map_err(|e| StoreError::Unavailable(e.to_string()))?;
+                        .map_err(|e| {
+                        StoreError::from(
+                            Unavailable::new(UnavailableKind::Disk, e.to_string()).with_source(e),
+                        )
+                    })?;
                 *meta = Some(db);
             }
             let Some(db) = meta.as_ref() else {
-                return Err(StoreError::Unavailable("meta file not open".into()));
+                return Err(StoreError::unavailable(
+                    UnavailableKind::Disk,
+                    "meta file not open",
+                ));
             };
             match f(db, &inner.meta_path) {
                 Err(StoreError::Storage(why)) => {
                     tracing::error!(path = %inner.meta_path.display(), error = %why,
                         "meta write failed; reopening the file on the next call");
                     *meta = None;
-                    Err(StoreError::Unavailable(why))
+                    Err(StoreError::unavailable(UnavailableKind::Disk, why))
                 }
                 other => other,
             }
         })
         .await
-        .map_err(|e| StoreError::Unavailable(format!("meta task failed: {e}")))?
+        .map_err(|e| stopped("meta task failed", e))?
     }
 }
 
@@ -635,7 +659,7 @@ impl QueueStore for EmbeddedStore {
             }
         })
         .await
-        .map_err(|e| StoreError::Unavailable(format!("delete task failed: {e}")))??;
+        .map_err(|e| stopped("delete task failed", e))??;
         let key = event.as_str().to_owned();
         self.meta_call(move |db, path| disk::forget_event(db, path, &key))
             .await?;

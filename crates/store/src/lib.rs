@@ -16,9 +16,12 @@ use anteroom_core::phase::AdminState;
 use anteroom_core::score::JoinScoring;
 use async_trait::async_trait;
 
+pub use crate::error::{StoreError, Unavailable, UnavailableKind};
+
 #[cfg(feature = "conformance")]
 pub mod conformance;
 pub mod embedded;
+mod error;
 pub mod redis;
 #[cfg(feature = "conformance")]
 pub mod testing;
@@ -202,37 +205,6 @@ pub struct Revocation {
     pub at_us: i64,
 }
 
-/// Where a store error came from, so the server maps it once to a status,
-/// a stable JSON code and a metric label.
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    /// The backend cannot be reached or did not answer in time: the server
-    /// drains the affected event(s).
-    #[error("queue store unavailable: {0}")]
-    Unavailable(String),
-    /// The caller passed something the store refuses (bad id, oversized member).
-    #[error("invalid input: {0}")]
-    InvalidInput(&'static str),
-    /// The data on disk or in Redis is not ours or is damaged.
-    #[error("corrupt store data: {0}")]
-    Corrupt(String),
-    /// The disk is full or not writable; nothing unacknowledged was claimed durable.
-    #[error("store storage failure: {0}")]
-    Storage(String),
-}
-
-impl StoreError {
-    /// Stable label for metrics and logs.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            StoreError::Unavailable(_) => "unavailable",
-            StoreError::InvalidInput(_) => "invalid_input",
-            StoreError::Corrupt(_) => "corrupt",
-            StoreError::Storage(_) => "storage",
-        }
-    }
-}
-
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
 /// The queue's storage, per event. Implementations are cheap to clone behind
@@ -345,8 +317,9 @@ pub trait QueueStore: Send + Sync + 'static {
     /// backends override this; the default refuses, for test wrappers.
     async fn delete_event(&self, event: &EventId) -> Result<()> {
         let _ = event;
-        Err(StoreError::Unavailable(
-            "this store cannot delete events".into(),
+        Err(StoreError::unavailable(
+            UnavailableKind::Stopped,
+            "this store cannot delete events",
         ))
     }
 
@@ -355,8 +328,9 @@ pub trait QueueStore: Send + Sync + 'static {
     /// this; the default refuses, for test wrappers.
     async fn append_audit(&self, event: &EventId, json: &str) -> Result<()> {
         let _ = (event, json);
-        Err(StoreError::Unavailable(
-            "this store keeps no audit trail".into(),
+        Err(StoreError::unavailable(
+            UnavailableKind::Stopped,
+            "this store keeps no audit trail",
         ))
     }
 

@@ -13,7 +13,8 @@ use anteroom_core::score::{JoinScoring, arrival_score};
 use anteroom_store::redis::{RedisConfig, RedisStore};
 use anteroom_store::testing::RedisServer;
 use anteroom_store::{
-    AdmitRequest, EventId, ExpireRequest, MemberState, Nonce, QueueStore, RedeemOutcome, StoreError,
+    AdmitRequest, EventId, ExpireRequest, MemberState, Nonce, QueueStore, RedeemOutcome,
+    StoreError, UnavailableKind,
 };
 
 const TIMEOUT: Duration = Duration::from_millis(500);
@@ -555,9 +556,18 @@ async fn stopped_server_is_unavailable_within_the_timeout() {
     let err = s.join(&e, "b", &open()).await.unwrap_err();
     assert!(matches!(err, StoreError::Unavailable(_)), "{err}");
     assert!(t0.elapsed() < TIMEOUT * 3, "took {:?}", t0.elapsed());
+    // A frozen server is silence, not refusal: the drain waits it out.
+    assert_eq!(
+        err.unavailable_kind(),
+        Some(UnavailableKind::TimedOut),
+        "{err}"
+    );
     let t0 = Instant::now();
-    assert!(matches!(s.stats(&e).await, Err(StoreError::Unavailable(_))));
+    let stats = s.stats(&e).await;
+    assert!(matches!(stats, Err(StoreError::Unavailable(_))));
     assert!(t0.elapsed() < TIMEOUT * 3);
+    let kind = stats.err().and_then(|e| e.unavailable_kind());
+    assert_eq!(kind, Some(UnavailableKind::TimedOut));
     server.resume().unwrap();
     let t0 = Instant::now();
     loop {
@@ -587,11 +597,17 @@ async fn refused_connection_is_unavailable() {
         timeout: TIMEOUT,
     };
     let t0 = Instant::now();
-    assert!(matches!(
-        RedisStore::connect(&cfg).await,
-        Err(StoreError::Unavailable(_))
-    ));
+    let connect = RedisStore::connect(&cfg).await;
+    assert!(matches!(connect, Err(StoreError::Unavailable(_))));
     assert!(t0.elapsed() < TIMEOUT * 3);
+    // Nothing listens: refused, which drains at once, with the redis error kept.
+    let err = connect.err().unwrap();
+    assert_eq!(
+        err.unavailable_kind(),
+        Some(UnavailableKind::Refused),
+        "{err}"
+    );
+    assert!(std::error::Error::source(&err).is_some(), "{err}");
 
     // A server that dies after connecting: calls fail fast, never hang.
     let mut server = RedisServer::start().unwrap();
@@ -601,6 +617,11 @@ async fn refused_connection_is_unavailable() {
     let err = s.join(&event("dead"), "a", &open()).await.unwrap_err();
     assert!(matches!(err, StoreError::Unavailable(_)), "{err}");
     assert!(t0.elapsed() < TIMEOUT * 3);
+    assert_eq!(
+        err.unavailable_kind(),
+        Some(UnavailableKind::Refused),
+        "{err}"
+    );
     let bad = RedisConfig {
         urls: vec![],
         cluster: false,

@@ -2,17 +2,25 @@
 //! from the run of probe results.
 //!
 //! Drain changes what every visitor sees (new arrivals get `503`), so a busy
-//! but alive store must not trigger it. Two kinds of failure are told apart:
-//! - a hard failure (refused, reset, `CLUSTERDOWN`: an error that comes back
-//!   quickly) means the store is not there: drain at once;
-//! - slowness (no answer within the probe timeout) may be load: drain only
-//!   once the store has failed every probe for the whole `server.drain_after`
-//!   window, and at least [`MIN_SLOW_FAILURES`] of them.
+//! but alive store must not trigger it. Two kinds of failure are told apart
+//! ([`classify`]), by why the store says it is unavailable where that is
+//! enough, else by how long the failure took:
+//! - a hard failure means the store is not there: drain at once. A refused
+//!   or reset connection, a failed embedded disk or a stopped store actor is
+//!   hard however long it took to be reported; any other error that comes
+//!   back quickly (`CLUSTERDOWN`, `LOADING`) is hard too;
+//! - slowness may be load: drain only once the store has failed every probe
+//!   for the whole `server.drain_after` window, and at least
+//!   [`MIN_SLOW_FAILURES`] of them. A timeout (no answer within the probe's
+//!   or the store's own timeout) is slowness however quickly it came, and so
+//!   is any other error that took as long as half the probe timeout.
 //!
 //! Leaving takes [`LEAVE_AFTER`] successes in a row, so a flapping store does
 //! not bounce the event in and out of drain on every probe.
 
 use std::time::{Duration, Instant};
+
+use anteroom_store::UnavailableKind;
 
 /// Consecutive successful probes before a draining event leaves drain.
 pub const LEAVE_AFTER: u32 = 2;
@@ -81,6 +89,23 @@ impl Health {
         } else {
             Verdict::Hold
         }
+    }
+}
+
+/// Classifies a failed probe: by `kind` (why the store said it is
+/// unavailable) where that decides it, else by how long it took.
+pub fn classify(kind: Option<UnavailableKind>, took: Duration, probe_timeout: Duration) -> Probe {
+    match kind {
+        // Nothing listens, or the disk or the store's own machinery failed:
+        // waiting longer tells nothing more, whatever the failure took.
+        Some(UnavailableKind::Refused | UnavailableKind::Disk | UnavailableKind::Stopped) => {
+            Probe::Hard
+        }
+        // Silence may be load: the window rule, even for a timeout that
+        // was reported quickly (a store timeout shorter than the probe's).
+        Some(UnavailableKind::TimedOut) => Probe::Slow,
+        // Cluster routing, a busy server, anything else: by the time it took.
+        _ => classify_failure(took, probe_timeout),
     }
 }
 
@@ -198,6 +223,34 @@ mod tests {
     fn quick_errors_are_hard_slow_ones_are_not() {
         assert_eq!(classify_failure(ms(3), ms(500)), Probe::Hard);
         assert_eq!(classify_failure(ms(250), ms(500)), Probe::Slow);
+    }
+
+    /// The kind decides where it says enough; otherwise the time rule.
+    #[test]
+    fn the_kind_decides_before_the_time_it_took() {
+        use UnavailableKind as K;
+        let (quick, slow, timeout) = (ms(3), ms(400), ms(500));
+        let cases = [
+            (Some(K::Refused), quick, Probe::Hard),
+            (Some(K::Refused), slow, Probe::Hard),
+            (Some(K::Disk), slow, Probe::Hard),
+            (Some(K::Stopped), slow, Probe::Hard),
+            (Some(K::TimedOut), quick, Probe::Slow),
+            (Some(K::TimedOut), slow, Probe::Slow),
+            (Some(K::Cluster), quick, Probe::Hard),
+            (Some(K::Cluster), slow, Probe::Slow),
+            (Some(K::Busy), quick, Probe::Hard),
+            (Some(K::Other), slow, Probe::Slow),
+            (None, quick, Probe::Hard),
+            (None, slow, Probe::Slow),
+        ];
+        for (kind, took, want) in cases {
+            assert_eq!(
+                classify(kind, took, timeout),
+                want,
+                "{kind:?} after {took:?}"
+            );
+        }
     }
 
     #[test]

@@ -12,7 +12,7 @@ use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use anteroom_core::phase::Phase;
-use anteroom_store::{EventId, MemberState, Nonce};
+use anteroom_store::{EventId, MemberState, Nonce, UnavailableKind};
 use rand::RngCore;
 
 use super::health::{self, Health, Probe, Verdict};
@@ -58,7 +58,7 @@ async fn watch(state: Arc<AppState>, id: EventId) {
             _ = every.tick() => {}
             _ = of(&rt).wake.notified() => {}
         }
-        let probe = probe(&state, &id, probe_timeout).await;
+        let (probe, kind) = probe(&state, &id, probe_timeout).await;
         if probe.0 == Probe::Answered {
             // A late tick fires at once; after an answer wait the full period
             // so the successes that end a drain span real time (a flapping
@@ -70,12 +70,13 @@ async fn watch(state: Arc<AppState>, id: EventId) {
         match health.observe(probe.0, probe.1, Instant::now(), window) {
             Verdict::Leave if drain.holds_scheduler() => leave(&state, &rt).await,
             Verdict::Drain => {
-                let why = if probe.0 == Probe::Hard {
-                    "store refused"
-                } else {
-                    "store silent for server.drain_after"
+                let why = match (probe.0, kind) {
+                    (Probe::Hard, Some(UnavailableKind::Disk)) => "store disk failed",
+                    (Probe::Hard, Some(UnavailableKind::Stopped)) => "store stopped",
+                    (Probe::Hard, _) => "store refused",
+                    _ => "store silent for server.drain_after",
                 };
-                super::enter_drain(&state, &rt, why);
+                super::enter_drain(&state, &rt, why, kind);
                 admit_locally(&state, &rt);
             }
             // Still failing while already draining: keep admitting the front.
@@ -88,15 +89,23 @@ async fn watch(state: Arc<AppState>, id: EventId) {
     }
 }
 
-/// Pings the event's store once; returns what it found and when it started.
-async fn probe(state: &AppState, id: &EventId, timeout: Duration) -> (Probe, Instant) {
+/// Pings the event's store once; returns what it found and when it started,
+/// and why the store was unavailable if it said so.
+async fn probe(
+    state: &AppState,
+    id: &EventId,
+    timeout: Duration,
+) -> ((Probe, Instant), Option<UnavailableKind>) {
     let started = Instant::now();
-    let found = match tokio::time::timeout(timeout, state.store.ping(id)).await {
-        Ok(Ok(())) => Probe::Answered,
-        Ok(Err(_)) => health::classify_failure(started.elapsed(), timeout),
-        Err(_) => Probe::Slow,
+    let (found, kind) = match tokio::time::timeout(timeout, state.store.ping(id)).await {
+        Ok(Ok(())) => (Probe::Answered, None),
+        Ok(Err(e)) => {
+            let kind = e.unavailable_kind();
+            (health::classify(kind, started.elapsed(), timeout), kind)
+        }
+        Err(_) => (Probe::Slow, Some(UnavailableKind::TimedOut)),
     };
-    (found, started)
+    ((found, started), kind)
 }
 
 /// Sets `anteroom_draining{event}`.

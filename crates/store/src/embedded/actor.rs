@@ -28,6 +28,7 @@ use super::state::{EventState, Sweep};
 use super::writes::Writes;
 use crate::{
     Admission, AdmitRequest, ExpireRequest, Expired, JoinOutcome, Nonce, RedeemOutcome, StoreError,
+    Unavailable, UnavailableKind,
 };
 
 /// How often status-poll touches are flushed when nothing else commits.
@@ -237,7 +238,11 @@ impl Actor {
         let thread = match thread {
             Ok(t) => t,
             Err(e) => {
-                let why = format!("cannot start committer: {e}");
+                let why = Unavailable::new(
+                    UnavailableKind::Stopped,
+                    format!("cannot start committer: {e}"),
+                )
+                .with_source(e);
                 lock(&self.state).down = Some(why.clone());
                 fail_all(rx, &why);
                 return;
@@ -255,10 +260,20 @@ impl Actor {
     }
 }
 
-fn fail_all(rx: Receiver<Op>, why: &str) {
+fn fail_all(rx: Receiver<Op>, why: &Unavailable) {
     for op in rx {
-        op.refuse(StoreError::Unavailable(why.to_owned()));
+        op.refuse(StoreError::Unavailable(why.clone()));
     }
+}
+
+/// The answer to an operation applied to memory that a failed commit has
+/// since thrown away (or not applied because of it).
+fn earlier_write_failed(st: &EventState) -> StoreError {
+    let why = st
+        .down
+        .clone()
+        .unwrap_or_else(|| Unavailable::new(UnavailableKind::Disk, "an earlier write failed"));
+    StoreError::Unavailable(why)
 }
 
 struct Applier {
@@ -358,7 +373,7 @@ impl Applier {
                         st = self.settle(st);
                         Ok(r)
                     } else {
-                        Err(StoreError::Unavailable("an earlier write failed".into()))
+                        Err(earlier_write_failed(&st))
                     };
                     Answer::Expired(Held::new(reply, result))
                 }
@@ -374,12 +389,8 @@ impl Applier {
                 // this batch was applied to memory that is gone, so none
                 // of it may touch the rebuilt one (the committer refuses
                 // what was applied, by its generation).
-                let why = st
-                    .down
-                    .clone()
-                    .unwrap_or_else(|| "an earlier write failed".into());
                 for op in commands.by_ref() {
-                    op.refuse(StoreError::Unavailable(why.clone()));
+                    op.refuse(earlier_write_failed(&st));
                 }
                 return Some(Batch {
                     generation,

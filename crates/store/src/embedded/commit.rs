@@ -22,7 +22,7 @@ use super::disk::{self, FileOpts};
 use super::load;
 use super::state::EventState;
 use super::writes;
-use crate::StoreError;
+use crate::{StoreError, Unavailable, UnavailableKind};
 
 /// First wait before reopening a file whose write failed: a disk that just
 /// failed is rarely back within a millisecond, and a reopen rebuilds the
@@ -80,20 +80,33 @@ impl Committer {
     }
 
     /// Commits and answers one batch; `Err` if the write failed.
-    fn step(&mut self, b: Batch) -> Result<(), String> {
+    fn step(&mut self, b: Batch) -> Result<(), Unavailable> {
         let current = lock(&self.state).generation;
         if b.generation != current {
             // Applied to memory that a failed commit has since thrown away.
-            refuse(b, "an earlier write of this event failed");
+            refuse(
+                b,
+                &Unavailable::new(
+                    UnavailableKind::Disk,
+                    "an earlier write of this event failed",
+                ),
+            );
             return Ok(());
         }
         if !b.writes.is_empty() {
             let done = match &self.db {
                 Some(db) => writes::commit(db, &self.path, &b.writes, b.counters),
-                None => Err(StoreError::Unavailable("event file not open".into())),
+                None => Err(StoreError::unavailable(
+                    UnavailableKind::Disk,
+                    "event file not open",
+                )),
             };
             if let Err(e) = done {
-                let why = format!("event store write failed: {e}");
+                let why = Unavailable::new(
+                    UnavailableKind::Disk,
+                    format!("event store write failed: {e}"),
+                )
+                .with_source(e);
                 {
                     // Memory shows this batch (and maybe the next, already
                     // applied) that the disk does not have: nobody reads it
@@ -116,7 +129,7 @@ impl Committer {
     /// Reopens the file and rebuilds memory from it, retrying with backoff;
     /// batches that arrive meanwhile (applied before the failure) are
     /// refused. `false` if the actor stopped first.
-    fn recover(&mut self, rx: &Receiver<Batch>, why: &str) -> bool {
+    fn recover(&mut self, rx: &Receiver<Batch>, why: &Unavailable) -> bool {
         tracing::error!(path = %self.path.display(), error = %why,
             "event write failed; the event drains until its file is reopened");
         // Only a fresh Database reads the file again; the old one must be
@@ -164,8 +177,8 @@ impl Committer {
 }
 
 /// Tells every caller of `b` that its change was not kept.
-fn refuse(b: Batch, why: &str) {
+fn refuse(b: Batch, why: &Unavailable) {
     for a in b.answers {
-        a.refuse(StoreError::Unavailable(why.to_owned()));
+        a.refuse(StoreError::Unavailable(why.clone()));
     }
 }

@@ -195,16 +195,19 @@ mod tests {
                 futures::future::join_all(refused.iter().map(|m| s.join(&ev, m, &sc))).await;
             for (m, o) in refused.iter().zip(outcomes) {
                 match o {
-                    Err(StoreError::Unavailable(_)) => {}
+                    // Why it is unavailable: the disk (the drain decides by it).
+                    Err(StoreError::Unavailable(u)) => {
+                        assert_eq!(u.kind(), crate::UnavailableKind::Disk, "{m}: {u}");
+                    }
                     other => panic!("join of {m} on a failing disk: {other:?}"),
                 }
             }
             assert!(faults.failed() > 0, "no write was attempted");
             // Reads are refused too: memory may show what the disk lacks.
-            assert!(matches!(
-                s.status(&ev, &acked[0], false).await,
-                Err(StoreError::Unavailable(_))
-            ));
+            let read = s.status(&ev, &acked[0], false).await;
+            assert!(matches!(read, Err(StoreError::Unavailable(_))));
+            let kind = read.err().and_then(|e| e.unavailable_kind());
+            assert_eq!(kind, Some(crate::UnavailableKind::Disk));
             assert!(matches!(
                 s.set_admin_state(&ev, anteroom_core::phase::AdminState::Paused)
                     .await,

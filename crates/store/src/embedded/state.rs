@@ -16,7 +16,7 @@ use super::table::MemberTable;
 use super::writes::Writes;
 use crate::{
     Admission, AdmitRequest, EventStats, Expired, JoinOutcome, MemberState, Nonce, RedeemOutcome,
-    Revocation, StoreError, check_member,
+    Revocation, StoreError, Unavailable, check_member,
 };
 
 const MINUTE_US: i64 = 60_000_000;
@@ -54,7 +54,7 @@ pub(crate) struct EventState {
     /// Set from a failed commit until memory has been rebuilt from the
     /// reopened file: meanwhile memory may show what the disk lacks, so every
     /// read and command is refused as unavailable.
-    pub(crate) down: Option<String>,
+    pub(crate) down: Option<Unavailable>,
     /// Bumped each time a commit fails, so a batch applied to the memory
     /// before the rebuild is never committed after it.
     pub(crate) generation: u64,

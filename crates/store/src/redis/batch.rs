@@ -35,7 +35,7 @@ use tokio::sync::{Semaphore, mpsc, oneshot};
 use super::conn::{Conn, Lua};
 use super::keys::EventKeys;
 use super::{decode_held, scripts};
-use crate::{EventId, JoinOutcome, MemberState, Result, StoreError};
+use crate::{EventId, JoinOutcome, MemberState, Result, StoreError, UnavailableKind};
 
 /// Largest batch: about a millisecond of Redis time at a few µs per member,
 /// so one batch never holds up other clients for long.
@@ -198,34 +198,35 @@ impl<K: Kind> Batcher<K> {
         // A driver that has just closed for idleness refuses the request;
         // the second attempt starts a fresh one.
         if let Err(mpsc::error::SendError(request)) = self.driver(event)?.send(request) {
-            self.driver(event)?
-                .send(request)
-                .map_err(|_| StoreError::Unavailable("the batch driver stopped".into()))?;
+            self.driver(event)?.send(request).map_err(|_| {
+                StoreError::unavailable(UnavailableKind::Stopped, "the batch driver stopped")
+            })?;
         }
         match tokio::time::timeout(self.timeout, answer).await {
             Ok(Ok(outcome)) => outcome,
-            Ok(Err(_)) => Err(StoreError::Unavailable(
-                "the batch driver dropped the call".into(),
+            Ok(Err(_)) => Err(StoreError::unavailable(
+                UnavailableKind::Stopped,
+                "the batch driver dropped the call",
             )),
-            Err(_) => Err(StoreError::Unavailable(format!(
-                "redis did not answer within {:?}",
-                self.timeout
-            ))),
+            Err(_) => Err(super::conn::timed_out(self.timeout)),
         }
     }
 
     /// The sender of `event`'s driver, started on first use. A driver that
     /// closed (idle, or its runtime has gone) is replaced.
     fn driver(&self, event: &EventId) -> Result<mpsc::UnboundedSender<Request<K>>> {
-        let mut drivers = self
-            .drivers
-            .lock()
-            .map_err(|_| StoreError::Unavailable("batch drivers lock poisoned".into()))?;
+        let mut drivers = self.drivers.lock().map_err(|_| {
+            StoreError::unavailable(UnavailableKind::Stopped, "batch drivers lock poisoned")
+        })?;
         if let Some(tx) = drivers.get(event).filter(|tx| !tx.is_closed()) {
             return Ok(tx.clone());
         }
-        let runtime = tokio::runtime::Handle::try_current()
-            .map_err(|_| StoreError::Unavailable("store called outside a tokio runtime".into()))?;
+        let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
+            StoreError::unavailable(
+                UnavailableKind::Stopped,
+                "store called outside a tokio runtime",
+            )
+        })?;
         let (tx, rx) = mpsc::unbounded_channel();
         let k = EventKeys::new(event);
         let mut keys = K::keys(&k);
@@ -405,12 +406,7 @@ fn bytes(v: Value) -> Result<Vec<u8>> {
 
 /// The same error for every caller of a failed batch.
 fn copy(e: &StoreError) -> StoreError {
-    match e {
-        StoreError::Unavailable(s) => StoreError::Unavailable(s.clone()),
-        StoreError::InvalidInput(s) => StoreError::InvalidInput(s),
-        StoreError::Corrupt(s) => StoreError::Corrupt(s.clone()),
-        StoreError::Storage(s) => StoreError::Storage(s.clone()),
-    }
+    e.duplicate()
 }
 
 #[cfg(all(test, feature = "conformance"))]

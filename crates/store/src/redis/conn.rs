@@ -8,7 +8,7 @@ use redis::aio::ConnectionManager;
 use redis::cluster_async::ClusterConnection;
 use redis::{Arg, Cmd, ErrorKind, FromRedisValue, RedisError, Script, ServerErrorKind};
 
-use crate::StoreError;
+use crate::{StoreError, Unavailable, UnavailableKind};
 
 /// A connection to standalone Redis or to a Redis Cluster. Both halves are
 /// cheap clones of a multiplexed connection that reconnects by itself.
@@ -109,22 +109,129 @@ pub(crate) async fn bounded<T>(
     match tokio::time::timeout(timeout, fut).await {
         Ok(Ok(v)) => Ok(v),
         Ok(Err(e)) => Err(map_error(&e)),
-        Err(_) => Err(StoreError::Unavailable(format!(
-            "redis did not answer within {timeout:?}"
-        ))),
+        Err(_) => Err(timed_out(timeout)),
     }
+}
+
+/// A call that got no answer within `timeout`.
+pub(crate) fn timed_out(timeout: Duration) -> StoreError {
+    StoreError::unavailable(
+        UnavailableKind::TimedOut,
+        format!("redis did not answer within {timeout:?}"),
+    )
 }
 
 /// Answers that are not ours (a wrong type under our key, an unparsable reply)
 /// are `Corrupt`; everything else (I/O, refused, cluster down, loading, a dead
 /// master, out of memory) means the data cannot be reached now: `Unavailable`,
-/// so the server drains rather than failing open or closed.
+/// so the server drains rather than failing open or closed. The kind says
+/// which (see [`unavailable_kind`]); the redis error is kept as the source.
 pub(crate) fn map_error(e: &RedisError) -> StoreError {
     let corrupt = matches!(e.kind(), ErrorKind::Parse | ErrorKind::UnexpectedReturnType)
         || e.code() == Some("WRONGTYPE");
     if corrupt {
         StoreError::Corrupt(format!("redis: {e}"))
     } else {
-        StoreError::Unavailable(format!("redis: {e}"))
+        Unavailable::new(unavailable_kind(e), format!("redis: {e}"))
+            .with_source(e.clone())
+            .into()
+    }
+}
+
+/// Why a redis error kept the call from the data.
+fn unavailable_kind(e: &RedisError) -> UnavailableKind {
+    if e.is_timeout() {
+        return UnavailableKind::TimedOut;
+    }
+    if e.is_connection_refusal() || e.is_connection_dropped() {
+        return UnavailableKind::Refused;
+    }
+    match e.kind() {
+        ErrorKind::ClusterConnectionNotFound
+        | ErrorKind::Server(
+            ServerErrorKind::Moved
+            | ServerErrorKind::Ask
+            | ServerErrorKind::TryAgain
+            | ServerErrorKind::ClusterDown
+            | ServerErrorKind::MasterDown
+            | ServerErrorKind::CrossSlot
+            | ServerErrorKind::ReadOnly,
+        ) => UnavailableKind::Cluster,
+        ErrorKind::Server(ServerErrorKind::BusyLoading) => UnavailableKind::Busy,
+        _ if matches!(e.code(), Some("BUSY" | "OOM")) => UnavailableKind::Busy,
+        _ => UnavailableKind::Other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use redis::{ErrorKind, RedisError, ServerErrorKind};
+
+    use super::*;
+
+    fn io(kind: std::io::ErrorKind) -> RedisError {
+        RedisError::from(std::io::Error::new(kind, "x"))
+    }
+
+    fn server(kind: ErrorKind, detail: &str) -> RedisError {
+        RedisError::from((kind, "server", detail.to_owned()))
+    }
+
+    /// Each redis failure maps to the kind the drain decides by, and keeps
+    /// the redis error as its source.
+    #[test]
+    fn redis_errors_map_to_their_kinds() {
+        use std::io::ErrorKind as Io;
+        let cases = [
+            (io(Io::ConnectionRefused), UnavailableKind::Refused),
+            (io(Io::ConnectionReset), UnavailableKind::Refused),
+            (io(Io::BrokenPipe), UnavailableKind::Refused),
+            (io(Io::UnexpectedEof), UnavailableKind::Refused),
+            (io(Io::TimedOut), UnavailableKind::TimedOut),
+            (
+                server(
+                    ErrorKind::Server(ServerErrorKind::ClusterDown),
+                    "the cluster is down",
+                ),
+                UnavailableKind::Cluster,
+            ),
+            (
+                server(
+                    ErrorKind::Server(ServerErrorKind::Moved),
+                    "3999 127.0.0.1:6381",
+                ),
+                UnavailableKind::Cluster,
+            ),
+            (
+                server(ErrorKind::Server(ServerErrorKind::TryAgain), "resharding"),
+                UnavailableKind::Cluster,
+            ),
+            (
+                server(ErrorKind::Server(ServerErrorKind::MasterDown), "link down"),
+                UnavailableKind::Cluster,
+            ),
+            (
+                server(ErrorKind::ClusterConnectionNotFound, "no node"),
+                UnavailableKind::Cluster,
+            ),
+            (
+                server(ErrorKind::Server(ServerErrorKind::BusyLoading), "loading"),
+                UnavailableKind::Busy,
+            ),
+            (
+                server(ErrorKind::AuthenticationFailed, "bad password"),
+                UnavailableKind::Other,
+            ),
+        ];
+        for (e, want) in cases {
+            let mapped = map_error(&e);
+            assert_eq!(mapped.unavailable_kind(), Some(want), "{e}");
+            let source = std::error::Error::source(&mapped).map(|s| s.to_string());
+            assert_eq!(source, Some(e.to_string()), "{e}");
+        }
+        let wrong = server(ErrorKind::UnexpectedReturnType, "not a number");
+        assert!(matches!(map_error(&wrong), StoreError::Corrupt(_)));
+        let late = timed_out(Duration::from_millis(5));
+        assert_eq!(late.unavailable_kind(), Some(UnavailableKind::TimedOut));
     }
 }
