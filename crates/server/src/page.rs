@@ -41,6 +41,25 @@ pub struct PageContext {
     pub position: Option<serde_json::Value>,
     /// The CSP nonce of this response (see [`content_security_policy`]).
     pub nonce: String,
+    /// Why the render has no position to show (the server-side join was
+    /// refused), so the page can say what is true instead of "joining".
+    pub refusal: Option<Refusal>,
+    /// A random number in [0, 1) spreading the no-JavaScript refresh of pages
+    /// open before the pre-window over its first seconds.
+    pub jitter: f64,
+}
+
+/// Why the server-side join of a render was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// A proof-of-work or CAPTCHA challenge: only the script can answer it.
+    Challenge,
+    /// The bot defence refused this browser (`403 blocked`).
+    Blocked,
+    /// A rate limit (`429`): the next refresh tries again.
+    RateLimited,
+    /// The store cannot take the join now (drain mode).
+    Unavailable,
 }
 
 /// Why the waiting page could not be loaded or rendered.

@@ -31,8 +31,18 @@
   // restart) is reopened after one poll.
   var STREAM_RETRY_MS = 30000;
   var MAX_STREAM_RETRY_MS = 300000;
+  // Enter does not join before the pre-window; a page open then joins when
+  // it opens, at a random moment within its first 5 s (or quarter, if
+  // shorter) so open pages do not all join in one instant. Every pre-window
+  // arrival is shuffled, so the spread costs nobody a place. Same bound as
+  // the server's no-JavaScript refresh (view.rs PRE_WINDOW_SPREAD_MS).
+  var PRE_WINDOW_SPREAD_MS = 5000;
+  // A paused bar stops short of full: full means it is the visitor's turn.
+  var PAUSED_PROGRESS_MAX = 99;
 
   var el = {
+    heading: document.getElementById('ar-heading'),
+    hint: document.getElementById('ar-hint'),
     status: document.getElementById('ar-status'),
     headline: document.getElementById('ar-headline'),
     detail: document.getElementById('ar-detail'),
@@ -52,6 +62,10 @@
   var stream = null;
   var streamRetryAt = 0;
   var streamFailures = 0;
+  // Set while enter has answered before the pre-window (so the visitor is
+  // not in the queue): cleared by the next enter that succeeds.
+  var outside = false;
+  var joinTimer = null;
   // How the page learnt its position: exposed for the browser tests and
   // for operators' debugging.
   var transport = window.anteroomTransport = { streams: 0, streamMessages: 0, polls: 0 };
@@ -67,6 +81,12 @@
     // Writing the same text again would make screen readers repeat it.
     if (node.textContent !== (text || '')) node.textContent = text || '';
     node.hidden = !text;
+  }
+
+  // Same rule as the server (page/lang.rs is_one): English "1 person" but
+  // "0 people"; French "0 personne", "1 personne", "2 personnes".
+  function isOne(n) {
+    return config.lang === 'fr' ? n < 2 : n === 1;
   }
 
   function jitter(ms) {
@@ -98,8 +118,22 @@
     return Math.floor((length - Math.min(rank, length)) * 100 / length);
   }
 
+  // The <h1> fits the state: nobody is told "you are in line" before they
+  // are (same choice as view.rs).
+  function headingOf(status) {
+    if (status === 'WAITING' || status === 'PAUSED') return t.heading;
+    if (status === 'NOT_OPEN') return t.headingNotOpen;
+    if (status === 'ADMITTED') return t.headingAdmitted;
+    if (status === 'ACTIVE') return t.headingActive;
+    if (status === 'CLOSED') return t.headingClosed;
+    return t.headingOutside;
+  }
+
   function show(status, headline, detail, eta, notice) {
     el.status.setAttribute('data-status', status || '');
+    setText(el.heading, headingOf(status));
+    // "Keep this page open" is not true once there is nothing to wait for.
+    if (el.hint) el.hint.hidden = status === 'CLOSED' || status === 'ACTIVE' || status === 'BLOCKED';
     setText(el.headline, headline);
     setText(el.detail, detail);
     setText(el.eta, eta);
@@ -140,19 +174,25 @@
     var status = pos.status;
     if (status !== 'NOT_OPEN') stopCountdown();
     if (status === 'WAITING' || status === 'PAUSED') {
+      var paused = status === 'PAUSED';
       var rank = pos.rank;
       var headline = rank === 0 ? t.next
         : fill(t.position, { position: numberFormat.format((rank || 0) + 1) });
       var detail = typeof pos.queueLength === 'number'
-        ? fill(t.queueLength, { count: numberFormat.format(pos.queueLength) }) : '';
+        ? fill(isOne(pos.queueLength) ? t.queueLengthOne : t.queueLength,
+          { count: numberFormat.format(pos.queueLength) }) : '';
       var eta;
-      if (rank === 0 || (typeof pos.estimatedWaitSeconds === 'number' && pos.estimatedWaitSeconds < 60)) {
+      if (paused) {
+        // Nobody moves while paused: no "almost there".
+        eta = t.etaPaused;
+      } else if (rank === 0 || (typeof pos.estimatedWaitSeconds === 'number' && pos.estimatedWaitSeconds < 60)) {
         eta = t.almostThere;
       } else {
         eta = pos.display ? fill(t.eta, { display: pos.display }) : t.etaUnknown;
       }
-      show(status, headline, detail, eta, status === 'PAUSED' ? t.paused : '');
-      setProgress(progressOf(rank, pos.queueLength));
+      show(status, headline, detail, eta, paused ? t.paused : '');
+      var percent = progressOf(rank, pos.queueLength);
+      setProgress(paused && percent !== null ? Math.min(percent, PAUSED_PROGRESS_MAX) : percent);
     } else if (status === 'NOT_OPEN') {
       show(status, t.notOpen, '', '', '');
       setProgress(null);
@@ -233,7 +273,29 @@
   }
 
   function enter(answer) {
-    return call('POST', '/enter', answer).then(handle, networkError);
+    return call('POST', '/enter', answer).then(function (r) {
+      if (r.resp.status === 200) outside = false;
+      return handle(r);
+    }, networkError);
+  }
+
+  // A NOT_OPEN answer from before the pre-window: the visitor is not in the
+  // queue (enter does not join then). Joins once the pre-window opens, timed
+  // on the server's clock (`timestamp`), so a wrong client clock does not
+  // matter; a poll later inside the pre-window, while still outside (the
+  // planned enter was refused), joins at once.
+  function planPreWindowJoin(pos) {
+    if (pos.status !== 'NOT_OPEN' || !pos.preWindowStartsAt || !pos.timestamp) return;
+    var untilStart = Date.parse(pos.preWindowStartsAt) - Date.parse(pos.timestamp);
+    if (isNaN(untilStart)) return;
+    if (untilStart > 0) outside = true;
+    if (!outside || joinTimer) return;
+    var windowMs = Date.parse(pos.opensAt) - Date.parse(pos.preWindowStartsAt);
+    var spread = isNaN(windowMs) ? 0 : Math.min(PRE_WINDOW_SPREAD_MS, Math.max(0, windowMs) / 4);
+    joinTimer = setTimeout(function () {
+      joinTimer = null;
+      if (!redeeming) enter();
+    }, Math.max(0, untilStart) + Math.random() * spread);
   }
 
   function poll() {
@@ -296,6 +358,7 @@
 
   function onStreamPosition(pos) {
     render(pos);
+    planPreWindowJoin(pos);
     var status = pos.status;
     if (status === 'ADMITTED' && pos.token) {
       try { sessionStorage.setItem('anteroomAdmitted', 'stream ' + Date.now()); } catch (e) { /* private mode */ }
@@ -339,6 +402,7 @@
 
   function onPosition(pos) {
     render(pos);
+    planPreWindowJoin(pos);
     if (pos.status === 'NONE') {
       // Not (or no longer) in the queue, e.g. idled out: join again.
       return enter();

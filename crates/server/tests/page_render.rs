@@ -19,6 +19,8 @@ fn ctx(position: Option<Value>, lang: Lang) -> PageContext {
         lang,
         position,
         nonce: NONCE.to_owned(),
+        refusal: None,
+        jitter: 0.5,
     }
 }
 
@@ -140,11 +142,18 @@ fn status_sentences() {
 fn admitted_without_javascript_offers_the_redeem_form() {
     let mut pos = position("ADMITTED", None);
     pos["token"] = json!("tok.en");
-    pos["redirect"] = json!("/shop?item=42");
+    pos["redirect"] =
+        json!("/api/queue/redeem?eventId=drop-2026&token=tok.en&return=%2Fshop%3Fitem%3D42");
     let html = render(&ctx(Some(pos), Lang::En));
+    // The page continues by itself, as the script does: its one refresh goes
+    // to the redeem path (which spends the token at once), never back to
+    // the page (a page refresh could outlive the token).
+    assert_eq!(html.matches("http-equiv=\"refresh\"").count(), 1, "{html}");
     assert!(
-        !html.contains("http-equiv=\"refresh\""),
-        "a refresh could outlive the token"
+        html.contains(
+            r#"<noscript><meta http-equiv="refresh" content="1;url=&#x2f;api&#x2f;queue&#x2f;redeem?eventId=drop-2026&amp;token=tok.en&amp;return=%2Fshop%3Fitem%3D42"></noscript>"#
+        ),
+        "{html}"
     );
     insta::assert_snapshot!(html);
 }
@@ -275,4 +284,152 @@ fn static_assets_and_csp() {
     assert!(csp.contains("script-src 'self' 'nonce-abc'"));
     assert!(csp.contains("default-src 'none'") && csp.contains("frame-ancestors 'none'"));
     assert!(!csp.contains("http"), "no third-party origin: {csp}");
+}
+
+/// The page without its script configuration block (the sentences it
+/// carries are in the snapshots above): what a visitor sees in one state.
+fn visible(html: &str) -> String {
+    let start = html
+        .find(r#"<script type="application/json" id="anteroom-config">"#)
+        .unwrap();
+    let end = start + html[start..].find("</script>").unwrap() + "</script>".len();
+    format!("{}[config]{}", &html[..start], &html[end..])
+}
+
+/// Every server-rendered state, in English and French: what the page says
+/// (the snapshots), and the rules it must keep in every state.
+#[test]
+fn every_state_in_both_languages() {
+    use anteroom::page::Refusal;
+    let waiting = |status: &str, rank: u64, length: u64| {
+        let mut p = position(status, Some(rank));
+        p["queueLength"] = json!(length);
+        p
+    };
+    let mut not_open = position("NOT_OPEN", None);
+    not_open["opensAt"] = json!("2026-12-01T10:09:24.412Z");
+    not_open["preWindowStartsAt"] = json!("2026-12-01T10:08:24.412Z");
+    let mut admitted = position("ADMITTED", None);
+    admitted["token"] = json!("tok.en");
+    admitted["redirect"] =
+        json!("/api/queue/redeem?eventId=drop-2026&token=tok.en&return=%2Fshop%3Fitem%3D42");
+    let states: Vec<(&str, Option<Value>, Option<Refusal>)> = vec![
+        ("not_open", Some(not_open), None),
+        ("joining", None, None),
+        ("nojs_check", None, Some(Refusal::Challenge)),
+        ("waiting_alone", waiting("WAITING", 0, 1).into(), None),
+        ("waiting_second", waiting("WAITING", 1, 2).into(), None),
+        ("waiting_many", waiting("WAITING", 1233, 50211).into(), None),
+        ("paused_next", waiting("PAUSED", 0, 1).into(), None),
+        ("draining", Some(position("DRAINING", None)), None),
+        ("draining_on_join", None, Some(Refusal::Unavailable)),
+        ("admitted", Some(admitted), None),
+        ("active", Some(position("ACTIVE", None)), None),
+        ("closed", Some(position("CLOSED", None)), None),
+        ("blocked", None, Some(Refusal::Blocked)),
+        ("rate_limited", None, Some(Refusal::RateLimited)),
+    ];
+    for lang in [Lang::En, Lang::Fr] {
+        let code = if lang == Lang::En { "en" } else { "fr" };
+        for (name, pos, refusal) in &states {
+            let mut c = ctx(pos.clone(), lang);
+            c.refusal = *refusal;
+            let html = render(&c);
+            let in_line = matches!(
+                *name,
+                "waiting_alone" | "waiting_second" | "waiting_many" | "paused_next"
+            );
+            let heading = if lang == Lang::En {
+                "You are in line"
+            } else {
+                "Vous êtes dans la file"
+            };
+            assert_eq!(
+                html.contains(&format!(">{heading}</span></h1>")),
+                in_line,
+                "{name} {code}: the heading must fit the state"
+            );
+            for wrong in [
+                ">1 people",
+                ">1 personnes",
+                ">0 personnes",
+                "Many people",
+                "Beaucoup de personnes",
+            ] {
+                assert!(!html.contains(wrong), "{name} {code}: {wrong:?}");
+            }
+            insta::assert_snapshot!(format!("state_{name}_{code}"), visible(&html));
+        }
+    }
+    // The lone visitor: one person, singular in both languages.
+    let alone = render(&ctx(waiting("WAITING", 0, 1).into(), Lang::En));
+    assert!(alone.contains(">1 person in line<"), "{alone}");
+    let alone = render(&ctx(waiting("WAITING", 0, 1).into(), Lang::Fr));
+    assert!(alone.contains(">1 personne dans la file<"), "{alone}");
+    let two = render(&ctx(waiting("WAITING", 1, 2).into(), Lang::Fr));
+    assert!(two.contains(">2 personnes dans la file<"), "{two}");
+    // A paused line is not "almost there" and its bar is not full.
+    for lang in [Lang::En, Lang::Fr] {
+        let paused = visible(&render(&ctx(waiting("PAUSED", 0, 1).into(), lang)));
+        assert!(
+            !paused.contains("Almost there") && !paused.contains("presque"),
+            "{paused}"
+        );
+        assert!(paused.contains(r#"value="99""#), "{paused}");
+    }
+    // Without JavaScript a check cannot pass: the page says so, hides the
+    // script's "checking" line, and does not refresh for nothing.
+    let mut check = ctx(None, Lang::En);
+    check.refusal = Some(Refusal::Challenge);
+    let html = render(&check);
+    assert!(html.contains("<noscript><p class=\"ar-headline\">Before it can join the line, your browser must pass a quick check that needs JavaScript."), "{html}");
+    assert!(html.contains(
+        r#"<noscript><link rel="stylesheet" href="/_anteroom/noscript.css"></noscript>"#
+    ));
+    assert!(!html.contains("http-equiv=\"refresh\""), "{html}");
+}
+
+/// A page open before the pre-window refreshes (without JavaScript) so that
+/// it lands inside the pre-window, spread over its first seconds; otherwise
+/// every 10 s.
+#[test]
+fn no_script_refresh_lands_inside_the_pre_window() {
+    let refresh = |until_ms: i64, window_ms: i64, jitter: f64| {
+        let now = 1_764_583_392_412i64;
+        let at = |ms: i64| {
+            humantime::format_rfc3339_millis(
+                std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms as u64),
+            )
+            .to_string()
+        };
+        let mut p = position("NOT_OPEN", None);
+        p["timestamp"] = json!(at(now));
+        p["preWindowStartsAt"] = json!(at(now + until_ms));
+        p["opensAt"] = json!(at(now + until_ms + window_ms));
+        let mut c = ctx(Some(p), Lang::En);
+        c.jitter = jitter;
+        let html = render(&c);
+        let start = html.find(r#"http-equiv="refresh" content=""#).unwrap() + 30;
+        html[start..start + html[start..].find('"').unwrap()]
+            .parse::<i64>()
+            .unwrap()
+    };
+    // Far off: the usual 10 s.
+    assert_eq!(refresh(600_000, 60_000, 0.5), 10);
+    // 3.2 s before a 60 s pre-window: between 3.2 s and 3.2 + 5 s, inside it.
+    for jitter in [0.0, 0.5, 0.999] {
+        let s = refresh(3_200, 60_000, jitter) * 1000;
+        assert!(
+            (3_200..=3_200 + 5_000 + 1_000).contains(&s) && s <= 10_000,
+            "{jitter}: {s}"
+        );
+    }
+    // A 4 s pre-window 2.5 s away: the spread is a quarter of it (1 s), so
+    // the refresh lands within 2.5..4.5 s, before the opening at 6.5 s.
+    for jitter in [0.0, 0.999] {
+        let s = refresh(2_500, 4_000, jitter) * 1000;
+        assert!((2_500..6_500).contains(&s), "{jitter}: {s}");
+    }
+    // Inside the pre-window already (the render joined): 10 s.
+    assert_eq!(refresh(-1_000, 60_000, 0.5), 10);
 }

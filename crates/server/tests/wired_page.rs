@@ -48,6 +48,17 @@ fn input(html: &str, name: &str) -> String {
         .replace("&amp;", "&")
 }
 
+/// The `content` of the page's meta refresh, entities decoded.
+fn meta_refresh(html: &str) -> Option<String> {
+    let at = html.find(r#"<meta http-equiv="refresh" content=""#)?;
+    let rest = &html[at + 36..];
+    Some(
+        rest[..rest.find('"')?]
+            .replace("&#x2f;", "/")
+            .replace("&amp;", "&"),
+    )
+}
+
 #[tokio::test]
 async fn without_javascript_the_page_shows_the_position_and_continues_once_admitted() {
     let admit_fast = "admission = { mode = \"batch\", batch_size = 1, interval = \"100ms\" }";
@@ -112,16 +123,21 @@ async fn without_javascript_the_page_shows_the_position_and_continues_once_admit
     })
     .await;
     let html = page(&s, &mut v).await;
-    assert!(
-        !html.contains("http-equiv=\"refresh\""),
-        "no refresh once admitted: {html}"
-    );
     let (token, ret) = (input(&html, "token"), input(&html, "return"));
     assert_eq!(ret, "/tickets/seat/9");
-
-    // The form's GET, as a browser submits it.
+    // The page continues by itself, as the script does: its one refresh
+    // goes to the redeem path (never back to the page, which a refresh
+    // could outlive the token on), the same GET the form makes.
     let link =
         format!("/api/queue/redeem?eventId=tickets&token={token}&return=%2Ftickets%2Fseat%2F9");
+    assert_eq!(
+        meta_refresh(&html).as_deref(),
+        Some(format!("1;url={link}").as_str()),
+        "{html}"
+    );
+    assert_eq!(html.matches("http-equiv=\"refresh\"").count(), 1, "{html}");
+
+    // The refresh's GET, as a browser follows it.
     let (status, h, _) = v
         .call(Method::GET, &s.url(&link), &html_headers(), None)
         .await;
@@ -156,6 +172,13 @@ async fn the_page_is_no_way_around_a_challenge() {
         !html.contains("in line</p>"),
         "not joined, so no position: {html}"
     );
+    // Without JavaScript the check cannot pass: the page says why and what
+    // to do instead of "joining" forever, and does not refresh for nothing.
+    assert!(
+        html.contains("<noscript><p class=\"ar-headline\">Before it can join the line, your browser must pass a quick check that needs JavaScript. Turn JavaScript on for this site, then reload this page.</p></noscript>"),
+        "{html}"
+    );
+    assert!(meta_refresh(&html).is_none(), "{html}");
     let (_, _, p) = call(&s, &mut script, Method::GET, POSITION, CURL, None).await;
     assert_eq!(p["status"], "NONE", "{p}");
     // A browser loading the same page is joined and sees its place.

@@ -276,22 +276,43 @@ pub async fn position_of(
     lang: anteroom_core::eta::Lang,
     return_path: &str,
 ) -> QueuePosition {
+    position_and_presence(state, rt, member, touch, lang, return_path)
+        .await
+        .0
+}
+
+/// [`position_of`], and whether the store knows `member` at all (in line,
+/// admitted or active). `NOT_OPEN` hides that, and the waiting page needs it
+/// to join, inside the pre-window, a visitor whose first load came before it.
+/// A drain-mode answer counts as known: this node cannot join anybody then.
+pub async fn position_and_presence(
+    state: &AppState,
+    rt: &EventRuntime,
+    member: &str,
+    touch: bool,
+    lang: anteroom_core::eta::Lang,
+    return_path: &str,
+) -> (QueuePosition, bool) {
     // Drain mode: drain admissions and DRAINING come from this node's records.
     if let Some(p) = crate::drain::answer(state, rt, member, lang, return_path) {
-        return p;
+        return (p, true);
     }
     match crate::metrics::timed_store("status", state.store.status(rt.id(), member, touch)).await {
         Ok(s) => {
             crate::drain::of(rt).note(member, &s);
             let s = crate::drain::adjust(rt, member, s);
-            QueuePosition::build(state, rt, member, &s, lang, return_path)
+            let present = !matches!(s, anteroom_store::MemberState::None);
+            (
+                QueuePosition::build(state, rt, member, &s, lang, return_path),
+                present,
+            )
         }
         Err(e) => {
             tracing::warn!(event = %rt.id(), error = e.kind(), "position read failed; draining");
             if matches!(e, anteroom_store::StoreError::Unavailable(_)) {
                 crate::drain::store_failed(state, rt);
             }
-            QueuePosition::draining(state, rt)
+            (QueuePosition::draining(state, rt), true)
         }
     }
 }

@@ -52,6 +52,12 @@ pub struct QueuePosition {
     /// `opens_at`: the page counts down to it against `timestamp`, the
     /// server's clock, so a wrong client clock does not skew the countdown.
     pub opens_at: Option<String>,
+    /// RFC 3339 time the pre-window opens (`opens_at - pre_window`), for
+    /// NOT_OPEN when the event has `opens_at`: every join from then until
+    /// `opensAt` gets a shuffled place. Before it, enter does not join, so a
+    /// client that called enter earlier calls it again once this time comes
+    /// (the waiting page does, spread over the pre-window's first seconds).
+    pub pre_window_starts_at: Option<String>,
 }
 
 /// Poll cadence outside the WAITING status, in ms.
@@ -73,6 +79,7 @@ impl QueuePosition {
             redirect: None,
             timestamp: rfc3339_ms(state.now_ms()),
             opens_at: None,
+            pre_window_starts_at: None,
         }
     }
 
@@ -118,6 +125,10 @@ impl QueuePosition {
             (Phase::Scheduled | Phase::PreQueue, _) => {
                 let mut p = Self::bare(state, rt, Status::NotOpen, IDLE_POLL_MS);
                 p.opens_at = rt.config.opens_at_ms.map(rfc3339_ms);
+                p.pre_window_starts_at = rt
+                    .config
+                    .opens_at_ms
+                    .map(|opens| rfc3339_ms(opens.saturating_sub(pre_window)));
                 p
             }
             (_, MemberState::Waiting { rank, queue_length }) => {

@@ -17,13 +17,15 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
 use rand::RngCore;
 
-use super::enter::{join_checked, position_of};
+use anteroom_core::phase::Phase;
+
+use super::enter::{current_phase, join_checked, position_and_presence};
 use super::{Status, add_cookie, client_ip, lang, query_param, safe_return};
 use crate::app::{AppState, EventRuntime};
 use crate::bots::RateKind;
 use crate::error::ApiError;
 use crate::identity::{self, Visitor};
-use crate::page::{PageContext, content_security_policy, static_asset};
+use crate::page::{PageContext, Refusal, content_security_policy, static_asset};
 
 /// The waiting page, with the visitor's position rendered in (joining a
 /// visitor who is not in the queue yet).
@@ -41,9 +43,12 @@ pub async fn waiting_page(
     let visitor = identity::resolve(&parts.headers, rt.jwt.as_ref(), true, &state.server.cookies)
         .ok()
         .flatten();
-    let position = match &visitor {
-        Some(v) => rendered_position(&state, &rt, &parts, v, lang, &return_path).await,
-        None => None,
+    let (position, refusal) = match &visitor {
+        Some(v) => match rendered_position(&state, &rt, &parts, v, lang, &return_path).await {
+            Ok(p) => (Some(p), None),
+            Err(refusal) => (None, refusal),
+        },
+        None => (None, None),
     };
     let mut nonce = [0u8; 16];
     rand::rng().fill_bytes(&mut nonce);
@@ -55,6 +60,8 @@ pub async fn waiting_page(
         lang,
         position,
         nonce: nonce.clone(),
+        refusal,
+        jitter: rand::random::<f64>(),
     };
     let html = state.pages.render(&ctx).map_err(|e| {
         tracing::error!(error = %e, "waiting page render failed");
@@ -75,9 +82,12 @@ pub async fn waiting_page(
 
 /// The visitor's QueuePosition JSON for the render: read, or — for a
 /// visitor not in the queue — joined through the same rate limits and bot
-/// defence as enter, so the page is no way around a challenge. `None` when
-/// there is nothing true to show yet (a challenge to solve, a refusal, a
-/// rate limit): the script, if any, takes over, and the refresh retries.
+/// defence as enter, so the page is no way around a challenge. A visitor
+/// whose page was loaded before the pre-window is joined by the first render
+/// inside it (the no-JavaScript refresh is timed to land there), as the
+/// script joins then. `Err` when there is nothing true to show yet: why (a
+/// challenge to solve, a refusal, a rate limit), so the page can say it; the
+/// script, if any, takes over, and the refresh retries where that can help.
 async fn rendered_position(
     state: &AppState,
     rt: &EventRuntime,
@@ -85,7 +95,7 @@ async fn rendered_position(
     visitor: &Visitor,
     lang: Lang,
     return_path: &str,
-) -> Option<serde_json::Value> {
+) -> Result<serde_json::Value, Option<Refusal>> {
     let ip = client_ip(state, &parts.extensions, &parts.headers);
     let member = visitor.member.as_str();
     // A session created by this very request cannot be in the queue yet.
@@ -94,13 +104,26 @@ async fn rendered_position(
         // The page load is a browser's own first call, right before the
         // script's: it counts against the address, not the session's few
         // calls a second.
-        state.bots.check_rate_ip(RateKind::Position, ip).ok()?;
-        position = Some(position_of(state, rt, member, true, lang, return_path).await);
+        state
+            .bots
+            .check_rate_ip(RateKind::Position, ip)
+            .map_err(|_| Some(Refusal::RateLimited))?;
+        let (p, present) = position_and_presence(state, rt, member, true, lang, return_path).await;
+        // `NOT_OPEN` says nothing of the place: one not in the store yet is
+        // joined once the pre-window lets it in.
+        let outside =
+            p.status == Status::NotOpen && !present && current_phase(state, rt) == Phase::PreQueue;
+        if !outside {
+            position = Some(p);
+        }
     }
     let position = match position {
         Some(p) if p.status != Status::None => p,
         _ => {
-            state.bots.check_rate_ip(RateKind::Enter, ip).ok()?;
+            state
+                .bots
+                .check_rate_ip(RateKind::Enter, ip)
+                .map_err(|_| Some(Refusal::RateLimited))?;
             let joined = join_checked(
                 state,
                 rt,
@@ -116,12 +139,23 @@ async fn rendered_position(
                 Ok(p) => p,
                 Err(e) => {
                     tracing::debug!(event = %rt.id(), error = e.code(), "waiting page could not join");
-                    return None;
+                    return Err(refusal_of(&e));
                 }
             }
         }
     };
-    serde_json::to_value(&position).ok()
+    serde_json::to_value(&position).map_err(|_| None)
+}
+
+/// What the page tells a visitor whose server-side join `e` refused.
+fn refusal_of(e: &ApiError) -> Option<Refusal> {
+    match e {
+        ApiError::ChallengeRequired { .. } => Some(Refusal::Challenge),
+        ApiError::Blocked => Some(Refusal::Blocked),
+        ApiError::RateLimited { .. } => Some(Refusal::RateLimited),
+        ApiError::Draining { .. } => Some(Refusal::Unavailable),
+        _ => None,
+    }
 }
 
 /// The page's own static files; nothing third-party.

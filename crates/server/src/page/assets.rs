@@ -12,6 +12,7 @@ pub fn static_asset(name: &str) -> Option<(&'static str, &'static [u8])> {
         "pow-worker.js" => (JS, include_str!("../../static/pow-worker.js")),
         "sha256.js" => (JS, include_str!("../../static/sha256.js")),
         "anteroom.css" => (CSS, include_str!("../../static/anteroom.css")),
+        "noscript.css" => (CSS, include_str!("../../static/noscript.css")),
         _ => return None,
     };
     Some((content_type, body.as_bytes()))

@@ -8,7 +8,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::messages::{Messages, for_lang};
-use super::{Lang, PageContext};
+use super::{Lang, PageContext, Refusal};
 
 /// What one render shows.
 #[derive(Debug, Serialize)]
@@ -19,6 +19,12 @@ pub struct View {
     pub return_path: String,
     /// The QueuePosition status, or `None` before the visitor has joined.
     pub status: Option<String>,
+    /// What the status region's `data-status` says: the status, or
+    /// `BLOCKED` for a refused browser (as the script marks it).
+    pub state: String,
+    /// The page's `<h1>`: fits the state (nobody is told "you are in line"
+    /// before they are).
+    pub heading: String,
     pub headline: String,
     pub detail: Option<String>,
     pub eta: Option<String>,
@@ -29,15 +35,38 @@ pub struct View {
     pub countdown: Option<String>,
     /// The admission token for the no-JavaScript continue form (`ADMITTED`).
     pub token: Option<String>,
+    /// Where a browser without JavaScript is sent by itself once admitted:
+    /// the redeem path, which spends the token at once (`ADMITTED`).
+    pub redeem_url: Option<String>,
     /// A plain link to the return path once the visitor holds a pass (`ACTIVE`).
     pub active: bool,
-    /// Whether `<noscript>` should refresh the page: not once the wait is over.
+    /// Whether `<noscript>` should refresh the page: not once the wait is
+    /// over, nor when a refresh cannot change anything (a refused browser, a
+    /// check that needs JavaScript).
     pub refresh: bool,
+    /// Seconds until that refresh: 10, or less when the pre-window opens
+    /// sooner so the refresh lands inside it (and joins the visitor there).
+    pub refresh_seconds: u64,
+    /// Whether the "keep this page open" hint is true in this state.
+    pub hint: bool,
+    /// A browser check was asked for: without JavaScript it cannot be done,
+    /// and the page says so (in `<noscript>`) instead of "joining" forever.
+    pub needs_script: bool,
     #[serde(skip)]
     lang: Lang,
     #[serde(skip)]
     position: Option<Value>,
 }
+
+/// The refresh period of the no-JavaScript page, in seconds.
+pub const REFRESH_SECONDS: u64 = 10;
+
+/// A page open before the pre-window joins at a random moment within this
+/// many milliseconds of its start (or a quarter of the pre-window, if that
+/// is shorter), so thousands of open pages do not join in one instant. Every
+/// pre-window arrival gets a shuffled place, so the spread costs nobody a
+/// place. The script uses the same bound (`PRE_WINDOW_SPREAD_MS`).
+pub const PRE_WINDOW_SPREAD_MS: u64 = 5_000;
 
 impl View {
     pub fn build(ctx: &PageContext) -> Self {
@@ -45,12 +74,13 @@ impl View {
         let pos = ctx.position.as_ref();
         let field = |name: &str| pos.and_then(|p| p.get(name));
         let int = |name: &str| field(name).and_then(Value::as_u64);
-        let status = field("status").and_then(Value::as_str).map(str::to_owned);
+        let text = |name: &str| field(name).and_then(Value::as_str);
+        let status = text("status").map(str::to_owned);
         let rank = int("rank");
         let length = int("queueLength");
         let wait = int("estimatedWaitSeconds");
-        let display = field("display").and_then(Value::as_str);
-        let token = field("token").and_then(Value::as_str).map(str::to_owned);
+        let display = text("display");
+        let token = text("token").map(str::to_owned);
 
         let mut view = Self {
             event_id: ctx.event_id.clone(),
@@ -60,6 +90,8 @@ impl View {
                 .unwrap_or_else(|| ctx.event_id.clone()),
             return_path: safe_return_path(&ctx.return_path).to_owned(),
             status: status.clone(),
+            state: status.clone().unwrap_or_default(),
+            heading: t.heading_outside.to_owned(),
             headline: t.joining.to_owned(),
             detail: None,
             eta: None,
@@ -67,44 +99,90 @@ impl View {
             progress: None,
             countdown: None,
             token: None,
+            redeem_url: None,
             active: false,
             refresh: true,
+            refresh_seconds: REFRESH_SECONDS,
+            hint: true,
+            needs_script: false,
             lang: ctx.lang,
             position: ctx.position.clone(),
         };
         match status.as_deref() {
-            Some("WAITING" | "PAUSED") => {
+            Some(s @ ("WAITING" | "PAUSED")) => {
+                let paused = s == "PAUSED";
+                view.heading = t.heading.to_owned();
                 view.headline = position_sentence(t, ctx.lang, rank);
-                view.detail =
-                    length.map(|n| t.queue_length.replace("{count}", &group(n, ctx.lang)));
-                view.eta = Some(eta_sentence(t, rank, wait, display));
+                view.detail = length.map(|n| queue_length(t, n, ctx.lang));
                 view.progress = progress(rank, length);
-                if status.as_deref() == Some("PAUSED") {
+                if paused {
+                    // Nobody moves while paused: no "almost there", and the
+                    // bar stops short of full (full means it is your turn).
+                    view.eta = Some(t.eta_paused.to_owned());
                     view.notice = Some(t.paused.to_owned());
+                    view.progress = view.progress.map(|p| p.min(PAUSED_PROGRESS_MAX));
+                } else {
+                    view.eta = Some(eta_sentence(t, rank, wait, display));
                 }
             }
             Some("NOT_OPEN") => {
+                view.heading = t.heading_not_open.to_owned();
                 view.headline = t.not_open.to_owned();
-                view.countdown = wait.map(|s| t.countdown.replace("{time}", &duration(s)));
+                // As the script counts: to `opensAt` on the server's clock.
+                let left = seconds_between(text("timestamp"), text("opensAt")).or(wait);
+                view.countdown = left.map(|s| t.countdown.replace("{time}", &duration(s)));
+                view.refresh_seconds = refresh_before_pre_window(
+                    text("timestamp"),
+                    text("preWindowStartsAt"),
+                    text("opensAt"),
+                    ctx.jitter,
+                );
             }
             Some("ADMITTED") if token.is_some() => {
+                view.heading = t.heading_admitted.to_owned();
                 view.headline = t.admitted.to_owned();
                 view.progress = Some(100);
+                view.redeem_url = text("redirect")
+                    .filter(|r| r.starts_with("/api/queue/redeem?"))
+                    .map(str::to_owned);
                 view.token = token;
                 view.refresh = false;
             }
             Some("ACTIVE") => {
+                view.heading = t.heading_active.to_owned();
                 view.headline = t.active.to_owned();
                 view.progress = Some(100);
                 view.active = true;
                 view.refresh = false;
+                view.hint = false;
             }
             Some("CLOSED") => {
+                view.heading = t.heading_closed.to_owned();
                 view.headline = t.closed.to_owned();
                 view.refresh = false;
+                view.hint = false;
             }
             Some("DRAINING") => view.headline = t.draining.to_owned(),
-            _ => {}
+            _ => match ctx.refusal {
+                Some(Refusal::Challenge) => {
+                    // With JavaScript the script solves it (and says so).
+                    view.headline = t.checking.to_owned();
+                    view.needs_script = true;
+                    view.refresh = false;
+                }
+                Some(Refusal::Blocked) => {
+                    view.state = "BLOCKED".to_owned();
+                    view.headline = t.blocked.to_owned();
+                    view.refresh = false;
+                    view.hint = false;
+                }
+                Some(Refusal::RateLimited) => view.notice = Some(t.rate_limited.to_owned()),
+                Some(Refusal::Unavailable) => {
+                    view.state = "DRAINING".to_owned();
+                    view.headline = t.draining.to_owned();
+                }
+                None => {}
+            },
         }
         view
     }
@@ -148,6 +226,70 @@ pub fn safe_return_path(path: &str) -> &str {
         && !path.chars().any(char::is_control)
         && path.len() <= 2048;
     if local { path } else { "/" }
+}
+
+/// A paused bar never looks full: a full bar means it is the visitor's turn.
+pub const PAUSED_PROGRESS_MAX: u32 = 99;
+
+/// "1 person in line", "2 people in line" (French: 0 and 1 are singular).
+pub fn queue_length(t: &Messages, n: u64, lang: Lang) -> String {
+    let template = if super::lang::is_one(n, lang) {
+        t.queue_length_one
+    } else {
+        t.queue_length
+    };
+    template.replace("{count}", &group(n, lang))
+}
+
+/// The no-JavaScript refresh of a `NOT_OPEN` page: when the pre-window opens
+/// before the usual refresh would come, the refresh is timed to land inside
+/// it, `jitter` (0..1) spreading pages over its first seconds; the render of
+/// that refresh then joins the visitor (`api::page`). A meta refresh counts
+/// whole seconds: a pre-window shorter than about 1.5 s may be missed.
+pub fn refresh_before_pre_window(
+    timestamp: Option<&str>,
+    pre_window_starts_at: Option<&str>,
+    opens_at: Option<&str>,
+    jitter: f64,
+) -> u64 {
+    let (Some(now), Some(start), Some(opens)) =
+        (ms(timestamp), ms(pre_window_starts_at), ms(opens_at))
+    else {
+        return REFRESH_SECONDS;
+    };
+    let until = start - now;
+    if until < 0 {
+        return REFRESH_SECONDS;
+    }
+    let spread = pre_window_spread_ms(opens - start);
+    let at = until.saturating_add(spread_offset(spread, jitter));
+    let seconds = u64::try_from(at.div_euclid(1000) + 1).unwrap_or(REFRESH_SECONDS);
+    seconds.min(REFRESH_SECONDS)
+}
+
+/// Milliseconds since the epoch of an RFC 3339 time.
+fn ms(s: Option<&str>) -> Option<i64> {
+    let t = humantime::parse_rfc3339(s?).ok()?;
+    let d = t.duration_since(std::time::UNIX_EPOCH).ok()?;
+    i64::try_from(d.as_millis()).ok()
+}
+
+/// Whole seconds (rounded up) from `from` to `to`, at least 0.
+fn seconds_between(from: Option<&str>, to: Option<&str>) -> Option<u64> {
+    let left = ms(to)? - ms(from)?;
+    u64::try_from(left.max(0).div_euclid(1000) + i64::from(left.rem_euclid(1000) > 0)).ok()
+}
+
+/// The spread of the pre-window joins for a pre-window of `window_ms`.
+pub fn pre_window_spread_ms(window_ms: i64) -> i64 {
+    (window_ms / 4).clamp(0, i64::try_from(PRE_WINDOW_SPREAD_MS).unwrap_or(i64::MAX))
+}
+
+fn spread_offset(spread_ms: i64, jitter: f64) -> i64 {
+    // `jitter` is in [0, 1); the product is within the spread.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_precision_loss)]
+    let offset = (spread_ms as f64 * jitter.clamp(0.0, 1.0)) as i64;
+    offset.clamp(0, spread_ms)
 }
 
 fn position_sentence(t: &Messages, lang: Lang, rank: Option<u64>) -> String {
@@ -231,6 +373,8 @@ pub fn sample_context(event: &str) -> PageContext {
             "pollAfterMs": 3000, "token": null, "redirect": null,
         })),
         nonce: "sample".to_owned(),
+        refusal: None,
+        jitter: 0.5,
     }
 }
 

@@ -110,6 +110,8 @@ async fn page(
         lang: Lang::from_accept_language(accept),
         position: None,
         nonce: nonce.clone(),
+        refusal: None,
+        jitter: 0.5,
     };
     let html = fake.pages.render(&ctx).unwrap();
     (
