@@ -24,6 +24,8 @@ pub use assets::{content_security_policy, static_asset};
 /// Name of the built-in template; an override may `{% extends "waiting.html" %}`
 /// and replace only its blocks.
 const DEFAULT_TEMPLATE: &str = "waiting.html";
+/// The page a browser gets when its continue link (the redeem GET) fails.
+const REDEEM_FAILED_TEMPLATE: &str = "redeem_failed.html";
 
 /// Everything one render of the waiting page needs.
 #[derive(Debug, Clone)]
@@ -119,6 +121,15 @@ impl Pages {
                 path: PathBuf::from("templates/waiting.html"),
                 source,
             })?;
+        env.add_template(
+            REDEEM_FAILED_TEMPLATE,
+            include_str!("../templates/redeem_failed.html"),
+        )
+        .map_err(|source| PageError::ParseOverride {
+            event: String::new(),
+            path: PathBuf::from("templates/redeem_failed.html"),
+            source,
+        })?;
         let mut overridden = HashMap::new();
         for (event, path) in overrides {
             let name = format!("event/{event}.html");
@@ -143,6 +154,61 @@ impl Pages {
             .get(&ctx.event_id)
             .map_or(DEFAULT_TEMPLATE, String::as_str);
         render_in(&self.env, name, ctx)
+    }
+}
+
+/// Why a browser's redeem (the continue link) failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RedeemFailure {
+    /// Expired, forged, another session's, or already used.
+    Token,
+    /// The event is paused: the token is kept while it is valid.
+    Paused,
+    /// The event is closed.
+    Closed,
+    /// Anything else (the store, a malformed request): try again from the page.
+    Other,
+}
+
+impl Pages {
+    /// The HTML answer to a browser navigation whose redeem failed: what
+    /// happened and a link back into the line (`/queue/E?return=...`).
+    pub fn render_redeem_failed(
+        &self,
+        event_id: &str,
+        event_name: Option<&str>,
+        return_path: &str,
+        lang: Lang,
+        failure: RedeemFailure,
+    ) -> Result<String, PageError> {
+        let t = messages::for_lang(lang);
+        let (heading, text) = match failure {
+            RedeemFailure::Token => (t.redeem_failed_title, t.redeem_failed),
+            RedeemFailure::Paused => (t.heading_outside, t.redeem_paused),
+            RedeemFailure::Closed => (t.heading_closed, t.closed),
+            RedeemFailure::Other => (t.heading_outside, t.retrying),
+        };
+        let return_path = view::safe_return_path(return_path);
+        let back = format!(
+            "/queue/{event_id}?return={}",
+            percent_encoding::utf8_percent_encode(return_path, percent_encoding::NON_ALPHANUMERIC)
+        );
+        let err = |source| PageError::Render {
+            event: event_id.to_owned(),
+            source,
+        };
+        self.env
+            .get_template(REDEEM_FAILED_TEMPLATE)
+            .map_err(err)?
+            .render(context! {
+                lang => lang::code(lang),
+                t => Value::from_serialize(t),
+                heading => heading,
+                text => text,
+                back => back,
+                event_label => event_name.unwrap_or(event_id),
+            })
+            .map_err(err)
     }
 }
 

@@ -433,3 +433,49 @@ fn no_script_refresh_lands_inside_the_pre_window() {
     // Inside the pre-window already (the render joined): 10 s.
     assert_eq!(refresh(-1_000, 60_000, 0.5), 10);
 }
+
+/// The page a browser navigation gets when its continue link fails, per
+/// reason and language: what happened and the way back into the line.
+#[test]
+fn redeem_failed_page_in_both_languages() {
+    use anteroom::page::RedeemFailure;
+    let pages = Pages::new(&HashMap::new()).unwrap();
+    for lang in [Lang::En, Lang::Fr] {
+        let code = if lang == Lang::En { "en" } else { "fr" };
+        for (name, failure) in [
+            ("token", RedeemFailure::Token),
+            ("paused", RedeemFailure::Paused),
+            ("closed", RedeemFailure::Closed),
+        ] {
+            let html = pages
+                .render_redeem_failed(
+                    "drop-2026",
+                    Some("Winter drop"),
+                    "/shop?item=42",
+                    lang,
+                    failure,
+                )
+                .unwrap();
+            assert!(
+                html.contains(r#"href="&#x2f;queue&#x2f;drop-2026?return=%2Fshop%3Fitem%3D42""#),
+                "{html}"
+            );
+            assert!(!html.contains("<script"), "no script: {html}");
+            insta::assert_snapshot!(format!("redeem_failed_{name}_{code}"), html);
+        }
+    }
+    // A foreign return path never leaves the site.
+    let html = pages
+        .render_redeem_failed(
+            "drop-2026",
+            None,
+            "//evil.example/",
+            Lang::En,
+            RedeemFailure::Token,
+        )
+        .unwrap();
+    assert!(
+        html.contains(r#"href="&#x2f;queue&#x2f;drop-2026?return=%2F""#),
+        "{html}"
+    );
+}

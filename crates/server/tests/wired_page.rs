@@ -156,6 +156,47 @@ async fn without_javascript_the_page_shows_the_position_and_continues_once_admit
         (status, &body[..]),
         (StatusCode::OK, &b"origin saw /tickets/seat/9"[..])
     );
+
+    // The used link again, as a browser navigation: an HTML page that says
+    // so, with the way back into the line; the status stays the JSON one's.
+    let mut navigate = html_headers();
+    navigate.push(("sec-fetch-mode", "navigate"));
+    let (status, h, body) = v.call(Method::GET, &s.url(&link), &navigate, None).await;
+    let html = String::from_utf8(body.to_vec()).unwrap();
+    assert_eq!(status, StatusCode::CONFLICT, "{html}");
+    assert!(h["content-type"].to_str().unwrap().starts_with("text/html"));
+    assert!(
+        html.contains("has expired or has already been used"),
+        "{html}"
+    );
+    assert!(
+        html.contains(r#"<a class="ar-button" href="&#x2f;queue&#x2f;tickets?return=%2Ftickets%2Fseat%2F9">Back to the waiting room</a>"#),
+        "{html}"
+    );
+    // An API client (asks for JSON, or is no navigation) keeps the JSON error.
+    for headers in [
+        &[("accept", "application/json")][..],
+        &[("accept", "text/html, application/json")][..],
+        &[("accept", "text/html"), ("sec-fetch-mode", "cors")][..],
+        &[][..],
+    ] {
+        let (status, h, body) = v.call(Method::GET, &s.url(&link), headers, None).await;
+        assert_eq!(status, StatusCode::CONFLICT);
+        assert!(
+            h["content-type"]
+                .to_str()
+                .unwrap()
+                .starts_with("application/json"),
+            "{headers:?}"
+        );
+        let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(body["error"], "token_used", "{headers:?}");
+    }
+    // A forged token on a navigation: the same page, with its 401.
+    let forged = "/api/queue/redeem?eventId=tickets&token=forged&return=%2Ftickets";
+    let (status, _, body) = v.call(Method::GET, &s.url(forged), &navigate, None).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert!(String::from_utf8_lossy(&body).contains("?return=%2Ftickets\">"));
     s.stop().await;
 }
 

@@ -19,6 +19,7 @@ use super::{empty, parse_json, query_param, read_body, resolve_event, safe_retur
 use crate::app::{AppState, EventRuntime, rfc3339_ms};
 use crate::error::ApiError;
 use crate::identity;
+use crate::page::RedeemFailure;
 use crate::passes;
 
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
@@ -72,14 +73,86 @@ pub async fn redeem_browser(
     req: Request,
 ) -> Result<Response, ApiError> {
     let rt = resolve_event(&state, req.uri())?;
-    let token = query_param(req.uri(), "token").ok_or(ApiError::InvalidToken)?;
     let target = safe_return(query_param(req.uri(), "return").as_deref());
-    let (_, cookie) = redeem(&state, &rt, req.headers(), &token).await?;
+    let redeemed = match query_param(req.uri(), "token") {
+        Some(token) => redeem(&state, &rt, req.headers(), &token).await,
+        None => Err(ApiError::InvalidToken),
+    };
+    let cookie = match redeemed {
+        Ok((_, cookie)) => cookie,
+        Err(e) if is_navigation(req.headers()) => {
+            return Ok(failed_page(&state, &rt, req.headers(), &target, e));
+        }
+        Err(e) => return Err(e),
+    };
     let mut response = empty(StatusCode::FOUND);
     let location = HeaderValue::from_str(&target).unwrap_or(HeaderValue::from_static("/"));
     response.headers_mut().insert(header::LOCATION, location);
     response.headers_mut().append(header::SET_COOKIE, cookie);
     Ok(response)
+}
+
+/// A browser loading the page (following the continue link or the no-JS
+/// page's refresh), as opposed to an API client: `Sec-Fetch-Mode: navigate`,
+/// or without Fetch Metadata an `Accept` that asks for HTML. A client that
+/// asks for JSON gets JSON whatever else it says.
+fn is_navigation(headers: &HeaderMap) -> bool {
+    let accept = headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .collect::<Vec<_>>()
+        .join(",");
+    if accept.contains("application/json") {
+        return false;
+    }
+    match headers.get("sec-fetch-mode").and_then(|v| v.to_str().ok()) {
+        Some(mode) => mode == "navigate",
+        None => accept.contains("text/html"),
+    }
+}
+
+/// The failed redeem as an HTML page with a way back into the line; the
+/// status and `Retry-After` stay those of the JSON error.
+fn failed_page(
+    state: &AppState,
+    rt: &EventRuntime,
+    headers: &HeaderMap,
+    return_path: &str,
+    e: ApiError,
+) -> Response {
+    let failure = match e {
+        ApiError::InvalidToken | ApiError::TokenUsed | ApiError::InvalidIdentity => {
+            RedeemFailure::Token
+        }
+        ApiError::EventPaused { .. } => RedeemFailure::Paused,
+        ApiError::EventClosed => RedeemFailure::Closed,
+        _ => RedeemFailure::Other,
+    };
+    let lang = super::lang(headers);
+    let html = state
+        .pages
+        .render_redeem_failed(rt.id().as_str(), None, return_path, lang, failure);
+    let mut response = e.into_response();
+    let Ok(html) = html else {
+        return response;
+    };
+    *response.body_mut() = axum::body::Body::from(html);
+    let h = response.headers_mut();
+    h.remove(header::CONTENT_LENGTH);
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/html; charset=utf-8"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(
+            "default-src 'none'; style-src 'self'; img-src 'self' data:; \
+             base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
+        ),
+    );
+    response
 }
 
 async fn redeem(
