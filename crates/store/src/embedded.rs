@@ -137,8 +137,15 @@ struct Inner {
     shares: Mutex<HashMap<EventId, Holds>>,
 }
 
-/// One event's holds: node id → (reserve, pending, expiry µs).
-type Holds = HashMap<String, (u64, u64, i64)>;
+/// One event's holds, by node id.
+type Holds = HashMap<String, Hold>;
+
+/// One node's hold on an event's capacity (see [`QueueStore::hold_share`]).
+struct Hold {
+    reserve: u64,
+    pending: u64,
+    expires_at_us: i64,
+}
 
 /// The embedded store. Cheap to clone; dropping the last clone stops every
 /// actor after its last commit and closes the files.
@@ -328,7 +335,8 @@ impl EmbeddedStore {
         rx.await.map_err(|_| actor_stopped(id))?
     }
 
-    fn clock(&self) -> i64 {
+    /// The node's clock (µs), which the event's canonical clock follows.
+    fn clock_us(&self) -> i64 {
         (self.inner.opts.clock)()
     }
 
@@ -339,8 +347,8 @@ impl EmbeddedStore {
         if let Some(why) = &st.down {
             return Err(StoreError::Unavailable(why.clone()));
         }
-        let now = st.peek(self.clock());
-        Ok(f(&mut st, now))
+        let now_us = st.peek(self.clock_us());
+        Ok(f(&mut st, now_us))
     }
 
     /// Runs `f` on a read-only view of the event's queue. The event's actor
@@ -442,7 +450,7 @@ impl QueueStore for EmbeddedStore {
     }
 
     async fn now_us(&self, event: &EventId) -> Result<i64> {
-        self.read(event, |_, now| now)
+        self.read(event, |_, now_us| now_us)
     }
 
     async fn join(
@@ -462,7 +470,7 @@ impl QueueStore for EmbeddedStore {
 
     async fn status(&self, event: &EventId, member: &str, touch: bool) -> Result<MemberState> {
         check_member(member)?;
-        self.read(event, |st, now| st.status(member, touch, now))?
+        self.read(event, |st, now_us| st.status(member, touch, now_us))?
     }
 
     async fn queue_length(&self, event: &EventId) -> Result<u64> {
@@ -526,16 +534,16 @@ impl QueueStore for EmbeddedStore {
 
     async fn hold_share(&self, event: &EventId, req: &ShareRequest) -> Result<ShareGrant> {
         check_node(&req.node)?;
-        let (stats, now) = self.read(event, |st, now| (st.stats(now), now))?;
+        let (stats, now_us) = self.read(event, |st, now_us| (st.stats(now_us), now_us))?;
         let used = stats.active.saturating_add(stats.outstanding);
         let mut shares = locked(&self.inner.shares);
         let holds = shares.entry(event.clone()).or_default();
-        holds.retain(|_, h| h.2 > now);
+        holds.retain(|_, h| h.expires_at_us > now_us);
         let others = holds
             .iter()
             .filter(|(n, _)| **n != req.node)
             .fold(0u64, |sum, (_, h)| {
-                sum.saturating_add(h.0).saturating_add(h.1)
+                sum.saturating_add(h.reserve).saturating_add(h.pending)
             });
         if req.ttl_ms == 0 {
             holds.remove(&req.node);
@@ -550,7 +558,11 @@ impl QueueStore for EmbeddedStore {
         let ttl_us = i64::try_from(req.ttl_ms.saturating_mul(1000)).unwrap_or(i64::MAX);
         holds.insert(
             req.node.clone(),
-            (reserve, pending, now.saturating_add(ttl_us)),
+            Hold {
+                reserve,
+                pending,
+                expires_at_us: now_us.saturating_add(ttl_us),
+            },
         );
         Ok(ShareGrant {
             reserve,
@@ -565,7 +577,7 @@ impl QueueStore for EmbeddedStore {
     }
 
     async fn stats(&self, event: &EventId) -> Result<EventStats> {
-        self.read(event, |st, now| st.stats(now))
+        self.read(event, |st, now_us| st.stats(now_us))
     }
 
     async fn revocations_since(&self, event: &EventId, since_us: i64) -> Result<Vec<Revocation>> {
@@ -588,17 +600,17 @@ impl QueueStore for EmbeddedStore {
 
     async fn claim_tick(&self, event: &EventId, tick: u64, ttl_ms: u64) -> Result<bool> {
         // One process is the whole cluster here: an in-memory set is enough.
-        let now = self.clock();
+        let clock_us = self.clock_us();
         let mut ticks = locked(&self.inner.ticks);
         if ticks.len() > 4096 {
-            ticks.retain(|_, exp| *exp > now);
+            ticks.retain(|_, exp| *exp > clock_us);
         }
         let key = (event.clone(), tick);
         match ticks.get(&key) {
-            Some(exp) if *exp > now => Ok(false),
+            Some(exp) if *exp > clock_us => Ok(false),
             _ => {
                 let ttl = i64::try_from(ttl_ms.saturating_mul(1000)).unwrap_or(i64::MAX);
-                ticks.insert(key, now.saturating_add(ttl));
+                ticks.insert(key, clock_us.saturating_add(ttl));
                 Ok(true)
             }
         }

@@ -170,14 +170,14 @@ pub(crate) fn lock(m: &Mutex<EventState>) -> MutexGuard<'_, EventState> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-fn apply(st: &mut EventState, op: Op, now: i64) -> Answer {
+fn apply(st: &mut EventState, op: Op, now_us: i64) -> Answer {
     match op {
         Op::Join {
             member,
             scoring,
             reply,
-        } => Answer::Join(Held::new(reply, st.join(&member, &scoring, now))),
-        Op::Admit { req, reply } => Answer::Admit(Held::new(reply, Ok(st.admit(&req, now)))),
+        } => Answer::Join(Held::new(reply, st.join(&member, &scoring, now_us))),
+        Op::Admit { req, reply } => Answer::Admit(Held::new(reply, Ok(st.admit(&req, now_us)))),
         Op::Redeem {
             member,
             nonce,
@@ -185,24 +185,26 @@ fn apply(st: &mut EventState, op: Op, now: i64) -> Answer {
             reply,
         } => Answer::Redeem(Held::new(
             reply,
-            st.redeem(&member, &nonce, session_expires_at_us, now),
+            st.redeem(&member, &nonce, session_expires_at_us, now_us),
         )),
         Op::Extend {
             member,
             expires_at_us,
             reply,
         } => Answer::Bool(Held::new(reply, st.extend(&member, expires_at_us))),
-        Op::Release { member, reply } => Answer::Bool(Held::new(reply, st.release(&member, now))),
+        Op::Release { member, reply } => {
+            Answer::Bool(Held::new(reply, st.release(&member, now_us)))
+        }
         Op::Reconcile { members, reply } => Answer::Count(Held::new(reply, st.reconcile(&members))),
         // The idle sweep runs in steps before this (see `Applier::apply`).
-        Op::Expire { reply, .. } => Answer::Expired(Held::new(reply, Ok(st.expire(0, now)))),
+        Op::Expire { reply, .. } => Answer::Expired(Held::new(reply, Ok(st.expire(0, now_us)))),
         Op::ConsumeOnce {
             nonce,
             expires_at_us,
             reply,
         } => Answer::Bool(Held::new(
             reply,
-            Ok(st.consume_once(&nonce, expires_at_us, now)),
+            Ok(st.consume_once(&nonce, expires_at_us, now_us)),
         )),
     }
 }
@@ -348,7 +350,7 @@ impl Applier {
         let generation = st.generation;
         let mut commands = batch.drain(..);
         while let Some(op) = commands.next() {
-            let now = st.tick((self.clock)());
+            let now_us = st.tick((self.clock)());
             let answer = match op {
                 Op::Expire { req, reply } => {
                     let mut sweep = Sweep::default();
@@ -369,7 +371,7 @@ impl Applier {
                         }
                     }
                     let result = if st.generation == generation {
-                        let r = st.expire(sweep.idle, now);
+                        let r = st.expire(sweep.idle, now_us);
                         st = self.settle(st);
                         Ok(r)
                     } else {
@@ -378,7 +380,7 @@ impl Applier {
                     Answer::Expired(Held::new(reply, result))
                 }
                 op => {
-                    let a = apply(&mut st, op, now);
+                    let a = apply(&mut st, op, now_us);
                     st = self.settle(st);
                     a
                 }

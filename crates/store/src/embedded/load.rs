@@ -6,7 +6,7 @@ use std::path::Path;
 use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata};
 
 use super::disk::{self, ACTIVE, GRANTS, META, REVOKED, USED, USED_CANCELLED, USED_TOKEN, WAITING};
-use super::state::EventState;
+use super::state::{EventState, Grant, Revoked, Token, Used};
 use crate::{Nonce, StoreError};
 
 fn corrupt(path: &Path, what: &str) -> StoreError {
@@ -66,7 +66,7 @@ pub(crate) fn load(db: &Database, path: &Path) -> Result<EventState, StoreError>
             return None;
         }
         nonce.copy_from_slice(&k[1..]);
-        Some(((k[0], nonce), exp))
+        Some((Used { kind: k[0], nonce }, exp))
     })? {
         st.used.insert(k, exp);
     }
@@ -78,19 +78,26 @@ pub(crate) fn load(db: &Database, path: &Path) -> Result<EventState, StoreError>
             for row in t.iter().map_err(|e| disk::storage(path, e))? {
                 let (id, v) = row.map_err(|e| disk::storage(path, e))?;
                 let exp = load_grant(&mut st, v.value()).ok_or_else(|| corrupt(path, "grant"))?;
-                st.grants.push((id.value(), exp));
+                st.grants.push(Grant {
+                    id: id.value(),
+                    expires_at_us: exp,
+                });
                 st.next_grant = st.next_grant.max(id.value() + 1);
             }
         }
         Err(redb::TableError::TableDoesNotExist(_)) => {}
         Err(e) => return Err(disk::storage(path, e)),
     }
-    for (seq, at, m) in disk::scan(db, path, REVOKED, |seq, v| {
-        let at = disk::i64_at(v, 0)?;
-        let m = std::str::from_utf8(&v[8..]).ok()?;
-        Some((seq, at, Box::<str>::from(m)))
+    for r in disk::scan(db, path, REVOKED, |seq, v| {
+        let at_us = disk::i64_at(v, 0)?;
+        let member = std::str::from_utf8(&v[8..]).ok()?;
+        Some(Revoked {
+            seq,
+            at_us,
+            member: member.into(),
+        })
     })? {
-        st.revocations.push_back((seq, at, m));
+        st.revocations.push_back(r);
     }
     Ok(st)
 }
@@ -104,8 +111,16 @@ fn load_grant(st: &mut EventState, v: &[u8]) -> Option<i64> {
         let m = std::str::from_utf8(rest.get(17..17 + len)?).ok()?;
         let mut n: Nonce = [0; 16];
         n.copy_from_slice(&rest[..16]);
-        if !st.used.contains_key(&(USED_TOKEN, n)) && !st.used.contains_key(&(USED_CANCELLED, n)) {
-            st.admitted.insert(m.into(), (n, exp));
+        let used = |kind| Used { kind, nonce: n };
+        if !st.used.contains_key(&used(USED_TOKEN)) && !st.used.contains_key(&used(USED_CANCELLED))
+        {
+            st.admitted.insert(
+                m.into(),
+                Token {
+                    nonce: n,
+                    expires_at_us: exp,
+                },
+            );
         }
         rest = &rest[17 + len..];
     }

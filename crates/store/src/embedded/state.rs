@@ -24,6 +24,45 @@ const MINUTE_US: i64 = 60_000_000;
 /// node refreshes its revocation set about once a second.
 const REVOCATION_KEEP_US: i64 = 3600 * 1_000_000;
 
+/// A member's outstanding admission token.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Token {
+    pub(crate) nonce: Nonce,
+    pub(crate) expires_at_us: i64,
+}
+
+/// One grant row on disk (see [`super::disk::GRANTS`]): every token of one
+/// admit call, which share their expiry.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Grant {
+    pub(crate) id: u64,
+    pub(crate) expires_at_us: i64,
+}
+
+/// A nonce recorded as used, by what used it ([`USED_TOKEN`], [`USED_POW`],
+/// [`USED_CANCELLED`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Used {
+    pub(crate) kind: u8,
+    pub(crate) nonce: Nonce,
+}
+
+/// A revocation as kept in memory and on disk, numbered in order.
+#[derive(Clone, Debug)]
+pub(crate) struct Revoked {
+    pub(crate) seq: u64,
+    pub(crate) at_us: i64,
+    pub(crate) member: Box<str>,
+}
+
+/// How many things (admissions, ended presences, no-shows) happened at one
+/// instant, for the stats windows.
+#[derive(Clone, Copy, Debug)]
+struct Tally {
+    at_us: i64,
+    count: u64,
+}
+
 /// Where an idle sweep in steps stands.
 #[derive(Default)]
 pub(crate) struct Sweep {
@@ -34,19 +73,21 @@ pub(crate) struct Sweep {
 pub(crate) struct EventState {
     pub(crate) table: MemberTable,
     pub(crate) order: Order,
-    pub(crate) admitted: HashMap<Box<str>, (Nonce, i64)>,
-    /// Grant rows on disk (see [`super::disk::GRANTS`]): id and token expiry.
-    pub(crate) grants: Vec<(u64, i64)>,
+    pub(crate) admitted: HashMap<Box<str>, Token>,
+    /// Grant rows on disk, oldest first.
+    pub(crate) grants: Vec<Grant>,
     pub(crate) next_grant: u64,
+    /// Active sessions: member → session end (µs).
     pub(crate) active: HashMap<Box<str>, i64>,
-    pub(crate) used: HashMap<(u8, Nonce), i64>,
-    pub(crate) revocations: VecDeque<(u64, i64, Box<str>)>,
+    /// Used nonces → until when the record is kept (µs).
+    pub(crate) used: HashMap<Used, i64>,
+    pub(crate) revocations: VecDeque<Revoked>,
     pub(crate) counters: Counters,
     pub(crate) admin: AdminState,
-    /// (time, count) of admissions, ended presences and no-shows, for stats.
-    admit_log: VecDeque<(i64, u64)>,
-    churn_log: VecDeque<(i64, u64)>,
-    noshow_log: VecDeque<(i64, u64)>,
+    /// Admissions, ended presences and no-shows over time, for stats.
+    admit_log: VecDeque<Tally>,
+    churn_log: VecDeque<Tally>,
+    noshow_log: VecDeque<Tally>,
     /// Members whose last-seen moved by a status poll, persisted with the next commit.
     pub(crate) dirty_seen: Vec<Box<str>>,
     /// Changes of the batch being applied, not yet committed.
@@ -86,9 +127,9 @@ impl EventState {
     /// The next canonical instant: the node's clock, made strictly monotonic
     /// so that arrival order is commit order even if the clock steps back.
     pub(crate) fn tick(&mut self, clock_us: i64) -> i64 {
-        let now = clock_us.max(self.counters.last_us.saturating_add(1));
-        self.counters.last_us = now;
-        now
+        let now_us = clock_us.max(self.counters.last_us.saturating_add(1));
+        self.counters.last_us = now_us;
+        now_us
     }
 
     /// The canonical time for reads, without consuming an instant.
@@ -110,7 +151,11 @@ impl EventState {
     }
 
     fn non_waiting(&self, member: &str) -> Option<MemberState> {
-        if let Some(&(nonce, expires_at_us)) = self.admitted.get(member) {
+        if let Some(&Token {
+            nonce,
+            expires_at_us,
+        }) = self.admitted.get(member)
+        {
             return Some(MemberState::Admitted {
                 nonce,
                 expires_at_us,
@@ -125,7 +170,7 @@ impl EventState {
         &mut self,
         member: &str,
         s: &JoinScoring,
-        now: i64,
+        now_us: i64,
     ) -> Result<JoinOutcome, StoreError> {
         check_member(member)?;
         if let Some(state) = self.non_waiting(member) {
@@ -133,20 +178,20 @@ impl EventState {
         }
         let probe = self.table.probe(member);
         if let Some(slot) = self.table.find_probe(&probe) {
-            self.table.set_seen(slot, now);
-            self.writes.waiting(self.table.score(slot), member, now);
+            self.table.set_seen(slot, now_us);
+            self.writes.waiting(self.table.score(slot), member, now_us);
             return Ok(JoinOutcome {
                 new: false,
                 state: self.waiting_state(slot),
             });
         }
-        let score = arrival_score(now, s);
+        let score = arrival_score(now_us, s);
         let slot = self
             .table
-            .insert_probe(&probe, score, now)
+            .insert_probe(&probe, score, now_us)
             .map_err(StoreError::InvalidInput)?;
         self.order.insert(&mut self.table, slot);
-        self.writes.waiting(score, member, now);
+        self.writes.waiting(score, member, now_us);
         Ok(JoinOutcome {
             new: true,
             state: self.waiting_state(slot),
@@ -157,12 +202,12 @@ impl EventState {
         &mut self,
         member: &str,
         touch: bool,
-        now: i64,
+        now_us: i64,
     ) -> Result<MemberState, StoreError> {
         check_member(member)?;
         if let Some(slot) = self.table.find(member) {
             if touch {
-                self.table.set_seen(slot, now);
+                self.table.set_seen(slot, now_us);
                 self.dirty_seen.push(member.into());
             }
             return Ok(self.waiting_state(slot));
@@ -180,7 +225,7 @@ impl EventState {
         }
     }
 
-    pub(crate) fn admit(&mut self, req: &AdmitRequest, now: i64) -> Vec<Admission> {
+    pub(crate) fn admit(&mut self, req: &AdmitRequest, now_us: i64) -> Vec<Admission> {
         if self.admin != AdminState::Running {
             return Vec::new();
         }
@@ -202,7 +247,13 @@ impl EventState {
             // Members are 1..=256 bytes (checked at join).
             grant.push((member.len() - 1) as u8);
             grant.extend_from_slice(member.as_bytes());
-            self.admitted.insert(member.into(), (*nonce, exp));
+            self.admitted.insert(
+                member.into(),
+                Token {
+                    nonce: *nonce,
+                    expires_at_us: exp,
+                },
+            );
             out.push(Admission {
                 member: member.to_owned(),
                 nonce: *nonce,
@@ -212,10 +263,16 @@ impl EventState {
         if !out.is_empty() {
             let id = self.next_grant;
             self.next_grant += 1;
-            self.grants.push((id, exp));
+            self.grants.push(Grant {
+                id,
+                expires_at_us: exp,
+            });
             self.writes.grant(id, exp, &grant);
             self.counters.admitted_total += out.len() as u64;
-            self.admit_log.push_back((now, out.len() as u64));
+            self.admit_log.push_back(Tally {
+                at_us: now_us,
+                count: out.len() as u64,
+            });
         }
         out
     }
@@ -225,14 +282,18 @@ impl EventState {
         member: &str,
         nonce: &Nonce,
         session_expires_at_us: i64,
-        now: i64,
+        now_us: i64,
     ) -> Result<RedeemOutcome, StoreError> {
         check_member(member)?;
-        if self.used.contains_key(&(USED_TOKEN, *nonce)) {
+        let used = Used {
+            kind: USED_TOKEN,
+            nonce: *nonce,
+        };
+        if self.used.contains_key(&used) {
             return Ok(RedeemOutcome::AlreadyUsed);
         }
         let token_exp = match self.admitted.get(member) {
-            Some((n, exp)) if n == nonce && *exp > now => *exp,
+            Some(t) if t.nonce == *nonce && t.expires_at_us > now_us => t.expires_at_us,
             _ => return Ok(RedeemOutcome::NotAdmitted),
         };
         let m: Box<str> = member.into();
@@ -240,7 +301,7 @@ impl EventState {
         self.active.insert(m.clone(), session_expires_at_us);
         // Kept until the token would have expired anyway: after that the
         // token itself is refused, so the record has done its job.
-        self.used.insert((USED_TOKEN, *nonce), token_exp);
+        self.used.insert(used, token_exp);
         self.counters.redeemed_total += 1;
         self.writes.active(&m, session_expires_at_us);
         self.writes.used(USED_TOKEN, nonce, token_exp);
@@ -271,19 +332,27 @@ impl EventState {
         true
     }
 
-    fn revoke(&mut self, member: Box<str>, now: i64) {
-        let seq = self.revocations.back().map_or(1, |r| r.0 + 1);
-        self.writes.revoked(seq, now, &member);
-        self.revocations.push_back((seq, now, member));
+    fn revoke(&mut self, member: Box<str>, now_us: i64) {
+        let seq = self.revocations.back().map_or(1, |r| r.seq + 1);
+        self.writes.revoked(seq, now_us, &member);
+        self.revocations.push_back(Revoked {
+            seq,
+            at_us: now_us,
+            member,
+        });
     }
 
-    pub(crate) fn release(&mut self, member: &str, now: i64) -> Result<bool, StoreError> {
+    pub(crate) fn release(&mut self, member: &str, now_us: i64) -> Result<bool, StoreError> {
         check_member(member)?;
         let mut present = self.unwait(member);
-        if let Some((nonce, exp)) = self.admitted.remove(member) {
+        if let Some(t) = self.admitted.remove(member) {
             // The grant row still lists the member: this marks it gone.
-            self.used.insert((USED_CANCELLED, nonce), exp);
-            self.writes.used(USED_CANCELLED, &nonce, exp);
+            let cancelled = Used {
+                kind: USED_CANCELLED,
+                nonce: t.nonce,
+            };
+            self.used.insert(cancelled, t.expires_at_us);
+            self.writes.used(USED_CANCELLED, &t.nonce, t.expires_at_us);
             present = true;
         }
         if self.active.remove(member).is_some() {
@@ -291,8 +360,11 @@ impl EventState {
             present = true;
         }
         if present {
-            self.revoke(member.into(), now);
-            self.churn_log.push_back((now, 1));
+            self.revoke(member.into(), now_us);
+            self.churn_log.push_back(Tally {
+                at_us: now_us,
+                count: 1,
+            });
         }
         Ok(present)
     }
@@ -349,11 +421,11 @@ impl EventState {
     /// The rest of an expiry, after the idle sweep ([`Self::sweep_idle_step`])
     /// took `idle` waiters out: tokens, sessions, nonces and revocations,
     /// each bounded by the event's capacity, not by its waiters.
-    pub(crate) fn expire(&mut self, idle: u64, now: i64) -> Expired {
+    pub(crate) fn expire(&mut self, idle: u64, now_us: i64) -> Expired {
         let tokens: Vec<Box<str>> = self
             .admitted
             .iter()
-            .filter(|(_, (_, exp))| *exp <= now)
+            .filter(|(_, t)| t.expires_at_us <= now_us)
             .map(|(m, _)| m.clone())
             .collect();
         for m in &tokens {
@@ -361,48 +433,55 @@ impl EventState {
         }
         // Every token of a grant shares its expiry: the row goes with them.
         let writes = &mut self.writes;
-        self.grants.retain(|&(id, exp)| {
-            if exp <= now {
-                writes.ungrant(id);
+        self.grants.retain(|g| {
+            if g.expires_at_us <= now_us {
+                writes.ungrant(g.id);
             }
-            exp > now
+            g.expires_at_us > now_us
         });
         let sessions: Vec<Box<str>> = self
             .active
             .iter()
-            .filter(|(_, exp)| **exp <= now)
+            .filter(|(_, exp)| **exp <= now_us)
             .map(|(m, _)| m.clone())
             .collect();
         for m in sessions.iter().cloned() {
             self.active.remove(&m);
             self.writes.deactivate(&m);
-            self.revoke(m, now);
+            self.revoke(m, now_us);
         }
-        let stale: Vec<(u8, Nonce)> = self
+        let stale: Vec<Used> = self
             .used
             .iter()
-            .filter(|(_, e)| **e <= now)
+            .filter(|(_, e)| **e <= now_us)
             .map(|(k, _)| *k)
             .collect();
         for k in stale {
             self.used.remove(&k);
-            self.writes.unuse(k.0, &k.1);
+            self.writes.unuse(k.kind, &k.nonce);
         }
-        while let Some(&(seq, at, _)) = self.revocations.front() {
-            if at >= now - REVOCATION_KEEP_US {
+        while let Some(r) = self.revocations.front() {
+            if r.at_us >= now_us - REVOCATION_KEEP_US {
                 break;
             }
+            let seq = r.seq;
             self.revocations.pop_front();
             self.writes.unrevoke(seq);
         }
         let ended = idle + sessions.len() as u64;
         if ended > 0 {
-            self.churn_log.push_back((now, ended));
+            self.churn_log.push_back(Tally {
+                at_us: now_us,
+                count: ended,
+            });
         }
         if !tokens.is_empty() {
-            self.noshow_log.push_back((now, tokens.len() as u64));
+            self.noshow_log.push_back(Tally {
+                at_us: now_us,
+                count: tokens.len() as u64,
+            });
         }
-        self.prune_logs(now);
+        self.prune_logs(now_us);
         Expired {
             idle_waiters: idle,
             unredeemed_tokens: tokens.len() as u64,
@@ -410,36 +489,43 @@ impl EventState {
         }
     }
 
-    pub(crate) fn consume_once(&mut self, nonce: &Nonce, expires_at_us: i64, now: i64) -> bool {
-        match self.used.get(&(USED_POW, *nonce)) {
-            Some(exp) if *exp > now => false,
+    pub(crate) fn consume_once(&mut self, nonce: &Nonce, expires_at_us: i64, now_us: i64) -> bool {
+        let pow = Used {
+            kind: USED_POW,
+            nonce: *nonce,
+        };
+        match self.used.get(&pow) {
+            Some(exp) if *exp > now_us => false,
             _ => {
-                self.used.insert((USED_POW, *nonce), expires_at_us);
+                self.used.insert(pow, expires_at_us);
                 self.writes.used(USED_POW, nonce, expires_at_us);
                 true
             }
         }
     }
 
-    fn prune_logs(&mut self, now: i64) {
+    fn prune_logs(&mut self, now_us: i64) {
         for log in [
             &mut self.admit_log,
             &mut self.churn_log,
             &mut self.noshow_log,
         ] {
-            while log.front().is_some_and(|(at, _)| *at < now - 5 * MINUTE_US) {
+            while log
+                .front()
+                .is_some_and(|t| t.at_us < now_us - 5 * MINUTE_US)
+            {
                 log.pop_front();
             }
         }
     }
 
-    pub(crate) fn stats(&mut self, now: i64) -> EventStats {
-        self.prune_logs(now);
-        let since = |log: &VecDeque<(i64, u64)>, window: i64| -> u64 {
+    pub(crate) fn stats(&mut self, now_us: i64) -> EventStats {
+        self.prune_logs(now_us);
+        let since = |log: &VecDeque<Tally>, window: i64| -> u64 {
             log.iter()
                 .rev()
-                .take_while(|(at, _)| *at >= now - window)
-                .map(|(_, n)| n)
+                .take_while(|t| t.at_us >= now_us - window)
+                .map(|t| t.count)
                 .sum()
         };
         EventStats {
@@ -458,10 +544,10 @@ impl EventState {
     pub(crate) fn revocations_since(&self, since_us: i64) -> Vec<Revocation> {
         self.revocations
             .iter()
-            .filter(|(_, at, _)| *at >= since_us)
-            .map(|(_, at, m)| Revocation {
-                member: m.to_string(),
-                at_us: *at,
+            .filter(|r| r.at_us >= since_us)
+            .map(|r| Revocation {
+                member: r.member.to_string(),
+                at_us: r.at_us,
             })
             .collect()
     }

@@ -120,11 +120,11 @@ impl Writes {
         self.push(Kind::Unuse, &[&used_key(kind, nonce)], &[]);
     }
 
-    pub(crate) fn revoked(&mut self, seq: u64, at: i64, member: &str) {
+    pub(crate) fn revoked(&mut self, seq: u64, at_us: i64, member: &str) {
         self.push(
             Kind::Revoked,
             &[&seq.to_le_bytes()],
-            &[&at.to_le_bytes(), member.as_bytes()],
+            &[&at_us.to_le_bytes(), member.as_bytes()],
         );
     }
 
