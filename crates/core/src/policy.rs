@@ -84,6 +84,23 @@ pub fn headroom(o: &Observed) -> u64 {
         .saturating_sub(o.active.saturating_add(o.outstanding))
 }
 
+/// What became of admitted visitors over some span: reported to
+/// [`PolicyState::record_outcome`] about once a second.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Outcomes {
+    pub admitted: u64,
+    pub redeemed: u64,
+    pub expired_unredeemed: u64,
+}
+
+impl Outcomes {
+    pub fn add(&mut self, admitted: u64, redeemed: u64, expired_unredeemed: u64) {
+        self.admitted = self.admitted.saturating_add(admitted);
+        self.redeemed = self.redeemed.saturating_add(redeemed);
+        self.expired_unredeemed = self.expired_unredeemed.saturating_add(expired_unredeemed);
+    }
+}
+
 /// How many visitors to admit now, and why.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Decision {
@@ -94,9 +111,10 @@ pub struct Decision {
 /// No-show compensation never releases more than this multiple of the target.
 pub const MAX_COMPENSATION: f64 = 2.0;
 
-/// Weight of the newest tick in the no-show average. Tokens resolve in bursts
-/// (a batch redeems within seconds and its no-shows expire minutes later), so
-/// the average spans about fifty ticks to smooth over several batches.
+/// Weight of the newest outcome report in the no-show average, reported
+/// about once a second. Tokens resolve in bursts (a batch redeems within
+/// seconds and its no-shows expire minutes later), so the average spans about
+/// fifty seconds to smooth over several batches.
 const NO_SHOW_ALPHA: f64 = 0.02;
 
 /// Below this many (decayed) resolved tokens the no-show share is not
@@ -111,6 +129,11 @@ const BURST_MS: f64 = 6_000.0;
 /// Adaptive mode ignores origin figures built from fewer responses: a few
 /// slow requests are noise, not a trend.
 pub const MIN_ORIGIN_SAMPLES: u64 = 20;
+
+/// Adaptive mode changes its window at most this often, whatever the tick
+/// rate: the origin's figures move at the pace of sessions, not of ticks, and
+/// the step sizes below are per adjustment.
+pub const ADJUST_EVERY_MS: i64 = 1_000;
 
 /// Adaptive mode halves its window on a breach.
 const DECREASE: f64 = 0.5;
@@ -152,6 +175,8 @@ pub struct PolicyState {
     /// Adaptive: the AIMD window over active sessions plus expected arrivals.
     window: f64,
     slow_start: bool,
+    /// When the window last changed (growth or decrease).
+    adjusted_at_ms: Option<i64>,
     /// No-show tracker: decayed counts of redeemed and expired tokens.
     redeemed_w: f64,
     expired_w: f64,
@@ -167,6 +192,7 @@ impl PolicyState {
             budget_at_ms: None,
             window: initial_window(max_active),
             slow_start: true,
+            adjusted_at_ms: None,
             redeemed_w: 0.0,
             expired_w: 0.0,
         }
@@ -212,8 +238,9 @@ impl PolicyState {
     }
 
     /// Reports what happened to admitted visitors since the last call (call it
-    /// once per tick): how many were admitted, how many redeemed their token,
-    /// and how many tokens expired unredeemed.
+    /// about once a second: [`NO_SHOW_ALPHA`] is per report): how many were
+    /// admitted, how many redeemed their token, and how many tokens expired
+    /// unredeemed.
     pub fn record_outcome(&mut self, admitted: u64, redeemed: u64, expired_unredeemed: u64) {
         // `admitted` is not needed: a token counts once it is resolved, since
         // the share of no-shows is only known then.
@@ -318,7 +345,12 @@ impl PolicyState {
         self.window = self.window.clamp(1.0, ceiling);
         let load = o.active.saturating_add(o.outstanding) as f64;
         let mut backed_off = false;
-        if let Some(healthy) = health(target_p95_ms, max_error_rate, o) {
+        // Between adjustments the window only refills (a clock that stepped
+        // back allows one at once).
+        let due = self
+            .adjusted_at_ms
+            .is_none_or(|at| o.now_ms >= at.saturating_add(ADJUST_EVERY_MS) || o.now_ms < at);
+        if let Some(healthy) = health(target_p95_ms, max_error_rate, o).filter(|_| due) {
             if !healthy {
                 // A breach seen while the load is still above the window
                 // reflects the load before the last decrease: wait for that
@@ -326,6 +358,7 @@ impl PolicyState {
                 if load <= self.window {
                     self.window = (self.window * DECREASE).max(1.0);
                     self.slow_start = false;
+                    self.adjusted_at_ms = Some(o.now_ms);
                     backed_off = true;
                 }
             } else if load >= self.window * WINDOW_USED {
@@ -335,6 +368,7 @@ impl PolicyState {
                 // several ticks late: a small step keeps the overshoot small.
                 let step = self.window / if self.slow_start { 10.0 } else { 50.0 };
                 self.window = (self.window + step.max(1.0)).min(ceiling);
+                self.adjusted_at_ms = Some(o.now_ms);
             }
         }
         let want = fill(self.window.floor() as u64, o.active, o.outstanding, factor);

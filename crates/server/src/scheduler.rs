@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anteroom_core::phase::phase;
-use anteroom_core::policy::{Mode, Observed, PolicyState};
+use anteroom_core::policy::{Mode, Observed, Outcomes, PolicyState};
 use anteroom_store::{AdmitRequest, EventId, ExpireRequest, StoreError};
 use rand::RngCore;
 
@@ -68,24 +68,51 @@ pub fn mode(a: &Admission) -> Mode {
     }
 }
 
-/// Time between two ticks of an event: every second at most, whatever the
-/// mode, so the expire sweep frees ended sessions, void tokens and idle
-/// waiters within a second and batch mode can hand out what a
-/// batch still owes as slots free. Batch cadence is kept by the policy.
+/// The tick grid while visitors wait: a slot given back (a release, an
+/// origin's `release` command, a session's end, a void token) is handed to
+/// the next visitor within this much, so `max_active` stays nearly full. At
+/// one tick a second a freed slot sat idle half a second on average, a third
+/// of the capacity when visits last a second or two.
+pub const FAST_TICK: Duration = Duration::from_millis(100);
+
+/// The tick rate while nobody waits: the expire sweep still frees ended
+/// sessions, void tokens and idle waiters within a second, without a store
+/// round a tenth of a second for every idle event on every node.
+pub const SLOW_TICK: Duration = Duration::from_secs(1);
+
+/// The tick grid of an event: [`FAST_TICK`], or the batch interval when that
+/// is shorter. Every node numbers ticks on the same grid, so `claim_tick`
+/// gives each one to one node whatever rate each node ticks at. Batch cadence
+/// is kept by the policy; between batches the ticks hand out what a batch
+/// still owes as slots free.
 pub fn tick_every(a: &Admission) -> Duration {
-    a.tick()
-        .min(Duration::from_secs(1))
-        .max(Duration::from_millis(1))
+    a.tick().min(FAST_TICK).max(Duration::from_millis(1))
+}
+
+/// The next tick on the grid of `grid_ms` after `now`: the next one when
+/// visitors wait, else the first at or after the next [`SLOW_TICK`] boundary.
+fn next_tick(now: i64, grid_ms: i64, waiting: bool) -> i64 {
+    let next = now.div_euclid(grid_ms) + 1;
+    if waiting {
+        return next;
+    }
+    let slow = i64::try_from(SLOW_TICK.as_millis()).unwrap_or(1000);
+    let boundary = (now.div_euclid(slow) + 1) * slow;
+    next.max(boundary.div_euclid(grid_ms) + i64::from(boundary % grid_ms != 0))
 }
 
 async fn schedule(state: Arc<AppState>, id: EventId) {
+    let mut renewed: Option<tokio::time::Instant> = None;
     loop {
         let Some(rt) = state.event(&id) else { return };
         let tick_ms = i64::try_from(tick_every(&rt.config.admission).as_millis())
             .unwrap_or(1000)
             .max(1);
+        // Every node sees the queue through its refreshed snapshot (twice a
+        // second), so all of them speed up and slow down together.
+        let waiting = rt.live.stats_and_admin().0.waiting > 0;
         let now = state.now_ms();
-        let tick = now.div_euclid(tick_ms) + 1;
+        let tick = next_tick(now, tick_ms, waiting);
         let wait = u64::try_from(tick * tick_ms - now).unwrap_or(0);
         tokio::time::sleep(Duration::from_millis(wait)).await;
         let Some(rt) = state.event(&id) else { return };
@@ -94,8 +121,12 @@ async fn schedule(state: Arc<AppState>, id: EventId) {
             Ok(_) => {}
             Err(e) => tracing::warn!(event = %id, error = e.kind(), "admission tick failed"),
         }
-        // Whoever won the tick: keep this node's drain reserve held.
-        crate::drain::share::renew(&state, &rt).await;
+        // Whoever won the tick: keep this node's drain reserve held, at the
+        // slow rate (a store write per node, not per tick).
+        if renewed.is_none_or(|at| at.elapsed() >= SLOW_TICK) {
+            renewed = Some(tokio::time::Instant::now());
+            crate::drain::share::renew(&state, &rt).await;
+        }
     }
 }
 
@@ -114,6 +145,7 @@ pub async fn tick_once(
     let store = &state.store;
     let id = rt.id();
     let ttl = u64::try_from(tick_ms).unwrap_or(1000).saturating_mul(2);
+    let previous_attempt = lock(&rt.live.policy).last_attempt.replace(tick);
     if !timed_store("claim_tick", store.claim_tick(id, tick, ttl)).await? {
         return Ok(0);
     }
@@ -133,7 +165,7 @@ pub async fn tick_once(
     lock(&rt.live.admission.eta).record_abandoned(now_ms, expired.idle_waiters);
     let stats = timed_store("stats", store.stats(id)).await?;
     let mode = mode(&rt.config.admission);
-    learn_outcomes(rt, &mode, tick, &stats, &expired);
+    learn_outcomes(rt, &mode, tick, previous_attempt, now_ms, &stats, &expired);
     let admin = timed_store("admin_state", store.admin_state(id)).await?;
     let pre_window = i64::try_from(rt.config.pre_window.as_millis()).unwrap_or(i64::MAX);
     if !phase(now_ms, rt.config.opens_at_ms, pre_window, admin).admits() {
@@ -190,33 +222,49 @@ pub async fn tick_once(
     Ok(admitted)
 }
 
+/// How much outcome time is gathered before the policy learns it.
+const LEARN_EVERY_MS: i64 = 1_000;
+
 /// Feeds no-show compensation: redemptions (from `redeemed_total`) and
 /// unredeemed tokens expired by this tick's sweep. Both are counted only when
-/// this node also ran the previous tick, so they cover the same span; with
-/// several nodes each learns from its runs of consecutive ticks, which keeps
-/// the learnt share unbiased.
+/// this node also ran the tick it tried before this one, so they cover the
+/// same span; with several nodes each learns from its runs of ticks won in a
+/// row, which keeps the learnt share unbiased. They reach the policy about
+/// once a second, whatever the tick rate.
 fn learn_outcomes(
     rt: &EventRuntime,
     mode: &Mode,
     tick: u64,
+    previous_attempt: Option<u64>,
+    now_ms: i64,
     stats: &anteroom_store::EventStats,
     expired: &anteroom_store::Expired,
 ) {
     let mut memory = lock(&rt.live.policy);
-    let consecutive = memory
-        .last_tick
-        .is_some_and(|t| t.saturating_add(1) == tick);
+    let consecutive = memory.last_tick.is_some() && memory.last_tick == previous_attempt;
     let redeemed = memory
         .last_redeemed_total
         .map_or(0, |last| stats.redeemed_total.saturating_sub(last));
     let admitted = std::mem::take(&mut memory.last_admitted);
     memory.last_redeemed_total = Some(stats.redeemed_total);
     memory.last_tick = Some(tick);
-    let policy = memory
-        .state
-        .get_or_insert_with(|| PolicyState::new(mode, rt.config.max_active));
-    if consecutive {
-        policy.record_outcome(admitted, redeemed, expired.unredeemed_tokens);
+    if !consecutive {
+        // A gap: what was gathered covers a span another node may share.
+        memory.pending = Outcomes::default();
+        memory.pending_since_ms = Some(now_ms);
+        return;
+    }
+    memory
+        .pending
+        .add(admitted, redeemed, expired.unredeemed_tokens);
+    let since = *memory.pending_since_ms.get_or_insert(now_ms);
+    if now_ms.saturating_sub(since) >= LEARN_EVERY_MS || now_ms < since {
+        let o = std::mem::take(&mut memory.pending);
+        memory.pending_since_ms = Some(now_ms);
+        let policy = memory
+            .state
+            .get_or_insert_with(|| PolicyState::new(mode, rt.config.max_active));
+        policy.record_outcome(o.admitted, o.redeemed, o.expired_unredeemed);
     }
 }
 
@@ -319,5 +367,41 @@ async fn watch_configs(state: Arc<AppState>) {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ticks_follow_the_grid_while_visitors_wait_and_the_second_otherwise() {
+        // Waiting: the next grid tick.
+        assert_eq!(next_tick(1_234, 100, true), 13);
+        assert_eq!(next_tick(1_200, 100, true), 13);
+        // Nobody waiting: the first grid tick at or after the next second,
+        // numbered on the same grid so every node claims the same ticks.
+        assert_eq!(next_tick(1_234, 100, false), 20);
+        assert_eq!(next_tick(1_999, 100, false), 20);
+        assert_eq!(next_tick(2_000, 100, false), 30);
+        // A batch grid that does not divide the second rounds up to it
+        // (tick 67 starts at 2010 ms, tick 66 at 1980 ms).
+        assert_eq!(next_tick(1_234, 30, false), 67);
+    }
+
+    #[test]
+    fn the_grid_is_the_fast_tick_or_a_shorter_batch_interval() {
+        let continuous = Admission::Continuous { max_per_minute: 60 };
+        assert_eq!(tick_every(&continuous), FAST_TICK);
+        let slow_batch = Admission::Batch {
+            size: 10,
+            interval: Duration::from_secs(5),
+        };
+        assert_eq!(tick_every(&slow_batch), FAST_TICK);
+        let fast_batch = Admission::Batch {
+            size: 1,
+            interval: Duration::from_millis(20),
+        };
+        assert_eq!(tick_every(&fast_batch), Duration::from_millis(20));
     }
 }

@@ -578,3 +578,34 @@ proptest! {
         prop_assert!(world.tokens.is_empty() && world.sessions.is_empty());
     }
 }
+
+/// The window grows and shrinks per second, not per tick: ticking ten times
+/// a second (to refill freed slots at once) must not make adaptive mode ten
+/// times as aggressive.
+#[test]
+fn adaptive_adjusts_at_the_same_pace_at_any_tick_rate() {
+    let mode = Mode::Adaptive {
+        target_p95_ms: 300.0,
+        max_error_rate: 0.02,
+    };
+    let run = |tick_ms: i64, p95: f64| {
+        // The window starts at 1000 / 20 = 50, far below the cap of 1000.
+        let mut state = PolicyState::new(&mode, 1_000);
+        let mut t = 0;
+        while t <= 10_000 {
+            // Always full, so it grows whenever it may.
+            let load = state.window().ceil() as u64;
+            state.decide(&mode, &origin(t, load, 0, p95, 0.0));
+            t += tick_ms;
+        }
+        state.window()
+    };
+    assert_eq!(run(100, 100.0), run(1_000, 100.0));
+    let grown = run(100, 100.0);
+    assert!(
+        grown > 100.0 && grown < 200.0,
+        "eleven steps of a tenth: {grown}"
+    );
+    // Breaching: halves once a second at most (load at the window).
+    assert_eq!(run(100, 900.0), run(1_000, 900.0));
+}
