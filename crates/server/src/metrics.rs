@@ -67,6 +67,10 @@ fn describe() {
         "Visitors admitted since the event started, per event"
     );
     metrics::describe_counter!("anteroom_joins_total", "Enter calls, per event");
+    metrics::describe_counter!(
+        "anteroom_store_unavailable_total",
+        "Drain probes that found the event's store unavailable, per event and kind (refused, timed_out, cluster, busy, disk, stopped, other)"
+    );
     // Drain mode.
     metrics::describe_gauge!(
         "anteroom_draining",

@@ -122,6 +122,19 @@ async fn scenario(fault: Fault) {
     let ready: serde_json::Value = serde_json::from_slice(&ready).unwrap();
     assert_eq!(ready["draining"], serde_json::json!([EVENT]));
     assert_eq!(node.draining_gauge(EVENT).await, Some(1.0));
+    // Why, by kind: a frozen Redis is silence (at least the two timed-out
+    // probes the window needs), a killed one refuses the connection.
+    let (kind, least) = match fault {
+        Fault::KillAndRestart => ("refused", 1.0),
+        Fault::Hang => ("timed_out", 2.0),
+    };
+    let failed = node
+        .metric_with(
+            "anteroom_store_unavailable_total",
+            &[("event", EVENT), ("kind", kind)],
+        )
+        .await;
+    assert!(failed.is_some_and(|n| n >= least), "{kind}: {failed:?}");
 
     let room = MAX_ACTIVE.saturating_sub(used_before) as usize;
     let mut statuses = Vec::new();

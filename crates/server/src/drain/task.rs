@@ -105,7 +105,22 @@ async fn probe(
         }
         Err(_) => (Probe::Slow, Some(UnavailableKind::TimedOut)),
     };
+    if let Some(k) = kind {
+        unavailable_counter(id, k);
+    }
     ((found, started), kind)
+}
+
+/// Counts a probe that found the store unavailable, by why:
+/// `anteroom_store_unavailable_total{event, kind}` (a handful of kinds, so
+/// the series stay few).
+fn unavailable_counter(id: &EventId, kind: UnavailableKind) {
+    metrics::counter!(
+        "anteroom_store_unavailable_total",
+        "event" => id.to_string(),
+        "kind" => kind.as_str()
+    )
+    .increment(1);
 }
 
 /// Sets `anteroom_draining{event}`.

@@ -285,6 +285,21 @@ impl Node {
         self.metric("anteroom_draining", event).await
     }
 
+    /// The value of the series of `name` that has every one of `labels`, if exported.
+    pub async fn metric_with(&self, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+        let (_, _, body) = send(Method::GET, &self.admin_url("/metrics"), &[], None)
+            .await
+            .ok()?;
+        let text = String::from_utf8_lossy(&body).into_owned();
+        let prefix = format!("{name}{{");
+        text.lines().find_map(|l| {
+            let rest = l.strip_prefix(&prefix)?;
+            let (set, value) = rest.split_once("} ")?;
+            let has = |(k, v): &(&str, &str)| set.split(',').any(|p| p == format!("{k}=\"{v}\""));
+            labels.iter().all(has).then(|| value.trim().parse().ok())?
+        })
+    }
+
     /// The value of the metric `name{event="E"}`, if exported.
     pub async fn metric(&self, name: &str, event: &str) -> Option<f64> {
         let (_, _, body) = send(Method::GET, &self.admin_url("/metrics"), &[], None)
