@@ -5,15 +5,17 @@
 //! violation.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "browser/axe.rs"]
+mod axe;
 #[path = "browser/harness.rs"]
 mod harness;
 #[path = "support/server.rs"]
 mod support;
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
+use axe::{axe_check, axe_source};
 use fantoccini::{Client, Locator};
 use harness::{artifacts_dir, wait_for, with_browser_args};
 use http::{Method, StatusCode};
@@ -24,58 +26,6 @@ use support::{ADMIN_TOKEN, TestServer, Visitor};
 const VIEWER_TOKEN: &str = "viewer-token-0123456789";
 
 const STEP: Duration = Duration::from_secs(20);
-
-/// axe-core's browser bundle, installed by scripts/test with npm into a cache
-/// directory (or named by `ANTEROOM_AXE_JS`).
-fn axe_path() -> PathBuf {
-    if let Some(p) = std::env::var_os("ANTEROOM_AXE_JS") {
-        return PathBuf::from(p);
-    }
-    let cache = std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-        .unwrap_or_else(|| PathBuf::from(".cache"));
-    cache.join("anteroom/axe/node_modules/axe-core/axe.min.js")
-}
-
-fn axe_source() -> String {
-    let path = axe_path();
-    std::fs::read_to_string(&path).unwrap_or_else(|e| {
-        panic!(
-            "axe-core not found at {} ({e}): install it with \
-             `npm install --prefix ~/.cache/anteroom/axe axe-core@4` (scripts/test does this), \
-             or set ANTEROOM_AXE_JS to axe.min.js",
-            path.display()
-        )
-    })
-}
-
-/// Runs axe-core on the page; fails on any serious or critical violation.
-async fn axe_check(client: &Client, axe: &str, what: &str) -> Result<()> {
-    client.execute(axe, vec![]).await?;
-    let found = client
-        .execute_async(
-            "const done = arguments[arguments.length - 1];
-             axe.run(document, { resultTypes: ['violations'] })
-               .then(r => done(r.violations.map(v => ({ id: v.id, impact: v.impact,
-                   help: v.help, nodes: v.nodes.map(n => n.target.join(' ')) }))))
-               .catch(e => done([{ id: 'axe-error', impact: 'critical', help: String(e) }]));",
-            vec![],
-        )
-        .await?;
-    let bad: Vec<&Value> = found
-        .as_array()
-        .context("axe answer")?
-        .iter()
-        .filter(|v| matches!(v["impact"].as_str(), Some("serious" | "critical")))
-        .collect();
-    println!("{what}: axe violations {found}");
-    ensure!(
-        bad.is_empty(),
-        "{what}: serious/critical axe violations: {bad:?}"
-    );
-    Ok(())
-}
 
 /// Sizes the window so the viewport is `width`×`height` (headless Chromium's
 /// window size includes its invisible frame).

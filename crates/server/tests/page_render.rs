@@ -151,7 +151,7 @@ fn admitted_without_javascript_offers_the_redeem_form() {
     assert_eq!(html.matches("http-equiv=\"refresh\"").count(), 1, "{html}");
     assert!(
         html.contains(
-            r#"<noscript><meta http-equiv="refresh" content="1;url=&#x2f;api&#x2f;queue&#x2f;redeem?eventId=drop-2026&amp;token=tok.en&amp;return=%2Fshop%3Fitem%3D42"></noscript>"#
+            r#"<noscript><meta http-equiv="refresh" content="0;url=&#x2f;api&#x2f;queue&#x2f;redeem?eventId=drop-2026&amp;token=tok.en&amp;return=%2Fshop%3Fitem%3D42"></noscript>"#
         ),
         "{html}"
     );

@@ -132,7 +132,7 @@ async fn without_javascript_the_page_shows_the_position_and_continues_once_admit
         format!("/api/queue/redeem?eventId=tickets&token={token}&return=%2Ftickets%2Fseat%2F9");
     assert_eq!(
         meta_refresh(&html).as_deref(),
-        Some(format!("1;url={link}").as_str()),
+        Some(format!("0;url={link}").as_str()),
         "{html}"
     );
     assert_eq!(html.matches("http-equiv=\"refresh\"").count(), 1, "{html}");
