@@ -1,4 +1,4 @@
-//! Honest wait estimates: admission history, the blended admission rate, the buffered ETA, its display text and the adaptive polling interval.
+//! Honest wait estimates: admission history, the blended admission rate, the slots' turnover and the rate the queue really moves at, the buffered ETA, its display text and the adaptive polling interval.
 //!
 //! A visitor trusts an estimate that is a little pessimistic and never jumps up
 //! while admissions run steadily, so every step here leans conservative: the
@@ -7,6 +7,12 @@
 //! [`MAX_CHURN_SHARE`] of the rate, and the result gets a [`BUFFER`].
 
 use std::collections::VecDeque;
+
+mod turnover;
+pub use turnover::{
+    GENERATION_SHARE, MIN_HOLD_MS, SEEN_WITHIN_MS, STALL_FACTOR, Turnover, estimate_in_slots,
+    queue_rate, within_free_slots,
+};
 
 /// Conservative multiplier applied to every estimate.
 pub const BUFFER: f64 = 1.2;

@@ -219,6 +219,8 @@ pub async fn tick_once(
     };
     let admitted = timed_store("admit", store.admit(id, &request)).await?.len() as u64;
     lock(&rt.live.policy).last_admitted = admitted;
+    // The ETA maps ranks onto admissions: tell it before the next snapshot.
+    lock(&rt.live.admission.eta).note_admitted(state.now_ms(), admitted);
     Ok(admitted)
 }
 

@@ -14,14 +14,26 @@
 //! one over half a minute ([`FALL_TAU_MS`]) — and only republished when it
 //! moved by more than [`DEADBAND`] (5 %: batch admission swings the blended one-minute rate by about 6 %). No per-visitor state is kept.
 //!
-//! Flash crowds: every first estimate of a burst is made in its first
-//! seconds, when no measured rate means much yet (a 10 s floor under one
-//! batch reads as a tenth of the real rate). While the history is young the
-//! rate may therefore also come from the [`Plan`]: what the admission mode
-//! is configured to admit, capped by what `max_active` slots allow for the
-//! session length seen so far.
+//! The rate the queue moves at: the policy's rate while slots are free, the
+//! turnover of `max_active` once they are full, whichever is lower
+//! ([`eta::queue_rate`]). The turnover is `slots / holding time`, the holding
+//! time learnt from the admitted and freed counts ([`eta::Turnover`]), so it
+//! holds from a burst's first minute as well as hours in, and does not
+//! confuse a queue that is short (admissions follow arrivals) with one that is
+//! slow. A measured admission rate serves only where that model cannot be
+//! made: adaptive mode (no configured rate, a moving window) and a node that
+//! started mid-event, until slots admitted under its watch turn over.
+//!
+//! Flash crowds: the first estimates of a burst are made before any session
+//! has ended, when the holding time is unknown. Nothing known bounds it
+//! honestly then (a session may last until `session_ttl`, tens of times the
+//! usual visit), so visitors beyond the free slots get no estimate
+//! ("calculating…") until most of the first generation of slots has turned
+//! over; those the free slots cover get the policy's rate at once. A slot is
+//! freed by `token_ttl + session_ttl` at the latest, so the wait for a number
+//! is bounded.
 
-use anteroom_core::eta::{self, AdmissionHistory, Estimate, RATE_1M_MS};
+use anteroom_core::eta::{self, AdmissionHistory, Estimate, RATE_1M_MS, Turnover};
 use anteroom_store::EventStats;
 
 use crate::config::{Admission, EventConfig};
@@ -34,22 +46,11 @@ pub const FALL_TAU_MS: f64 = 30_000.0;
 pub const DEADBAND: f64 = 0.05;
 /// Until the history spans this long, the store's own 1 min / 5 min windows
 /// (which survive a node restart) and the rate since the first admission
-/// may raise the rate.
+/// may raise the measured rate.
 const YOUNG_MS: i64 = 60_000;
 /// The rate since the first admission is measured over at least this long:
-/// long enough that a first burst (continuous mode's full bucket) does not
-/// read as the steady rate, short enough that a flash crowd's first
-/// estimates are not many times the real wait (the core's own history
-/// measures over at least 30 s, which is right once the event runs).
+/// long enough that a first burst does not read as the steady rate.
 const FIRST_SPAN_MS: i64 = 10_000;
-
-/// A session is assumed to last at least this long when bounding the rate
-/// by the slots (a visitor who releases at once says little of the rest).
-const MIN_SESSION_MS: i64 = 1_000;
-
-/// After the history stops being young, the plan stays a floor until the
-/// measured rate reaches it, but for at most this long.
-const HANDOVER_MS: i64 = 60_000;
 
 /// What the event's admission mode plans to admit, from its configuration.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -91,19 +92,13 @@ impl Plan {
 #[derive(Debug, Default)]
 pub struct EtaFeed {
     history: AdmissionHistory,
+    turnover: Turnover,
     plan: Plan,
-    /// Sessions ended so far (`redeemed_total - active`) at the first
-    /// snapshot, and when this node first saw one end after it.
-    ended_baseline: Option<u64>,
-    first_end_ms: Option<i64>,
-    started_ms: Option<i64>,
     /// When this node first saw an admission, and how many it saw since.
     first_admission: Option<(i64, u64)>,
     last_admitted_total: Option<u64>,
     smoothed: Option<(f64, i64)>,
     published: Option<f64>,
-    /// Set once the measured rate reached the plan after the hand-over.
-    plan_retired: bool,
 }
 
 impl EtaFeed {
@@ -114,28 +109,43 @@ impl EtaFeed {
 
     /// Learns from one stats snapshot taken at `now_ms`.
     pub fn observe(&mut self, now_ms: i64, stats: &EventStats) {
-        let ended = stats.redeemed_total.saturating_sub(stats.active);
-        match self.ended_baseline {
-            None => self.ended_baseline = Some(ended),
-            Some(base) if ended > base && self.first_admission.is_some() => {
-                self.first_end_ms.get_or_insert(now_ms);
-            }
-            // A store reset (smaller count) moves the baseline down with it.
-            Some(base) if ended < base => self.ended_baseline = Some(ended),
-            Some(_) => {}
-        }
         let admitted = match self.last_admitted_total {
             // A smaller total means the store was reset: start over from it.
             Some(last) if stats.admitted_total >= last => stats.admitted_total - last,
             _ => 0,
         };
         self.last_admitted_total = Some(stats.admitted_total);
-        self.started_ms.get_or_insert(now_ms);
         self.history.record(now_ms, admitted, 0);
+        self.turnover.record(
+            now_ms,
+            stats.admitted_total,
+            stats.active.saturating_add(stats.outstanding),
+        );
         if let Some((_, seen)) = &mut self.first_admission {
             *seen = seen.saturating_add(admitted);
         } else if admitted > 0 {
             self.first_admission = Some((now_ms, admitted));
+        }
+        if self.plan.slots > 0 {
+            let model = eta::queue_rate(
+                self.plan.admit_per_s,
+                self.plan.slots,
+                self.turnover.holding_ms(),
+            );
+            if let Some(rate) = model {
+                // Configuration and an intrinsic length, not a sawtooth:
+                // no smoothing, only the deadband against jitter.
+                self.smoothed = Some((rate, now_ms));
+                self.publish(rate);
+                return;
+            }
+            if self.turnover.watched_from_start() {
+                // Slots that may bind at a rate nobody knows yet: no figure
+                // rather than a guess (visitors the free slots cover still
+                // get one, see `estimate`).
+                self.published = None;
+                return;
+            }
         }
         let Some(raw) = self.raw_rate(now_ms, stats) else {
             return;
@@ -148,40 +158,18 @@ impl EtaFeed {
                 prev + (raw - prev) * (1.0 - (-dt / tau).exp())
             }
         };
-        // The plan is configuration, not a noisy measurement: while the
-        // history is young it applies at once instead of rising over
-        // RISE_TAU_MS, or a flash crowd's first estimates would miss it. The
-        // slot bound is a hard ceiling, so it applies after smoothing too
-        // (the memory of an earlier, higher plan must not outlive it).
-        let smoothed = if self.young(now_ms) {
-            let capped = self
-                .slot_cap(now_ms)
-                .map_or(smoothed, |cap| smoothed.min(cap));
-            self.planned_rate(now_ms)
-                .map_or(capped, |planned| capped.max(planned))
-        } else {
-            // Hand-over: the measured rate takes over from the plan only
-            // once it reaches it, so a steady rate never dips below the
-            // plan it matched (which would raise every estimate by the
-            // deadband); after HANDOVER_MS the plan is dropped regardless
-            // and the smoothing lets a really lower rate down slowly.
-            match self.handover_floor(now_ms) {
-                Some(floor) if raw < floor => smoothed.max(floor),
-                Some(_) => {
-                    self.plan_retired = true;
-                    smoothed
-                }
-                None => smoothed,
-            }
-        };
         self.smoothed = Some((smoothed, now_ms));
+        self.publish(smoothed);
+    }
+
+    fn publish(&mut self, rate: f64) {
         let moved = match self.published {
             None => true,
-            Some(p) if p <= 0.0 => smoothed > 0.0,
-            Some(p) => ((smoothed - p) / p).abs() > DEADBAND,
+            Some(p) if p <= 0.0 => rate > 0.0,
+            Some(p) => ((rate - p) / p).abs() > DEADBAND,
         };
         if moved {
-            self.published = Some(smoothed);
+            self.published = Some(rate);
         }
     }
 
@@ -197,12 +185,39 @@ impl EtaFeed {
         self.published
     }
 
+    /// The holding time of a slot learnt so far, in ms.
+    pub fn holding_ms(&self) -> Option<i64> {
+        self.turnover.holding_ms()
+    }
+
+    /// Admissions this node's scheduler just made, ahead of the snapshot
+    /// that will count them (the slots' wait maps ranks onto admissions).
+    pub fn note_admitted(&mut self, now_ms: i64, admitted: u64) {
+        self.turnover.note_admitted(now_ms, admitted);
+    }
+
     /// The buffered estimate for a visitor with `rank` visitors ahead.
     pub fn estimate(&self, now_ms: i64, rank: u64) -> Option<Estimate> {
         let churn = self.history.churn_per_s(now_ms, RATE_1M_MS).unwrap_or(0.0);
+        let slots = self.plan.slots;
+        if slots > 0 {
+            if self.turnover.holding_ms().is_some() {
+                return eta::estimate_in_slots(
+                    rank,
+                    self.plan.admit_per_s,
+                    churn,
+                    self.turnover.slot_wait_ms(now_ms, rank, slots),
+                );
+            }
+            if self.published.is_none() {
+                let free = slots.saturating_sub(self.turnover.occupied());
+                return eta::within_free_slots(rank, self.plan.admit_per_s, free);
+            }
+        }
         eta::estimate(rank, self.published, churn)
     }
 
+    /// The measured admission rate (the fallback where no model is made).
     fn raw_rate(&self, now_ms: i64, stats: &EventStats) -> Option<f64> {
         let learnt = self.history.blended_rate(now_ms);
         if !self.young(now_ms) {
@@ -222,71 +237,17 @@ impl EtaFeed {
             .flatten()
             .reduce(f64::max);
         // A configured rate is also the most the mode admits in the long
-        // run: a first burst (a batch counted at the start of its span, a
-        // full bucket) read above it would be taken back at the hand-over,
+        // run: a first burst read above it would be taken back later,
         // raising every estimate.
-        let young = match (young, self.plan.admit_per_s) {
+        match (young, self.plan.admit_per_s) {
             (Some(r), Some(max)) if max > 0.0 => Some(r.min(max)),
             (r, _) => r,
-        };
-        [young, self.planned_rate(now_ms)]
-            .into_iter()
-            .flatten()
-            .reduce(f64::max)
-    }
-
-    /// The plan's rate as it stood when the history stopped being young,
-    /// while the measured rate has not yet reached it (see `observe`).
-    fn handover_floor(&self, now_ms: i64) -> Option<f64> {
-        if self.plan_retired {
-            return None;
         }
-        let (first_at, _) = self.first_admission?;
-        let end = first_at.saturating_add(YOUNG_MS);
-        if now_ms.saturating_sub(end) >= HANDOVER_MS {
-            return None;
-        }
-        self.planned_rate(end)
-    }
-
-    /// `slots / session length`: how fast the slots can turn over. Until a
-    /// session ends, every session has lasted at least the time since the
-    /// first admission, so that is the length used.
-    fn slot_cap(&self, now_ms: i64) -> Option<f64> {
-        let (first_at, _) = self.first_admission?;
-        (self.plan.slots > 0).then(|| {
-            let session_ms = self
-                .first_end_ms
-                .unwrap_or(now_ms)
-                .min(now_ms)
-                .saturating_sub(first_at)
-                .max(MIN_SESSION_MS);
-            self.plan.slots as f64 * 1000.0 / session_ms as f64
-        })
     }
 
     fn young(&self, now_ms: i64) -> bool {
         self.first_admission
             .is_none_or(|(s, _)| now_ms.saturating_sub(s) < YOUNG_MS)
-    }
-
-    /// The plan's rate, bounded by the slots: `slots` sessions that each last
-    /// the session length seen so far cannot turn over faster than
-    /// `slots / length`. Until a session ends, every session has lasted at
-    /// least the time since the first admission, so that is the length used.
-    /// `None` before the first admission (the event may not be admitting at
-    /// all) and where the mode has neither a rate nor a known slot count.
-    fn planned_rate(&self, now_ms: i64) -> Option<f64> {
-        self.first_admission?;
-        let by_slots = self.slot_cap(now_ms);
-        match (self.plan.admit_per_s, by_slots) {
-            (Some(rate), Some(cap)) => Some(rate.min(cap)),
-            (Some(rate), None) => Some(rate),
-            // Without a configured rate, the slot bound is only a rate once
-            // a session has really ended (before, it is merely a ceiling).
-            (None, cap) => cap.filter(|_| self.first_end_ms.is_some()),
-        }
-        .filter(|r| r.is_finite() && *r > 0.0)
     }
 }
 
