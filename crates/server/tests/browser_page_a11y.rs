@@ -9,8 +9,10 @@
 //!   them). axe cannot run in a page with scripting off (its timers never
 //!   fire), hence the unwrapped `<noscript>`.
 //! - The script's own states against the real server (`anteroom::run`):
-//!   NOT_OPEN with its countdown, PAUSED in a line, CLOSED after the admin
-//!   API closes the event, in both languages.
+//!   NOT_OPEN with its countdown, PAUSED in a line, PAUSED alone (where the
+//!   script must say "1 person" / "1 personne", no "almost there", a bar
+//!   short of full), in both languages; CLOSED after the admin API closes
+//!   the event under an open page.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[path = "browser/axe.rs"]
@@ -258,6 +260,14 @@ paths = ["/shop"]
 max_active = 5
 admission = {{ mode = "batch", batch_size = 1, interval = "200ms" }}
 [[events]]
+id = "solo-en"
+origin = "http://{origin}"
+paths = ["/solo-en"]
+[[events]]
+id = "solo-fr"
+origin = "http://{origin}"
+paths = ["/solo-fr"]
+[[events]]
 id = "later"
 origin = "http://{origin}"
 paths = ["/later"]
@@ -275,7 +285,11 @@ async fn shows(client: &Client, what: &str, heading_text: &str, status_text: &st
     wait_for(what, STEP, || async {
         let h = heading(client).await?;
         let s = harness::status_text(client).await?;
-        Ok((h == heading_text && s.contains(status_text)).then_some(()))
+        if h == heading_text && s.contains(status_text) {
+            return Ok(Some(()));
+        }
+        // Kept as the last error, so a timeout says what the page showed.
+        Err(anyhow::anyhow!("heading {h:?}, status {s:?}"))
     })
     .await
 }
@@ -288,6 +302,9 @@ async fn the_script_states_against_the_real_server_pass_axe() {
     let s = TestServer::start_with(&toml, origin_addr, origin, dir).await;
     // Paused with two visitors ahead, so the browser waits third in line.
     s.pause("drop", "pause").await;
+    // Paused and empty: each language's browser will be alone in its own.
+    s.pause("solo-en", "pause").await;
+    s.pause("solo-fr", "pause").await;
     for _ in 0..2 {
         let mut v = Visitor::default();
         let (status, body) = v
@@ -329,6 +346,31 @@ async fn the_script_states_against_the_real_server_pass_axe() {
                 };
                 shows(&client, "PAUSED", h, t).await?;
                 axe_check(&client, &axe, &format!("PAUSED {lang} (script)")).await?;
+
+                // Alone in a paused line: one person (singular in both
+                // languages), no "almost there", a bar short of full.
+                client
+                    .goto(&format!("http://{public}/solo-{lang}/x"))
+                    .await?;
+                let (one, near) = if lang == "en" {
+                    ("1 person in line", "Almost there")
+                } else {
+                    ("1 personne dans la file", "presque")
+                };
+                shows(&client, "PAUSED alone", h, one).await?;
+                let text = harness::status_text(&client).await?;
+                ensure!(
+                    !text.contains(near) && !text.contains("people") && !text.contains("personnes"),
+                    "{text}"
+                );
+                let bar = client
+                    .execute(
+                        "return document.getElementById('ar-progress').value",
+                        vec![],
+                    )
+                    .await?;
+                ensure!(bar == json!(99), "a paused bar at {bar}");
+                axe_check(&client, &axe, &format!("PAUSED alone {lang} (script)")).await?;
                 Ok(())
             }
         })
