@@ -12,6 +12,7 @@
 mod arrival;
 mod conn;
 mod fleet;
+mod stream;
 mod usage;
 mod visitor;
 mod wire;
@@ -87,6 +88,12 @@ pub struct CrowdArgs {
     /// requests in flight at once.
     #[arg(long, default_value_t = 512)]
     pub connections: usize,
+    /// Visitors near the front (told to poll again within ~2 s) follow the
+    /// push stream instead, as the waiting page does, on a socket each: at
+    /// most this many at once (0: everyone polls). A stream the server
+    /// refuses or ends sends its visitor back to polling.
+    #[arg(long, default_value_t = 256)]
+    pub streams: usize,
     /// Stop the run after this many seconds, whatever is left.
     #[arg(long, default_value_t = 900)]
     pub timeout: u64,
@@ -186,6 +193,8 @@ pub async fn simulate(args: &CrowdArgs, origin: OriginSource) -> anyhow::Result<
         host: HeaderValue::from_str(&host).context("target host")?,
         enter: uri("/api/queue/enter")?,
         position: uri("/api/queue/position")?,
+        stream: uri("/api/queue/stream")?,
+        streams: args.streams,
         redeem: uri("/api/queue/redeem")?,
         release: uri("/api/queue/release")?,
         browse: args.browse_path.parse().context("--browse-path")?,

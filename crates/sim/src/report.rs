@@ -54,6 +54,10 @@ pub struct Tally {
     /// Position polls only (a burst schedules every arrival at 0, so the
     /// arrivals' lateness is the burst's backlog, not pacing).
     pub poll_lag_us: Hist,
+    /// Push streams opened, and those that ended (refused, closed, broken)
+    /// before their visitor's wait was over, sending it back to polling.
+    pub streams_opened: u64,
+    pub stream_fallbacks: BTreeMap<&'static str, u64>,
     /// Error occurrences by kind, e.g. `position_429_rate_limited`.
     pub errors: BTreeMap<String, u64>,
     /// Visitors that gave up, by the error that ended them (`deadline`:
@@ -149,6 +153,9 @@ pub struct Report {
     pub eta_honest_share: Option<f64>,
     pub first_eta_to_wait_median: Option<f64>,
     pub polls_per_visitor: f64,
+    pub streams_opened: u64,
+    /// Streams that ended before their visitor's wait was over, by why.
+    pub stream_fallbacks: BTreeMap<&'static str, u64>,
     pub challenges_solved: u64,
     pub errors: BTreeMap<String, u64>,
     pub bot_admitted_share: Option<f64>,
@@ -263,6 +270,8 @@ pub fn build(records: &[VisitorRecord], tally: &Tally, facts: RunFacts) -> Repor
         } else {
             polls as f64 / records.len() as f64
         },
+        streams_opened: tally.streams_opened,
+        stream_fallbacks: tally.stream_fallbacks.clone(),
         challenges_solved: records.iter().map(|r| u64::from(r.challenges)).sum(),
         errors,
         bot_admitted_share: share(true),
@@ -373,6 +382,10 @@ pub fn render_text(r: &Report) -> String {
         opt(r.first_eta_to_wait_median, 2)
     );
     s += &format!("polls per visitor     {:.2}\n", r.polls_per_visitor);
+    s += &format!(
+        "push streams          {} opened, back to polling {:?}\n",
+        r.streams_opened, r.stream_fallbacks
+    );
     s += &format!("challenges solved     {}\n", r.challenges_solved);
     s += &format!(
         "admitted share        humans {}, bots {}\n",

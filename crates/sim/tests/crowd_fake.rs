@@ -186,6 +186,7 @@ fn args(target: String) -> CrowdArgs {
         max_active: Some(20),
         fixed_poll: None,
         connections: 64,
+        streams: 0,
         timeout: 120,
         seed: 3,
     }

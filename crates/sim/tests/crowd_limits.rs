@@ -82,6 +82,7 @@ async fn rate_limited_visitors_are_counted_never_dropped() {
         max_active: Some(50),
         fixed_poll: Some(100),
         connections: 16,
+        streams: 0,
         // Short on purpose: visitors still retrying then are counted as
         // `gave_up_deadline`, which is part of what is checked.
         timeout: 6,

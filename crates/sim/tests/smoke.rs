@@ -84,6 +84,8 @@ async fn three_hundred_visitors_are_all_admitted_in_order_within_max_active() {
         // covered by crowd_fake.rs.
         fixed_poll: Some(200),
         connections: 64,
+        // Visitors near the front follow the push stream, as the page does.
+        streams: 50,
         timeout: 240,
         seed: 9,
     };
@@ -114,6 +116,15 @@ async fn three_hundred_visitors_are_all_admitted_in_order_within_max_active() {
     assert!(
         lag_p99 < 10_000.0,
         "an admission reached its visitor {lag_p99} ms late with 200 ms polls"
+    );
+    assert!(
+        r.streams_opened > 0,
+        "visitors near the front follow the stream"
+    );
+    assert!(
+        r.stream_fallbacks.is_empty(),
+        "no stream was refused or broke: {:?}",
+        r.stream_fallbacks
     );
     let stats = origin.stats();
     assert_eq!(

@@ -33,6 +33,7 @@ use tokio::{sync::mpsc, time::Instant};
 
 use super::{
     conn::{Answer, Conn, Exchange},
+    stream::News,
     visitor::{
         ABANDON, BOT, HAS_SID, HOST_PREFIX, NEVER, PRE_OPEN, REDEEMED, RELEASED, Step, Visitor,
         WAITING, tick_down, tick_up,
@@ -47,6 +48,10 @@ const MAX_FAILURES: u8 = 10;
 const PAGES: u8 = 4;
 /// Wait before resending a request that got no answer.
 const RETRY_US: u64 = 500_000;
+/// A visitor told to poll again this soon is near the front: it follows the
+/// push stream (while `--streams` allows), where an admission reaches it
+/// within a second instead of at its next poll.
+const STREAM_FROM_US: u64 = 2_400_000;
 
 /// Counters the timeline sampler reads while the crowd runs.
 #[derive(Default)]
@@ -64,6 +69,9 @@ pub struct Config {
     pub host: HeaderValue,
     pub enter: Uri,
     pub position: Uri,
+    pub stream: Uri,
+    /// Most visitors following the push stream at once.
+    pub streams: usize,
     pub redeem: Uri,
     pub release: Uri,
     pub browse: Uri,
@@ -117,6 +125,14 @@ pub struct Fleet {
     connects: u64,
     requests: u64,
     solved_tx: mpsc::UnboundedSender<Solved>,
+    /// Visitors following the push stream, and their tasks (aborted when
+    /// the visitor's life or the run ends).
+    streaming: HashMap<u32, tokio::task::AbortHandle>,
+    /// Visitors whose stream was refused or broke: they poll from then on,
+    /// as the page does once its stream fails.
+    no_stream: std::collections::HashSet<u32>,
+    news_tx: mpsc::UnboundedSender<(u32, News)>,
+    news_rx: Option<mpsc::UnboundedReceiver<(u32, News)>>,
 }
 
 /// The issue time (ms since the Unix epoch) an admission token carries:
@@ -153,6 +169,7 @@ impl Fleet {
         rng: StdRng,
     ) -> (Self, mpsc::UnboundedReceiver<Solved>) {
         let (solved_tx, solved_rx) = mpsc::unbounded_channel();
+        let (news_tx, news_rx) = mpsc::unbounded_channel();
         let since_start = i64::try_from(start.elapsed().as_micros()).unwrap_or(0);
         let start_unix_us = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -178,6 +195,10 @@ impl Fleet {
             connects: 0,
             requests: 0,
             solved_tx,
+            streaming: HashMap::new(),
+            no_stream: std::collections::HashSet::new(),
+            news_tx,
+            news_rx: Some(news_rx),
         };
         (fleet, solved_rx)
     }
@@ -254,6 +275,9 @@ impl Fleet {
         }
         v.step = step;
         self.settled += 1;
+        if let Some(task) = self.streaming.remove(&id) {
+            task.abort();
+        }
         self.tokens.remove(&id);
         self.passes.remove(&id);
         self.answers.remove(&id);
@@ -331,6 +355,7 @@ impl Fleet {
                 self.answers.remove(&id).map(|b| (b, true)),
             ),
             Step::Poll => (Method::GET, &self.cfg.position, None),
+            Step::Stream => (Method::GET, &self.cfg.stream, None),
             Step::Redeem => {
                 let token = self.tokens.get(&id)?;
                 let body = serde_json::to_vec(&serde_json::json!({ "token": token })).ok()?;
@@ -339,6 +364,11 @@ impl Fleet {
             Step::Browse => (Method::GET, &self.cfg.browse, None),
             Step::Release => (Method::POST, &self.cfg.release, None),
             Step::Solving | Step::Done | Step::Failed => return None,
+        };
+        let accept = if v.step == Step::Stream {
+            HeaderValue::from_static("text/event-stream")
+        } else {
+            HeaderValue::from_static("application/json")
         };
         let ip = format!(
             "198.{}.{}.{}",
@@ -351,7 +381,7 @@ impl Fleet {
             .uri(uri.clone())
             .header(header::HOST, self.cfg.host.clone())
             .header("x-forwarded-for", ip)
-            .header(header::ACCEPT, HeaderValue::from_static("application/json"));
+            .header(header::ACCEPT, accept);
         req = if v.has(BOT) {
             req.header(
                 header::USER_AGENT,
@@ -387,6 +417,9 @@ impl Fleet {
 
     /// Runs the crowd until every visitor's life is over or the deadline.
     pub async fn run(mut self, mut solved: mpsc::UnboundedReceiver<Solved>) -> Finished {
+        let Some(mut news) = self.news_rx.take() else {
+            unreachable!("a fleet runs once");
+        };
         let addr = self.cfg.addr;
         let mut idle: Vec<Conn> = (0..self.cfg.connections.max(1))
             .map(|_| Conn::default())
@@ -445,6 +478,10 @@ impl Fleet {
                         self.schedule(s.id, now);
                     }
                 }
+                Some((id, n)) = news.recv() => {
+                    woke = std::time::Instant::now();
+                    self.news(id, n);
+                }
                 () = tokio::time::sleep_until(next.unwrap_or_else(Instant::now)), if next.is_some() && !idle.is_empty() => {
                     woke = std::time::Instant::now();
                 }
@@ -454,6 +491,9 @@ impl Fleet {
             }
         }
         busy += woke.elapsed().min(Duration::from_millis(1));
+        for (_, task) in self.streaming.drain() {
+            task.abort();
+        }
         for id in 0..self.visitors.len() as u32 {
             if !self.visitors[id as usize].settled() {
                 self.error("deadline");
@@ -482,8 +522,46 @@ impl Fleet {
             Step::Redeem => self.on_redeem(id, received, sent, result),
             Step::Browse => self.on_browse(id, received, result),
             Step::Release => self.on_release(id, received, result),
-            Step::Solving | Step::Done | Step::Failed => {}
+            Step::Stream | Step::Solving | Step::Done | Step::Failed => {}
         }
+    }
+
+    /// What a push stream said of visitor `id`: a position (handled as a
+    /// poll's answer would be, except that no poll is scheduled while the
+    /// stream lasts), or its end, after which the visitor polls again.
+    fn news(&mut self, id: u32, news: News) {
+        if self.visitors[id as usize].step != Step::Stream {
+            // The visitor moved on (admitted, gave up): nothing to follow.
+            return;
+        }
+        let now = self.now_us();
+        match news {
+            News::Position(pos) => self.position(id, &pos, now, now),
+            News::Ended(why) => {
+                self.streaming.remove(&id);
+                self.no_stream.insert(id);
+                *self.tally.stream_fallbacks.entry(why).or_insert(0) += 1;
+                self.visitors[id as usize].step = Step::Poll;
+                self.schedule(id, now + RETRY_US);
+            }
+        }
+    }
+
+    /// Starts following the push stream, on a socket of its own.
+    fn start_stream(&mut self, id: u32) {
+        self.visitors[id as usize].step = Step::Stream;
+        let Some(req) = self.request(id) else {
+            self.visitors[id as usize].step = Step::Poll;
+            return;
+        };
+        self.tally.streams_opened += 1;
+        let task = tokio::spawn(super::stream::follow(
+            self.cfg.addr,
+            req,
+            id,
+            self.news_tx.clone(),
+        ));
+        self.streaming.insert(id, task.abort_handle());
     }
 
     /// A failed request: retried after `retry_us` unless `MAX_FAILURES` in a row.
@@ -568,6 +646,8 @@ impl Fleet {
     fn position(&mut self, id: u32, pos: &QueuePosition, sent: u64, received: u64) {
         match pos.status.as_str() {
             "ADMITTED" | "ACTIVE" => {
+                // A stream ends by itself after this message.
+                self.streaming.remove(&id);
                 let v = &mut self.visitors[id as usize];
                 v.admitted_seen = tick_up(received);
                 if v.has(WAITING) {
@@ -599,7 +679,17 @@ impl Fleet {
                     v.eta_at = tick_up(received);
                     v.eta_s = eta as f32;
                 }
+                if v.step == Step::Stream {
+                    // The stream brings the next news itself.
+                    return;
+                }
                 let told = pos.poll_after_ms.unwrap_or(1000) * 1000;
+                if told <= STREAM_FROM_US
+                    && self.streaming.len() < self.cfg.streams
+                    && !self.no_stream.contains(&id)
+                {
+                    return self.start_stream(id);
+                }
                 // Up to 10% jitter, as API.md asks of clients.
                 let jittered = told + (told as f64 * self.rng.random::<f64>() * 0.1) as u64;
                 let wait = self.cfg.fixed_poll_us.unwrap_or(jittered);

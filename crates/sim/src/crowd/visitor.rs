@@ -17,6 +17,8 @@ pub enum Step {
     /// Solving a proof-of-work challenge off the scheduler.
     Solving,
     Poll,
+    /// Following the push stream (no turn of its own until it ends).
+    Stream,
     Redeem,
     Browse,
     Release,
