@@ -125,7 +125,7 @@ async fn metrics_are_prometheus_text_with_anteroom_names() {
 }
 
 /// Before the event opens, the position carries the opening time (the page's
-/// countdown reads it); once open, `opensAt` is null.
+/// countdown reads it) and the pre-window's start; once open, both are null.
 #[tokio::test]
 async fn not_open_position_carries_opens_at() {
     let s = TestServer::start(r#"opens_at = "2099-01-01T10:00:00Z""#).await;
@@ -140,10 +140,15 @@ async fn not_open_position_carries_opens_at() {
     assert_eq!(p["status"], "NOT_OPEN");
     let opens_at = p["opensAt"].as_str().unwrap();
     assert!(opens_at.starts_with("2099-01-01T10:00:00"), "{opens_at}");
+    // And when the pre-window (default 60 s) opens: an enter before then
+    // did not join, so the caller calls enter again from that time.
+    let pre = p["preWindowStartsAt"].as_str().unwrap();
+    assert!(pre.starts_with("2099-01-01T09:59:00"), "{pre}");
     let (_, open) = Visitor::default()
         .json(Method::POST, &s.url("/api/queue/enter?eventId=other"), None)
         .await;
     assert!(open["opensAt"].is_null(), "{open}");
+    assert!(open["preWindowStartsAt"].is_null(), "{open}");
 }
 
 /// The enter that inserts a visitor answers a random first poll within the
