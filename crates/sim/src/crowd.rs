@@ -94,6 +94,11 @@ pub struct CrowdArgs {
     /// refuses or ends sends its visitor back to polling.
     #[arg(long, default_value_t = 256)]
     pub streams: usize,
+    /// Seconds after the first admission left out of `capacity_use`, to
+    /// judge a policy that starts small (adaptive mode's slow start) on its
+    /// steady state.
+    #[arg(long, default_value_t = 0)]
+    pub warmup: u64,
     /// Stop the run after this many seconds, whatever is left.
     #[arg(long, default_value_t = 900)]
     pub timeout: u64,
@@ -256,6 +261,7 @@ pub async fn simulate(args: &CrowdArgs, origin: OriginSource) -> anyhow::Result<
         load_end: usage::load_average(),
     };
     let facts = RunFacts {
+        warmup_us: args.warmup.saturating_mul(1_000_000),
         max_origin_concurrency: final_stats.map(|s| s.max_concurrency).or(sampled_max),
         max_active: args.max_active,
         max_active_observed: live.max_active.load(std::sync::atomic::Ordering::Relaxed),

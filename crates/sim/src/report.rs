@@ -186,6 +186,8 @@ pub struct Report {
 /// Inputs to the report that do not come from visitors.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct RunFacts {
+    /// Left out of `capacity_use` after the first admission (`--warmup`).
+    pub warmup_us: u64,
     pub max_origin_concurrency: Option<u64>,
     pub max_active: Option<u64>,
     pub max_active_observed: u64,
@@ -248,7 +250,7 @@ pub fn build(records: &[VisitorRecord], tally: &Tally, facts: RunFacts) -> Repor
     let run_end_us = (facts.duration_s * 1e6) as u64;
     let capacity_use = facts
         .max_active
-        .and_then(|max| capacity::capacity_use(records, max, run_end_us));
+        .and_then(|max| capacity::capacity_use(records, max, run_end_us, facts.warmup_us));
     let lag = capacity::admission_to_visitor(records);
     Report {
         visitors: records.len(),

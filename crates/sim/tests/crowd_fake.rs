@@ -187,6 +187,7 @@ fn args(target: String) -> CrowdArgs {
         fixed_poll: None,
         connections: 64,
         streams: 0,
+        warmup: 0,
         timeout: 120,
         seed: 3,
     }

@@ -83,6 +83,7 @@ async fn rate_limited_visitors_are_counted_never_dropped() {
         fixed_poll: Some(100),
         connections: 16,
         streams: 0,
+        warmup: 0,
         // Short on purpose: visitors still retrying then are counted as
         // `gave_up_deadline`, which is part of what is checked.
         timeout: 6,

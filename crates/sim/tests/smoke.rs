@@ -86,6 +86,7 @@ async fn three_hundred_visitors_are_all_admitted_in_order_within_max_active() {
         connections: 64,
         // Visitors near the front follow the push stream, as the page does.
         streams: 50,
+        warmup: 0,
         timeout: 240,
         seed: 9,
     };

@@ -11,8 +11,15 @@ use super::hist::Hist;
 /// until the visitor gave it back (release answered; an abandoning visitor's
 /// last page, which undercounts: the server holds that slot until it idles
 /// out). A visitor waits from its join's answer until its admission, or, when
-/// never admitted, until its last poll answered `WAITING`.
-pub fn capacity_use(records: &[VisitorRecord], max_active: u64, run_end_us: u64) -> Option<f64> {
+/// never admitted, until its last poll answered `WAITING`. `warmup_us` after
+/// the first admission is left out (a policy that starts small, such as
+/// adaptive mode's slow start, is judged on its steady state).
+pub fn capacity_use(
+    records: &[VisitorRecord],
+    max_active: u64,
+    run_end_us: u64,
+    warmup_us: u64,
+) -> Option<f64> {
     if max_active == 0 {
         return None;
     }
@@ -38,13 +45,14 @@ pub fn capacity_use(records: &[VisitorRecord], max_active: u64, run_end_us: u64)
     if first_admission == u64::MAX {
         return None;
     }
+    let from = first_admission.saturating_add(warmup_us);
     changes.sort_unstable_by_key(|c| c.0);
     let (mut waiting, mut in_use) = (0i64, 0i64);
     let (mut used, mut span) = (0f64, 0f64);
     let mut last = 0u64;
     for (at, dw, du) in changes {
-        if waiting > 0 && last >= first_admission && at > last {
-            let dt = (at - last) as f64;
+        if waiting > 0 && at > from.max(last) {
+            let dt = (at - from.max(last)) as f64;
             // Outstanding tokens beyond the cap (no-show compensation) count
             // as full, not as more than full.
             used += (in_use.max(0) as f64).min(max_active as f64) * dt;
@@ -103,7 +111,20 @@ mod tests {
             visitor(0, Some(0), Some(10), Some(100)),
             visitor(0, Some(100), Some(150), Some(200)),
         ];
-        assert_eq!(capacity_use(&r, 1, 300), Some(1.0));
+        assert_eq!(capacity_use(&r, 1, 300, 0), Some(1.0));
+    }
+
+    #[test]
+    fn the_warmup_is_left_out() {
+        // Idle 0..50 (slot given back at 50, refilled at 100), full after.
+        let r = vec![
+            visitor(0, Some(0), Some(10), Some(50)),
+            visitor(0, Some(100), Some(120), Some(400)),
+            visitor(0, Some(400), Some(420), Some(500)),
+        ];
+        let all = capacity_use(&r, 1, 600, 0).unwrap();
+        assert!((all - 350.0 / 400.0).abs() < 1e-9, "{all}");
+        assert_eq!(capacity_use(&r, 1, 600, 100), Some(1.0));
     }
 
     #[test]
@@ -113,22 +134,22 @@ mod tests {
             visitor(0, Some(0), Some(10), Some(50)),
             visitor(0, Some(100), Some(120), Some(200)),
         ];
-        assert_eq!(capacity_use(&r, 1, 300), Some(0.5));
+        assert_eq!(capacity_use(&r, 1, 300, 0), Some(0.5));
         // Two slots, one used: half.
         let r = vec![
             visitor(0, Some(0), Some(1), Some(100)),
             visitor(0, Some(100), Some(101), Some(150)),
         ];
-        assert_eq!(capacity_use(&r, 2, 300), Some(0.5));
+        assert_eq!(capacity_use(&r, 2, 300, 0), Some(0.5));
     }
 
     #[test]
     fn nothing_admitted_or_nobody_waiting_gives_no_figure() {
         let r = vec![visitor(0, None, None, None)];
-        assert_eq!(capacity_use(&r, 10, 100), None);
+        assert_eq!(capacity_use(&r, 10, 100, 0), None);
         // Admitted at once: nobody ever waited after the first admission.
         let r = vec![visitor(5, Some(5), Some(5), Some(10))];
-        assert_eq!(capacity_use(&r, 10, 100), None);
+        assert_eq!(capacity_use(&r, 10, 100, 0), None);
     }
 
     #[test]
