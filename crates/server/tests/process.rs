@@ -3,7 +3,9 @@
 //! orchestrator variables that share its prefix, `anteroom check` beside a
 //! live server, error messages said once with the key and the event, logs
 //! without colour codes off a terminal, an access log that never carries a
-//! token, the example configuration and the systemd unit.
+//! token, a trace-level log of a whole journey (join, admit, redeem, browse,
+//! release, admin calls, failed redeems) that holds no secret or token value,
+//! the example configuration and the systemd unit.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[path = "fault_support/node.rs"]
@@ -408,4 +410,212 @@ async fn the_demo_keeps_its_home_page_public_and_its_crowd_moves_the_line() {
         }
     })
     .await;
+}
+
+/// Every secret value of one visitor's whole journey and one operator's
+/// calls, for the scan of the trace log.
+struct Secrets(Vec<(&'static str, String)>);
+
+impl Secrets {
+    fn add(&mut self, what: &'static str, value: &str) {
+        assert!(value.len() >= 16, "{what} too short to scan for: {value:?}");
+        self.0.push((what, value.to_owned()));
+        // A token's MAC alone is as secret as the token: a line that logged
+        // only the part after the dot would still give it away.
+        if let Some((_, mac)) = value.rsplit_once('.')
+            && mac.len() >= 16
+        {
+            self.0.push((what, mac.to_owned()));
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trace_log_of_a_whole_journey_holds_no_secret_or_token_value() {
+    const OLD_SECRET: &str = "rotated-out-secret-rotated-out-secret-02";
+    const WRONG_ADMIN: &str = "wrong-admin-token-wrong-admin-token";
+    const FORGED: &str = "AQFmb3JnZWQtdG9rZW4tcGF5bG9hZA.Zm9yZ2VkLW1hYy12YWx1ZS1mb3JnZWQtbWFj";
+    let origin = Origin::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let text = config(&origin.url(), dir.path(), "access_log = true")
+        .replace(
+            &format!("secrets = [\"{}\"]", node::SECRET),
+            &format!("secrets = [\"{}\", \"{OLD_SECRET}\"]", node::SECRET),
+        )
+        .replace(
+            r#"admission = { mode = "batch", batch_size = 1, interval = "1h" }"#,
+            r#"admission = { mode = "continuous", max_per_minute = 600 }"#,
+        );
+    assert!(text.contains(OLD_SECRET) && text.contains("continuous"));
+    let public = free_port();
+    let admin = free_port();
+    let text = text
+        .replace("{public}", &format!("127.0.0.1:{public}"))
+        .replace("{admin}", &format!("127.0.0.1:{admin}"));
+    let path = write_config(dir.path(), &text);
+    // Everything the binary says, at the most detailed level, on both streams.
+    let mut child = Command::new(BIN)
+        .arg("serve")
+        .arg("--config")
+        .arg(&path)
+        .env("RUST_LOG", "trace")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let readers: Vec<_> = [
+        Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
+        Box::new(child.stderr.take().unwrap()),
+    ]
+    .into_iter()
+    .map(|stream| {
+        let lines = lines.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stream).lines().map_while(Result::ok) {
+                lines.lock().unwrap().push(line);
+            }
+        })
+    })
+    .collect();
+    let base = format!("http://127.0.0.1:{public}");
+    let admin_base = format!("http://127.0.0.1:{admin}");
+    let health = format!("{admin_base}/healthz");
+    wait_for("anteroom /healthz", Duration::from_secs(20), || {
+        let health = health.clone();
+        async move {
+            node::send(Method::GET, &health, &[], None)
+                .await
+                .is_ok_and(|r| r.0 == StatusCode::OK)
+        }
+    })
+    .await;
+
+    let mut secrets = Secrets(Vec::new());
+    secrets.add("the key secret", node::SECRET);
+    secrets.add("the rotated-out key secret", OLD_SECRET);
+    secrets.add("the admin token", node::ADMIN_TOKEN);
+    secrets.add("a wrong admin token", WRONG_ADMIN);
+    secrets.add("a forged admission token", FORGED);
+
+    // The visitor: joins, is admitted, redeems, browses, releases.
+    let mut v = Visitor::default();
+    let url = |path: &str| format!("{base}{path}");
+    let redeem = |t: &str| serde_json::json!({ "token": t }).to_string();
+    let (status, _, body) = v
+        .call(Method::POST, &url("/api/queue/enter?eventId=tickets"), None)
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let started = Instant::now();
+    let token = loop {
+        let (_, _, p) = v
+            .call(
+                Method::GET,
+                &url("/api/queue/position?eventId=tickets"),
+                None,
+            )
+            .await;
+        if p["status"] == "ADMITTED" {
+            break p["token"].as_str().unwrap().to_owned();
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "not admitted: {p}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    secrets.add("the admission token", &token);
+    let redeem_url = url("/api/queue/redeem?eventId=tickets");
+    let (status, _, body) = v
+        .call(Method::POST, &redeem_url, Some(&redeem(&token)))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    // Failed redeems: the same token again, and a forged one.
+    for t in [token.as_str(), FORGED] {
+        let (status, _, body) = v.call(Method::POST, &redeem_url, Some(&redeem(t))).await;
+        assert!(status.is_client_error(), "{status} {body}");
+    }
+    let cookie = |name: &str| {
+        v.cookies
+            .iter()
+            .find(|(k, _)| k.ends_with(name))
+            .map(|(_, value)| value.clone())
+            .unwrap_or_else(|| panic!("no {name} cookie: {:?}", v.cookies))
+    };
+    let sid = cookie("anteroom_sid");
+    let pass = cookie("anteroom_pass");
+    secrets.add("the session id", &sid);
+    secrets.add("the pass", &pass);
+    for path in ["/tickets/a", "/tickets/b?q=1"] {
+        let (status, _, _) = v.call(Method::GET, &url(path), None).await;
+        assert_eq!(status, StatusCode::OK, "{path}");
+    }
+    let (status, _, _) = v
+        .call(
+            Method::POST,
+            &url("/api/queue/release?eventId=tickets"),
+            None,
+        )
+        .await;
+    assert!(status.is_success(), "release: {status}");
+    let (status, _, _) = v.call(Method::GET, &url("/tickets/c"), None).await;
+    assert_ne!(
+        status,
+        StatusCode::OK,
+        "a released pass still reached the origin"
+    );
+
+    // The operator: reads, pauses and resumes with the token, and one call
+    // with a wrong token.
+    let bearer = |t: &str| [("authorization".to_owned(), format!("Bearer {t}"))];
+    for (method, path) in [
+        (Method::GET, "/admin/events"),
+        (Method::POST, "/admin/events/tickets/pause"),
+        (Method::POST, "/admin/events/tickets/resume"),
+        (Method::GET, "/admin/audit"),
+    ] {
+        let url = format!("{admin_base}{path}");
+        let (status, _, body) = node::send(method, &url, &bearer(node::ADMIN_TOKEN), None)
+            .await
+            .unwrap();
+        assert!(status.is_success(), "{path}: {status} {body:?}");
+    }
+    let url = format!("{admin_base}/admin/events");
+    let (status, _, _) = node::send(Method::GET, &url, &bearer(WRONG_ADMIN), None)
+        .await
+        .unwrap();
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+
+    let _ = Command::new("kill")
+        .arg("-TERM")
+        .arg(child.id().to_string())
+        .status();
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status:?}");
+    for r in readers {
+        r.join().unwrap();
+    }
+    let lines = lines.lock().unwrap().clone();
+    // The scan means something only if the journey was logged in detail.
+    assert!(
+        lines.iter().any(|l| l.contains("TRACE")),
+        "no trace line: {lines:?}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("anteroom::access") && l.contains("/api/queue/redeem")),
+        "the redeem was not logged"
+    );
+    assert!(
+        lines.iter().any(|l| l.contains("anteroom::audit")),
+        "the pause was not audited"
+    );
+    for (what, value) in &secrets.0 {
+        let found: Vec<&String> = lines
+            .iter()
+            .filter(|l| l.contains(value.as_str()))
+            .collect();
+        assert!(found.is_empty(), "{what} reached the log: {found:?}");
+    }
 }
