@@ -64,6 +64,34 @@ pub struct Tally {
     /// still under way when the run stopped). Every visitor that does not
     /// live its whole plan is here exactly once.
     pub gave_up: BTreeMap<String, u64>,
+    /// Consecutive estimates shown to one visitor, and how many of those
+    /// pairs rose by more than the server's buffer (see [`Tally::eta_step`]).
+    pub eta_pairs: u64,
+    pub eta_rises_over_buffer: u64,
+    /// The largest later / earlier ratio of such a pair, earlier ≥ 10 s.
+    pub eta_max_rise: Option<f64>,
+}
+
+/// The server's ETA buffer: an estimate may rise by this factor (and a
+/// second of rounding) without breaking its promise.
+pub const ETA_BUFFER: f64 = 1.2;
+
+impl Tally {
+    /// One estimate shown after `prev` (NaN: the visitor's first).
+    pub fn eta_step(&mut self, prev: f64, eta: f64) {
+        if prev.is_nan() {
+            return;
+        }
+        self.eta_pairs += 1;
+        if eta > prev * ETA_BUFFER + 1.0 {
+            self.eta_rises_over_buffer += 1;
+        }
+        // Under 10 s a one-second rounding step is already a large ratio.
+        if prev >= 10.0 {
+            let r = eta / prev;
+            self.eta_max_rise = Some(self.eta_max_rise.map_or(r, |m| m.max(r)));
+        }
+    }
 }
 
 /// The simulator's own cost and pacing, so a run says which side was the bottleneck.
@@ -152,6 +180,13 @@ pub struct Report {
     pub admission_to_visitor_p99_ms: Option<f64>,
     pub eta_honest_share: Option<f64>,
     pub first_eta_to_wait_median: Option<f64>,
+    /// Pairs of consecutive estimates shown to one visitor where the later
+    /// rose by more than the buffer (× 1.2, plus a second of rounding).
+    pub eta_rises_over_buffer: u64,
+    /// Share of such pairs among all consecutive pairs.
+    pub eta_rise_share: Option<f64>,
+    /// The largest rise of a visitor's estimate (later / earlier, earlier ≥ 10 s).
+    pub eta_max_rise: Option<f64>,
     pub polls_per_visitor: f64,
     pub streams_opened: u64,
     /// Streams that ended before their visitor's wait was over, by why.
@@ -267,6 +302,10 @@ pub fn build(records: &[VisitorRecord], tally: &Tally, facts: RunFacts) -> Repor
         admission_to_visitor_p99_ms: ms(lag.percentile(99.0)),
         eta_honest_share,
         first_eta_to_wait_median,
+        eta_rises_over_buffer: tally.eta_rises_over_buffer,
+        eta_rise_share: (tally.eta_pairs > 0)
+            .then(|| tally.eta_rises_over_buffer as f64 / tally.eta_pairs as f64),
+        eta_max_rise: tally.eta_max_rise,
         polls_per_visitor: if records.is_empty() {
             0.0
         } else {
@@ -383,6 +422,12 @@ pub fn render_text(r: &Report) -> String {
         "first eta / wait      median {}\n",
         opt(r.first_eta_to_wait_median, 2)
     );
+    s += &format!(
+        "eta rises over buffer {} ({}), largest rise {}\n",
+        r.eta_rises_over_buffer,
+        pct(r.eta_rise_share),
+        opt(r.eta_max_rise, 2)
+    );
     s += &format!("polls per visitor     {:.2}\n", r.polls_per_visitor);
     s += &format!(
         "push streams          {} opened, back to polling {:?}\n",
@@ -438,4 +483,23 @@ pub fn render_text(r: &Report) -> String {
         }
     }
     s
+}
+
+#[cfg(test)]
+mod eta_rise_tests {
+    use super::*;
+
+    #[test]
+    fn rises_count_beyond_the_buffer_and_a_second() {
+        let mut t = Tally::default();
+        t.eta_step(f64::NAN, 100.0);
+        assert_eq!(t.eta_pairs, 0, "a first estimate is no pair");
+        t.eta_step(100.0, 121.0); // within 100 × 1.2 + 1
+        t.eta_step(100.0, 90.0);
+        assert_eq!((t.eta_pairs, t.eta_rises_over_buffer), (2, 0));
+        t.eta_step(100.0, 122.0);
+        t.eta_step(3.0, 6.0); // 3 × 1.2 + 1 = 4.6: a rise, but too small for the ratio
+        assert_eq!((t.eta_pairs, t.eta_rises_over_buffer), (4, 2));
+        assert_eq!(t.eta_max_rise, Some(1.22));
+    }
 }

@@ -673,11 +673,14 @@ impl Fleet {
             "WAITING" | "PAUSED" | "NOT_OPEN" | "DRAINING" => {
                 let v = &mut self.visitors[id as usize];
                 v.last_waiting_sent = tick_down(sent);
-                if v.eta_at == NEVER
-                    && let Some(eta) = pos.estimated_wait_seconds
-                {
-                    v.eta_at = tick_up(received);
-                    v.eta_s = eta as f32;
+                if let Some(eta) = pos.estimated_wait_seconds {
+                    if v.eta_at == NEVER {
+                        v.eta_at = tick_up(received);
+                        v.eta_s = eta as f32;
+                    }
+                    let prev = f64::from(v.last_eta_s);
+                    v.last_eta_s = eta as f32;
+                    self.tally.eta_step(prev, eta);
                 }
                 if v.step == Step::Stream {
                     // The stream brings the next news itself.

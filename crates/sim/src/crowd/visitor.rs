@@ -77,6 +77,8 @@ pub struct Visitor {
     /// When the first estimate was received, and the estimate (NaN: none yet).
     pub eta_at: u32,
     pub eta_s: f32,
+    /// The latest estimate shown (NaN: none yet), to catch one that rises.
+    pub last_eta_s: f32,
     pub polls: u32,
     pub step: Step,
     pub flags: u8,
@@ -98,6 +100,7 @@ impl Visitor {
             ended_at: NEVER,
             eta_at: NEVER,
             eta_s: f32::NAN,
+            last_eta_s: f32::NAN,
             polls: 0,
             step: Step::Enter,
             flags,
