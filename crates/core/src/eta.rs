@@ -10,8 +10,8 @@ use std::collections::VecDeque;
 
 mod turnover;
 pub use turnover::{
-    GENERATION_SHARE, MIN_HOLD_MS, SEEN_WITHIN_MS, STALL_FACTOR, Turnover, estimate_in_slots,
-    queue_rate, within_free_slots,
+    GENERATION_SHARE, MIN_HOLD_MS, SEEN_WITHIN_MS, STALL_FACTOR, Turnover, earliest_turn,
+    estimate_in_slots, queue_rate, within_free_slots,
 };
 
 /// Conservative multiplier applied to every estimate.

@@ -330,6 +330,30 @@ pub fn within_free_slots(rank: u64, admit_per_s: Option<f64>, free: u64) -> Opti
     estimate_in_slots(rank, admit_per_s, 0.0, None)
 }
 
+/// Continuous mode's bucket banks this much time's worth of admissions (the
+/// policy's burst): the most admissions can run ahead of the rate.
+const POLICY_BURST_S: f64 = 6.0;
+
+/// While a visitor beyond the free slots gets no estimate, the soonest the
+/// policy could reach them, as an estimate for [`super::poll_after_ms`] only
+/// (never shown): the free slots, then a full burst, then twice the rate
+/// (no-show compensation releases up to [`crate::policy::MAX_COMPENSATION`]
+/// times it). A lower bound, so polling after a quarter of it is still well
+/// before the turn, and a crowd waiting for its first figure does not poll
+/// every [`super::UNKNOWN_POLL_MS`] all at once.
+pub fn earliest_turn(rank: u64, admit_per_s: Option<f64>, free: u64) -> Option<Estimate> {
+    let rate = admit_per_s.filter(|r| r.is_finite() && *r > 0.0)? * crate::policy::MAX_COMPENSATION;
+    let beyond = rank.saturating_add(1).saturating_sub(free) as f64 - rate * POLICY_BURST_S;
+    let wait_s = beyond.max(0.0) / rate;
+    // Buffered like a shown estimate, so the poll interval's expected wait
+    // (the estimate without its buffer) is this lower bound.
+    let seconds = (wait_s * BUFFER).ceil() as u64;
+    Some(Estimate {
+        seconds,
+        almost_there: seconds < ALMOST_THERE_S,
+    })
+}
+
 #[cfg(test)]
 #[path = "turnover_tests.rs"]
 mod tests;

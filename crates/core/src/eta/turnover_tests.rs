@@ -38,6 +38,25 @@ fn free_slots_cover_the_front_only() {
     assert_eq!(within_free_slots(0, Some(10.0), 0), None);
 }
 
+/// The poll basis while no estimate exists is a lower bound of the turn:
+/// 10 free slots, then 2 × 10/s after a 6 s burst of 120.
+#[test]
+fn earliest_turn_is_a_lower_bound() {
+    assert_eq!(earliest_turn(5, Some(10.0), 10).map(|e| e.seconds), Some(0));
+    assert_eq!(
+        earliest_turn(129, Some(10.0), 10).map(|e| e.seconds),
+        Some(0)
+    );
+    // 1010 ahead-or-self, 10 free, 120 burst: 880 at 20/s = 44 s, × 1.2.
+    assert_eq!(
+        earliest_turn(1009, Some(10.0), 10).map(|e| e.seconds),
+        Some(53)
+    );
+    assert_eq!(earliest_turn(1009, None, 10), None);
+    let e = earliest_turn(u64::MAX, Some(1e-300), 0).unwrap();
+    assert_eq!(e.seconds, u64::MAX);
+}
+
 /// 100 slots filled at once, every session held 8 s, refilled as they free:
 /// the holding time is unknown until three quarters of the first generation
 /// freed, then 8 s.
@@ -232,7 +251,14 @@ fn crowd(seed: u64, visitors: usize, slots: u64, mode: SimMode, browse_ms: i64) 
                 last[i] = Some(e.seconds);
             }
             let jitter = rng.random::<f64>();
-            next_poll[i] = t + poll_after_ms(rank, e, jitter) as i64;
+            let basis = e.or_else(|| {
+                earliest_turn(
+                    rank,
+                    Some(mode.rate()),
+                    slots.saturating_sub(turnover.occupied()),
+                )
+            });
+            next_poll[i] = t + poll_after_ms(rank, basis, jitter) as i64;
         }
     }
     let mut honest = 0;

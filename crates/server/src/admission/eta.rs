@@ -217,6 +217,16 @@ impl EtaFeed {
         eta::estimate(rank, self.published, churn)
     }
 
+    /// What the next poll is timed on when `estimate` gave nothing: the
+    /// soonest the policy could reach the visitor ([`eta::earliest_turn`]).
+    pub fn poll_basis(&self, rank: u64) -> Option<Estimate> {
+        if self.published.is_some() || self.plan.slots == 0 {
+            return None;
+        }
+        let free = self.plan.slots.saturating_sub(self.turnover.occupied());
+        eta::earliest_turn(rank, self.plan.admit_per_s, free)
+    }
+
     /// The measured admission rate (the fallback where no model is made).
     fn raw_rate(&self, now_ms: i64, stats: &EventStats) -> Option<f64> {
         let learnt = self.history.blended_rate(now_ms);

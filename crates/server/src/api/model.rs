@@ -179,17 +179,22 @@ fn waiting(
     // The rate is learnt from the refreshed snapshots and smoothed so that a
     // steady rate never raises an estimate (admission::eta); a poll costs
     // the store's rank lookup plus this cached read.
-    let estimate: Option<Estimate> = if status == Status::Waiting {
-        crate::app::lock(&rt.live.admission.eta).estimate(state.now_ms(), rank)
+    // No estimate yet (the slots' turnover is not known): the next poll is
+    // timed on the soonest the turn could come, not every 5 s for the crowd.
+    let (estimate, poll_basis): (Option<Estimate>, Option<Estimate>) = if status == Status::Waiting
+    {
+        let feed = crate::app::lock(&rt.live.admission.eta);
+        let e = feed.estimate(state.now_ms(), rank);
+        (e, e.or_else(|| feed.poll_basis(rank)))
     } else {
-        None
+        (None, None)
     };
     let jitter = rand::random::<f64>();
     let mut p = QueuePosition::bare(
         state,
         rt,
         status,
-        eta::poll_after_ms(rank, estimate, jitter),
+        eta::poll_after_ms(rank, poll_basis, jitter),
     );
     p.rank = Some(rank);
     p.position = Some(rank.saturating_add(1));
