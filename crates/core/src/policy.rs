@@ -84,23 +84,6 @@ pub fn headroom(o: &Observed) -> u64 {
         .saturating_sub(o.active.saturating_add(o.outstanding))
 }
 
-/// What became of admitted visitors over some span: reported to
-/// [`PolicyState::record_outcome`] about once a second.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Outcomes {
-    pub admitted: u64,
-    pub redeemed: u64,
-    pub expired_unredeemed: u64,
-}
-
-impl Outcomes {
-    pub fn add(&mut self, admitted: u64, redeemed: u64, expired_unredeemed: u64) {
-        self.admitted = self.admitted.saturating_add(admitted);
-        self.redeemed = self.redeemed.saturating_add(redeemed);
-        self.expired_unredeemed = self.expired_unredeemed.saturating_add(expired_unredeemed);
-    }
-}
-
 /// How many visitors to admit now, and why.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Decision {
@@ -112,7 +95,7 @@ pub struct Decision {
 pub const MAX_COMPENSATION: f64 = 2.0;
 
 /// Weight of the newest outcome report in the no-show average, reported
-/// about once a second. Tokens resolve in bursts (a batch redeems within
+/// once a second. Tokens resolve in bursts (a batch redeems within
 /// seconds and its no-shows expire minutes later), so the average spans about
 /// fifty seconds to smooth over several batches.
 const NO_SHOW_ALPHA: f64 = 0.02;
@@ -238,7 +221,7 @@ impl PolicyState {
     }
 
     /// Reports what happened to admitted visitors since the last call (call it
-    /// about once a second: [`NO_SHOW_ALPHA`] is per report): how many were
+    /// once a second: [`NO_SHOW_ALPHA`] is per report): how many were
     /// admitted, how many redeemed their token, and how many tokens expired
     /// unredeemed.
     pub fn record_outcome(&mut self, admitted: u64, redeemed: u64, expired_unredeemed: u64) {

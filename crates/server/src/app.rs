@@ -79,19 +79,15 @@ pub struct PolicyMemory {
     pub state: Option<anteroom_core::policy::PolicyState>,
     /// `redeemed_total` at the previous tick, to report redemptions per tick.
     pub last_redeemed_total: Option<u64>,
-    /// The last tick this node ran: outcomes are learnt only across two
-    /// ticks of this node with no tick it tried and lost between them, so
-    /// redemptions and expiries cover the same span.
+    /// The last full tick (the first of its second) this node ran: outcomes
+    /// are learnt only across two full ticks in a row of this node, so
+    /// redemptions and expiries cover the same second.
     pub last_tick: Option<u64>,
-    /// The last tick this node tried to claim, won or not.
-    pub last_attempt: Option<u64>,
-    /// How many the previous tick admitted (reported with the outcomes).
+    /// The last full tick this node tried to claim, won or not.
+    pub last_full_attempt: Option<u64>,
+    /// How many this node admitted since its last full tick (reported with
+    /// the outcomes).
     pub last_admitted: u64,
-    /// Outcomes gathered over ticks since `pending_since_ms`: the policy
-    /// learns them about once a second, whatever the tick rate, so its
-    /// no-show average spans the same time at every rate.
-    pub pending: anteroom_core::policy::Outcomes,
-    pub pending_since_ms: Option<i64>,
 }
 
 impl Live {

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anteroom_core::phase::phase;
-use anteroom_core::policy::{Mode, Observed, Outcomes, PolicyState};
+use anteroom_core::policy::{Mode, Observed, PolicyState};
 use anteroom_store::{AdmitRequest, EventId, ExpireRequest, StoreError};
 use rand::RngCore;
 
@@ -145,27 +145,37 @@ pub async fn tick_once(
     let store = &state.store;
     let id = rt.id();
     let ttl = u64::try_from(tick_ms).unwrap_or(1000).saturating_mul(2);
-    let previous_attempt = lock(&rt.live.policy).last_attempt.replace(tick);
+    let full = is_full(tick, tick_ms);
+    let previous_full = if full {
+        lock(&rt.live.policy).last_full_attempt.replace(tick)
+    } else {
+        None
+    };
     if !timed_store("claim_tick", store.claim_tick(id, tick, ttl)).await? {
         return Ok(0);
     }
     let now_us = timed_store("now", store.now_us(id)).await?;
     let now_ms = now_us.div_euclid(1000);
-    let idle_us = micros(rt.config.queue_idle_timeout);
-    let expired = timed_store(
-        "expire",
-        store.expire(
-            id,
-            &ExpireRequest {
-                waiting_seen_before_us: now_us.saturating_sub(idle_us),
-            },
-        ),
-    )
-    .await?;
-    lock(&rt.live.admission.eta).record_abandoned(now_ms, expired.idle_waiters);
-    let stats = timed_store("stats", store.stats(id)).await?;
     let mode = mode(&rt.config.admission);
-    learn_outcomes(rt, &mode, tick, previous_attempt, now_ms, &stats, &expired);
+    let stats = if full {
+        let idle_us = micros(rt.config.queue_idle_timeout);
+        let expired = timed_store(
+            "expire",
+            store.expire(
+                id,
+                &ExpireRequest {
+                    waiting_seen_before_us: now_us.saturating_sub(idle_us),
+                },
+            ),
+        )
+        .await?;
+        lock(&rt.live.admission.eta).record_abandoned(now_ms, expired.idle_waiters);
+        let stats = timed_store("stats", store.stats(id)).await?;
+        learn_outcomes(rt, &mode, tick, previous_full, &stats, &expired);
+        stats
+    } else {
+        timed_store("stats", store.stats(id)).await?
+    };
     let admin = timed_store("admin_state", store.admin_state(id)).await?;
     let pre_window = i64::try_from(rt.config.pre_window.as_millis()).unwrap_or(i64::MAX);
     if !phase(now_ms, rt.config.opens_at_ms, pre_window, admin).admits() {
@@ -218,55 +228,53 @@ pub async fn tick_once(
         token_expires_at_us: now_us.saturating_add(micros(rt.config.token_ttl)),
     };
     let admitted = timed_store("admit", store.admit(id, &request)).await?.len() as u64;
-    lock(&rt.live.policy).last_admitted = admitted;
+    // Summed over the ticks of a second, reported at its full tick.
+    let mut memory = lock(&rt.live.policy);
+    memory.last_admitted = memory.last_admitted.saturating_add(admitted);
+    drop(memory);
     // The ETA maps ranks onto admissions: tell it before the next snapshot.
     lock(&rt.live.admission.eta).note_admitted(state.now_ms(), admitted);
     Ok(admitted)
 }
 
-/// How much outcome time is gathered before the policy learns it.
-const LEARN_EVERY_MS: i64 = 1_000;
+/// Whether `tick` is the first of its second on the grid of `tick_ms`: the
+/// tick that also sweeps (idle waiters, void tokens, ended sessions) and
+/// teaches the policy its no-shows. The sweep walks every waiter, so it runs
+/// once a second as it always did; a release frees its slot in the store at
+/// once, so the ticks between only refill. Every node computes the same
+/// from the tick number.
+pub fn is_full(tick: u64, tick_ms: i64) -> bool {
+    let ms = u64::try_from(tick_ms.max(1)).unwrap_or(1);
+    let second = |t: u64| t.saturating_mul(ms) / 1_000;
+    tick == 0 || second(tick) != second(tick - 1)
+}
 
 /// Feeds no-show compensation: redemptions (from `redeemed_total`) and
-/// unredeemed tokens expired by this tick's sweep. Both are counted only when
-/// this node also ran the tick it tried before this one, so they cover the
-/// same span; with several nodes each learns from its runs of ticks won in a
-/// row, which keeps the learnt share unbiased. They reach the policy about
-/// once a second, whatever the tick rate.
+/// unredeemed tokens expired by this tick's sweep, once a second (full ticks
+/// only). Both are counted only when this node also ran the full tick before,
+/// so they cover the same second; with several nodes each learns from its
+/// runs of full ticks won in a row, which keeps the learnt share unbiased.
 fn learn_outcomes(
     rt: &EventRuntime,
     mode: &Mode,
     tick: u64,
-    previous_attempt: Option<u64>,
-    now_ms: i64,
+    previous_full: Option<u64>,
     stats: &anteroom_store::EventStats,
     expired: &anteroom_store::Expired,
 ) {
     let mut memory = lock(&rt.live.policy);
-    let consecutive = memory.last_tick.is_some() && memory.last_tick == previous_attempt;
+    let consecutive = memory.last_tick.is_some() && memory.last_tick == previous_full;
     let redeemed = memory
         .last_redeemed_total
         .map_or(0, |last| stats.redeemed_total.saturating_sub(last));
     let admitted = std::mem::take(&mut memory.last_admitted);
     memory.last_redeemed_total = Some(stats.redeemed_total);
     memory.last_tick = Some(tick);
-    if !consecutive {
-        // A gap: what was gathered covers a span another node may share.
-        memory.pending = Outcomes::default();
-        memory.pending_since_ms = Some(now_ms);
-        return;
-    }
-    memory
-        .pending
-        .add(admitted, redeemed, expired.unredeemed_tokens);
-    let since = *memory.pending_since_ms.get_or_insert(now_ms);
-    if now_ms.saturating_sub(since) >= LEARN_EVERY_MS || now_ms < since {
-        let o = std::mem::take(&mut memory.pending);
-        memory.pending_since_ms = Some(now_ms);
-        let policy = memory
-            .state
-            .get_or_insert_with(|| PolicyState::new(mode, rt.config.max_active));
-        policy.record_outcome(o.admitted, o.redeemed, o.expired_unredeemed);
+    let policy = memory
+        .state
+        .get_or_insert_with(|| PolicyState::new(mode, rt.config.max_active));
+    if consecutive {
+        policy.record_outcome(admitted, redeemed, expired.unredeemed_tokens);
     }
 }
 
@@ -389,6 +397,29 @@ mod tests {
         // A batch grid that does not divide the second rounds up to it
         // (tick 67 starts at 2010 ms, tick 66 at 1980 ms).
         assert_eq!(next_tick(1_234, 30, false), 67);
+    }
+
+    #[test]
+    fn the_first_tick_of_each_second_is_the_full_one() {
+        // 100 ms grid: ticks 10, 20, … start a second.
+        assert!(is_full(20, 100));
+        assert!(!is_full(21, 100));
+        assert!(!is_full(29, 100));
+        assert_eq!((0..100).filter(|t| is_full(*t, 100)).count(), 10);
+        // 30 ms grid: tick 67 (2010 ms) is the first of second 2.
+        assert!(is_full(67, 30));
+        assert!(!is_full(66, 30));
+        // The slow cadence lands on full ticks only.
+        for now in [1_234, 1_999, 2_000, 5_555] {
+            assert!(is_full(
+                u64::try_from(next_tick(now, 100, false)).unwrap(),
+                100
+            ));
+            assert!(is_full(
+                u64::try_from(next_tick(now, 30, false)).unwrap(),
+                30
+            ));
+        }
     }
 
     #[test]
