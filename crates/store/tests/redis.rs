@@ -730,6 +730,45 @@ async fn keys_of_other_applications_are_untouched() {
     }
 }
 
+/// The key layout: an event's keys are `anteroom:{<event>}:<name>`, so the
+/// hash tag puts all of them in the event's own cluster slot; the only keys
+/// outside any event's tag are the two cross-event ones, the configs hash
+/// and the set of audited events, tagged with an `@` no event id can hold.
+#[tokio::test]
+async fn every_key_is_under_its_events_hash_tag_or_one_of_the_two_shared_keys() {
+    let server = RedisServer::start().unwrap();
+    let s = store(&server).await;
+    let mut conn = raw(&server).await;
+    let events = [event("flow"), event("other-event")];
+    for e in &events {
+        exercise(&s, e).await;
+        s.append_audit(e, r#"{"action":"pause"}"#).await.unwrap();
+    }
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("*")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let shared = ["anteroom:{@config}:events", "anteroom:{@audit}:events"];
+    for k in shared {
+        assert!(keys.iter().any(|x| x == k), "{k} not written: {keys:?}");
+    }
+    for k in &keys {
+        if shared.contains(&k.as_str()) {
+            continue;
+        }
+        let tag = k
+            .strip_prefix("anteroom:{")
+            .and_then(|rest| rest.split_once("}:"))
+            .map(|(tag, _)| tag)
+            .unwrap_or_else(|| panic!("{k} is not anteroom:{{<event>}}:<name>"));
+        assert!(
+            events.iter().any(|e| e.as_str() == tag),
+            "{k} is tagged {tag:?}, not with an event it belongs to"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_gateway_nodes_racing_admit_never_double_admit() {
     let server = RedisServer::start().unwrap();

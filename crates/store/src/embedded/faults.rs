@@ -247,4 +247,106 @@ mod tests {
         assert_waiting(&s, &ev, &acked).await;
         assert_eq!(s.queue_length(&ev).await.unwrap(), acked.len() as u64);
     }
+    fn admit_req(max: u64, seed: u8) -> crate::AdmitRequest {
+        crate::AdmitRequest {
+            max,
+            max_active: 100,
+            nonces: (0..max).map(|i| [seed; 16].map(|b| b ^ i as u8)).collect(),
+            token_expires_at_us: crate::embedded::system_clock_us() + 3_600_000_000,
+        }
+    }
+
+    /// After a failed commit the memory is rebuilt from the file, not kept:
+    /// an admit and a redeem in the failing batch were answered unavailable,
+    /// so after recovery (and after a restart) their members are exactly as
+    /// the disk last had them: the newly admitted back in the line at their
+    /// ranks with no token, the redeemed one still holding its token, and
+    /// the slots they would have taken free for the next admit.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_admit_and_a_redeem_refused_by_the_disk_leave_nothing_in_the_rebuilt_memory() {
+        let dir = tempfile::tempdir().unwrap();
+        let faults = Arc::new(Faults::default());
+        let opts = EmbeddedOptions {
+            faults: Some(faults.clone()),
+            ..EmbeddedOptions::default()
+        };
+        let ev = EventId::new("faulty-admit").unwrap();
+        let members: Vec<String> = (0..10).map(|i| format!("m{i:03}")).collect();
+        let first;
+        {
+            let s = EmbeddedStore::open(dir.path(), opts).await.unwrap();
+            for m in &members {
+                s.join(&ev, m, &scoring()).await.unwrap();
+            }
+            first = s.admit(&ev, &admit_req(2, 1)).await.unwrap();
+            assert_eq!(
+                first.iter().map(|a| a.member.as_str()).collect::<Vec<_>>(),
+                ["m000", "m001"]
+            );
+            faults.set_failing(true);
+            let admit = s.admit(&ev, &admit_req(3, 2)).await;
+            assert!(
+                matches!(admit, Err(StoreError::Unavailable(_))),
+                "admit on a failing disk: {admit:?}"
+            );
+            let ends = crate::embedded::system_clock_us() + 600_000_000;
+            let redeem = s.redeem(&ev, &first[0].member, &first[0].nonce, ends).await;
+            assert!(
+                matches!(redeem, Err(StoreError::Unavailable(_))),
+                "redeem on a failing disk: {redeem:?}"
+            );
+            faults.set_failing(false);
+            join_when_back(&s, &ev, "after000").await;
+            check_as_on_disk(&s, &ev, &members, &first).await;
+            // The slots the refused admit would have taken are free: the
+            // next admit hands out the same members, each once.
+            let again = s.admit(&ev, &admit_req(3, 3)).await.unwrap();
+            assert_eq!(
+                again.iter().map(|a| a.member.as_str()).collect::<Vec<_>>(),
+                ["m002", "m003", "m004"]
+            );
+        }
+        // The file agrees with what the recovered memory answered.
+        let s = EmbeddedStore::open(dir.path(), EmbeddedOptions::default())
+            .await
+            .unwrap();
+        for a in &first {
+            assert!(
+                matches!(
+                    s.status(&ev, &a.member, false).await.unwrap(),
+                    MemberState::Admitted { nonce, .. } if nonce == a.nonce
+                ),
+                "{} lost its token over the restart",
+                a.member
+            );
+        }
+        for m in ["m002", "m003", "m004"] {
+            assert!(matches!(
+                s.status(&ev, m, false).await.unwrap(),
+                MemberState::Admitted { .. }
+            ));
+        }
+    }
+
+    /// The state the last good commit left: the first two admitted with
+    /// their tokens (the redeem never happened), the rest waiting in order.
+    async fn check_as_on_disk(
+        s: &EmbeddedStore,
+        ev: &EventId,
+        members: &[String],
+        first: &[crate::Admission],
+    ) {
+        for a in first {
+            match s.status(ev, &a.member, false).await.unwrap() {
+                MemberState::Admitted { nonce, .. } => assert_eq!(nonce, a.nonce, "{}", a.member),
+                other => panic!("{} should still hold its token: {other:?}", a.member),
+            }
+        }
+        for (rank, m) in members[2..].iter().enumerate() {
+            match s.status(ev, m, false).await.unwrap() {
+                MemberState::Waiting { rank: r, .. } => assert_eq!(r, rank as u64, "{m}"),
+                other => panic!("{m} was never admitted on disk but is {other:?}"),
+            }
+        }
+    }
 }
