@@ -2,7 +2,8 @@
 //!
 //! Architecture invariant: this crate never does I/O. No tokio, no sockets, no
 //! disk, no `SystemTime::now()`: the clock and randomness are parameters, so the
-//! rules of fairness and admission are tested without a server.
+//! rules of fairness and admission are tested without a server
+//! (`tests/sans_io.rs`; clippy.toml refuses the clock calls here).
 #![forbid(unsafe_code)]
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 

@@ -2,7 +2,8 @@
 //!
 //! Architecture invariant: whatever the mode and whatever the inputs,
 //! `decide` never admits more than [`headroom`], so active sessions plus
-//! outstanding tokens never exceed `max_active`.
+//! outstanding tokens never exceed `max_active` (proptests
+//! `tests::never_exceeds_headroom`, `tests::a_crowd_never_overfills`).
 //!
 //! Every mode also compensates for no-shows: visitors admitted who never
 //! redeem their token hold a slot until it expires and then vanish, so a 30 %

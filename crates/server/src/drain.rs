@@ -17,7 +17,8 @@
 //!
 //! Architecture invariant: a drain token is redeemed at most once per node
 //! (the local set), and a drain admission is recorded in the store before
-//! this node's scheduler admits anybody else for the event.
+//! this node's scheduler admits anybody else for the event
+//! (`drain_share::a_draining_node_killed_after_admitting_reconciles_its_journal_on_restart`).
 
 pub mod cache;
 pub mod clock;

@@ -12,7 +12,8 @@
 //!    waiting page for browser navigations, `429` + QueuePosition otherwise.
 //!
 //! Architecture invariant: a request whose normalised path is protected never
-//! reaches the origin without a valid pass for that event.
+//! reaches the origin without a valid pass for that event
+//! (`gate_threats::protected_spellings_never_reach_the_origin`).
 
 pub mod classify;
 pub mod commands;

@@ -5,7 +5,7 @@
 //! Architecture invariant: checking a pass never waits on the store. The
 //! revocation cache is refreshed in the background and kept as it is while
 //! the store is unreachable, so admitted visitors are never locked out by an
-//! outage.
+//! outage (`fault_redis::redis_killed_mid_event_drains_then_resumes`).
 //!
 //! The `anteroom_pass` cookie holds one pass per event, joined by `~` (a
 //! character the base64url token alphabet never uses).

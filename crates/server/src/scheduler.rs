@@ -5,7 +5,8 @@
 //! Architecture invariant: the scheduler never admits beyond `max_active`;
 //! the store enforces the cap atomically as well, so two nodes ticking at
 //! once cannot overshoot it, and `claim_tick` makes each tick run once
-//! cluster-wide.
+//! cluster-wide (`redis::two_gateway_nodes_racing_admit_never_double_admit`,
+//! `redis::claim_tick_is_won_once_across_nodes` in the store's tests).
 
 use std::sync::Arc;
 use std::time::Duration;

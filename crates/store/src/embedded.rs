@@ -8,7 +8,7 @@
 //! commit. Architecture invariant: memory never shows a change the actor has
 //! not committed or is not about to commit in the current batch; if a commit
 //! fails, the event answers unavailable (drain) until its file is reopened
-//! and memory rebuilt from it (see [`commit`]).
+//! and memory rebuilt from it (see [`commit`]; the tests in `faults.rs`).
 
 mod actor;
 mod commit;

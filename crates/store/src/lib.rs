@@ -5,7 +5,9 @@
 //! Architecture invariant: every operation that touches more than one piece
 //! of an event's state (join, admit, redeem, release, expire) is atomic in the
 //! backend, so no interleaving of gateway nodes can double-admit a visitor,
-//! lose a member or leak a slot.
+//! lose a member or leak a slot (`conformance::test_suite` and
+//! `model_check` on every backend; `tests/redis.rs`
+//! `two_gateway_nodes_racing_admit_never_double_admit`).
 // deny, not forbid: embedded/huge.rs holds the one allowed unsafe block.
 #![deny(unsafe_code)]
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]

@@ -2,7 +2,8 @@
 //!
 //! Architecture invariant: an admission token is redeemed at most once; the
 //! store consumes its nonce atomically, so a second redemption (any session,
-//! any node) answers `409 token_used`.
+//! any node) answers `409 token_used`
+//! (`replay_storm::ten_thousand_redemptions_of_one_token_over_two_nodes_succeed_once`).
 
 use std::sync::Arc;
 

@@ -10,7 +10,8 @@
 //! the admin listener a small fixed number inside the reserve; past that a
 //! connection is accepted and refused at once (a few refusals at a time,
 //! [`CLEAN_REFUSALS`], keep their descriptor briefly, also inside the
-//! reserve).
+//! reserve). Checked by
+//! `conn_flood::past_the_connection_cap_new_sockets_are_refused_cleanly_and_served_once_it_clears`.
 
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
