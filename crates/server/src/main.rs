@@ -14,9 +14,9 @@ use clap::{Parser, Subcommand};
 use tokio::net::TcpListener;
 
 /// mimalloc instead of glibc's malloc: a request allocates a few dozen small
-/// blocks on one worker thread and frees some on another, and glibc spent a
-/// seventh of a position poll's CPU in malloc and free, with arena lock
-/// waits between the workers (profiles in docs/benchmarks.md).
+/// blocks on one worker thread and frees some on another, and glibc's
+/// malloc and free were one of the largest parts of a position poll's CPU,
+/// with arena lock waits between the workers (profiles in docs/benchmarks.md).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

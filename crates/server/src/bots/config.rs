@@ -110,10 +110,10 @@ pub struct EventBots {
 }
 
 /// The proof-of-work difficulty of an event that does not set one, in bits.
-/// Measured with WebCrypto in headless Chromium on a developer machine: 16
-/// bits take about 0.9 s on average, 18 bits about 5 s. A second is a cost a
-/// person does not notice while the page loads, yet it still makes each of a
-/// script's joins cost 65 536 hashes on average (while the server checks one).
+/// At 16 bits the page's WebCrypto solver takes about as long as the page
+/// takes to load (solve times per difficulty in docs/benchmarks.md), a cost
+/// a person does not notice, yet each of a script's joins costs 65 536
+/// hashes on average (while the server checks one).
 pub const DEFAULT_DIFFICULTY: u8 = 16;
 
 impl Default for EventBots {

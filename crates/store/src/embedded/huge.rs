@@ -1,9 +1,9 @@
 //! Transparent huge pages for the member table's big arrays.
 //!
 //! A rank at 10M waiters reads a random bucket and a random slot in arrays of
-//! hundreds of megabytes; with 4 KiB pages each read also misses the TLB.
-//! Measured with `anteroom-sim engine --waiters 10000000` on 2 cores: rank
-//! p99 1.33 µs with 4 KiB pages, 0.86 µs with 2 MiB pages. Kernels set to
+//! hundreds of megabytes; with 4 KiB pages each read also misses the TLB,
+//! and 2 MiB pages cut the rank's tail latency there (the figures of
+//! `anteroom-sim engine --waiters 10000000` are in docs/benchmarks.md). Kernels set to
 //! `transparent_hugepage=madvise` (Debian and Ubuntu's default) give huge
 //! pages only to memory that asks, which is what this does.
 //!

@@ -8,8 +8,8 @@
 //! client it pays one command encoding and one reply per join. A batch pays
 //! those once. Each batch is still one atomic script, and every member in it
 //! is handled as if its own call had run alone at the batch's `TIME`. Polls
-//! are the same story with a smaller script: 10.8 µs of Redis CPU per lone
-//! poll against ~2 µs in a batch.
+//! are the same story with a smaller script (Redis CPU per poll, lone and
+//! batched, in docs/benchmarks.md).
 //!
 //! No call waits for a batch to fill: one driver task per event and kind
 //! takes whatever is queued as soon as fewer than [`IN_FLIGHT`] batches of
@@ -46,9 +46,9 @@ const _: () = assert!(MAX_BATCH <= MAX_BATCH_ORDER);
 
 /// Batches of one event on their way at once: two keep Redis busy while the
 /// client encodes the next batch and decodes the last reply (one left Redis
-/// idle a third of the time), and give twice the batch size of four when
-/// many events share the joins (30 events: ~13 joins a script instead of ~8,
-/// 4.7 instead of 7.2 µs of Redis time per join).
+/// idle a third of the time), and give larger batches than four when many
+/// events share the joins, so less Redis time per join (the 30-event figures
+/// are in docs/benchmarks.md).
 const IN_FLIGHT: usize = 2;
 
 /// A driver with no call for this long ends (the next call starts another).
