@@ -88,10 +88,12 @@ pub struct CrowdArgs {
     /// requests in flight at once.
     #[arg(long, default_value_t = 512)]
     pub connections: usize,
-    /// Visitors near the front (told to poll again within ~2 s) follow the
-    /// push stream instead, as the waiting page does, on a socket each: at
-    /// most this many at once (0: everyone polls). A stream the server
-    /// refuses or ends sends its visitor back to polling.
+    /// Visitors follow the push stream instead of polling, as the waiting
+    /// page does, on a socket each: at most this many at once (0: everyone
+    /// polls); a visitor opens one on its enter's answer while there are
+    /// streams to spare, else once near the front (told to poll again within
+    /// ~2 s). A stream the server refuses or ends sends its visitor back to
+    /// polling.
     #[arg(long, default_value_t = 256)]
     pub streams: usize,
     /// Seconds after the first admission left out of `capacity_use`, to

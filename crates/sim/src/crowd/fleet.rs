@@ -50,7 +50,8 @@ const PAGES: u8 = 4;
 const RETRY_US: u64 = 500_000;
 /// A visitor told to poll again this soon is near the front: it follows the
 /// push stream (while `--streams` allows), where an admission reaches it
-/// within a second instead of at its next poll.
+/// within a second instead of at its next poll. On the enter's answer every
+/// visitor does, as the page does, while streams are to spare.
 const STREAM_FROM_US: u64 = 2_400_000;
 
 /// Counters the timeline sampler reads while the crowd runs.
@@ -687,7 +688,11 @@ impl Fleet {
                     return;
                 }
                 let told = pos.poll_after_ms.unwrap_or(1000) * 1000;
-                if told <= STREAM_FROM_US
+                // The page opens the stream on the enter's answer; with
+                // streams to spare the simulator does too, and otherwise
+                // gives them to visitors near the front.
+                let entered = v.polls == 0;
+                if (entered || told <= STREAM_FROM_US)
                     && self.streaming.len() < self.cfg.streams
                     && !self.no_stream.contains(&id)
                 {

@@ -2,8 +2,9 @@
 //! socket of its own, as the waiting page does: every `event: position`
 //! message goes back to the scheduler as news, and the stream's end (the
 //! server closed it, refused it, or it broke) sends the visitor back to
-//! polling. Streams are few and near the front (see `--streams`), so a task
-//! each costs little; the million others keep polling on the shared pool.
+//! polling. Streams are at most `--streams` at once (the first arrivals, then
+//! visitors near the front), so a task each costs little; the million others
+//! keep polling on the shared pool.
 
 use std::net::SocketAddr;
 
