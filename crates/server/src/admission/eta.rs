@@ -7,8 +7,9 @@
 //! the expire sweep; elsewhere churn counts as zero, the conservative side.
 //!
 //! Honesty rule: an estimate shown to a visitor should not jump up while the
-//! admission rate is steady. Batch admission makes the one-minute rate a
-//! sawtooth (a batch enters or leaves the window), which would make a
+//! admission rate is steady. Where the measured rate is used (see below),
+//! batch admission makes the one-minute rate a sawtooth (a batch enters or
+//! leaves the window), which would make a
 //! visitor's ETA rise between two polls. So the published rate is smoothed —
 //! it follows a rising rate within seconds ([`RISE_TAU_MS`]) but a falling
 //! one over half a minute ([`FALL_TAU_MS`]) — and only republished when it
@@ -20,8 +21,11 @@
 //! time learnt from the admitted and freed counts ([`eta::Turnover`]), so it
 //! holds from a burst's first minute as well as hours in, and does not
 //! confuse a queue that is short (admissions follow arrivals) with one that is
-//! slow. A measured admission rate serves only where that model cannot be
-//! made: adaptive mode (no configured rate, a moving window) and a node that
+//! slow. The estimate is the longer of the policy's wait and the slots' own
+//! wait (the wave a visitor belongs to: [`eta::Turnover::slot_wait_ms`]),
+//! buffered, plus the poll that sees the admission
+//! ([`eta::estimate_in_slots`]). A measured admission rate serves only where
+//! that model cannot be made: adaptive mode (no configured rate, a moving window) and a node that
 //! started mid-event, until slots admitted under its watch turn over.
 //!
 //! Flash crowds: the first estimates of a burst are made before any session
