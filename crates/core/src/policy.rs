@@ -182,6 +182,50 @@ impl PolicyState {
         }
     }
 
+    /// A tick another node won (several gateway nodes share the ticks, one
+    /// node each): its batch and its share of the rate were that node's to
+    /// hand out. Without this every node would owe a whole batch per interval
+    /// and refill its budget for the time others ticked, and the event would
+    /// admit up to one rate per node. Batch: a batch due now counts as begun
+    /// (by the other node) with nothing owed here; continuous: the budget
+    /// does not grow for this tick's span.
+    pub fn forfeit(&mut self, mode: &Mode, now_ms: i64) {
+        match *mode {
+            Mode::Batch { interval_ms, .. } => {
+                if self.batch_due(interval_ms, now_ms) {
+                    self.batch_started_ms = Some(self.batch_start(interval_ms, now_ms));
+                    self.batch_owed = 0;
+                }
+            }
+            Mode::Continuous { .. } => {
+                // Never backwards: a clock that steps back refills nothing.
+                self.budget_at_ms = Some(self.budget_at_ms.map_or(now_ms, |at| at.max(now_ms)));
+            }
+            Mode::Capacity { .. } | Mode::Adaptive { .. } => {}
+        }
+    }
+
+    fn batch_due(&self, interval_ms: u64, now_ms: i64) -> bool {
+        let interval = i64::try_from(interval_ms).unwrap_or(i64::MAX);
+        match self.batch_started_ms {
+            None => true,
+            Some(started) => now_ms >= started.saturating_add(interval),
+        }
+    }
+
+    /// When a batch due at `now_ms` starts: on the cadence when ticks arrive
+    /// a little late, without catching up on batches missed while nobody
+    /// ticked.
+    fn batch_start(&self, interval_ms: u64, now_ms: i64) -> i64 {
+        let interval = i64::try_from(interval_ms).unwrap_or(i64::MAX);
+        match self.batch_started_ms {
+            Some(started) if now_ms.saturating_sub(started.saturating_add(interval)) < interval => {
+                started.saturating_add(interval)
+            }
+            _ => now_ms,
+        }
+    }
+
     /// How many visitors to admit now. The caller admits exactly
     /// `decision.admit` (or fewer, if fewer are left to admit).
     pub fn decide(&mut self, mode: &Mode, o: &Observed) -> Decision {
@@ -261,23 +305,8 @@ impl PolicyState {
     }
 
     fn batch(&mut self, size: u64, interval_ms: u64, factor: f64, o: &Observed) -> Decision {
-        let interval = i64::try_from(interval_ms).unwrap_or(i64::MAX);
-        let due = match self.batch_started_ms {
-            None => true,
-            Some(started) => o.now_ms >= started.saturating_add(interval),
-        };
-        if due {
-            // Keep the cadence when ticks arrive a little late, but do not
-            // catch up on batches missed while nobody ticked.
-            let start = match self.batch_started_ms {
-                Some(started)
-                    if o.now_ms.saturating_sub(started.saturating_add(interval)) < interval =>
-                {
-                    started.saturating_add(interval)
-                }
-                _ => o.now_ms,
-            };
-            self.batch_started_ms = Some(start);
+        if self.batch_due(interval_ms, o.now_ms) {
+            self.batch_started_ms = Some(self.batch_start(interval_ms, o.now_ms));
             self.batch_owed = scale(size, factor);
         }
         if self.batch_owed == 0 {

@@ -153,6 +153,14 @@ pub async fn tick_once(
         None
     };
     if !timed_store("claim_tick", store.claim_tick(id, tick, ttl)).await? {
+        // Another node runs this tick: its batch and its share of the rate
+        // are not this node's to hand out as well.
+        let mode = mode(&rt.config.admission);
+        let mut memory = lock(&rt.live.policy);
+        memory
+            .state
+            .get_or_insert_with(|| PolicyState::new(&mode, rt.config.max_active))
+            .forfeit(&mode, state.now_ms());
         return Ok(0);
     }
     let now_us = timed_store("now", store.now_us(id)).await?;

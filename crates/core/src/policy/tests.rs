@@ -609,3 +609,53 @@ fn adaptive_adjusts_at_the_same_pace_at_any_tick_rate() {
     // Breaching: halves once a second at most (load at the window).
     assert_eq!(run(100, 900.0), run(1_000, 900.0));
 }
+
+/// Two nodes share the ticks (one node each, alternately): a tick a node
+/// loses is forfeited, so together they admit the configured rate, not one
+/// rate each.
+#[test]
+fn nodes_sharing_the_ticks_admit_one_rate_between_them() {
+    let run = |mode: Mode, forfeit: bool| {
+        let (mut a, mut b) = (
+            PolicyState::new(&mode, 1_000_000),
+            PolicyState::new(&mode, 1_000_000),
+        );
+        let mut admitted = 0;
+        for tick in 0..100i64 {
+            let now = tick * 100;
+            let (winner, loser) = if tick % 2 == 0 {
+                (&mut a, &mut b)
+            } else {
+                (&mut b, &mut a)
+            };
+            if forfeit {
+                loser.forfeit(&mode, now);
+            }
+            let mut o = obs(now, 0, 0, 1_000_000);
+            o.queue_length = 1_000_000;
+            admitted += winner.decide(&mode, &o).admit;
+        }
+        admitted
+    };
+    // Ten every second for ten seconds.
+    let batch = Mode::Batch {
+        size: 10,
+        interval_ms: 1_000,
+    };
+    assert_eq!(run(batch.clone(), true), 100);
+    assert_eq!(
+        run(batch, false),
+        200,
+        "without forfeits each node owes its own"
+    );
+    // Ten a second, with one six-second burst banked at the start.
+    let continuous = Mode::Continuous {
+        max_per_minute: 600,
+    };
+    let shared = run(continuous.clone(), true);
+    assert!((150..=170).contains(&shared), "{shared}");
+    assert!(
+        run(continuous, false) > 250,
+        "without forfeits each refills"
+    );
+}
