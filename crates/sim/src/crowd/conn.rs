@@ -35,7 +35,7 @@ pub struct Exchange {
     pub result: Result<Answer, &'static str>,
 }
 
-async fn connect(addr: SocketAddr) -> Result<SendRequest<Full<Bytes>>, &'static str> {
+pub(super) async fn connect(addr: SocketAddr) -> Result<SendRequest<Full<Bytes>>, &'static str> {
     let stream = TcpStream::connect(addr).await.map_err(|_| "connect")?;
     // Small requests and answers: no Nagle delay.
     let _ = stream.set_nodelay(true);

@@ -11,8 +11,7 @@ use std::net::SocketAddr;
 use bytes::{Buf, Bytes, BytesMut};
 use http_body_util::{BodyExt, Full};
 use hyper::Request;
-use hyper_util::rt::TokioIo;
-use tokio::{net::TcpStream, sync::mpsc};
+use tokio::sync::mpsc;
 
 use super::wire::QueuePosition;
 
@@ -43,18 +42,12 @@ async fn run(
     id: u32,
     news: &mpsc::UnboundedSender<(u32, News)>,
 ) -> &'static str {
-    let Ok(stream) = TcpStream::connect(addr).await else {
+    // The pool's own connect (no Nagle delay, the connection driven by a
+    // task of its own, which ends once the sender and the body are dropped).
+    let Ok(mut sender) = super::conn::connect(addr).await else {
         return "connect";
     };
-    let _ = stream.set_nodelay(true);
-    let Ok((mut sender, conn)) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await
-    else {
-        return "connect";
-    };
-    let driver = tokio::spawn(async move {
-        let _ = conn.await;
-    });
-    let why = async {
+    async {
         let Ok(answer) = sender.send_request(req).await else {
             return "send";
         };
@@ -93,9 +86,7 @@ async fn run(
         }
         "closed"
     }
-    .await;
-    driver.abort();
-    why
+    .await
 }
 
 fn find_blank_line(buf: &[u8]) -> Option<usize> {
