@@ -1,0 +1,696 @@
+//! The admin API's rules against the real server: named tokens and the
+//! read-only role, PATCH, PUT validated like the file, DELETE, close until
+//! reopen, the audit trail, redacted secrets and the start-up rule when the
+//! config file and stored changes differ.
+
+use std::io::Write;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use crate::support::server::{ADMIN_TOKEN, TestServer, Visitor, config_toml};
+use http::{Method, StatusCode};
+use serde_json::{Value, json};
+
+const OPS: &str = "ops-token-0123456789abcdef";
+const WALL: &str = "wall-token-0123456789abcdef";
+const JWT_SECRET: &str = "jwt-secret-jwt-secret-jwt-secret-0123456789";
+
+/// Named tokens beside the single `admin_token` (TOML appended to the
+/// first event's table, so the array of tables comes after it).
+const TOKENS: &str = r#"
+[[server.admin_tokens]]
+name = "ops"
+token = "ops-token-0123456789abcdef"
+[[server.admin_tokens]]
+name = "wall"
+token = "wall-token-0123456789abcdef"
+role = "read"
+"#;
+
+/// Every log line of this test binary, to check what the server logs.
+fn logs() -> Arc<Mutex<Vec<u8>>> {
+    static LOGS: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
+    LOGS.get_or_init(|| {
+        let buf = Arc::new(Mutex::new(Vec::new()));
+        let writer = buf.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_max_level(tracing::Level::INFO)
+            .with_writer(move || Tee(writer.clone()))
+            .finish();
+        tracing::subscriber::set_global_default(subscriber).unwrap();
+        buf
+    })
+    .clone()
+}
+
+struct Tee(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Tee {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn log_text() -> String {
+    String::from_utf8_lossy(&logs().lock().unwrap()).into_owned()
+}
+
+async fn call(
+    s: &TestServer,
+    m: Method,
+    path: &str,
+    token: &str,
+    body: Option<Value>,
+) -> (StatusCode, Value) {
+    let body = body.map(|b| b.to_string());
+    let (status, _, bytes) = s.admin_call(m, path, Some(token), body.as_deref()).await;
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
+}
+
+async fn audit(s: &TestServer, query: &str) -> Vec<Value> {
+    let (status, body) = call(
+        s,
+        Method::GET,
+        &format!("/admin/audit{query}"),
+        ADMIN_TOKEN,
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    body["entries"].as_array().unwrap().clone()
+}
+
+#[tokio::test]
+async fn named_tokens_and_the_read_only_role() {
+    let _ = logs();
+    let s = TestServer::start(TOKENS).await;
+    // Read: every GET works with the read-only token.
+    let (status, body) = call(&s, Method::GET, "/admin/events", WALL, None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body.as_array().unwrap().len(), 2);
+    assert_eq!(
+        call(&s, Method::GET, "/admin/audit", WALL, None).await.0,
+        StatusCode::OK
+    );
+    // A write with it is 403 JSON, and nothing changes.
+    for (m, path, body) in [
+        (Method::POST, "/admin/events/tickets/pause", None),
+        (
+            Method::PATCH,
+            "/admin/events/tickets",
+            Some(json!({"max_active": 9})),
+        ),
+        (
+            Method::PUT,
+            "/admin/events/x",
+            Some(json!({"origin": "http://127.0.0.1:1"})),
+        ),
+        (Method::DELETE, "/admin/events/other", None),
+    ] {
+        let (status, err) = call(&s, m.clone(), path, WALL, body).await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{m} {path}");
+        assert_eq!(err["error"], "forbidden");
+    }
+    let (_, ev) = call(&s, Method::GET, "/admin/events/tickets", WALL, None).await;
+    assert_eq!(
+        (ev["state"].as_str(), ev["config"]["max_active"].as_u64()),
+        (Some("running"), Some(2))
+    );
+    // Unknown, truncated and missing tokens are 401.
+    for t in ["nope", &OPS[..OPS.len() - 1], ""] {
+        assert_eq!(
+            call(&s, Method::GET, "/admin/events", t, None).await.0,
+            StatusCode::UNAUTHORIZED
+        );
+    }
+    // The admin role writes, and the trail names the token.
+    assert_eq!(
+        call(&s, Method::POST, "/admin/events/tickets/pause", OPS, None)
+            .await
+            .0,
+        StatusCode::NO_CONTENT
+    );
+    assert_eq!(
+        call(
+            &s,
+            Method::POST,
+            "/admin/events/tickets/resume",
+            ADMIN_TOKEN,
+            None
+        )
+        .await
+        .0,
+        StatusCode::NO_CONTENT
+    );
+    let trail = audit(&s, "?event=tickets").await;
+    assert_eq!(trail.len(), 2, "{trail:?}");
+    assert_eq!(
+        (trail[0]["action"].as_str(), trail[0]["by"].as_str()),
+        (Some("resume"), Some("admin"))
+    );
+    assert_eq!(
+        (trail[1]["action"].as_str(), trail[1]["by"].as_str()),
+        (Some("pause"), Some("ops"))
+    );
+    assert_eq!(trail[1]["before"], json!({"state": "running"}));
+    assert_eq!(trail[1]["after"], json!({"state": "paused"}));
+    // One structured line per action; no token value is ever logged.
+    let text = log_text();
+    assert!(
+        text.contains("admin action") && text.contains("by=ops"),
+        "{text}"
+    );
+    for secret in [OPS, WALL, ADMIN_TOKEN] {
+        assert!(!text.contains(secret), "a token was logged");
+    }
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn patch_changes_only_the_fields_it_names() {
+    let s = TestServer::start("").await;
+    let (status, ev) = call(
+        &s,
+        Method::PATCH,
+        "/admin/events/tickets",
+        ADMIN_TOKEN,
+        Some(json!({"max_active": 7})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{ev}");
+    assert_eq!(ev["config"]["max_active"], 7);
+    assert_eq!(
+        ev["config"]["paths"],
+        json!(["/tickets"]),
+        "other fields kept"
+    );
+    assert_eq!(ev["config"]["admission"]["interval"], "100ms");
+    // Nested tables merge too; null resets a field to its default.
+    let (status, ev) = call(
+        &s,
+        Method::PATCH,
+        "/admin/events/tickets",
+        ADMIN_TOKEN,
+        Some(json!({"admission": {"batch_size": 3}, "max_active": null})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{ev}");
+    assert_eq!(
+        ev["config"]["admission"],
+        json!({"mode": "batch", "batch_size": 3, "interval": "100ms"})
+    );
+    assert!(ev["config"]["max_active"].is_null());
+    // A bad value is refused naming its key; nothing changes.
+    for (patch, needle) in [
+        (json!({"origin": ""}), "event.origin"),
+        (json!({"token_ttl": "soon"}), "event.token_ttl"),
+        (json!({"nope": 1}), "unknown field"),
+        (json!({"id": "other"}), "id differs"),
+        (json!([1]), "JSON object"),
+    ] {
+        let (status, err) = call(
+            &s,
+            Method::PATCH,
+            "/admin/events/tickets",
+            ADMIN_TOKEN,
+            Some(patch.clone()),
+        )
+        .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{patch}");
+        assert_eq!(err["error"], "bad_request");
+        assert!(err["message"].as_str().unwrap().contains(needle), "{err}");
+    }
+    let (status, _) = call(
+        &s,
+        Method::PATCH,
+        "/admin/events/nope",
+        ADMIN_TOKEN,
+        Some(json!({"max_active": 1})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let trail = audit(&s, "?action=patch").await;
+    assert_eq!(trail.len(), 2);
+    assert_eq!(trail[1]["changed"], json!(["max_active"]));
+    assert_eq!(
+        (
+            trail[1]["before"]["max_active"].as_u64(),
+            trail[1]["after"]["max_active"].as_u64()
+        ),
+        (Some(2), Some(7))
+    );
+    assert_eq!(trail[0]["changed"], json!(["admission", "max_active"]));
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn put_validates_exactly_like_the_config_file() {
+    let s = TestServer::start("").await;
+    let origin = format!("http://{}", s.origin_addr);
+    // A path another event owns is refused, in any spelling the gate treats as the same.
+    for path in ["/tickets", "/TICKETS/", "/other"] {
+        let (status, err) = call(
+            &s,
+            Method::PUT,
+            "/admin/events/vip",
+            ADMIN_TOKEN,
+            Some(json!({"origin": origin, "paths": [path]})),
+        )
+        .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{path}");
+        let msg = err["message"].as_str().unwrap();
+        assert!(
+            msg.contains("event.paths[0]") && msg.contains("already protected by another event"),
+            "{msg}"
+        );
+    }
+    // The same table in a file is refused with the same words.
+    let dir = tempfile::tempdir().unwrap();
+    let file = config_toml(s.origin_addr, dir.path(), "")
+        + &format!("[[events]]\nid = \"vip\"\norigin = \"{origin}\"\npaths = [\"/TICKETS/\"]\n");
+    let err = anteroom::Config::from_toml(&file).unwrap_err().to_string();
+    assert!(
+        err.contains("events[2].paths[0]")
+            && err.contains("already protected by another event (\"tickets\")"),
+        "{err}"
+    );
+    // Replacing an event with its own paths is fine; a new one goes live at once.
+    let (status, _) = call(
+        &s,
+        Method::PUT,
+        "/admin/events/tickets",
+        ADMIN_TOKEN,
+        Some(json!({"origin": origin, "paths": ["/tickets"], "max_active": 3})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, ev) = call(
+        &s,
+        Method::PUT,
+        "/admin/events/vip",
+        ADMIN_TOKEN,
+        Some(json!({"origin": origin, "paths": ["/vip"]})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{ev}");
+    let (status, headers, _) = Visitor::default()
+        .call(
+            Method::GET,
+            &s.url("/vip/seat"),
+            &[("accept", "text/html")],
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::FOUND);
+    assert!(
+        headers["location"]
+            .to_str()
+            .unwrap()
+            .starts_with("/queue/vip")
+    );
+    let trail = audit(&s, "?event=vip").await;
+    assert_eq!(
+        (trail[0]["action"].as_str(), trail[0]["before"].is_null()),
+        (Some("put"), true)
+    );
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn close_is_final_until_reopen() {
+    let s = TestServer::start("").await;
+    let post = |what: &'static str| {
+        let s = &s;
+        async move {
+            call(
+                s,
+                Method::POST,
+                &format!("/admin/events/tickets/{what}"),
+                ADMIN_TOKEN,
+                None,
+            )
+            .await
+        }
+    };
+    assert_eq!(post("close").await.0, StatusCode::NO_CONTENT);
+    assert_eq!(
+        post("close").await.0,
+        StatusCode::NO_CONTENT,
+        "repeating is harmless"
+    );
+    for what in ["resume", "pause"] {
+        let (status, err) = post(what).await;
+        assert_eq!(status, StatusCode::CONFLICT, "{what}");
+        assert_eq!(err["error"], "event_closed");
+    }
+    let (_, ev) = call(&s, Method::GET, "/admin/events/tickets", ADMIN_TOKEN, None).await;
+    assert_eq!(ev["state"], "closed");
+    assert_eq!(post("reopen").await.0, StatusCode::NO_CONTENT);
+    let (_, ev) = call(&s, Method::GET, "/admin/events/tickets", ADMIN_TOKEN, None).await;
+    assert_eq!(ev["state"], "running");
+    assert_eq!(post("pause").await.0, StatusCode::NO_CONTENT);
+    assert_eq!(
+        post("reopen").await.0,
+        StatusCode::NO_CONTENT,
+        "nothing to reopen"
+    );
+    let (_, ev) = call(&s, Method::GET, "/admin/events/tickets", ADMIN_TOKEN, None).await;
+    assert_eq!(ev["state"], "paused", "reopen is not resume");
+    let actions: Vec<String> = audit(&s, "?event=tickets")
+        .await
+        .iter()
+        .map(|e| e["action"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(actions, ["reopen", "pause", "reopen", "close", "close"]);
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn delete_is_refused_while_visitors_are_present_unless_forced() {
+    let s = TestServer::start("").await;
+    let mut v = Visitor::default();
+    let (status, _) = v
+        .json(
+            Method::POST,
+            &s.url("/api/queue/enter?eventId=tickets"),
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, err) = call(
+        &s,
+        Method::DELETE,
+        "/admin/events/tickets",
+        ADMIN_TOKEN,
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert_eq!(err["error"], "visitors_present");
+    let (status, _) = call(
+        &s,
+        Method::DELETE,
+        "/admin/events/tickets?force=maybe",
+        ADMIN_TOKEN,
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    let (status, _) = call(
+        &s,
+        Method::DELETE,
+        "/admin/events/tickets?force=true",
+        ADMIN_TOKEN,
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    assert_eq!(
+        call(&s, Method::GET, "/admin/events/tickets", ADMIN_TOKEN, None)
+            .await
+            .0,
+        StatusCode::NOT_FOUND
+    );
+    let (status, err) = v
+        .json(
+            Method::GET,
+            &s.url("/api/queue/position?eventId=tickets"),
+            None,
+        )
+        .await;
+    assert_eq!(
+        (status, err["error"].as_str()),
+        (StatusCode::NOT_FOUND, Some("unknown_event"))
+    );
+    // An empty event goes without force; the trail outlives both.
+    assert_eq!(
+        call(&s, Method::DELETE, "/admin/events/other", ADMIN_TOKEN, None)
+            .await
+            .0,
+        StatusCode::NO_CONTENT
+    );
+    let trail = audit(&s, "?action=delete").await;
+    assert_eq!(trail.len(), 2);
+    let tickets = trail.iter().find(|e| e["event"] == "tickets").unwrap();
+    let before = &tickets["before"];
+    let present = ["waiting", "admitted", "active"].map(|k| before[k].as_u64().unwrap());
+    assert_eq!(present.iter().sum::<u64>(), 1, "{before}");
+    // Re-created through the API, the queue starts empty.
+    let origin = format!("http://{}", s.origin_addr);
+    let (status, ev) = call(
+        &s,
+        Method::PUT,
+        "/admin/events/tickets",
+        ADMIN_TOKEN,
+        Some(json!({"origin": origin, "paths": ["/tickets"]})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(ev["stats"]["waiting"], 0);
+    // Deleted, an unchanged file table stays deleted after a restart.
+    assert_eq!(
+        call(
+            &s,
+            Method::DELETE,
+            "/admin/events/tickets",
+            ADMIN_TOKEN,
+            None
+        )
+        .await
+        .0,
+        StatusCode::NO_CONTENT
+    );
+    let toml = config_toml(s.origin_addr, s.dir(), "");
+    let s = s.restart(&toml).await;
+    assert_eq!(
+        call(&s, Method::GET, "/admin/events/tickets", ADMIN_TOKEN, None)
+            .await
+            .0,
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(
+        call(&s, Method::GET, "/admin/events/other", ADMIN_TOKEN, None)
+            .await
+            .0,
+        StatusCode::NOT_FOUND
+    );
+    // A changed table in the file brings it back.
+    let toml = config_toml(s.origin_addr, s.dir(), "pre_window = \"30s\"");
+    let s = s.restart(&toml).await;
+    assert_eq!(
+        call(&s, Method::GET, "/admin/events/tickets", ADMIN_TOKEN, None)
+            .await
+            .0,
+        StatusCode::OK
+    );
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn the_file_wins_for_keys_it_changed_after_the_stored_change() {
+    let _ = logs();
+    let s = TestServer::start("").await;
+    let (status, _) = call(
+        &s,
+        Method::PATCH,
+        "/admin/events/tickets",
+        ADMIN_TOKEN,
+        Some(json!({"max_active": 9})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    // Same file: the stored change stands, and the start says so.
+    let toml = config_toml(s.origin_addr, s.dir(), "");
+    let s = s.restart(&toml).await;
+    let (_, ev) = call(&s, Method::GET, "/admin/events/tickets", ADMIN_TOKEN, None).await;
+    assert_eq!(ev["config"]["max_active"], 9);
+    let text = log_text();
+    assert!(
+        text.contains("key=max_active") && text.contains("the stored value is used"),
+        "{text}"
+    );
+    // The file changes max_active and pre_window: both win; the stored
+    // change of another key would still stand.
+    let toml = config_toml(s.origin_addr, s.dir(), "pre_window = \"30s\"")
+        .replace("max_active = 2", "max_active = 4");
+    let s = s.restart(&toml).await;
+    let (_, ev) = call(&s, Method::GET, "/admin/events/tickets", ADMIN_TOKEN, None).await;
+    assert_eq!(
+        (
+            ev["config"]["max_active"].as_u64(),
+            ev["config"]["pre_window"].as_str()
+        ),
+        (Some(4), Some("30s"))
+    );
+    assert!(log_text().contains("the file's value is used"));
+    // And that merged result is what every later start begins from.
+    let s = s.restart(&toml).await;
+    let (_, ev) = call(&s, Method::GET, "/admin/events/tickets", ADMIN_TOKEN, None).await;
+    assert_eq!(ev["config"]["max_active"], 4);
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn the_admin_api_never_returns_or_stores_a_secret() {
+    let key_dir = tempfile::tempdir().unwrap();
+    let key_file = key_dir.path().join("jwt.key");
+    std::fs::write(&key_file, format!("{JWT_SECRET}\n")).unwrap();
+    let inline =
+        format!("identity = \"jwt\"\njwt = {{ algorithm = \"HS256\", secret = \"{JWT_SECRET}\" }}");
+    let s = TestServer::start(&inline).await;
+    let (_, ev) = call(&s, Method::GET, "/admin/events/tickets", ADMIN_TOKEN, None).await;
+    assert_eq!(ev["config"]["jwt"]["secret"], "[redacted]");
+    let (_, list) = call(&s, Method::GET, "/admin/events", ADMIN_TOKEN, None).await;
+    assert!(!list.to_string().contains(JWT_SECRET));
+    // The store would have to keep an inline secret: refused, saying what to use.
+    let (status, err) = call(
+        &s,
+        Method::PATCH,
+        "/admin/events/tickets",
+        ADMIN_TOKEN,
+        Some(json!({"max_active": 5})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(
+        err["message"].as_str().unwrap().contains("jwt.secret_file"),
+        "{err}"
+    );
+    // A key file: the store and every answer hold its path only.
+    let (status, ev) = call(
+        &s,
+        Method::PATCH,
+        "/admin/events/tickets",
+        ADMIN_TOKEN,
+        Some(json!({"jwt": {"secret": null, "secret_file": key_file}})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{ev}");
+    assert!(ev["config"]["jwt"]["secret"].is_null());
+    let (status, _) = call(
+        &s,
+        Method::PATCH,
+        "/admin/events/tickets",
+        ADMIN_TOKEN,
+        Some(json!({"max_active": 5})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    // It still verifies tokens signed with the key from the file.
+    let jwt = jsonwebtoken::encode(
+        &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
+        &json!({"sub": "user-1", "exp": 4_000_000_000u64}),
+        &jsonwebtoken::EncodingKey::from_secret(JWT_SECRET.as_bytes()),
+    )
+    .unwrap();
+    let auth = format!("Bearer {jwt}");
+    let (status, _, _) = Visitor::default()
+        .call(
+            Method::POST,
+            &s.url("/api/queue/enter?eventId=tickets"),
+            &[("authorization", &auth)],
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let trail = audit(&s, "?event=tickets")
+        .await
+        .iter()
+        .map(Value::to_string)
+        .collect::<String>();
+    assert!(
+        trail.contains("[redacted]") && !trail.contains(JWT_SECRET),
+        "{trail}"
+    );
+    let data = s.stop_keeping_dir().await;
+    for entry in walk(data.path()) {
+        let bytes = std::fs::read(&entry).unwrap();
+        assert!(
+            !bytes
+                .windows(JWT_SECRET.len())
+                .any(|w| w == JWT_SECRET.as_bytes()),
+            "{} holds the secret",
+            entry.display()
+        );
+    }
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn the_audit_endpoint_filters_and_bounds() {
+    let s = TestServer::start(TOKENS).await;
+    for what in ["pause", "resume", "pause"] {
+        assert_eq!(
+            call(
+                &s,
+                Method::POST,
+                &format!("/admin/events/other/{what}"),
+                OPS,
+                None
+            )
+            .await
+            .0,
+            StatusCode::NO_CONTENT
+        );
+    }
+    assert_eq!(
+        call(
+            &s,
+            Method::POST,
+            "/admin/events/tickets/close",
+            ADMIN_TOKEN,
+            None
+        )
+        .await
+        .0,
+        StatusCode::NO_CONTENT
+    );
+    assert_eq!(audit(&s, "").await.len(), 4);
+    assert_eq!(
+        audit(&s, "?limit=1").await[0]["action"],
+        "close",
+        "newest first"
+    );
+    assert_eq!(audit(&s, "?event=other&action=pause").await.len(), 2);
+    assert_eq!(audit(&s, "?by=admin").await.len(), 1);
+    for bad in [
+        "?limit=0",
+        "?limit=1001",
+        "?limit=x",
+        "?event=a%20b",
+        "?what=1",
+    ] {
+        let (status, err) = call(
+            &s,
+            Method::GET,
+            &format!("/admin/audit{bad}"),
+            ADMIN_TOKEN,
+            None,
+        )
+        .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}");
+        assert_eq!(err["error"], "bad_request");
+    }
+    let (status, _, _) = s.admin_call(Method::GET, "/admin/audit", None, None).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    s.stop().await;
+}

@@ -1,0 +1,320 @@
+//! The operator dashboard in real headless Chromium against a real server:
+//! sign in with the admin token (never in the URL), live figures and charts
+//! that move at least every 2 s, the controls with their confirmation,
+//! screenshots at 1280 and 390 px, and axe-core with no serious or critical
+//! violation.
+
+use crate::support::server;
+
+use std::time::{Duration, Instant};
+
+use crate::support::browser::axe::{axe_check, axe_source};
+use crate::support::browser::{artifacts_dir, wait_for, with_browser_args};
+use crate::support::server::{ADMIN_TOKEN, TestServer, Visitor};
+use anyhow::{Context, Result, bail, ensure};
+use fantoccini::{Client, Locator};
+use http::{Method, StatusCode};
+use serde_json::{Value, json};
+
+/// A named read-only admin token (dashboards on a wall screen).
+const VIEWER_TOKEN: &str = "viewer-token-0123456789";
+
+const STEP: Duration = Duration::from_secs(20);
+
+/// Sizes the window so the viewport is `width`×`height` (headless Chromium's
+/// window size includes its invisible frame).
+async fn fit_viewport(client: &Client, width: u32, height: u32) -> Result<()> {
+    client.set_window_size(width, height).await?;
+    let inner: Value = client
+        .execute("return [innerWidth, innerHeight]", vec![])
+        .await?;
+    let grow = |outer: u32, inner: &Value| {
+        let inner = u32::try_from(inner.as_u64().unwrap_or(0)).unwrap_or(outer);
+        outer + outer.saturating_sub(inner)
+    };
+    client
+        .set_window_size(grow(width, &inner[0]), grow(height, &inner[1]))
+        .await?;
+    Ok(())
+}
+
+/// Shows the whole page at `width` and saves it as `name`.
+async fn screenshot(client: &Client, width: u32, name: &str) -> Result<()> {
+    fit_viewport(client, width, 800).await?;
+    let height: Value = client
+        .execute("return document.documentElement.scrollHeight", vec![])
+        .await?;
+    let height = u32::try_from(height.as_u64().unwrap_or(800)).unwrap_or(800);
+    fit_viewport(client, width, height.clamp(600, 4000)).await?;
+    let overflow: Value = client
+        .execute(
+            "return document.documentElement.scrollWidth > innerWidth",
+            vec![],
+        )
+        .await?;
+    ensure!(
+        overflow == json!(false),
+        "{name}: page wider than {width} px"
+    );
+    let path = artifacts_dir()?.join(name);
+    std::fs::write(&path, client.screenshot().await?)
+        .with_context(|| path.display().to_string())?;
+    println!("saved {}", path.display());
+    Ok(())
+}
+
+async fn text_of(client: &Client, css: &str) -> Result<String> {
+    Ok(client.find(Locator::Css(css)).await?.text().await?)
+}
+
+async fn wait_text(client: &Client, css: &str, want: &str) -> Result<String> {
+    wait_for(&format!("{css} to contain {want:?}"), STEP, || async {
+        let t = text_of(client, css).await.unwrap_or_default();
+        Ok(t.contains(want).then_some(t))
+    })
+    .await
+}
+
+/// Waits until the event's badges read exactly `want` (e.g. "OPEN", not
+/// "OPEN PAUSED" on the way between two states).
+async fn wait_badges(client: &Client, event: &str, want: &str) -> Result<()> {
+    let css = format!("[data-event={event}] .badges");
+    wait_for(&format!("{css} to be {want:?}"), STEP, || async {
+        let t = text_of(client, &css).await.unwrap_or_default();
+        Ok((t.trim() == want).then_some(()))
+    })
+    .await
+}
+
+async fn points(client: &Client, event: &str) -> Result<usize> {
+    let n: Value = client
+        .execute(
+            &format!(
+                "const p = document.querySelector('[data-event={event}] svg polyline');
+                 return p ? (p.getAttribute('points') || '').split(' ').filter(Boolean).length : 0"
+            ),
+            vec![],
+        )
+        .await?;
+    Ok(usize::try_from(n.as_u64().unwrap_or(0)).unwrap_or(0))
+}
+
+/// Clicks a control of `event`, then the dialog's confirm (or cancel) button.
+async fn control(client: &Client, event: &str, label: &str, confirm: bool) -> Result<()> {
+    let card = client
+        .find(Locator::Css(&format!("[data-event={event}]")))
+        .await?;
+    card.find(Locator::XPath(&format!(".//button[text()='{label}']")))
+        .await?
+        .click()
+        .await?;
+    let button = if confirm {
+        "#confirm-ok"
+    } else {
+        "#confirm button[value=cancel]"
+    };
+    wait_for("the confirmation dialog", STEP, || async {
+        let open: Value = client
+            .execute("return document.getElementById('confirm').open", vec![])
+            .await?;
+        Ok((open == json!(true)).then_some(()))
+    })
+    .await?;
+    client.find(Locator::Css(button)).await?.click().await?;
+    Ok(())
+}
+
+async fn event_json(s: &TestServer, event: &str) -> Value {
+    let (status, _, body) = s
+        .admin_get(&format!("/admin/events/{event}"), Some(ADMIN_TOKEN))
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    serde_json::from_slice(&body).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn dashboard_signs_in_shows_live_figures_and_steers() {
+    let axe = axe_source();
+    let s = TestServer::start(&format!(
+        "[[server.admin_tokens]]\nname = \"viewer\"\ntoken = \"{VIEWER_TOKEN}\"\nrole = \"read\"\n"
+    ))
+    .await;
+    // Five visitors: max_active = 2 admits two (outstanding tokens), three wait.
+    for _ in 0..5 {
+        let (status, _) = Visitor::default()
+            .json(
+                Method::POST,
+                &s.url("/api/queue/enter?eventId=tickets"),
+                None,
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK);
+    }
+    server::wait_until("two admitted", || async {
+        event_json(&s, "tickets").await["stats"]["outstanding"] == 2
+    })
+    .await;
+
+    // The page is served with a self-only policy and no caching.
+    let (status, headers, _) = s.admin_get("/dashboard", None).await;
+    assert_eq!(status, StatusCode::OK);
+    let csp = headers["content-security-policy"].to_str().unwrap();
+    assert!(
+        csp.contains("default-src 'none'") && csp.contains("script-src 'self'"),
+        "{csp}"
+    );
+    assert!(!csp.contains("unsafe-inline"), "{csp}");
+    assert_eq!(headers["cache-control"], "no-store");
+    let (status, _, _) = s.admin_get("/dashboard/nope.js", None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+
+    let base = format!("http://{}", s.admin);
+    let s = &s;
+    with_browser_args(&["--force-prefers-reduced-motion"], |client| async move {
+        fit_viewport(&client, 1280, 800).await?;
+        client.goto(&format!("{base}/dashboard")).await?;
+
+        // A wrong token is refused and asked for again.
+        let field = client.find(Locator::Id("token")).await?;
+        ensure!(field.attr("type").await?.as_deref() == Some("password"));
+        field.send_keys("not-the-token").await?;
+        client
+            .find(Locator::Css("#login-form button"))
+            .await?
+            .click()
+            .await?;
+        wait_text(&client, "#login-error", "refused").await?;
+
+        let field = client.find(Locator::Id("token")).await?;
+        field.send_keys(ADMIN_TOKEN).await?;
+        client
+            .find(Locator::Css("#login-form button"))
+            .await?
+            .click()
+            .await?;
+        wait_text(&client, "[data-event=tickets] [data-stat=waiting]", "3").await?;
+        let url = client.current_url().await?;
+        ensure!(
+            !url.as_str().contains(ADMIN_TOKEN) && url.path() == "/dashboard",
+            "token in the URL: {url}"
+        );
+        let stored: Value = client
+            .execute(
+                "return [sessionStorage.getItem('anteroom.dashboard.token'), localStorage.length]",
+                vec![],
+            )
+            .await?;
+        ensure!(stored == json!([ADMIN_TOKEN, 0]), "{stored}");
+        ensure!(
+            text_of(&client, "[data-event=tickets] [data-stat=capacity]").await? == "2 / 2",
+            "capacity"
+        );
+        ensure!(text_of(&client, "[data-event=tickets] [data-stat=outstanding]").await? == "2");
+        wait_badges(&client, "tickets", "OPEN").await?;
+
+        // The charts take a new point at least every 2 s.
+        let before = points(&client, "tickets").await?;
+        let started = Instant::now();
+        wait_for("a new chart point", STEP, || async {
+            Ok((points(&client, "tickets").await? > before).then_some(()))
+        })
+        .await?;
+        let took = started.elapsed();
+        ensure!(
+            took <= Duration::from_secs(2),
+            "chart updated after {took:?}"
+        );
+        wait_for("three chart points", STEP, || async {
+            Ok((points(&client, "tickets").await? >= 3).then_some(()))
+        })
+        .await?;
+
+        // Pause, cancelled first: nothing changes.
+        control(&client, "tickets", "Pause", false).await?;
+        ensure!(event_json(s, "tickets").await["state"] == "running");
+        control(&client, "tickets", "Pause", true).await?;
+        wait_badges(&client, "tickets", "PAUSED").await?;
+        ensure!(event_json(s, "tickets").await["state"] == "paused");
+        control(&client, "tickets", "Resume", true).await?;
+        wait_badges(&client, "tickets", "OPEN").await?;
+        ensure!(event_json(s, "tickets").await["state"] == "running");
+
+        // max_active, with its confirmation; then the queue moves.
+        let input = client
+            .find(Locator::Css("[data-event=tickets] input[type=number]"))
+            .await?;
+        input.send_keys("4").await?;
+        control(&client, "tickets", "Set max_active", true).await?;
+        wait_text(&client, "[data-event=tickets] [data-stat=capacity]", "/ 4").await?;
+        ensure!(event_json(s, "tickets").await["config"]["max_active"] == 4);
+        wait_text(&client, "[data-event=tickets] [data-stat=waiting]", "1").await?;
+
+        control(&client, "other", "Close event", true).await?;
+        wait_badges(&client, "other", "CLOSED").await?;
+        ensure!(event_json(s, "other").await["state"] == "closed");
+
+        // After a few seconds of moves, the charts show them.
+        screenshot(&client, 1280, "dashboard-1280.png").await?;
+        axe_check(&client, &axe, "1280 px").await?;
+
+        // A reload keeps the session's token and the charts' history.
+        let kept = points(&client, "tickets").await?;
+        client.refresh().await?;
+        wait_text(&client, "[data-event=tickets] [data-stat=waiting]", "1").await?;
+        let after = points(&client, "tickets").await?;
+        ensure!(
+            after + 5 >= kept,
+            "history lost on reload: {kept} -> {after}"
+        );
+
+        screenshot(&client, 390, "dashboard-390.png").await?;
+        axe_check(&client, &axe, "390 px").await?;
+
+        // Signing out forgets the token.
+        client.find(Locator::Id("signout")).await?.click().await?;
+        let gone: Value = client
+            .execute(
+                "return sessionStorage.getItem('anteroom.dashboard.token')",
+                vec![],
+            )
+            .await?;
+        if !gone.is_null() {
+            bail!("token kept after sign-out: {gone}");
+        }
+        ensure!(
+            client
+                .find(Locator::Id("token"))
+                .await?
+                .is_displayed()
+                .await?
+        );
+
+        // A read-only token (named, role "read") hides the controls: the page
+        // asks the real `GET /admin/whoami`.
+        let field = client.find(Locator::Id("token")).await?;
+        field.send_keys(VIEWER_TOKEN).await?;
+        client
+            .find(Locator::Css("#login-form button"))
+            .await?
+            .click()
+            .await?;
+        wait_text(&client, "[data-event=tickets] [data-stat=waiting]", "1").await?;
+        wait_for("the read-only notice", STEP, || async {
+            Ok(client
+                .find(Locator::Id("readonly"))
+                .await?
+                .is_displayed()
+                .await?
+                .then_some(()))
+        })
+        .await?;
+        for event in ["tickets", "other"] {
+            let controls = client
+                .find(Locator::Css(&format!("[data-event={event}] .controls")))
+                .await?;
+            ensure!(!controls.is_displayed().await?, "{event}: controls shown");
+        }
+        Ok(())
+    })
+    .await;
+}

@@ -1,0 +1,271 @@
+//! The waiting page in real headless Chromium, against an in-process fake of
+//! the queue API (`browser/fake.rs`): the visitor's whole journey, screenshots
+//! at phone and desktop sizes, and the proof-of-work solve time.
+
+use crate::support::browser::fake;
+
+use std::time::Duration;
+
+use crate::support::browser::{
+    artifacts_dir, status_text, wait_for, with_browser, with_browser_args,
+};
+use anyhow::{Context, Result, ensure};
+use fantoccini::wd::TimeoutConfiguration;
+use fantoccini::{Client, Locator};
+use serde_json::{Value, json};
+
+const STEP: Duration = Duration::from_secs(20);
+
+async fn status_contains(client: &Client, what: &str) -> Result<String> {
+    wait_for(&format!("status to say {what:?}"), STEP, || async {
+        let text = status_text(client).await?;
+        Ok(text.contains(what).then_some(text))
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn journey_redirect_wait_pow_admit_arrive() {
+    let (fake, addr) = fake::start(fake::Script {
+        difficulty: Some(12),
+        ..Default::default()
+    })
+    .await;
+    with_browser(|client| async move {
+        // The gate sends the visitor to the waiting page, keeping the original path.
+        client.goto(&format!("http://{addr}/protected?x=1")).await?;
+        let url = client.current_url().await?;
+        ensure!(
+            url.path() == "/queue/demo",
+            "not redirected to the page: {url}"
+        );
+        ensure!(url.query() == Some("return=%2Fprotected%3Fx%3D1"), "{url}");
+
+        let region = client.find(Locator::Id("ar-status")).await?;
+        ensure!(region.attr("aria-live").await?.as_deref() == Some("polite"));
+
+        // Enter was answered with a challenge; the worker solved it and the fake
+        // (using the core's verifier) accepted the answer.
+        let text = status_contains(&client, "You are number 3 in line").await?;
+        ensure!(
+            text.contains("40 people in line") && text.contains("Estimated wait: about 3 minutes"),
+            "{text}"
+        );
+        {
+            let s = fake.script();
+            ensure!(
+                s.solved_nonce.is_some() && s.rejected_answers == 0,
+                "challenge not solved: {s:?}"
+            );
+        }
+        let pow: Value = client
+            .execute("return window.anteroomLastPow || null", vec![])
+            .await?;
+        ensure!(pow["nonce"].as_u64() == fake.script().solved_nonce, "{pow}");
+
+        // The page follows the queue as it moves.
+        fake.script().rank = 1;
+        status_contains(&client, "You are number 2 in line").await?;
+        let progress: Value = client
+            .execute(
+                "return document.getElementById('ar-progress').value",
+                vec![],
+            )
+            .await?;
+        ensure!(progress == json!(97), "progress bar at {progress}");
+        {
+            let mut s = fake.script();
+            s.rank = 0;
+            s.wait_seconds = 20;
+            s.display = "almost there".to_owned();
+        }
+        let text = status_contains(&client, "You are next in line").await?;
+        ensure!(text.contains("Almost there"), "{text}");
+
+        // Admission: the page redeems the token and lands on the original path.
+        fake.script().admitted = true;
+        wait_for("arrival at the original path", STEP, || async {
+            let url = client.current_url().await?;
+            Ok((url.path() == "/protected").then_some(url))
+        })
+        .await?;
+        ensure!(client.current_url().await?.query() == Some("x=1"));
+        let arrived = client.find(Locator::Id("arrived")).await?.text().await?;
+        ensure!(arrived == "arrived", "the origin did not see the pass");
+        let pass = client.get_named_cookie("anteroom_pass").await?;
+        ensure!(pass.value() == "ok");
+        ensure!(fake.script().redeemed);
+        // The history entry of the page is replaced, so Back does not re-queue.
+        let history: Value = client.execute("return history.length", vec![]).await?;
+        ensure!(history.as_u64() <= Some(2), "history {history}");
+        Ok(())
+    })
+    .await;
+}
+
+/// Sizes the window so the viewport (what the page sees) is `width`×`height`:
+/// headless Chromium's window size includes its (invisible) browser frame.
+async fn fit_viewport(client: &Client, width: u32, height: u32) -> Result<()> {
+    client.set_window_size(width, height).await?;
+    let inner: Value = client
+        .execute("return [innerWidth, innerHeight]", vec![])
+        .await?;
+    let (iw, ih) = (
+        inner[0].as_u64().context("innerWidth")?,
+        inner[1].as_u64().context("innerHeight")?,
+    );
+    let frame = |outer: u32, inner: u64| {
+        outer + outer.saturating_sub(u32::try_from(inner).unwrap_or(outer))
+    };
+    client
+        .set_window_size(frame(width, iw), frame(height, ih))
+        .await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn screenshots_phone_and_desktop() {
+    let script = fake::Script {
+        rank: 1233,
+        queue_length: 50211,
+        wait_seconds: 372,
+        display: "about 7 minutes".to_owned(),
+        poll_after_ms: 3000,
+        ..Default::default()
+    };
+    let (_fake, addr) = fake::start(script).await;
+    // Reduced motion turns the progress bar's width transition off (the
+    // page's CSS honours it), so each screenshot shows the final width: the
+    // transition runs on a shadow pseudo-element that `getAnimations` may
+    // not list, so waiting on it alone could catch the bar mid-way.
+    with_browser_args(&["--force-prefers-reduced-motion"], |client| async move {
+        for (name, width, height) in [
+            ("waiting-phone.png", 390, 844),
+            ("waiting-desktop.png", 1280, 800),
+        ] {
+            fit_viewport(&client, width, height).await?;
+            client
+                .goto(&format!("http://{addr}/queue/demo?return=/shop"))
+                .await?;
+            status_contains(&client, "You are number 1,234 in line").await?;
+            let inner: Value = client
+                .execute("return [innerWidth, innerHeight]", vec![])
+                .await?;
+            ensure!(inner == json!([width, height]), "viewport {inner}");
+            let reduced: Value = client
+                .execute(
+                    "return matchMedia('(prefers-reduced-motion: reduce)').matches",
+                    vec![],
+                )
+                .await?;
+            ensure!(reduced == json!(true), "reduced motion not emulated");
+            // Let the progress bar finish its transition so the picture shows the real value.
+            wait_for("transitions to settle", STEP, || async {
+                let running: Value = client
+                    .execute("return document.getAnimations().filter(a => a instanceof CSSTransition).length", vec![])
+                    .await?;
+                Ok((running == json!(0)).then_some(()))
+            })
+            .await?;
+            let png = client.screenshot().await?;
+            let path = artifacts_dir()?.join(name);
+            std::fs::write(&path, png).with_context(|| path.display().to_string())?;
+            println!("{name}: viewport {inner}, saved {}", path.display());
+            // The page must fit the phone width: no horizontal scrolling.
+            let overflow: Value = client
+                .execute(
+                    "return document.documentElement.scrollWidth > innerWidth",
+                    vec![],
+                )
+                .await?;
+            ensure!(
+                overflow == json!(false),
+                "{name}: page wider than the viewport"
+            );
+        }
+        Ok(())
+    })
+    .await;
+}
+
+/// Solves `runs` fresh challenges at `difficulty` in a page worker and returns
+/// the worker's reports ({nonce, hashes, ms, engine, challenge}).
+async fn solve_in_worker(
+    client: &Client,
+    difficulty: u8,
+    runs: u32,
+    force_fallback: bool,
+) -> Result<Vec<Value>> {
+    let script = r#"
+        const [difficulty, runs, forceFallback, done] = arguments;
+        (async () => {
+          const out = [];
+          for (let i = 0; i < runs; i++) {
+            // As long as a real signed challenge (~130 characters).
+            const challenge = 'AQPH2eMbAAABnnBEiAAAAAGecEZcwAkJCQkJCQkJCQkJCQkJCQn6V6UtvwgZAhhSlzCj6Z22CAlkcm9wLTIwMjY.'
+              + Math.random().toString(36).slice(2) + '-' + i;
+            const worker = new Worker('/_anteroom/pow-worker.js');
+            const result = await new Promise((resolve) => {
+              worker.onmessage = (e) => resolve(e.data);
+              worker.postMessage({ challenge, difficulty, forceFallback });
+            });
+            worker.terminate();
+            out.push(Object.assign({ challenge }, result));
+          }
+          done(out);
+        })().catch((e) => done([{ error: String(e) }]));
+    "#;
+    let args = vec![json!(difficulty), json!(runs), json!(force_fallback)];
+    let Value::Array(results) = client.execute_async(script, args).await? else {
+        anyhow::bail!("no results");
+    };
+    for r in &results {
+        let challenge = r["challenge"].as_str().context("challenge")?;
+        let nonce = r["nonce"]
+            .as_u64()
+            .with_context(|| format!("worker failed: {r}"))?;
+        let bits =
+            anteroom_core::pow::leading_zero_bits(&anteroom_core::pow::hash(challenge, nonce));
+        ensure!(
+            bits >= u32::from(difficulty),
+            "worker answer rejected by the core: {r}"
+        );
+    }
+    Ok(results)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn pow_solve_time_in_headless_chromium() {
+    let (_fake, addr) = fake::start(fake::Script::default()).await;
+    with_browser(|client| async move {
+        client
+            .update_timeouts(TimeoutConfiguration::new(Some(Duration::from_secs(300)), None, None))
+            .await?;
+        client.goto(&format!("http://{addr}/queue/demo")).await?;
+        let mut report = Vec::new();
+        for (engine, force_fallback) in [("webcrypto", false), ("js", true)] {
+            for (difficulty, runs) in [(16u8, 4u32), (18, 2), (20, 1)] {
+                let results = solve_in_worker(&client, difficulty, runs, force_fallback).await?;
+                ensure!(results.iter().all(|r| r["engine"] == engine), "{results:?}");
+                let mut ms: Vec<f64> = results.iter().filter_map(|r| r["ms"].as_f64()).collect();
+                ms.sort_by(f64::total_cmp);
+                let hashes: f64 = results.iter().filter_map(|r| r["hashes"].as_f64()).sum();
+                let total_ms: f64 = ms.iter().sum();
+                let line = json!({
+                    "engine": engine, "difficulty": difficulty, "runs": runs,
+                    "median_ms": ms[ms.len() / 2], "mean_ms": (total_ms / ms.len() as f64).round(),
+                    "max_ms": ms[ms.len() - 1],
+                    "hashes_per_second": (hashes / (total_ms / 1000.0)).round(),
+                    "expected_seconds": (2f64.powi(i32::from(difficulty)) / (hashes / (total_ms / 1000.0)) * 100.0).round() / 100.0,
+                });
+                println!("pow timing: {line}");
+                report.push(line);
+            }
+        }
+        let path = artifacts_dir()?.join("pow-timing.json");
+        std::fs::write(&path, serde_json::to_string_pretty(&report)?)?;
+        println!("saved {}", path.display());
+        Ok(())
+    })
+    .await;
+}

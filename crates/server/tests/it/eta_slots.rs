@@ -1,0 +1,145 @@
+//! The wait estimate of an event whose `max_active` binds (sessions last
+//! longer than the admission rate assumes), with real scheduler ticks, the
+//! refresh every node runs and the embedded store on a hand-moved clock:
+//! visitors are admitted no later than the first estimate they were shown,
+//! the estimate is not many times the real wait, and no visitor's estimate
+//! rises by more than the buffer while the slots turn over steadily.
+
+use std::collections::VecDeque;
+
+use crate::support::admission::Harness;
+use anteroom::app::lock;
+use anteroom_core::eta::BUFFER;
+
+/// What the crowd met.
+#[derive(Debug)]
+struct Honesty {
+    shown: usize,
+    honest_share: f64,
+    median_ratio: f64,
+    rises_over_buffer: usize,
+    /// Visitors beyond the free slots shown a number before any slot freed.
+    early_guesses: usize,
+}
+
+/// `visitors` join at once; every 500 ms the scheduler ticks and every
+/// waiting visitor reads its estimate (as a poll would). An admitted
+/// visitor redeems 1 s after its admission and releases `browse_ms` later.
+async fn crowd(event: &str, visitors: usize, slots: u64, browse_ms: i64) -> Honesty {
+    let h = Harness::new(event).await;
+    let all = h.join_many("v", visitors).await;
+    let start = h.now_ms();
+    let mut admitted = 0usize;
+    let mut admitted_at = vec![None; visitors];
+    let mut first: Vec<Option<(i64, u64)>> = vec![None; visitors];
+    let mut last: Vec<Option<u64>> = vec![None; visitors];
+    let mut redeems: VecDeque<(i64, usize)> = VecDeque::new();
+    let mut releases: VecDeque<(i64, usize)> = VecDeque::new();
+    let mut first_release: Option<i64> = None;
+    let (mut rises, mut early) = (0, 0);
+    let mut n = h.tick().await;
+    while admitted_at.iter().any(Option::is_none) {
+        let now = h.now_ms();
+        assert!(now - start < 600_000, "the crowd never drained");
+        for (i, at) in admitted_at
+            .iter_mut()
+            .enumerate()
+            .skip(admitted)
+            .take(n as usize)
+        {
+            *at = Some(now);
+            redeems.push_back((now + 1_000, i));
+        }
+        admitted += n as usize;
+        while redeems.front().is_some_and(|&(t, _)| t <= now) {
+            let (_, i) = redeems.pop_front().unwrap();
+            assert!(h.redeem(&all[i]).await, "{} had no token", all[i]);
+            releases.push_back((now + browse_ms, i));
+        }
+        while releases.front().is_some_and(|&(t, _)| t <= now) {
+            let (_, i) = releases.pop_front().unwrap();
+            h.release(&all[i]).await;
+            first_release.get_or_insert(now);
+        }
+        let stats = h.stats().await;
+        let free = slots.saturating_sub(stats.active + stats.outstanding);
+        {
+            let rt = h.rt();
+            let feed = lock(&rt.live.admission.eta);
+            for i in admitted..visitors {
+                let rank = (i - admitted) as u64;
+                let Some(e) = feed.estimate(now, rank) else {
+                    continue;
+                };
+                if first_release.is_none() && rank >= free {
+                    early += 1;
+                }
+                first[i].get_or_insert((now, e.seconds));
+                if last[i].is_some_and(|prev| e.seconds as f64 > prev as f64 * BUFFER + 1.0) {
+                    rises += 1;
+                }
+                last[i] = Some(e.seconds);
+            }
+        }
+        n = h.step(500).await;
+    }
+    let mut honest = 0;
+    let mut ratios = Vec::new();
+    for (f, a) in first.iter().zip(&admitted_at) {
+        if let (Some((at, eta)), Some(a)) = (f, a) {
+            let waited = (a - at) as f64 / 1000.0;
+            if waited <= *eta as f64 {
+                honest += 1;
+            }
+            if waited > 0.0 {
+                ratios.push(*eta as f64 / waited);
+            }
+        }
+    }
+    ratios.sort_by(f64::total_cmp);
+    let shown = first.iter().filter(|f| f.is_some()).count();
+    Honesty {
+        shown,
+        honest_share: honest as f64 / shown.max(1) as f64,
+        median_ratio: ratios.get(ratios.len() / 2).copied().unwrap_or(f64::NAN),
+        rises_over_buffer: rises,
+        early_guesses: early,
+    }
+}
+
+fn check(h: &Honesty) {
+    eprintln!("{h:?}");
+    assert!(h.shown > 300, "{h:?}");
+    assert!(h.honest_share >= 0.95, "{h:?}");
+    assert!(h.median_ratio <= 1.5, "{h:?}");
+    assert_eq!(h.rises_over_buffer, 0, "{h:?}");
+    assert_eq!(h.early_guesses, 0, "{h:?}");
+}
+
+/// Continuous mode allows 20/s; 40 slots held ~6 s turn over at ~6.7/s.
+#[tokio::test]
+async fn continuous_event_limited_by_max_active_is_told_the_truth() {
+    let h = crowd(
+        r#"max_active = 40
+admission = { mode = "continuous", max_per_minute = 1200 }"#,
+        400,
+        40,
+        5_000,
+    )
+    .await;
+    check(&h);
+}
+
+/// Batch mode, 10 every 500 ms (20/s), the same slots.
+#[tokio::test]
+async fn batch_event_limited_by_max_active_is_told_the_truth() {
+    let h = crowd(
+        r#"max_active = 40
+admission = { mode = "batch", batch_size = 10, interval = "500ms" }"#,
+        400,
+        40,
+        5_000,
+    )
+    .await;
+    check(&h);
+}

@@ -1,0 +1,263 @@
+//! Fault injection against a real `redis-server` and the real `anteroom`
+//! binary: Redis killed mid-event and restarted (from its last snapshot),
+//! and Redis frozen with SIGSTOP then thawed. Admitted visitors keep reaching
+//! the origin, waiting ones see DRAINING then resume (some admitted by the
+//! node itself, front first), nobody is admitted twice, and the origin never
+//! sees more than `max_active` at once.
+
+use crate::support::process;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::support::process::{Node, Origin, Visitor, redis_config, wait_for};
+use anteroom_store::testing::RedisServer;
+use http::{Method, StatusCode};
+
+const EVENT: &str = "tickets";
+const MAX_ACTIVE: u64 = 4;
+
+#[derive(Clone, Copy, Debug)]
+enum Fault {
+    /// SAVE, `kill -9`, restart on the same port (loads the snapshot).
+    KillAndRestart,
+    /// SIGSTOP, later SIGCONT: connections stay open, nothing answers.
+    Hang,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_killed_mid_event_drains_then_resumes() {
+    scenario(Fault::KillAndRestart).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_hung_with_sigstop_drains_then_resumes() {
+    scenario(Fault::Hang).await;
+}
+
+async fn scenario(fault: Fault) {
+    let test_started = Instant::now();
+    let mut redis = RedisServer::start().expect("redis-server (apt-get install redis-server)");
+    let origin = Origin::start().await;
+    let dir = Arc::new(tempfile::tempdir().unwrap());
+    let config = redis_config(
+        &origin.url(),
+        &[redis.url()],
+        false,
+        1,
+        &[(EVENT, MAX_ACTIVE)],
+        process::HOURLY,
+    );
+    let node = Node::start(&config, dir).await;
+
+    // One visitor is admitted and active before the fault.
+    let mut holder = Visitor::default();
+    holder.enter(&node, EVENT).await;
+    let mut seen = Vec::new();
+    holder
+        .until_active(&node, EVENT, Duration::from_secs(10), &mut seen)
+        .await;
+    assert_eq!(holder.fetch(&node, "/tickets/a").await, StatusCode::OK);
+
+    // Eight more join; at one admission per hour they all stay waiting, and
+    // the node caches the rank each was told.
+    let mut waiting: Vec<Visitor> = Vec::new();
+    let mut ranks = Vec::new();
+    for _ in 0..8 {
+        let mut v = Visitor::default();
+        let (status, _, p) = v.enter(&node, EVENT).await;
+        assert_eq!(status, StatusCode::OK, "{p}");
+        ranks.push(p["rank"].as_u64().unwrap());
+        waiting.push(v);
+    }
+    assert!(ranks.windows(2).all(|w| w[0] < w[1]), "{ranks:?}");
+    let (s, body) = node.admin(Method::GET, "/admin/events/tickets").await;
+    assert_eq!(s, StatusCode::OK);
+    let stats: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    let used_before = stats["stats"]["active"].as_u64().unwrap()
+        + stats["stats"]["outstanding"].as_u64().unwrap();
+
+    // The fault.
+    if matches!(fault, Fault::KillAndRestart) {
+        redis_cli(redis.port(), "SAVE");
+    }
+    let fault_at = Instant::now();
+    match fault {
+        Fault::KillAndRestart => redis.kill().unwrap(),
+        Fault::Hang => redis.pause().unwrap(),
+    }
+
+    // Drain entry, timed on the mode itself (/readyz): a request whose own
+    // store call fails is answered 503 too, but only the probe drains the
+    // event. Then a new arrival gets 503 draining with Retry-After.
+    let readyz = node.admin_url("/readyz");
+    let entry = until(fault_at, "/readyz names the draining event", || {
+        let url = readyz.clone();
+        async move {
+            let r = process::send(Method::GET, &url, &[], None).await;
+            r.is_ok_and(|(s, _, _)| s == StatusCode::SERVICE_UNAVAILABLE)
+        }
+    })
+    .await;
+    let (status, headers, body) = Visitor::default().enter(&node, EVENT).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert_eq!(body["error"], "draining");
+    assert!(headers.contains_key("retry-after"));
+
+    // During the drain: the pass holder keeps reaching the origin; /readyz
+    // and the metric show the mode; waiting visitors see DRAINING or are
+    // admitted by the node, front first, within the capacity left.
+    for i in 0..5 {
+        assert_eq!(
+            holder.fetch(&node, &format!("/tickets/d{i}")).await,
+            StatusCode::OK
+        );
+    }
+    let (status, _, ready) = process::send(Method::GET, &node.admin_url("/readyz"), &[], None)
+        .await
+        .unwrap();
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    let ready: serde_json::Value = serde_json::from_slice(&ready).unwrap();
+    assert_eq!(ready["draining"], serde_json::json!([EVENT]));
+    assert_eq!(node.draining_gauge(EVENT).await, Some(1.0));
+    // Why, by kind: a frozen Redis is silence (at least the two timed-out
+    // probes the window needs), a killed one refuses the connection.
+    let (kind, least) = match fault {
+        Fault::KillAndRestart => ("refused", 1.0),
+        Fault::Hang => ("timed_out", 2.0),
+    };
+    let failed = node
+        .metric_with(
+            "anteroom_store_unavailable_total",
+            &[("event", EVENT), ("kind", kind)],
+        )
+        .await;
+    assert!(failed.is_some_and(|n| n >= least), "{kind}: {failed:?}");
+
+    let room = MAX_ACTIVE.saturating_sub(used_before) as usize;
+    let mut statuses = Vec::new();
+    for v in &mut waiting {
+        statuses.push(
+            v.position(&node, EVENT).await["status"]
+                .as_str()
+                .unwrap()
+                .to_owned(),
+        );
+    }
+    let drained: Vec<usize> = (0..waiting.len())
+        .filter(|i| statuses[*i] == "ADMITTED")
+        .collect();
+    assert_eq!(
+        drained,
+        (0..room.min(waiting.len())).collect::<Vec<_>>(),
+        "{statuses:?}"
+    );
+    assert!(
+        statuses.iter().all(|s| s == "ADMITTED" || s == "DRAINING"),
+        "{statuses:?}"
+    );
+    for &i in &drained {
+        let p = waiting[i].position(&node, EVENT).await;
+        let token = p["token"].as_str().unwrap().to_owned();
+        assert_eq!(
+            waiting[i].redeem(&node, EVENT, &token).await,
+            StatusCode::OK
+        );
+        // A drain token is single-use too.
+        assert_eq!(
+            waiting[i].redeem(&node, EVENT, &token).await,
+            StatusCode::CONFLICT
+        );
+        assert_eq!(waiting[i].fetch(&node, "/tickets/in").await, StatusCode::OK);
+    }
+
+    // The store returns.
+    let back_at = Instant::now();
+    match fault {
+        Fault::KillAndRestart => redis.restart().unwrap(),
+        Fault::Hang => redis.resume().unwrap(),
+    }
+    let exit = until(
+        back_at,
+        "normal answers after the store returns",
+        || async { Visitor::default().enter(&node, EVENT).await.0 == StatusCode::OK },
+    )
+    .await;
+    wait_for("/readyz 200", Duration::from_secs(5), || {
+        let url = readyz.clone();
+        async move {
+            process::send(Method::GET, &url, &[], None)
+                .await
+                .map(|r| r.0)
+                == Ok(StatusCode::OK)
+        }
+    })
+    .await;
+    assert_eq!(node.draining_gauge(EVENT).await, Some(0.0));
+
+    // Drain admissions were recorded as active; the rest resume in order.
+    for &i in &drained {
+        assert_eq!(waiting[i].position(&node, EVENT).await["status"], "ACTIVE");
+    }
+    holder.release(&node, EVENT).await;
+    // Admissions speed up (a live config change) so the rest get in.
+    process::put_event(&node, EVENT, MAX_ACTIVE, &origin.url(), process::fast()).await;
+    let mut admitted_by_store = 0;
+    for (i, v) in waiting.iter_mut().enumerate() {
+        let mut seen = Vec::new();
+        if !drained.contains(&i) {
+            v.until_active(&node, EVENT, Duration::from_secs(20), &mut seen)
+                .await;
+            admitted_by_store += 1;
+        }
+        assert_eq!(v.fetch(&node, "/tickets/after").await, StatusCode::OK);
+        assert_eq!(v.release(&node, EVENT).await, StatusCode::NO_CONTENT);
+        assert_eq!(
+            v.redeems, 1,
+            "visitor {i} redeemed {} times; saw {seen:?}",
+            v.redeems
+        );
+    }
+    assert!(
+        origin.peak() as u64 <= MAX_ACTIVE,
+        "origin peak {}",
+        origin.peak()
+    );
+    println!(
+        "{fault:?}: drain entry {entry:?}, exit {exit:?}; drain-admitted {}, admitted after {}, \
+         origin peak {} (max_active {MAX_ACTIVE}), sessions at origin {}, test {:?}",
+        drained.len(),
+        admitted_by_store,
+        origin.peak(),
+        origin.sessions.lock().unwrap().len(),
+        test_started.elapsed()
+    );
+    assert!(
+        entry < Duration::from_millis(1500),
+        "drain entry took {entry:?}"
+    );
+}
+
+/// Polls `check` until it holds (at most 5 s); returns the time since `start`.
+async fn until<F, Fut>(start: Instant, what: &str, mut check: F) -> Duration
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        if check().await {
+            return start.elapsed();
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+fn redis_cli(port: u16, cmd: &str) {
+    let out = std::process::Command::new("redis-cli")
+        .args(["-p", &port.to_string(), cmd])
+        .output()
+        .expect("redis-cli (apt-get install redis-server)");
+    assert!(out.status.success(), "redis-cli {cmd}");
+}

@@ -1,0 +1,97 @@
+//! Session lifecycle with real ticks and a hand-moved clock: every way a
+//! visitor's hold on the event ends frees capacity at the next tick —
+//! idling, the absolute session lifetime, void tokens, and waiters who stop
+//! polling (who re-queue at the back when they return).
+
+use crate::support::admission::Harness;
+use anteroom_store::MemberState;
+
+const EVENT: &str = r#"max_active = 1
+session_ttl = "10m"
+session_idle_timeout = "2m"
+token_ttl = "30s"
+queue_idle_timeout = "5m"
+admission = { mode = "continuous", max_per_minute = 600 }"#;
+
+#[tokio::test]
+async fn an_idle_session_ends_and_its_slot_is_refilled_at_the_next_tick() {
+    let h = Harness::new(EVENT).await;
+    h.join("a").await;
+    h.join("b").await;
+    assert_eq!(h.tick().await, 1);
+    assert!(h.redeem("a").await);
+    // 2 minutes without a request through the gate: over at the next tick.
+    h.clock.advance(119_000);
+    h.poll("b").await;
+    assert_eq!(h.tick().await, 0);
+    assert!(matches!(h.status("a").await, MemberState::Active { .. }));
+    assert_eq!(h.step(1_000).await, 1, "b takes a's slot");
+    assert_eq!(h.status("a").await, MemberState::None);
+}
+
+#[tokio::test]
+async fn renewals_keep_a_session_but_never_past_session_ttl() {
+    let h = Harness::new(EVENT).await;
+    h.join("a").await;
+    assert_eq!(h.tick().await, 1);
+    let start = h.now_ms();
+    assert!(h.redeem("a").await);
+    let rt = h.rt();
+    // Active every minute: the idle end keeps moving, up to the lifetime.
+    for _ in 0..12 {
+        h.clock.advance(60_000);
+        let end = anteroom::admission::lifecycle::session_end_us(&rt, start, h.now_ms());
+        h.store.extend(&h.id, "a", end).await.unwrap();
+        h.tick().await;
+        let active = matches!(h.status("a").await, MemberState::Active { .. });
+        let lived = h.now_ms() - start;
+        assert_eq!(active, lived < 600_000, "after {lived} ms");
+    }
+}
+
+#[tokio::test]
+async fn an_unredeemed_token_voids_and_frees_its_slot() {
+    let h = Harness::new(EVENT).await;
+    h.join("a").await;
+    h.join("b").await;
+    assert_eq!(h.tick().await, 1);
+    h.poll("b").await;
+    assert_eq!(h.step(29_000).await, 0);
+    // The store's canonical clock is strictly monotone (a µs apart per
+    // call), so the token ends a hair after 30 s.
+    let n = h.step(1_001).await;
+    assert_eq!(n, 1, "a's token is void at 30 s, b is admitted");
+    assert_eq!(h.status("a").await, MemberState::None);
+    assert!(!h.redeem("a").await);
+}
+
+#[tokio::test]
+async fn a_silent_waiter_loses_the_place_and_rejoins_at_the_back() {
+    let h = Harness::new(EVENT).await;
+    h.join("holder").await;
+    assert_eq!(h.tick().await, 1);
+    assert!(h.redeem("holder").await);
+    h.clock.advance(1);
+    h.join("quiet").await;
+    h.clock.advance(1);
+    h.join("polling").await;
+    for _ in 0..5 {
+        h.clock.advance(60_000);
+        h.poll("polling").await;
+        // The holder stays active through the gate.
+        let rt = h.rt();
+        let end = anteroom::admission::lifecycle::session_end_us(&rt, h.now_ms(), h.now_ms());
+        h.store.extend(&h.id, "holder", end).await.unwrap();
+        h.tick().await;
+    }
+    assert_eq!(h.status("quiet").await, MemberState::None, "idled out");
+    assert!(matches!(
+        h.status("polling").await,
+        MemberState::Waiting { rank: 0, .. }
+    ));
+    h.join("quiet").await;
+    assert!(matches!(
+        h.status("quiet").await,
+        MemberState::Waiting { rank: 1, .. }
+    ));
+}

@@ -1,0 +1,381 @@
+//! The proxy against a real origin over loopback sockets: headers, bodies
+//! streamed both ways, keep-alive, and origin failures; and what the origin
+//! is told through the real server (forwarding headers, cookies).
+
+use crate::support::proxy;
+use crate::support::server;
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use crate::support::proxy::{client, start_gate, start_origin};
+use anteroom::proxy::Proxy;
+use axum::body::Body;
+use bytes::Bytes;
+use futures::SinkExt;
+use http::{HeaderName, HeaderValue, Request, StatusCode};
+use http_body_util::BodyExt;
+
+async fn json_of(response: http::Response<hyper::body::Incoming>) -> serde_json::Value {
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    serde_json::from_slice(&body).unwrap()
+}
+
+#[tokio::test]
+async fn headers_are_forwarded_and_forged_anteroom_headers_dropped() {
+    let origin = start_origin().await;
+    let extra = vec![
+        (
+            HeaderName::from_static("x-anteroom-event"),
+            HeaderValue::from_static("drop"),
+        ),
+        (
+            HeaderName::from_static("x-anteroom-session"),
+            HeaderValue::from_static("real"),
+        ),
+    ];
+    let gate = start_gate(Proxy::new(), origin.uri(), extra).await;
+    let req = Request::get(format!("http://{gate}/headers?q=1&r=%2F"))
+        .header("host", "shop.example")
+        .header("x-anteroom-session", "forged")
+        .header("x-anteroom-pass-ok", "yes")
+        .header("x-forwarded-for", "198.51.100.9")
+        .header("connection", "keep-alive, x-hop")
+        .header("x-hop", "1")
+        .header("accept", "text/html")
+        .body(Body::empty())
+        .unwrap();
+    let response = client().request(req).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let seen = json_of(response).await;
+    assert_eq!(seen["uri"], "/headers?q=1&r=%2F");
+    assert_eq!(seen["x-anteroom-session"], serde_json::json!(["real"]));
+    assert_eq!(seen["x-anteroom-event"], serde_json::json!(["drop"]));
+    // The peer is no trusted proxy: its own address replaces the chain.
+    assert_eq!(seen["x-forwarded-for"], serde_json::json!(["127.0.0.1"]));
+    assert_eq!(seen["x-forwarded-proto"], serde_json::json!(["http"]));
+    assert_eq!(
+        seen["x-forwarded-host"],
+        serde_json::json!(["shop.example"])
+    );
+    assert_eq!(seen["host"], serde_json::json!([origin.addr.to_string()]));
+    assert_eq!(seen["accept"], serde_json::json!(["text/html"]));
+    assert!(seen.get("x-anteroom-pass-ok").is_none());
+    assert!(seen.get("x-hop").is_none());
+}
+
+#[tokio::test]
+async fn large_bodies_stream_both_ways() {
+    let origin = start_origin().await;
+    let gate = start_gate(Proxy::new(), origin.uri(), vec![]).await;
+
+    let upload: Vec<u8> = (0..16 * 1024 * 1024u32).map(|i| (i % 251) as u8).collect();
+    let req = Request::post(format!("http://{gate}/echo"))
+        .body(Body::from(upload.clone()))
+        .unwrap();
+    let response = client().request(req).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let echoed = response.into_body().collect().await.unwrap().to_bytes();
+    assert!(
+        echoed == upload,
+        "echo differs ({} bytes back)",
+        echoed.len()
+    );
+
+    let n = 32 * 1024 * 1024 + 7;
+    let req = Request::get(format!("http://{gate}/big?n={n}"))
+        .body(Body::empty())
+        .unwrap();
+    let mut body = client().request(req).await.unwrap().into_body();
+    let mut received = 0;
+    while let Some(frame) = body.frame().await {
+        received += frame.unwrap().into_data().map_or(0, |d| d.len());
+    }
+    assert_eq!(received, n);
+}
+
+/// Each chunk must come back before the next is sent: a proxy that buffered
+/// either body would deadlock here.
+#[tokio::test]
+async fn request_and_response_bodies_stream_concurrently() {
+    let origin = start_origin().await;
+    let gate = start_gate(Proxy::new(), origin.uri(), vec![]).await;
+    let (mut tx, rx) = futures::channel::mpsc::channel::<Result<Bytes, Infallible>>(1);
+    let req = Request::post(format!("http://{gate}/echo"))
+        .body(Body::from_stream(rx))
+        .unwrap();
+    tx.send(Ok(Bytes::from_static(b"chunk-0"))).await.unwrap();
+    let response = tokio::time::timeout(Duration::from_secs(10), client().request(req))
+        .await
+        .expect("response head while the request body is still open")
+        .unwrap();
+    let mut body = response.into_body();
+    for i in 0..5 {
+        let mut got = Vec::new();
+        let want = format!("chunk-{i}");
+        while got.len() < want.len() {
+            let frame = tokio::time::timeout(Duration::from_secs(10), body.frame())
+                .await
+                .expect("echo of the chunk before the next one is sent")
+                .unwrap()
+                .unwrap();
+            got.extend_from_slice(&frame.into_data().unwrap());
+        }
+        assert_eq!(got, want.as_bytes());
+        if i < 4 {
+            tx.send(Ok(Bytes::from(format!("chunk-{}", i + 1))))
+                .await
+                .unwrap();
+        }
+    }
+    drop(tx);
+    assert!(body.frame().await.is_none());
+}
+
+#[tokio::test]
+async fn origin_connections_are_kept_alive_and_reused() {
+    let origin = start_origin().await;
+    let gate = start_gate(Proxy::new(), origin.uri(), vec![]).await;
+    for _ in 0..5 {
+        let req = Request::get(format!("http://{gate}/headers"))
+            .body(Body::empty())
+            .unwrap();
+        let response = client().request(req).await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        response.into_body().collect().await.unwrap();
+    }
+    assert_eq!(origin.connections(), 1);
+}
+
+#[tokio::test]
+async fn origin_down_is_502_json() {
+    let closed = {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        listener.local_addr().unwrap()
+    };
+    let gate = start_gate(
+        Proxy::new(),
+        format!("http://{closed}").parse().unwrap(),
+        vec![],
+    )
+    .await;
+    let req = Request::get(format!("http://{gate}/x"))
+        .body(Body::empty())
+        .unwrap();
+    let response = client().request(req).await.unwrap();
+    assert_eq!(response.status(), StatusCode::BAD_GATEWAY);
+    assert_eq!(response.headers()["content-type"], "application/json");
+    let body = json_of(response).await;
+    assert_eq!(body["error"], "bad_gateway");
+    assert!(body["message"].is_string());
+}
+
+#[tokio::test]
+async fn slow_origin_is_504_json() {
+    let origin = start_origin().await;
+    let proxy = Proxy::with_timeouts(Duration::from_secs(5), Duration::from_millis(200));
+    let gate = start_gate(proxy, origin.uri(), vec![]).await;
+    let req = Request::get(format!("http://{gate}/slow"))
+        .body(Body::empty())
+        .unwrap();
+    let response = client().request(req).await.unwrap();
+    assert_eq!(response.status(), StatusCode::GATEWAY_TIMEOUT);
+    let body = json_of(response).await;
+    assert_eq!(body["error"], "gateway_timeout");
+}
+
+#[tokio::test]
+async fn https_origin_is_refused_as_502() {
+    let gate = start_gate(Proxy::new(), "https://127.0.0.1:1".parse().unwrap(), vec![]).await;
+    let req = Request::get(format!("http://{gate}/"))
+        .body(Body::empty())
+        .unwrap();
+    let response = client().request(req).await.unwrap();
+    assert_eq!(response.status(), StatusCode::BAD_GATEWAY);
+}
+
+/// The real server in front of the echoing origin: `tickets` protects
+/// `/tickets`, everything else goes to the same origin; `trusted` lists
+/// `limits.trusted_proxies`.
+async fn start_server(trusted: &str) -> (server::TestServer, proxy::Origin) {
+    let origin = start_origin().await;
+    let dir = tempfile::tempdir().unwrap();
+    let toml = format!(
+        r#"
+[server]
+admin_token = "{token}"
+default_origin = "http://{addr}"
+[store]
+path = "{path}"
+[keys]
+secrets = ["{secret}"]
+[limits]
+per_ip_per_second = 0
+per_session_per_second = 0
+trusted_proxies = [{trusted}]
+[[events]]
+id = "tickets"
+origin = "http://{addr}"
+paths = ["/tickets"]
+admission = {{ mode = "batch", batch_size = 1, interval = "100ms" }}
+"#,
+        token = server::ADMIN_TOKEN,
+        secret = server::SECRET,
+        addr = origin.addr,
+        path = dir.path().display(),
+    );
+    let s = server::TestServer::start_with(&toml, origin.addr, Default::default(), dir).await;
+    (s, origin)
+}
+
+/// Headers a client sends to be believed about who it is, how it came and
+/// which path it wants, in the spellings stacks read the same.
+const FORGED: &[(&str, &str)] = &[
+    ("x-original-url", "/tickets"),
+    ("x-rewrite-url", "/tickets"),
+    ("x_original_url", "/tickets"),
+    ("x-forwarded-for", "6.6.6.6"),
+    ("x_forwarded_for", "6.6.6.6"),
+    ("x-forwarded-proto", "https"),
+    ("x-forwarded-host", "evil.example"),
+    ("x-forwarded-prefix", "/tickets"),
+    ("forwarded", "for=6.6.6.6;proto=https"),
+    ("x-real-ip", "6.6.6.6"),
+    ("x_real_ip", "6.6.6.6"),
+    ("x-anteroom-event", "forged"),
+    ("x_anteroom_session", "forged"),
+];
+
+/// What the origin saw for one request through the real server.
+async fn seen_by_origin(
+    s: &server::TestServer,
+    v: &mut server::Visitor,
+    path: &str,
+    extra: &[(&str, &str)],
+) -> serde_json::Value {
+    let mut headers: Vec<(&str, &str)> = FORGED.to_vec();
+    headers.extend_from_slice(extra);
+    headers.push(("host", "shop.example"));
+    headers.push(("accept", "application/json"));
+    let (status, _, body) = v
+        .call(http::Method::GET, &s.url(path), &headers, None)
+        .await;
+    assert_eq!(
+        status,
+        StatusCode::OK,
+        "{path}: {}",
+        String::from_utf8_lossy(&body)
+    );
+    serde_json::from_slice(&body).unwrap()
+}
+
+#[track_caller]
+fn assert_rebuilt(seen: &serde_json::Value, xff: &str, proto: &str, host: &str) {
+    assert_eq!(seen["x-forwarded-for"], serde_json::json!([xff]), "{seen}");
+    assert_eq!(
+        seen["x-forwarded-proto"],
+        serde_json::json!([proto]),
+        "{seen}"
+    );
+    assert_eq!(
+        seen["x-forwarded-host"],
+        serde_json::json!([host]),
+        "{seen}"
+    );
+    let rebuilt = ["x-forwarded-for", "x-forwarded-proto", "x-forwarded-host"];
+    for (name, forged) in FORGED.iter().filter(|(n, _)| !rebuilt.contains(n)) {
+        // Only the gate's own X-Anteroom-* may be there, never the client's.
+        let got = seen.get(*name).and_then(|v| v[0].as_str());
+        let gates_own = name.starts_with("x-anteroom-") && got != Some(*forged);
+        assert!(
+            got.is_none() || gates_own,
+            "{name} reached the origin: {seen}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_real_server_sends_one_rebuilt_set_of_forwarding_headers_and_none_of_its_cookies() {
+    let (s, _origin) = start_server("").await;
+    let mut v = server::Visitor::default();
+    let cookies = [(
+        "cookie",
+        "theme=dark; anteroom_sid=forged; __Host-anteroom_pass=p; __Host-anteroom_sid=s",
+    )];
+    let seen = seen_by_origin(&s, &mut v, "/shop", &cookies).await;
+    assert_rebuilt(&seen, "127.0.0.1", "http", "shop.example");
+    assert_eq!(seen["cookie"], serde_json::json!(["theme=dark"]));
+    assert!(seen.get("x-anteroom-event").is_none(), "{seen}");
+
+    // An admitted visitor: the gate's own X-Anteroom-* and the visitor's
+    // other cookies reach the origin, its Anteroom cookies do not.
+    let enter = "/api/queue/enter?eventId=tickets";
+    let (status, _) = v.json(http::Method::POST, &s.url(enter), None).await;
+    assert_eq!(status, StatusCode::OK);
+    let p = server::poll_until(
+        &v,
+        &s.url("/api/queue/position?eventId=tickets"),
+        "ADMITTED",
+    )
+    .await;
+    let body = serde_json::json!({ "token": p["token"] }).to_string();
+    let (status, _) = v
+        .json(
+            http::Method::POST,
+            &s.url("/api/queue/redeem?eventId=tickets"),
+            Some(&body),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    v.cookies.push(("lang".into(), "fr".into()));
+    let session = v.cookie("__Host-anteroom_sid").unwrap().to_owned();
+    let seen = seen_by_origin(&s, &mut v, "/tickets/row/1", &[]).await;
+    assert_rebuilt(&seen, "127.0.0.1", "http", "shop.example");
+    assert_eq!(seen["x-anteroom-event"], serde_json::json!(["tickets"]));
+    assert_eq!(seen["x-anteroom-session"], serde_json::json!([session]));
+    assert_eq!(seen["cookie"], serde_json::json!(["lang=fr"]), "{seen}");
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn behind_a_trusted_proxy_the_client_its_scheme_and_host_are_kept() {
+    let (s, _origin) = start_server(r#""127.0.0.1/32""#).await;
+    let mut v = server::Visitor::default();
+    let proxy_said = [
+        ("x-forwarded-for", "6.6.6.6, 203.0.113.5"),
+        ("x-forwarded-proto", "https"),
+        ("x-forwarded-host", "shop.example"),
+    ];
+    let mut headers: Vec<(&str, &str)> = proxy_said.to_vec();
+    headers.push(("forwarded", "for=6.6.6.6"));
+    headers.push(("x-real-ip", "6.6.6.6"));
+    headers.push(("x-original-url", "/tickets"));
+    headers.push(("host", "internal:8080"));
+    let (status, _, body) = v
+        .call(http::Method::GET, &s.url("/shop"), &headers, None)
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let seen: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(
+        seen["x-forwarded-for"],
+        serde_json::json!(["203.0.113.5"]),
+        "{seen}"
+    );
+    assert_eq!(
+        seen["x-forwarded-proto"],
+        serde_json::json!(["https"]),
+        "{seen}"
+    );
+    assert_eq!(
+        seen["x-forwarded-host"],
+        serde_json::json!(["shop.example"]),
+        "{seen}"
+    );
+    for name in ["forwarded", "x-real-ip", "x-original-url"] {
+        assert!(
+            seen.get(name).is_none(),
+            "{name} reached the origin: {seen}"
+        );
+    }
+    s.stop().await;
+}

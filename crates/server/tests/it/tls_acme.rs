@@ -1,0 +1,215 @@
+//! Certificates from ACME against a real `pebble` (Debian's package) started
+//! on loopback ports the test picks: pebble validates HTTP-01 for real
+//! against our redirect listener; the account and certificate land in the
+//! storage directory, are reused on restart, and an expiring certificate is
+//! renewed.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::support::tls::{Ca, config_toml, start_origin, wait_until};
+
+/// pebble by PID: killed when dropped.
+struct Pebble {
+    child: Child,
+    directory: String,
+    management: SocketAddr,
+}
+
+impl Drop for Pebble {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Starts pebble with its HTTPS on a certificate from `ca`, validating
+/// HTTP-01 on `http_port` (our redirect listener).
+async fn start_pebble(ca: &Ca, dir: &Path, http_port: u16) -> Pebble {
+    let Ok(path) = which("pebble") else {
+        panic!("pebble is not installed: apt-get install pebble (scripts/test does)");
+    };
+    let leaf = ca.leaf(&["127.0.0.1", "localhost"], 30);
+    let (cert, key) = leaf.write(dir, "pebble");
+    let (acme, management, tls_port) = (free_port(), free_port(), free_port());
+    let config = serde_json::json!({ "pebble": {
+        "listenAddress": format!("127.0.0.1:{acme}"),
+        "managementListenAddress": format!("127.0.0.1:{management}"),
+        "certificate": cert, "privateKey": key,
+        "httpPort": http_port, "tlsPort": tls_port,
+        "ocspResponderURL": "", "externalAccountBindingRequired": false,
+    }});
+    let config_path = dir.join("pebble.json");
+    std::fs::write(&config_path, config.to_string()).unwrap();
+    let log = std::fs::File::create(dir.join("pebble.log")).unwrap();
+    let child = Command::new(path)
+        .arg("-config")
+        .arg(&config_path)
+        .arg("-strict=false")
+        // Real validation, just without pebble's random 0-15 s pauses and
+        // its rejected nonces (instant-acme retries those, slowly).
+        .env("PEBBLE_VA_NOSLEEP", "1")
+        .env("PEBBLE_WFE_NONCEREJECT", "0")
+        .stdout(Stdio::from(log.try_clone().unwrap()))
+        .stderr(Stdio::from(log))
+        .spawn()
+        .unwrap();
+    let pebble = Pebble {
+        child,
+        directory: format!("https://127.0.0.1:{acme}/dir"),
+        management: ([127, 0, 0, 1], management).into(),
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while tokio::net::TcpStream::connect(("127.0.0.1", acme))
+        .await
+        .is_err()
+    {
+        let log = std::fs::read_to_string(dir.join("pebble.log")).unwrap_or_default();
+        assert!(Instant::now() < deadline, "pebble did not start: {log}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    pebble
+}
+
+fn which(name: &str) -> Result<std::path::PathBuf, ()> {
+    std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+        .ok_or(())
+}
+
+/// pebble's issuing root, from its management interface.
+async fn pebble_root(ca: &Ca, pebble: &Pebble) -> String {
+    let client = reqwest::Client::builder()
+        .use_rustls_tls()
+        .tls_built_in_root_certs(false)
+        .add_root_certificate(reqwest::Certificate::from_pem(ca.pem.as_bytes()).unwrap())
+        .build()
+        .unwrap();
+    let url = format!("https://{}/roots/0", pebble.management);
+    client.get(url).send().await.unwrap().text().await.unwrap()
+}
+
+/// Does an HTTPS request to the server verify against pebble's root?
+async fn verified_by(root_pem: &str, public: SocketAddr) -> bool {
+    let client = reqwest::Client::builder()
+        .use_rustls_tls()
+        .tls_built_in_root_certs(false)
+        .add_root_certificate(reqwest::Certificate::from_pem(root_pem.as_bytes()).unwrap())
+        .resolve("localhost", public)
+        .timeout(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    let url = format!("https://localhost:{}/queue/tickets", public.port());
+    matches!(client.get(url).send().await, Ok(r) if r.status() == 200)
+}
+
+/// Starts the server with ACME; the redirect listener was bound by the test
+/// so pebble knows its port.
+async fn start_server(
+    dir: tempfile::TempDir,
+    toml: &str,
+    redirect: tokio::net::TcpListener,
+) -> (
+    SocketAddr,
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<anyhow::Result<()>>,
+    tempfile::TempDir,
+) {
+    let config = anteroom::Config::from_toml(toml).unwrap();
+    let public = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let admin = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = public.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let listeners = anteroom::Listeners {
+        public,
+        admin,
+        redirect: Some(redirect),
+    };
+    let task = tokio::spawn(anteroom::run_listeners(listeners, config, async move {
+        let _ = stopped.await;
+    }));
+    (addr, stop, task, dir)
+}
+
+#[tokio::test]
+async fn pebble_issues_by_http01_the_certificate_is_kept_and_renewed() {
+    let ca = Ca::new("pebble https ca");
+    let dir = tempfile::tempdir().unwrap();
+    let redirect = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let redirect_port = redirect.local_addr().unwrap().port();
+    let pebble = start_pebble(&ca, dir.path(), redirect_port).await;
+    let ca_root = dir.path().join("pebble-https-ca.pem");
+    std::fs::write(&ca_root, &ca.pem).unwrap();
+    let storage = dir.path().join("acme");
+    let tls = format!(
+        "redirect_listen = \"127.0.0.1:0\"\nacme = {{ directory = {:?}, domains = [\"localhost\"], contact = \"mailto:ops@example.com\", ca_root = {ca_root:?}, storage = {storage:?} }}",
+        pebble.directory
+    );
+    let origin = start_origin().await;
+    let toml = config_toml(dir.path(), origin, "", &tls);
+
+    // First start: no certificate yet; one is ordered and served.
+    let (public, stop, task, dir) = start_server(dir, &toml, redirect).await;
+    let root = pebble_root(&ca, &pebble).await;
+    wait_until("pebble's certificate is served", || {
+        verified_by(&root, public)
+    })
+    .await;
+    let cert_file = storage.join("localhost.cert.pem");
+    let first = std::fs::read_to_string(&cert_file).unwrap();
+    let account: Vec<_> = std::fs::read_dir(&storage)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.starts_with("account-"))
+        .collect();
+    assert_eq!(account.len(), 1, "{account:?}");
+    let account_file = storage.join(&account[0]);
+    let account_json = std::fs::read_to_string(&account_file).unwrap();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        let mode = std::fs::metadata(storage.join("localhost.key.pem"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o077, 0, "the key is private");
+    }
+    let _ = stop.send(());
+    task.await.unwrap().unwrap();
+
+    // Restart with a stored certificate that expires in two days: it is
+    // renewed with the same account.
+    let expiring = ca.leaf(&["localhost"], 2);
+    std::fs::write(storage.join("localhost.key.pem"), &expiring.key_pem).unwrap();
+    std::fs::write(&cert_file, &expiring.cert_pem).unwrap();
+    let redirect = tokio::net::TcpListener::bind(("127.0.0.1", redirect_port))
+        .await
+        .unwrap();
+    let (public, stop, task, _dir) = start_server(dir, &toml, redirect).await;
+    wait_until("the renewed certificate is served", || {
+        verified_by(&root, public)
+    })
+    .await;
+    let renewed = std::fs::read_to_string(&cert_file).unwrap();
+    assert_ne!(renewed, first);
+    assert_ne!(renewed, expiring.cert_pem);
+    assert_eq!(
+        std::fs::read_to_string(&account_file).unwrap(),
+        account_json
+    );
+    let _ = stop.send(());
+    task.await.unwrap().unwrap();
+}

@@ -1,0 +1,184 @@
+//! Bad TLS input: a missing, unreadable or mismatched pair stops the start
+//! naming the key and the file; garbage, plain HTTP, truncated and silent
+//! handshakes are closed or answered without harm; a certificate about to
+//! expire shows in the metrics.
+
+use std::time::Duration;
+
+use crate::support::tls::{Ca, client_config, config_toml, handshake, start_origin, try_start};
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::TcpStream;
+
+const HOST: &str = "tickets.test";
+
+/// The start error for `[server.tls]` lines `tls`.
+async fn start_error(tls: &str, prepare: impl FnOnce(&std::path::Path)) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    prepare(dir.path());
+    let origin = start_origin().await;
+    let toml = config_toml(dir.path(), origin, "", tls);
+    match try_start(dir, &toml).await {
+        Ok(_) => panic!("started with {tls}"),
+        Err(e) => format!("{e:#}"),
+    }
+}
+
+#[tokio::test]
+async fn bad_pairs_stop_the_start_naming_key_and_file() {
+    let ca = Ca::new("test ca");
+    let a = ca.leaf(&[HOST], 30);
+    let b = ca.leaf(&[HOST], 30);
+    let pair = "cert = \"{dir}/site.crt\"\nkey = \"{dir}/site.key\"";
+
+    let e = start_error(pair, |_| {}).await;
+    assert!(
+        e.contains("server.tls.cert") && e.contains("site.crt") && e.contains("cannot read"),
+        "{e}"
+    );
+
+    let e = start_error(pair, |d| {
+        std::fs::write(d.join("site.crt"), &a.cert_pem).unwrap();
+    })
+    .await;
+    assert!(
+        e.contains("server.tls.key") && e.contains("site.key"),
+        "{e}"
+    );
+
+    let e = start_error(pair, |d| {
+        std::fs::write(d.join("site.crt"), &a.cert_pem).unwrap();
+        std::fs::write(d.join("site.key"), &b.key_pem).unwrap();
+    })
+    .await;
+    assert!(
+        e.contains("server.tls.key") && e.contains("does not match"),
+        "{e}"
+    );
+
+    let e = start_error(pair, |d| {
+        std::fs::write(d.join("site.crt"), "garbage").unwrap();
+        std::fs::write(d.join("site.key"), &a.key_pem).unwrap();
+    })
+    .await;
+    assert!(
+        e.contains("server.tls.cert") && e.contains("no PEM certificate"),
+        "{e}"
+    );
+
+    let e = start_error(pair, |d| {
+        std::fs::write(d.join("site.crt"), &a.cert_pem).unwrap();
+        std::fs::write(d.join("site.key"), &a.cert_pem).unwrap();
+    })
+    .await;
+    assert!(
+        e.contains("server.tls.key") && e.contains("not a PEM private key"),
+        "{e}"
+    );
+
+    let many = "[[server.tls.certs]]\ncert = \"{dir}/x.crt\"\nkey = \"{dir}/x.key\"";
+    let e = start_error(many, |_| {}).await;
+    assert!(
+        e.contains("server.tls.certs[0].cert") && e.contains("x.crt"),
+        "{e}"
+    );
+
+    // insecure_cookies contradicts HTTPS: refused by name.
+    let dir = tempfile::tempdir().unwrap();
+    let toml = config_toml(
+        dir.path(),
+        "127.0.0.1:1".parse().unwrap(),
+        "insecure_cookies = true",
+        pair,
+    );
+    let e = anteroom::Config::from_toml(&toml).unwrap_err().to_string();
+    assert!(e.contains("server.insecure_cookies"), "{e}");
+    let toml = config_toml(
+        dir.path(),
+        "127.0.0.1:1".parse().unwrap(),
+        "",
+        "redirect_listen = \"nope\"",
+    );
+    let e = anteroom::Config::from_toml(&toml).unwrap_err().to_string();
+    assert!(e.contains("server.tls.cert"), "{e}");
+}
+
+#[tokio::test]
+async fn garbage_plain_http_and_broken_handshakes_are_closed_cleanly() {
+    let ca = Ca::new("test ca");
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = ca.leaf(&[HOST], 3).write(dir.path(), "site");
+    let origin = start_origin().await;
+    let tls = format!("cert = {cert:?}\nkey = {key:?}");
+    let toml = config_toml(dir.path(), origin, "header_read_timeout = \"1s\"", &tls);
+    let s = try_start(dir, &toml).await.unwrap();
+
+    let read_all = |mut c: TcpStream| async move {
+        let mut out = Vec::new();
+        let r = tokio::time::timeout(Duration::from_secs(10), c.read_to_end(&mut out)).await;
+        assert!(r.is_ok(), "connection left open");
+        out
+    };
+    // Plain HTTP on the TLS port: a readable 400, then close.
+    let mut c = TcpStream::connect(s.public).await.unwrap();
+    c.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let out = String::from_utf8(read_all(c).await).unwrap();
+    assert!(
+        out.starts_with("HTTP/1.1 400") && out.contains("\"https_required\""),
+        "{out}"
+    );
+    let body = out.split("\r\n\r\n").nth(1).unwrap();
+    assert!(
+        out.contains(&format!("content-length: {}", body.len())),
+        "{out}"
+    );
+
+    // Garbage bytes: closed (with an alert or without).
+    let mut c = TcpStream::connect(s.public).await.unwrap();
+    c.write_all(&[0x16, 0x03, 0x01, 0xff, 0xff, 1, 2, 3, 0, 0, 0])
+        .await
+        .unwrap();
+    c.write_all(&[0u8; 512]).await.unwrap();
+    read_all(c).await;
+    let mut c = TcpStream::connect(s.public).await.unwrap();
+    c.write_all(&[0x00, 0x01, 0x02, 0xff]).await.unwrap();
+    read_all(c).await;
+
+    // Half a ClientHello and then silence: closed by the first-bytes timeout.
+    let mut c = TcpStream::connect(s.public).await.unwrap();
+    c.write_all(&[0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01, 0xfc])
+        .await
+        .unwrap();
+    read_all(c).await;
+    // Nothing at all: closed too.
+    let c = TcpStream::connect(s.public).await.unwrap();
+    read_all(c).await;
+    // A client that hangs up mid-handshake.
+    let mut c = TcpStream::connect(s.public).await.unwrap();
+    c.write_all(&[0x16, 0x03, 0x01, 0x02, 0x00, 0x01])
+        .await
+        .unwrap();
+    drop(c);
+
+    // After all of it, a real client is served.
+    let h = handshake(s.public, HOST, client_config(ca.roots(), &[b"h2"]))
+        .await
+        .unwrap();
+    assert_eq!(h.alpn.as_deref(), Some(&b"h2"[..]));
+
+    // Three days left: the expiry gauge says so (the log warns at start).
+    let m = s.metrics().await;
+    let left: f64 = m
+        .lines()
+        .find(|l| l.starts_with("anteroom_tls_cert_expiry_seconds{cert=\"server.tls\"}"))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap();
+    assert!(left > 2.0 * 86400.0 && left < 7.0 * 86400.0, "{left}");
+    assert!(
+        m.contains("anteroom_tls_handshake_failures_total{reason=\"plain_http\"}"),
+        "{m}"
+    );
+    s.stop().await;
+}
