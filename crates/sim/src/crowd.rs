@@ -37,9 +37,15 @@ use crate::{
 /// `anteroom-sim crowd`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct CrowdArgs {
-    /// Anteroom's public listener, e.g. `http://127.0.0.1:8080`.
+    /// Anteroom's public listener, e.g. `http://127.0.0.1:8080`; several
+    /// nodes as a comma-separated list (`http://127.0.0.1:8080,http://127.0.0.1:8081`),
+    /// the connections spread over them in turn and `Host` the first one's.
     #[arg(long)]
     pub target: String,
+    /// PID of a server process (repeatable: one per node) whose peak RSS
+    /// (`VmHWM`) the report gives as `server_peak_rss_bytes` (the largest).
+    #[arg(long)]
+    pub server_pid: Vec<u32>,
     /// Event id.
     #[arg(long)]
     pub event: String,
@@ -189,14 +195,28 @@ pub async fn simulate(args: &CrowdArgs, origin: OriginSource) -> anyhow::Result<
         .redirect(reqwest::redirect::Policy::none())
         .timeout(Duration::from_secs(30))
         .build()?;
-    let (addr, host) = target(&args.target).await?;
+    let mut addrs = Vec::new();
+    let mut host = None;
+    for url in args
+        .target
+        .split(',')
+        .map(str::trim)
+        .filter(|u| !u.is_empty())
+    {
+        let (addr, authority) = target(url).await?;
+        addrs.push(addr);
+        host.get_or_insert(authority);
+    }
+    let Some(host) = host else {
+        bail!("--target names no server");
+    };
     let uri = |path: &str| -> anyhow::Result<Uri> {
         format!("{path}?eventId={}", args.event)
             .parse()
             .with_context(|| format!("event id {:?} in a URL", args.event))
     };
     let cfg = Config {
-        addr,
+        addrs,
         host: HeaderValue::from_str(&host).context("target host")?,
         enter: uri("/api/queue/enter")?,
         position: uri("/api/queue/position")?,
@@ -262,8 +282,15 @@ pub async fn simulate(args: &CrowdArgs, origin: OriginSource) -> anyhow::Result<
         load_start,
         load_end: usage::load_average(),
     };
+    let server_peak_rss_bytes = args
+        .server_pid
+        .iter()
+        .filter_map(|&pid| usage::peak_rss_bytes_of(pid))
+        .max();
     let facts = RunFacts {
         warmup_us: args.warmup.saturating_mul(1_000_000),
+        browse_us: args.browse.saturating_mul(1000),
+        server_peak_rss_bytes,
         max_origin_concurrency: final_stats.map(|s| s.max_concurrency).or(sampled_max),
         max_active: args.max_active,
         max_active_observed: live.max_active.load(std::sync::atomic::Ordering::Relaxed),

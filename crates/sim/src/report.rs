@@ -60,6 +60,9 @@ pub struct Tally {
     pub stream_fallbacks: BTreeMap<&'static str, u64>,
     /// Error occurrences by kind, e.g. `position_429_rate_limited`.
     pub errors: BTreeMap<String, u64>,
+    /// Requests answered by each node of `--target`, in its order (push
+    /// streams aside).
+    pub requests_by_node: Vec<u64>,
     /// Visitors that gave up, by the error that ended them (`deadline`:
     /// still under way when the run stopped). Every visitor that does not
     /// live its whole plan is here exactly once.
@@ -174,6 +177,14 @@ pub struct Report {
     /// Mean of (active sessions + outstanding tokens) / `max_active` while
     /// anyone waited, from the first admission on ([`capacity::capacity_use`]).
     pub capacity_use: Option<f64>,
+    /// Admissions a second from the first to the last (server-side times).
+    pub drain_rate_per_s: Option<f64>,
+    /// What the origin allows: `max_active` / the session length (`--browse`).
+    pub capacity_per_s: Option<f64>,
+    /// `drain_rate_per_s / capacity_per_s`.
+    pub drain_share: Option<f64>,
+    /// The largest peak RSS (`VmHWM`) of the `--server-pid` processes.
+    pub server_peak_rss_bytes: Option<u64>,
     /// From an admission (its token's issue time) to the first answer that
     /// told its visitor.
     pub admission_to_visitor_p50_ms: Option<f64>,
@@ -193,6 +204,8 @@ pub struct Report {
     pub stream_fallbacks: BTreeMap<&'static str, u64>,
     pub challenges_solved: u64,
     pub errors: BTreeMap<String, u64>,
+    /// Requests answered by each node of `--target` (push streams aside).
+    pub requests_by_node: Vec<u64>,
     pub bot_admitted_share: Option<f64>,
     pub human_admitted_share: Option<f64>,
     pub enter_latency: Latency,
@@ -223,6 +236,11 @@ pub struct Report {
 pub struct RunFacts {
     /// Left out of `capacity_use` after the first admission (`--warmup`).
     pub warmup_us: u64,
+    /// How long an admitted visitor browses (`--browse`): the session
+    /// length that, with `max_active`, bounds how fast the queue can drain.
+    pub browse_us: u64,
+    /// The largest peak RSS of the server processes named with `--server-pid`.
+    pub server_peak_rss_bytes: Option<u64>,
     pub max_origin_concurrency: Option<u64>,
     pub max_active: Option<u64>,
     pub max_active_observed: u64,
@@ -287,6 +305,11 @@ pub fn build(records: &[VisitorRecord], tally: &Tally, facts: RunFacts) -> Repor
         .max_active
         .and_then(|max| capacity::capacity_use(records, max, run_end_us, facts.warmup_us));
     let lag = capacity::admission_to_visitor(records);
+    let drain_rate_per_s = capacity::drain_rate_per_s(records, facts.max_active);
+    let capacity_per_s = facts
+        .max_active
+        .filter(|_| facts.browse_us > 0)
+        .map(|max| max as f64 * 1e6 / facts.browse_us as f64);
     Report {
         visitors: records.len(),
         admitted: admitted.len(),
@@ -298,6 +321,10 @@ pub fn build(records: &[VisitorRecord], tally: &Tally, facts: RunFacts) -> Repor
         max_active: facts.max_active,
         max_active_observed: facts.max_active_observed,
         capacity_use,
+        drain_rate_per_s,
+        capacity_per_s,
+        drain_share: drain_rate_per_s.zip(capacity_per_s).map(|(d, c)| d / c),
+        server_peak_rss_bytes: facts.server_peak_rss_bytes,
         admission_to_visitor_p50_ms: ms(lag.percentile(50.0)),
         admission_to_visitor_p99_ms: ms(lag.percentile(99.0)),
         eta_honest_share,
@@ -315,6 +342,7 @@ pub fn build(records: &[VisitorRecord], tally: &Tally, facts: RunFacts) -> Repor
         stream_fallbacks: tally.stream_fallbacks.clone(),
         challenges_solved: records.iter().map(|r| u64::from(r.challenges)).sum(),
         errors,
+        requests_by_node: tally.requests_by_node.clone(),
         bot_admitted_share: share(true),
         human_admitted_share: share(false),
         enter_latency: Latency::of(&tally.enter_us),
@@ -413,6 +441,15 @@ pub fn render_text(r: &Report) -> String {
     );
     s += &format!("capacity use          {}\n", pct(r.capacity_use));
     s += &format!(
+        "drain rate            {}/s of {}/s allowed ({})\n",
+        opt(r.drain_rate_per_s, 0),
+        opt(r.capacity_per_s, 0),
+        pct(r.drain_share)
+    );
+    if let Some(b) = r.server_peak_rss_bytes {
+        s += &format!("server peak RSS       {:.1} MiB\n", b as f64 / 1048576.0);
+    }
+    s += &format!(
         "admission to visitor  p50 {} ms, p99 {} ms\n",
         opt(r.admission_to_visitor_p50_ms, 0),
         opt(r.admission_to_visitor_p99_ms, 0)
@@ -442,6 +479,9 @@ pub fn render_text(r: &Report) -> String {
     s += &format!("enter latency         {}\n", lat(&r.enter_latency));
     s += &format!("position latency      {}\n", lat(&r.position_latency));
     s += &format!("redeem latency        {}\n", lat(&r.redeem_latency));
+    if r.requests_by_node.len() > 1 {
+        s += &format!("requests by node      {:?}\n", r.requests_by_node);
+    }
     s += &format!("duration              {:.1} s\n", r.duration_s);
     s += &format!(
         "visitors completed    {} (gave up {})\n",

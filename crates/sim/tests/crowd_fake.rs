@@ -170,6 +170,7 @@ async fn start_fake() -> String {
 fn args(target: String) -> CrowdArgs {
     CrowdArgs {
         target,
+        server_pid: vec![],
         event: "drop".into(),
         visitors: 200,
         arrival: Arrival::Poisson,

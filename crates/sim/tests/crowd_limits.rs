@@ -66,6 +66,7 @@ async fn rate_limited_visitors_are_counted_never_dropped() {
 
     let args = CrowdArgs {
         target,
+        server_pid: vec![],
         event: "limits".into(),
         visitors: 300,
         arrival: Arrival::Burst,

@@ -66,6 +66,8 @@ async fn three_hundred_visitors_are_all_admitted_in_order_within_max_active() {
 
     let args = CrowdArgs {
         target,
+        // The server runs in this process: its peak RSS is ours.
+        server_pid: vec![std::process::id()],
         event: "smoke".into(),
         visitors: 300,
         arrival: Arrival::Burst,
@@ -117,6 +119,18 @@ async fn three_hundred_visitors_are_all_admitted_in_order_within_max_active() {
     assert!(
         lag_p99 < 10_000.0,
         "an admission reached its visitor {lag_p99} ms late with 200 ms polls"
+    );
+    let drain = r.drain_rate_per_s.expect("the drain rate is reported");
+    let allowed = r.capacity_per_s.expect("the capacity is reported");
+    assert!(drain > 0.0, "{drain}");
+    assert!(
+        (allowed - MAX_ACTIVE as f64 * 10.0).abs() < 1e-9,
+        "max_active {MAX_ACTIVE} / 100 ms browse: {allowed}"
+    );
+    assert!(
+        r.server_peak_rss_bytes.is_some_and(|b| b > 1 << 20),
+        "the server's peak RSS is read: {:?}",
+        r.server_peak_rss_bytes
     );
     assert!(
         r.streams_opened > 0,

@@ -21,9 +21,12 @@ pub struct Answer {
     pub body: Bytes,
 }
 
-/// A connection slot of the pool: open, or to be opened at its next use.
-#[derive(Default)]
+/// A connection slot of the pool, bound to one server node: open, or to be
+/// opened at its next use.
 pub struct Conn {
+    /// Which of the run's nodes (its index in `--target`) it goes to.
+    pub node: usize,
+    addr: SocketAddr,
     sender: Option<SendRequest<Full<Bytes>>>,
 }
 
@@ -49,8 +52,18 @@ pub(super) async fn connect(addr: SocketAddr) -> Result<SendRequest<Full<Bytes>>
 }
 
 impl Conn {
+    /// A slot to node `node` at `addr`, opened at its first use.
+    pub fn to(node: usize, addr: SocketAddr) -> Self {
+        Conn {
+            node,
+            addr,
+            sender: None,
+        }
+    }
+
     /// Sends `req` (opening the socket first when needed) and reads the whole answer.
-    pub async fn exchange(self, addr: SocketAddr, req: Request<Full<Bytes>>) -> Exchange {
+    pub async fn exchange(self, req: Request<Full<Bytes>>) -> Exchange {
+        let (node, addr) = (self.node, self.addr);
         let mut connected = false;
         let mut sender = match self.sender {
             Some(s) if !s.is_closed() => s,
@@ -60,7 +73,7 @@ impl Conn {
                     Ok(s) => s,
                     Err(e) => {
                         return Exchange {
-                            conn: Conn::default(),
+                            conn: Conn::to(node, addr),
                             connected,
                             result: Err(e),
                         };
@@ -83,6 +96,8 @@ impl Conn {
         .unwrap_or(Err("timeout"));
         // After an error the connection's state is unknown: open a fresh one.
         let conn = Conn {
+            node,
+            addr,
             sender: result.is_ok().then_some(sender),
         };
         Exchange {

@@ -66,7 +66,10 @@ pub struct Live {
 
 /// What the scheduler needs to know of the run.
 pub struct Config {
-    pub addr: SocketAddr,
+    /// The server nodes; the pool's connections are spread over them in
+    /// turn, as a round-robin load balancer would, so one visitor's requests
+    /// reach any node.
+    pub addrs: Vec<SocketAddr>,
     pub host: HeaderValue,
     pub enter: Uri,
     pub position: Uri,
@@ -176,6 +179,7 @@ impl Fleet {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
             - since_start;
+        let nodes = cfg.addrs.len();
         let fleet = Fleet {
             cfg,
             start,
@@ -190,7 +194,10 @@ impl Fleet {
             passes: HashMap::new(),
             answers: HashMap::new(),
             odd_sids: HashMap::new(),
-            tally: Tally::default(),
+            tally: Tally {
+                requests_by_node: vec![0; nodes],
+                ..Tally::default()
+            },
             rng,
             settled: 0,
             connects: 0,
@@ -421,9 +428,9 @@ impl Fleet {
         let Some(mut news) = self.news_rx.take() else {
             unreachable!("a fleet runs once");
         };
-        let addr = self.cfg.addr;
+        let addrs = self.cfg.addrs.clone();
         let mut idle: Vec<Conn> = (0..self.cfg.connections.max(1))
-            .map(|_| Conn::default())
+            .map(|i| Conn::to(i % addrs.len(), addrs[i % addrs.len()]))
             .collect();
         let mut inflight = FuturesUnordered::new();
         let deadline =
@@ -449,7 +456,7 @@ impl Fleet {
                     self.tally.poll_lag_us.record(lag);
                 }
                 inflight.push(
-                    conn.exchange(addr, req)
+                    conn.exchange(req)
                         .map(move |x: Exchange| (x, id, step, now)),
                 );
             }
@@ -466,6 +473,9 @@ impl Fleet {
                 Some((x, id, step, sent)) = inflight.next(), if !inflight.is_empty() => {
                     woke = std::time::Instant::now();
                     self.requests += 1;
+                    if let Some(n) = self.tally.requests_by_node.get_mut(x.conn.node) {
+                        *n += 1;
+                    }
                     self.connects += u64::from(x.connected);
                     idle.push(x.conn);
                     self.answered(id, step, sent, x.result);
@@ -557,7 +567,7 @@ impl Fleet {
         };
         self.tally.streams_opened += 1;
         let task = tokio::spawn(super::stream::follow(
-            self.cfg.addr,
+            self.cfg.addrs[id as usize % self.cfg.addrs.len()],
             req,
             id,
             self.news_tx.clone(),

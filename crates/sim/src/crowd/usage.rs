@@ -29,6 +29,14 @@ pub fn rss_bytes() -> u64 {
     pages * 4096
 }
 
+/// Peak resident set size (`VmHWM`) of process `pid` in bytes, while it runs.
+pub fn peak_rss_bytes_of(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
 /// The 1-minute load average.
 pub fn load_average() -> Option<f64> {
     std::fs::read_to_string("/proc/loadavg")
@@ -53,6 +61,9 @@ mod tests {
         std::hint::black_box(x);
         assert!(cpu_seconds().unwrap() >= before);
         assert!(rss_bytes() > 0);
+        let peak = peak_rss_bytes_of(std::process::id()).unwrap();
+        assert!(peak >= rss_bytes() / 2, "VmHWM {peak} below the RSS");
+        assert_eq!(peak_rss_bytes_of(u32::MAX), None);
         assert!(load_average().is_some());
     }
 }

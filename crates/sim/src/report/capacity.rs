@@ -77,6 +77,26 @@ pub fn admission_to_visitor(records: &[VisitorRecord]) -> Hist {
     h
 }
 
+/// Admissions a second once the first `max_active` are out: the slots'
+/// turnover, which `max_active` / the session length bounds. The first
+/// `max_active` admissions fill empty slots at the opening, all at once, so
+/// counting them would credit the queue with a rate no origin allowed; from
+/// the `max_active`-th admission on, each needs a slot given back. Without a
+/// known `max_active` every admission counts.
+pub fn drain_rate_per_s(records: &[VisitorRecord], max_active: Option<u64>) -> Option<f64> {
+    let mut at: Vec<u64> = records
+        .iter()
+        .filter_map(|r| r.admitted_at.or(r.admitted_seen))
+        .collect();
+    at.sort_unstable();
+    let skip = max_active.map_or(0, |m| {
+        usize::try_from(m).unwrap_or(usize::MAX).saturating_sub(1)
+    });
+    let steady = at.get(skip..)?;
+    let (&first, &last) = (steady.first()?, steady.last()?);
+    (last > first).then(|| (steady.len() - 1) as f64 * 1e6 / (last - first) as f64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -162,5 +182,24 @@ mod tests {
         let h = admission_to_visitor(&r);
         assert_eq!(h.count(), 2);
         assert!(h.max().unwrap() >= 1_000);
+    }
+
+    #[test]
+    fn the_drain_rate_is_the_turnover_after_the_opening_fill() {
+        // max_active 2: two admitted at 0, then one every 500 ms: 2 a second.
+        let mut r = vec![
+            visitor(0, Some(0), Some(1), Some(1_000_000)),
+            visitor(0, Some(0), Some(1), Some(1_000_000)),
+        ];
+        for k in 1..=10u64 {
+            r.push(visitor(0, Some(k * 500_000), Some(k * 500_000 + 1), None));
+        }
+        let rate = drain_rate_per_s(&r, Some(2)).unwrap();
+        // From the 2nd admission (0) to the 12th (5 s): 10 admissions in 5 s.
+        assert!((rate - 2.0).abs() < 1e-9, "{rate}");
+        // Counting the opening fill as turnover overstates it.
+        assert!(drain_rate_per_s(&r, None).unwrap() > rate);
+        assert_eq!(drain_rate_per_s(&r[..1], Some(2)), None);
+        assert_eq!(drain_rate_per_s(&[], None), None);
     }
 }
