@@ -17,36 +17,12 @@ use anteroom_store::{
     StoreError, UnavailableKind,
 };
 
-const TIMEOUT: Duration = Duration::from_millis(500);
+mod support;
+
+use support::{TIMEOUT, event, open};
 
 async fn store(server: &RedisServer) -> RedisStore {
-    let cfg = RedisConfig {
-        urls: vec![server.url()],
-        cluster: false,
-        timeout: TIMEOUT,
-    };
-    RedisStore::connect(&cfg).await.unwrap()
-}
-
-fn event(id: &str) -> EventId {
-    EventId::new(id).unwrap()
-}
-
-/// Scoring of an event that opened an hour ago: scores order by arrival time
-/// (an event open for more than ~50 days saturates and ties every score).
-fn open() -> JoinScoring {
-    static OPENS_AT_US: std::sync::LazyLock<i64> = std::sync::LazyLock::new(|| {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap();
-        i64::try_from(now.as_micros()).unwrap() - 3_600_000_000
-    });
-    JoinScoring {
-        opens_at_us: *OPENS_AT_US,
-        prewindow_score: -1,
-        tiebreak: 0,
-        behind: false,
-    }
+    support::connect(vec![server.url()], false).await
 }
 
 fn nonces(n: usize, seed: u8) -> Vec<Nonce> {

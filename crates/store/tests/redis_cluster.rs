@@ -6,41 +6,18 @@
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-use anteroom_core::score::JoinScoring;
-use anteroom_store::redis::{RedisConfig, RedisStore};
+use anteroom_store::redis::RedisStore;
 use anteroom_store::testing::RedisCluster;
 use anteroom_store::{
     AdmitRequest, EventId, ExpireRequest, MemberState, QueueStore, RedeemOutcome, StoreError,
 };
 
-const TIMEOUT: Duration = Duration::from_millis(500);
+mod support;
+
+use support::{TIMEOUT, event, open};
 
 async fn store(cluster: &RedisCluster) -> RedisStore {
-    let cfg = RedisConfig {
-        urls: cluster.urls(),
-        cluster: true,
-        timeout: TIMEOUT,
-    };
-    RedisStore::connect(&cfg).await.unwrap()
-}
-
-fn event(id: &str) -> EventId {
-    EventId::new(id).unwrap()
-}
-
-fn open() -> JoinScoring {
-    static OPENS_AT_US: std::sync::LazyLock<i64> = std::sync::LazyLock::new(|| {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap();
-        i64::try_from(now.as_micros()).unwrap() - 3_600_000_000
-    });
-    JoinScoring {
-        opens_at_us: *OPENS_AT_US,
-        prewindow_score: -1,
-        tiebreak: 0,
-        behind: false,
-    }
+    support::connect(cluster.urls(), true).await
 }
 
 /// Join, admit, redeem, stats and expire on one event: every script runs on

@@ -6,7 +6,9 @@
 use std::io::Write;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use crate::support::server::{ADMIN_TOKEN, TestServer, Visitor, config_toml};
+use crate::support::config::{ADMIN_TOKEN, Event, FAST_BATCH};
+use crate::support::server::{self, TestServer};
+use crate::support::visitor::Visitor;
 use http::{Method, StatusCode};
 use serde_json::{Value, json};
 
@@ -273,8 +275,9 @@ async fn put_validates_exactly_like_the_config_file() {
     }
     // The same table in a file is refused with the same words.
     let dir = tempfile::tempdir().unwrap();
-    let file = config_toml(s.origin_addr, dir.path(), "")
-        + &format!("[[events]]\nid = \"vip\"\norigin = \"{origin}\"\npaths = [\"/TICKETS/\"]\n");
+    let file = server::config(dir.path(), s.origin_addr, server::tickets(s.origin_addr))
+        .event(Event::new("vip", &origin).paths(&["/TICKETS/"]))
+        .toml();
     let err = anteroom::Config::from_toml(&file).unwrap_err().to_string();
     assert!(
         err.contains("events[2].paths[0]")
@@ -467,7 +470,7 @@ async fn delete_is_refused_while_visitors_are_present_unless_forced() {
         .0,
         StatusCode::NO_CONTENT
     );
-    let toml = config_toml(s.origin_addr, s.dir(), "");
+    let toml = server::config(s.dir(), s.origin_addr, server::tickets(s.origin_addr)).toml();
     let s = s.restart(&toml).await;
     assert_eq!(
         call(&s, Method::GET, "/admin/events/tickets", ADMIN_TOKEN, None)
@@ -482,7 +485,12 @@ async fn delete_is_refused_while_visitors_are_present_unless_forced() {
         StatusCode::NOT_FOUND
     );
     // A changed table in the file brings it back.
-    let toml = config_toml(s.origin_addr, s.dir(), "pre_window = \"30s\"");
+    let toml = server::config(
+        s.dir(),
+        s.origin_addr,
+        server::tickets(s.origin_addr).line("pre_window = \"30s\""),
+    )
+    .toml();
     let s = s.restart(&toml).await;
     assert_eq!(
         call(&s, Method::GET, "/admin/events/tickets", ADMIN_TOKEN, None)
@@ -507,7 +515,7 @@ async fn the_file_wins_for_keys_it_changed_after_the_stored_change() {
     .await;
     assert_eq!(status, StatusCode::OK);
     // Same file: the stored change stands, and the start says so.
-    let toml = config_toml(s.origin_addr, s.dir(), "");
+    let toml = server::config(s.dir(), s.origin_addr, server::tickets(s.origin_addr)).toml();
     let s = s.restart(&toml).await;
     let (_, ev) = call(&s, Method::GET, "/admin/events/tickets", ADMIN_TOKEN, None).await;
     assert_eq!(ev["config"]["max_active"], 9);
@@ -518,8 +526,11 @@ async fn the_file_wins_for_keys_it_changed_after_the_stored_change() {
     );
     // The file changes max_active and pre_window: both win; the stored
     // change of another key would still stand.
-    let toml = config_toml(s.origin_addr, s.dir(), "pre_window = \"30s\"")
-        .replace("max_active = 2", "max_active = 4");
+    let tickets = Event::at("tickets", s.origin_addr)
+        .max_active(4)
+        .admission(FAST_BATCH)
+        .line("pre_window = \"30s\"");
+    let toml = server::config(s.dir(), s.origin_addr, tickets).toml();
     let s = s.restart(&toml).await;
     let (_, ev) = call(&s, Method::GET, "/admin/events/tickets", ADMIN_TOKEN, None).await;
     assert_eq!(

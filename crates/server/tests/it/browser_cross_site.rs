@@ -8,13 +8,14 @@
 //! there: the production cookie settings are tested as they are, with no
 //! browser flag and no `insecure_cookies`.
 
-use crate::support::server;
+use crate::support::origin::Origin;
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use crate::support::browser::{status_text, wait_for, with_browser};
-use crate::support::server::{ADMIN_TOKEN, SECRET, TestServer};
+use crate::support::browser::{drop_event, status_text, wait_for, with_browser};
+use crate::support::config::{ADMIN_TOKEN, ConfigBuilder};
+use crate::support::server::TestServer;
 use anyhow::{Context, Result, ensure};
 use axum::Router;
 use axum::response::Html;
@@ -23,25 +24,11 @@ use fantoccini::{Client, Locator};
 const STEP: Duration = Duration::from_secs(30);
 
 fn config(origin: SocketAddr, dir: &std::path::Path, cookies: &str) -> String {
-    format!(
-        r#"
-[server]
-admin_token = "{ADMIN_TOKEN}"
-{cookies}
-[store]
-path = "{}"
-[keys]
-secrets = ["{SECRET}"]
-[[events]]
-id = "drop"
-origin = "http://{origin}"
-paths = ["/shop"]
-max_active = 5
-admission = {{ mode = "batch", batch_size = 1, interval = "200ms" }}
-bots = {{ challenge = "off" }}
-"#,
-        dir.display()
-    )
+    ConfigBuilder::new()
+        .server_line(cookies)
+        .embedded(dir)
+        .event(drop_event(origin).challenge_off())
+        .toml()
 }
 
 /// The other site: a page with a link to the waiting page, a link to a
@@ -96,10 +83,11 @@ async fn waiting(s: &TestServer) -> u64 {
 /// Every journey with the given `[server.cookies]` lines, with the pass
 /// cookie named `pass_name`.
 async fn journeys(cookies: &str, sid_name: &'static str, post_reaches_origin: bool) {
-    let (origin_addr, origin) = server::start_origin().await;
+    let origin = Origin::start().await;
+    let origin_addr = origin.addr;
     let dir = tempfile::tempdir().unwrap();
     let toml = config(origin_addr, dir.path(), cookies);
-    let s = TestServer::start_with(&toml, origin_addr, origin, dir).await;
+    let s = TestServer::start_with(&toml, origin, dir).await;
     s.pause("drop", "pause").await;
     let public = s.public;
     let other = other_site(public).await;

@@ -4,13 +4,15 @@
 //! screenshots at 1280 and 390 px, and axe-core with no serious or critical
 //! violation.
 
+use crate::support::config::ADMIN_TOKEN;
 use crate::support::server;
+use crate::support::visitor::Visitor;
 
 use std::time::{Duration, Instant};
 
 use crate::support::browser::axe::{axe_check, axe_source};
 use crate::support::browser::{artifacts_dir, wait_for, with_browser_args};
-use crate::support::server::{ADMIN_TOKEN, TestServer, Visitor};
+use crate::support::server::TestServer;
 use anyhow::{Context, Result, bail, ensure};
 use fantoccini::{Client, Locator};
 use http::{Method, StatusCode};

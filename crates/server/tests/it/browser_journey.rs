@@ -4,12 +4,14 @@
 //! position moving (and the pause), is admitted, redeems and lands on the
 //! original path with the pass cookie.
 
-use crate::support::server;
+use crate::support::origin::Origin;
+use crate::support::visitor::Visitor;
 
 use std::time::Duration;
 
-use crate::support::browser::{status_text, wait_for, with_browser};
-use crate::support::server::{ADMIN_TOKEN, SECRET, TestServer, Visitor};
+use crate::support::browser::{drop_event, status_text, wait_for, with_browser};
+use crate::support::config::ConfigBuilder;
+use crate::support::server::TestServer;
 use anyhow::{Context, Result, ensure};
 use fantoccini::{Client, Locator};
 use http::{Method, StatusCode};
@@ -20,25 +22,14 @@ const RELEASE: &str = "/api/queue/release?eventId=drop";
 const STEP: Duration = Duration::from_secs(30);
 
 fn config(origin: std::net::SocketAddr, dir: &std::path::Path) -> String {
-    format!(
-        r#"
-[server]
-admin_token = "{ADMIN_TOKEN}"
-insecure_cookies = true
-[store]
-path = "{}"
-[keys]
-secrets = ["{SECRET}"]
-[[events]]
-id = "drop"
-origin = "http://{origin}"
-paths = ["/shop"]
-max_active = 5
-admission = {{ mode = "batch", batch_size = 1, interval = "200ms" }}
-bots = {{ challenge = "all", difficulty = 12, high_risk = "allow" }}
-"#,
-        dir.display()
-    )
+    ConfigBuilder::new()
+        .server_line("insecure_cookies = true")
+        .embedded(dir)
+        .event(
+            drop_event(origin)
+                .line(r#"bots = { challenge = "all", difficulty = 12, high_risk = "allow" }"#),
+        )
+        .toml()
 }
 
 /// A scripted visitor ahead of the browser; answers a challenge in Rust if asked.
@@ -74,10 +65,11 @@ async fn status_contains(client: &Client, what: &str) -> Result<String> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn journey_against_the_real_server() {
-    let (origin_addr, origin) = server::start_origin().await;
+    let origin = Origin::start().await;
+    let origin_addr = origin.addr;
     let dir = tempfile::tempdir().unwrap();
     let toml = config(origin_addr, dir.path());
-    let s = TestServer::start_with(&toml, origin_addr, origin, dir).await;
+    let s = TestServer::start_with(&toml, origin, dir).await;
     // Paused, so the two visitors ahead stay ahead until the test lets them go.
     s.pause("drop", "pause").await;
     let mut ahead = [join(&s).await, join(&s).await];

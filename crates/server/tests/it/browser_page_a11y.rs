@@ -15,15 +15,17 @@
 //!   the event under an open page.
 
 use crate::support::browser;
-use crate::support::server;
+use crate::support::origin::Origin;
+use crate::support::visitor::Visitor;
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::support::browser::axe::{axe_check, axe_check_allowing, axe_source};
-use crate::support::browser::{wait_for, with_browser, with_browser_args};
-use crate::support::server::{ADMIN_TOKEN, SECRET, TestServer, Visitor};
+use crate::support::browser::{drop_event, wait_for, with_browser, with_browser_args};
+use crate::support::config::{ConfigBuilder, Event};
+use crate::support::server::TestServer;
 use anteroom::page::{
     Lang, PageContext, Pages, RedeemFailure, Refusal, content_security_policy, static_asset,
 };
@@ -235,41 +237,15 @@ async fn refreshing(client: &Client) -> Result<bool> {
 }
 
 fn config(origin: std::net::SocketAddr, dir: &std::path::Path) -> String {
-    format!(
-        r#"
-[server]
-admin_token = "{ADMIN_TOKEN}"
-insecure_cookies = true
-[store]
-path = "{}"
-[keys]
-secrets = ["{SECRET}"]
-[limits]
-per_ip_per_second = 0
-entries_per_ip = 0
-per_session_per_second = 0
-[[events]]
-id = "drop"
-origin = "http://{origin}"
-paths = ["/shop"]
-max_active = 5
-admission = {{ mode = "batch", batch_size = 1, interval = "200ms" }}
-[[events]]
-id = "solo-en"
-origin = "http://{origin}"
-paths = ["/solo-en"]
-[[events]]
-id = "solo-fr"
-origin = "http://{origin}"
-paths = ["/solo-fr"]
-[[events]]
-id = "later"
-origin = "http://{origin}"
-paths = ["/later"]
-opens_at = "2099-01-01T10:00:00Z"
-"#,
-        dir.display()
-    )
+    ConfigBuilder::new()
+        .server_line("insecure_cookies = true")
+        .embedded(dir)
+        .no_limits()
+        .event(drop_event(origin))
+        .event(Event::at("solo-en", origin))
+        .event(Event::at("solo-fr", origin))
+        .event(Event::at("later", origin).line("opens_at = \"2099-01-01T10:00:00Z\""))
+        .toml()
 }
 
 async fn heading(client: &Client) -> Result<String> {
@@ -291,10 +267,11 @@ async fn shows(client: &Client, what: &str, heading_text: &str, status_text: &st
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_script_states_against_the_real_server_pass_axe() {
-    let (origin_addr, origin) = server::start_origin().await;
+    let origin = Origin::start().await;
+    let origin_addr = origin.addr;
     let dir = tempfile::tempdir().unwrap();
     let toml = config(origin_addr, dir.path());
-    let s = TestServer::start_with(&toml, origin_addr, origin, dir).await;
+    let s = TestServer::start_with(&toml, origin, dir).await;
     // Paused with two visitors ahead, so the browser waits third in line.
     s.pause("drop", "pause").await;
     // Paused and empty: each language's browser will be alone in its own.

@@ -9,12 +9,14 @@
 //! pre-window; every wait is a readiness check on the server's own phase and
 //! stats (`GET /admin/events/E` refreshes them), never a fixed sleep.
 
-use crate::support::server;
+use crate::support::origin::Origin;
+use crate::support::visitor::Visitor;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::support::browser::{wait_for, with_browser, with_browser_args};
-use crate::support::server::{ADMIN_TOKEN, SECRET, TestServer, Visitor};
+use crate::support::browser::{drop_event, wait_for, with_browser, with_browser_args};
+use crate::support::config::{ADMIN_TOKEN, ConfigBuilder};
+use crate::support::server::TestServer;
 use anyhow::{Result, bail, ensure};
 use fantoccini::Client;
 use http::{Method, StatusCode};
@@ -28,30 +30,16 @@ const PRE_WINDOW: &str = "5s";
 const STEP: Duration = Duration::from_secs(30);
 
 fn config(origin: std::net::SocketAddr, dir: &std::path::Path, opens_at: &str) -> String {
-    format!(
-        r#"
-[server]
-admin_token = "{ADMIN_TOKEN}"
-insecure_cookies = true
-[store]
-path = "{}"
-[keys]
-secrets = ["{SECRET}"]
-[limits]
-per_ip_per_second = 0
-entries_per_ip = 0
-per_session_per_second = 0
-[[events]]
-id = "drop"
-origin = "http://{origin}"
-paths = ["/shop"]
-max_active = 5
-opens_at = "{opens_at}"
-pre_window = "{PRE_WINDOW}"
-admission = {{ mode = "batch", batch_size = 1, interval = "200ms" }}
-"#,
-        dir.display()
-    )
+    ConfigBuilder::new()
+        .server_line("insecure_cookies = true")
+        .embedded(dir)
+        .no_limits()
+        .event(
+            drop_event(origin)
+                .line(&format!("opens_at = \"{opens_at}\""))
+                .line(&format!("pre_window = \"{PRE_WINDOW}\"")),
+        )
+        .toml()
 }
 
 /// A server whose event opens `TO_PRE_WINDOW` + the pre-window from now,
@@ -61,10 +49,11 @@ async fn server() -> TestServer {
     let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
     let opens = UNIX_EPOCH + now + TO_PRE_WINDOW + Duration::from_secs(5);
     let opens_at = humantime::format_rfc3339_millis(opens).to_string();
-    let (origin_addr, origin) = server::start_origin().await;
+    let origin = Origin::start().await;
+    let origin_addr = origin.addr;
     let dir = tempfile::tempdir().unwrap();
     let toml = config(origin_addr, dir.path(), &opens_at);
-    let s = TestServer::start_with(&toml, origin_addr, origin, dir).await;
+    let s = TestServer::start_with(&toml, origin, dir).await;
     s.pause("drop", "pause").await;
     s
 }

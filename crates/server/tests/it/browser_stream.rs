@@ -4,12 +4,13 @@
 //! and is admitted through it; with streams refused (`server.max_streams =
 //! 0`, a `503`) it polls by itself and is still admitted.
 
-use crate::support::server;
+use crate::support::origin::Origin;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::support::browser::{status_text, wait_for, with_browser};
-use crate::support::server::{ADMIN_TOKEN, SECRET, TestServer};
+use crate::support::browser::{drop_event, status_text, wait_for, with_browser};
+use crate::support::config::ConfigBuilder;
+use crate::support::server::TestServer;
 use anyhow::{Result, ensure};
 use fantoccini::Client;
 use serde_json::Value;
@@ -17,33 +18,20 @@ use serde_json::Value;
 const STEP: Duration = Duration::from_secs(30);
 
 fn config(origin: std::net::SocketAddr, dir: &std::path::Path, max_streams: u64) -> String {
-    format!(
-        r#"
-[server]
-admin_token = "{ADMIN_TOKEN}"
-insecure_cookies = true
-max_streams = {max_streams}
-[store]
-path = "{}"
-[keys]
-secrets = ["{SECRET}"]
-[[events]]
-id = "drop"
-origin = "http://{origin}"
-paths = ["/shop"]
-max_active = 5
-admission = {{ mode = "batch", batch_size = 1, interval = "200ms" }}
-bots = {{ challenge = "off" }}
-"#,
-        dir.display()
-    )
+    ConfigBuilder::new()
+        .server_line("insecure_cookies = true")
+        .server_line(&format!("max_streams = {max_streams}"))
+        .embedded(dir)
+        .event(drop_event(origin).challenge_off())
+        .toml()
 }
 
 async fn start(max_streams: u64) -> TestServer {
-    let (origin_addr, origin) = server::start_origin().await;
+    let origin = Origin::start().await;
+    let origin_addr = origin.addr;
     let dir = tempfile::tempdir().unwrap();
     let toml = config(origin_addr, dir.path(), max_streams);
-    TestServer::start_with(&toml, origin_addr, origin, dir).await
+    TestServer::start_with(&toml, origin, dir).await
 }
 
 /// `window.anteroomTransport`: streams opened, stream messages, polls.

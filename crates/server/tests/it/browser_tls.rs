@@ -5,7 +5,8 @@
 use std::time::Duration;
 
 use crate::support::browser::{wait_for, with_browser_args};
-use crate::support::tls::{Ca, config_toml, start_origin, try_start};
+use crate::support::origin::Origin;
+use crate::support::tls::{Ca, config, try_start};
 use anyhow::{Context as _, ensure};
 use base64::Engine as _;
 use fantoccini::Locator;
@@ -26,9 +27,9 @@ async fn chromium_walks_the_queue_over_https_and_http2() {
     let key = dir.path().join("privkey.pem");
     std::fs::write(&cert, chain).unwrap();
     std::fs::write(&key, &leaf.key_pem).unwrap();
-    let origin = start_origin().await;
+    let origin = Origin::options().echo_proto().start().await.addr;
     let tls = format!("cert = {cert:?}\nkey = {key:?}");
-    let toml = config_toml(dir.path(), origin, "", &tls);
+    let toml = config(dir.path(), origin).tls(&tls).toml();
     let s = try_start(dir, &toml).await.unwrap();
     let port = s.public.port();
 

@@ -10,13 +10,14 @@
 //! connection gets the clean `503 too_many_connections`, while the origin pool
 //! and the Redis store keep their descriptors.
 
-use crate::support::process;
+use crate::support::config::{ConfigBuilder, Event};
+use crate::support::visitor::Visitor;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::support::process::{Node, Visitor, wait_for};
+use crate::support::process::{Node, wait_for};
 use crate::support::raw::{connect, head, read_response};
 use anteroom_store::testing::RedisServer;
 use http::{Method, StatusCode};
@@ -52,41 +53,29 @@ async fn start_origin() -> String {
 }
 
 fn config(origin: &str, redis: &str, extra_server: &str) -> String {
-    format!(
-        r#"
-[server]
-listen = "{{public}}"
-admin_listen = "{{admin}}"
-admin_token = "{token}"
-insecure_cookies = true
-drain_journal = "{{journal}}"
-header_read_timeout = "{header}ms"
-body_read_timeout = "{body}ms"
-{extra_server}
-[store]
-kind = "redis"
-urls = ["{redis}"]
-timeout = "2s"
-[keys]
-secrets = ["{secret}"]
-[limits]
-per_ip_per_second = 0
-entries_per_ip = 0
-per_session_per_second = 0
-[[events]]
-id = "{EVENT}"
-origin = "{origin}"
-paths = ["/{EVENT}"]
-max_active = 10000
-token_ttl = "2m"
-admission = {{ mode = "continuous", max_per_minute = 60000 }}
-bots = {{ challenge = "off" }}
-"#,
-        token = process::ADMIN_TOKEN,
-        secret = process::SECRET,
-        header = HEADER_TIMEOUT.as_millis(),
-        body = BODY_TIMEOUT.as_millis(),
-    )
+    ConfigBuilder::new()
+        .process()
+        .drain_journal()
+        .server_line(&format!(
+            "header_read_timeout = \"{}ms\"",
+            HEADER_TIMEOUT.as_millis()
+        ))
+        .server_line(&format!(
+            "body_read_timeout = \"{}ms\"",
+            BODY_TIMEOUT.as_millis()
+        ))
+        .server_line(extra_server)
+        .redis(&[redis.to_owned()], false)
+        .store_timeout("2s")
+        .no_limits()
+        .event(
+            Event::new(EVENT, origin)
+                .max_active(10000)
+                .token_ttl("2m")
+                .continuous(60000)
+                .challenge_off(),
+        )
+        .toml()
 }
 
 /// Raises this process's soft `RLIMIT_NOFILE` to its hard limit (the child
@@ -238,7 +227,7 @@ async fn journey(node: &Node, latencies: &Mutex<Vec<Duration>>) -> Result<(), St
     let token = loop {
         let t = Instant::now();
         let url = node.url(&format!("/api/queue/position?eventId={EVENT}"));
-        let (status, _, p) = v.call(Method::GET, &url, None).await;
+        let (status, _, p) = v.api(Method::GET, &url, None).await;
         timed(t);
         if status != StatusCode::OK {
             return Err(format!("position: {status} {p}"));
@@ -261,7 +250,7 @@ async fn journey(node: &Node, latencies: &Mutex<Vec<Duration>>) -> Result<(), St
     }
     let t = Instant::now();
     let (status, _, _) = v
-        .call(Method::GET, &node.url(&format!("/{EVENT}/seat")), None)
+        .api(Method::GET, &node.url(&format!("/{EVENT}/seat")), None)
         .await;
     timed(t);
     if status != StatusCode::OK {

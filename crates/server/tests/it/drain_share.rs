@@ -7,13 +7,16 @@
 //! admissions finds them in its journal on restart and records them before
 //! admitting again: its visitors keep working, nobody gets in twice.
 
+use crate::support::config::HOURLY;
+use crate::support::origin::Origin;
 use crate::support::process;
+use crate::support::visitor::Visitor;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::support::cut::CutProxy;
-use crate::support::process::{Node, Origin, Visitor, redis_config, wait_for};
+use crate::support::process::{Node, wait_for};
 use anteroom_store::testing::RedisServer;
 use http::{Method, StatusCode};
 use serde_json::Value;
@@ -42,17 +45,13 @@ async fn setup() -> Setup {
         CutProxy::start(redis.port()).await,
         CutProxy::start(redis.port()).await,
     );
-    let origin = Origin::start().await;
+    let origin = process::origin().await;
     let dir = Arc::new(tempfile::tempdir().unwrap());
     let config = |url: String| {
-        redis_config(
-            &origin.url(),
-            &[url],
-            false,
-            2,
-            &[(EVENT, MAX_ACTIVE)],
-            process::HOURLY,
-        )
+        process::redis_node(&[url], false)
+            .gateway_nodes(2)
+            .event(process::event(EVENT, &origin.url(), MAX_ACTIVE).admission(HOURLY))
+            .toml()
     };
     let a = Node::start(&config(pa.url()), dir.clone()).await;
     let b = Node::start(&config(pb.url()), dir.clone()).await;

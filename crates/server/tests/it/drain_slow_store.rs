@@ -5,13 +5,16 @@
 //! drains after the window; a killed Redis (connection refused) drains at
 //! once, at worst within the window. Each prints its entry and exit times.
 
+use crate::support::config::HOURLY;
+use crate::support::origin::Origin;
 use crate::support::process;
+use crate::support::visitor::Visitor;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::support::process::{Node, Origin, Visitor, redis_config, wait_for};
+use crate::support::process::{Node, wait_for};
 use anteroom_store::testing::RedisServer;
 use http::{Method, StatusCode};
 
@@ -21,19 +24,12 @@ const DRAIN_AFTER: Duration = Duration::from_secs(1);
 /// A node whose store calls get the default 1 s (a busy Redis answers well
 /// within it) and which drains a silent store after one second.
 async fn start(redis: &RedisServer, origin: &Origin) -> Node {
-    let config = redis_config(
-        &origin.url(),
-        &[redis.url()],
-        false,
-        1,
-        &[(EVENT, 4)],
-        process::HOURLY,
-    )
-    .replace("timeout = \"300ms\"", "timeout = \"1s\"")
-    .replace(
-        "gateway_nodes = 1",
-        "gateway_nodes = 1\ndrain_after = \"1s\"",
-    );
+    let config = process::redis_node(&[redis.url()], false)
+        .gateway_nodes(1)
+        .event(process::event(EVENT, &origin.url(), 4).admission(HOURLY))
+        .store_timeout("1s")
+        .server_line("drain_after = \"1s\"")
+        .toml();
     Node::start(&config, Arc::new(tempfile::tempdir().unwrap())).await
 }
 
@@ -101,7 +97,7 @@ fn traffic(
 async fn a_short_freeze_under_traffic_does_not_drain_but_a_long_one_does() {
     let started = Instant::now();
     let redis = RedisServer::start().expect("redis-server (apt-get install redis-server)");
-    let origin = Origin::start().await;
+    let origin = process::origin().await;
     let node = Arc::new(start(&redis, &origin).await);
 
     let mut holder = Visitor::default();
@@ -202,7 +198,7 @@ async fn a_short_freeze_under_traffic_does_not_drain_but_a_long_one_does() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_store_drains_without_waiting_for_the_window() {
     let mut redis = RedisServer::start().expect("redis-server (apt-get install redis-server)");
-    let origin = Origin::start().await;
+    let origin = process::origin().await;
     let node = start(&redis, &origin).await;
     let mut waiter = Visitor::default();
     assert_eq!(waiter.enter(&node, EVENT).await.0, StatusCode::OK);

@@ -3,13 +3,15 @@
 //! on the same data directory. Every acknowledged join is still there, in
 //! the same relative order, and the admitted / active state is as it was.
 
+use crate::support::config::{ConfigBuilder, Event};
 use crate::support::process;
+use crate::support::visitor::Visitor;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::support::process::{Node, Origin, Visitor, wait_for};
+use crate::support::process::{Node, wait_for};
 use http::{Method, StatusCode};
 
 const JOINS: usize = 1200;
@@ -17,42 +19,25 @@ const KILL_AFTER: usize = 600;
 const IN_FLIGHT: usize = 32;
 
 fn config(origin: &str, dir: &std::path::Path) -> String {
-    format!(
-        r#"
-[server]
-listen = "{{public}}"
-admin_listen = "{{admin}}"
-admin_token = "{}"
-insecure_cookies = true
-[store]
-kind = "embedded"
-path = "{}"
-[keys]
-secrets = ["{}"]
-[limits]
-per_ip_per_second = 0
-entries_per_ip = 0
-per_session_per_second = 0
-[[events]]
-id = "tickets"
-origin = "{origin}"
-paths = ["/tickets"]
-max_active = 3
-token_ttl = "5m"
-queue_idle_timeout = "10m"
-admission = {{ mode = "continuous", max_per_minute = 600 }}
-bots = {{ challenge = "off" }}
-"#,
-        process::ADMIN_TOKEN,
-        dir.join("data").display(),
-        process::SECRET
-    )
+    ConfigBuilder::new()
+        .process()
+        .embedded(&dir.join("data"))
+        .no_limits()
+        .event(
+            Event::new("tickets", origin)
+                .max_active(3)
+                .token_ttl("5m")
+                .line("queue_idle_timeout = \"10m\"")
+                .continuous(600)
+                .challenge_off(),
+        )
+        .toml()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acknowledged_joins_survive_kill_9() {
     let started = Instant::now();
-    let origin = Origin::start().await;
+    let origin = process::origin().await;
     let dir = Arc::new(tempfile::tempdir().unwrap());
     let mut node = Node::start(&config(&origin.url(), dir.path()), dir.clone()).await;
 
@@ -68,7 +53,7 @@ async fn acknowledged_joins_survive_kill_9() {
         let url = node.url("/api/queue/position?eventId=tickets");
         let deadline = Instant::now() + Duration::from_secs(10);
         let token = loop {
-            let p = v.call(Method::GET, &url, None).await.2;
+            let p = v.api(Method::GET, &url, None).await.2;
             if let Some(t) = p["token"].as_str() {
                 break t.to_owned();
             }
@@ -97,7 +82,7 @@ async fn acknowledged_joins_survive_kill_9() {
         tasks.spawn(async move {
             let _permit = gate.acquire_owned().await.unwrap();
             let mut v = Visitor::default();
-            let (status, _, p) = v.call(Method::POST, &enter, None).await;
+            let (status, _, p) = v.api(Method::POST, &enter, None).await;
             if status == StatusCode::OK && p["status"] == "WAITING" {
                 acked.fetch_add(1, Ordering::SeqCst);
                 return Some((v, p["rank"].as_u64().unwrap()));

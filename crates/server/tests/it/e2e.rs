@@ -1,8 +1,11 @@
 //! End-to-end: a real server on port 0, a real origin, real sockets.
 
+use crate::support::config::{ADMIN_TOKEN, Event};
+use crate::support::origin::Origin;
 use crate::support::server;
+use crate::support::visitor::Visitor;
 
-use crate::support::server::{TestServer, Visitor, wait_until};
+use crate::support::server::{TestServer, wait_until};
 use http::{Method, StatusCode};
 use serde_json::Value;
 
@@ -335,9 +338,7 @@ async fn admin_needs_the_bearer_token() {
     assert!(body.starts_with(b"{\"error\":\"unauthorized\""));
     let (status, _, _) = s.admin_get("/admin/events", Some("wrong-token")).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
-    let (status, _, body) = s
-        .admin_get("/admin/events", Some(server::ADMIN_TOKEN))
-        .await;
+    let (status, _, body) = s.admin_get("/admin/events", Some(ADMIN_TOKEN)).await;
     assert_eq!(status, StatusCode::OK);
     let list: Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(list[0]["id"], "tickets");
@@ -372,14 +373,15 @@ async fn admin_needs_the_bearer_token() {
 /// visitor's first poll that says `ADMITTED`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_released_slot_goes_to_the_next_visitor_within_a_fast_tick() {
-    let (origin_addr, origin) = server::start_origin().await;
+    let origin = Origin::start().await;
+    let origin_addr = origin.addr;
     let dir = tempfile::tempdir().unwrap();
-    let toml = server::config_toml(origin_addr, dir.path(), "").replace(
-        "max_active = 2\nadmission = { mode = \"batch\", batch_size = 1, interval = \"100ms\" }",
-        "max_active = 1\nadmission = { mode = \"continuous\", max_per_minute = 60000 }",
-    );
+    let tickets = Event::at("tickets", origin_addr)
+        .max_active(1)
+        .continuous(60000);
+    let toml = server::config(dir.path(), origin_addr, tickets).toml();
     assert!(toml.contains("max_per_minute = 60000"), "{toml}");
-    let s = TestServer::start_with(&toml, origin_addr, origin, dir).await;
+    let s = TestServer::start_with(&toml, origin, dir).await;
     let mut line: Vec<Visitor> = Vec::new();
     for _ in 0..6 {
         let mut v = Visitor::default();

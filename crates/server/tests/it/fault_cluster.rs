@@ -6,11 +6,12 @@
 //! drain mode by itself and its waiting visitors resume.
 
 use crate::support::process;
+use crate::support::visitor::Visitor;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::support::process::{Node, Origin, Visitor, redis_config, wait_for};
+use crate::support::process::{Node, wait_for};
 use anteroom_store::testing::RedisCluster;
 use http::{Method, StatusCode};
 
@@ -27,16 +28,13 @@ async fn killing_one_master_drains_only_its_events() {
         .into_iter()
         .find(|e| cluster.master_for_event(e).unwrap() != doomed_master)
         .unwrap();
-    let origin = Origin::start().await;
+    let origin = process::origin().await;
     let dir = Arc::new(tempfile::tempdir().unwrap());
-    let config = redis_config(
-        &origin.url(),
-        &cluster.urls(),
-        true,
-        1,
-        &[(doomed, MAX_ACTIVE), (safe, MAX_ACTIVE)],
-        r#"{ mode = "continuous", max_per_minute = 600 }"#,
-    );
+    let config = process::redis_node(&cluster.urls(), true)
+        .gateway_nodes(1)
+        .event(process::event(doomed, &origin.url(), MAX_ACTIVE).continuous(600))
+        .event(process::event(safe, &origin.url(), MAX_ACTIVE).continuous(600))
+        .toml();
     let node = Node::start(&config, dir).await;
 
     // A pass holder on each event.
@@ -119,17 +117,13 @@ async fn restarted_master_ends_the_drain_and_waiting_visitors_resume() {
     let started = Instant::now();
     let mut cluster = RedisCluster::start(3).expect("redis cluster (apt-get install redis-server)");
     let event = "east";
-    let origin = Origin::start().await;
+    let origin = process::origin().await;
     let dir = Arc::new(tempfile::tempdir().unwrap());
     // One admission a minute: whoever joins after the first ones stays waiting.
-    let config = redis_config(
-        &origin.url(),
-        &cluster.urls(),
-        true,
-        1,
-        &[(event, MAX_ACTIVE)],
-        r#"{ mode = "continuous", max_per_minute = 1 }"#,
-    );
+    let config = process::redis_node(&cluster.urls(), true)
+        .gateway_nodes(1)
+        .event(process::event(event, &origin.url(), MAX_ACTIVE).continuous(1))
+        .toml();
     let node = Node::start(&config, dir).await;
 
     let mut holder = Visitor::default();

@@ -6,7 +6,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::support::process::{Node, Origin, Visitor, redis_config};
+use crate::support::process;
+use crate::support::process::Node;
+use crate::support::visitor::Visitor;
 use anteroom_store::testing::RedisServer;
 use http::StatusCode;
 
@@ -17,16 +19,12 @@ const MAX_ACTIVE: u64 = 2;
 async fn a_killed_node_leaves_the_other_serving() {
     let started = Instant::now();
     let redis = RedisServer::start().expect("redis-server (apt-get install redis-server)");
-    let origin = Origin::start().await;
+    let origin = process::origin().await;
     let dir = Arc::new(tempfile::tempdir().unwrap());
-    let config = redis_config(
-        &origin.url(),
-        &[redis.url()],
-        false,
-        2,
-        &[(EVENT, MAX_ACTIVE)],
-        r#"{ mode = "continuous", max_per_minute = 600 }"#,
-    );
+    let config = process::redis_node(&[redis.url()], false)
+        .gateway_nodes(2)
+        .event(process::event(EVENT, &origin.url(), MAX_ACTIVE).continuous(600))
+        .toml();
     let mut doomed = Node::start(&config, dir.clone()).await;
     let survivor = Node::start(&config, dir).await;
 

@@ -5,12 +5,14 @@
 //! node itself, front first), nobody is admitted twice, and the origin never
 //! sees more than `max_active` at once.
 
+use crate::support::config::HOURLY;
 use crate::support::process;
+use crate::support::visitor::Visitor;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::support::process::{Node, Origin, Visitor, redis_config, wait_for};
+use crate::support::process::{Node, wait_for};
 use anteroom_store::testing::RedisServer;
 use http::{Method, StatusCode};
 
@@ -38,16 +40,12 @@ async fn redis_hung_with_sigstop_drains_then_resumes() {
 async fn scenario(fault: Fault) {
     let test_started = Instant::now();
     let mut redis = RedisServer::start().expect("redis-server (apt-get install redis-server)");
-    let origin = Origin::start().await;
+    let origin = process::origin().await;
     let dir = Arc::new(tempfile::tempdir().unwrap());
-    let config = redis_config(
-        &origin.url(),
-        &[redis.url()],
-        false,
-        1,
-        &[(EVENT, MAX_ACTIVE)],
-        process::HOURLY,
-    );
+    let config = process::redis_node(&[redis.url()], false)
+        .gateway_nodes(1)
+        .event(process::event(EVENT, &origin.url(), MAX_ACTIVE).admission(HOURLY))
+        .toml();
     let node = Node::start(&config, dir).await;
 
     // One visitor is admitted and active before the fault.

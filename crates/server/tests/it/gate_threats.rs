@@ -4,51 +4,37 @@
 //! the queued 429, redeeming while paused or closed). The origin answers
 //! every path, so anything that gets through is seen.
 
-use crate::support::proxy;
+use crate::support::config::{ADMIN_TOKEN, ConfigBuilder, Event, FAST_BATCH};
+use crate::support::origin::Origin;
 use crate::support::server;
+use crate::support::visitor::Visitor;
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
-use crate::support::server::{ADMIN_TOKEN, SECRET, TestServer, Visitor};
+use crate::support::server::TestServer;
 use http::{Method, StatusCode};
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// `tickets` protects `/tickets`, `vip` the longer `/tickets/vip`; every
 /// other path goes to the same echoing origin.
-async fn start() -> (TestServer, proxy::Origin) {
-    let origin = proxy::start_origin().await;
+async fn start() -> (TestServer, Arc<Origin>) {
+    let origin = Origin::options().echo_headers().start().await;
     let dir = tempfile::tempdir().unwrap();
-    let toml = format!(
-        r#"
-[server]
-admin_token = "{ADMIN_TOKEN}"
-default_origin = "http://{addr}"
-[store]
-path = "{path}"
-[keys]
-secrets = ["{SECRET}"]
-[limits]
-per_ip_per_second = 0
-entries_per_ip = 0
-per_session_per_second = 0
-[[events]]
-id = "tickets"
-origin = "http://{addr}"
-paths = ["/tickets"]
-max_active = 2
-admission = {{ mode = "batch", batch_size = 1, interval = "100ms" }}
-[[events]]
-id = "vip"
-origin = "http://{addr}"
-paths = ["/tickets/vip"]
-admission = {{ mode = "batch", batch_size = 1, interval = "100ms" }}
-"#,
-        addr = origin.addr,
-        path = dir.path().display(),
-    );
-    let server = TestServer::start_with(&toml, origin.addr, Default::default(), dir).await;
+    let toml = ConfigBuilder::new()
+        .server_line(&format!("default_origin = \"http://{}\"", origin.addr))
+        .embedded(dir.path())
+        .no_limits()
+        .event(server::tickets(origin.addr))
+        .event(
+            Event::at("vip", origin.addr)
+                .paths(&["/tickets/vip"])
+                .admission(FAST_BATCH),
+        )
+        .toml();
+    let server = TestServer::start_with(&toml, origin.clone(), dir).await;
     (server, origin)
 }
 

@@ -8,13 +8,15 @@
 //! The pass lives far longer than the contract (`pass_ttl` 60 s), so only
 //! the release, never plain expiry, can make these tests pass.
 
+use crate::support::config::{ConfigBuilder, Event};
 use crate::support::process;
+use crate::support::visitor::Visitor;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::support::process::{Node, Visitor};
+use crate::support::process::Node;
 use anteroom_store::testing::RedisServer;
 use axum::http::{HeaderMap, HeaderValue};
 use http::{Method, StatusCode};
@@ -22,37 +24,21 @@ use http::{Method, StatusCode};
 const EVENT: &str = "tickets";
 const CONTRACT: Duration = Duration::from_secs(2);
 
-fn config(origin: &str, nodes: usize, store: &str) -> String {
-    format!(
-        r#"
-[server]
-listen = "{{public}}"
-admin_listen = "{{admin}}"
-admin_token = "{admin}"
-insecure_cookies = true
-gateway_nodes = {nodes}
-drain_journal = "{{journal}}"
-[store]
-{store}
-[keys]
-secrets = ["{secret}"]
-[limits]
-per_ip_per_second = 0
-entries_per_ip = 0
-per_session_per_second = 0
-[[events]]
-id = "{EVENT}"
-origin = "{origin}"
-paths = ["/{EVENT}"]
-max_active = 10
-pass_ttl = "60s"
-session_ttl = "10m"
-admission = {{ mode = "continuous", max_per_minute = 6000 }}
-bots = {{ challenge = "off" }}
-"#,
-        admin = process::ADMIN_TOKEN,
-        secret = process::SECRET,
-    )
+/// The node config without its store: the caller adds it.
+fn config(origin: &str, nodes: u64) -> ConfigBuilder {
+    ConfigBuilder::new()
+        .process()
+        .gateway_nodes(nodes)
+        .drain_journal()
+        .no_limits()
+        .event(
+            Event::new(EVENT, origin)
+                .max_active(10)
+                .line("pass_ttl = \"60s\"")
+                .line("session_ttl = \"10m\"")
+                .continuous(6000)
+                .challenge_off(),
+        )
 }
 
 /// The origin: `/tickets/done` answers with `Anteroom-Command: release`
@@ -80,11 +66,13 @@ async fn start_origin() -> SocketAddr {
 
 async fn embedded_node(origin: SocketAddr) -> Node {
     let dir = Arc::new(tempfile::tempdir().unwrap());
-    let store = format!(
-        "kind = \"embedded\"\npath = \"{}\"",
-        dir.path().join("data").display()
-    );
-    Node::start(&config(&format!("http://{origin}"), 1, &store), dir).await
+    Node::start(
+        &config(&format!("http://{origin}"), 1)
+            .embedded(&dir.path().join("data"))
+            .toml(),
+        dir,
+    )
+    .await
 }
 
 /// A visitor with an active session on `node`.
@@ -253,11 +241,10 @@ async fn unknown_origin_commands_are_dropped_counted_and_change_nothing() {
 async fn an_origin_release_on_one_node_stops_the_pass_on_the_other_within_two_seconds() {
     let origin = start_origin().await;
     let redis = RedisServer::start().expect("redis-server (apt-get install redis-server)");
-    let store = format!(
-        "kind = \"redis\"\nurls = [\"{}\"]\ncluster = false\ntimeout = \"1s\"",
-        redis.url()
-    );
-    let config = config(&format!("http://{origin}"), 2, &store);
+    let config = config(&format!("http://{origin}"), 2)
+        .redis(&[redis.url()], false)
+        .store_timeout("1s")
+        .toml();
     let dir = Arc::new(tempfile::tempdir().unwrap());
     let a = Node::start(&config, dir.clone()).await;
     let b = Node::start(&config, dir).await;

@@ -7,7 +7,9 @@
 //! release, admin calls, failed redeems) that holds no secret or token value,
 //! the example configuration and the systemd unit.
 
+use crate::support::config::{ADMIN_TOKEN, ConfigBuilder, Event, HOURLY, SECRET};
 use crate::support::process;
+use crate::support::visitor::Visitor;
 
 use std::io::{BufRead as _, BufReader};
 use std::path::{Path, PathBuf};
@@ -16,48 +18,31 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::support::process::{Node, Origin, Visitor, free_port, wait_for};
+use crate::support::process::{Node, free_port, wait_for};
 use http::{Method, StatusCode};
 
 const BIN: &str = env!("CARGO_BIN_EXE_anteroom");
 
 fn config(origin: &str, dir: &Path, extra_server: &str) -> String {
-    format!(
-        r#"
-[server]
-listen = "{{public}}"
-admin_listen = "{{admin}}"
-admin_token = "{}"
-insecure_cookies = true
-shutdown_grace = "5s"
-{extra_server}
-[store]
-kind = "embedded"
-path = "{}"
-[keys]
-secrets = ["{}"]
-[limits]
-per_ip_per_second = 0
-entries_per_ip = 0
-per_session_per_second = 0
-[[events]]
-id = "tickets"
-origin = "{origin}"
-paths = ["/tickets"]
-max_active = 2
-queue_idle_timeout = "10m"
-admission = {{ mode = "batch", batch_size = 1, interval = "1h" }}
-bots = {{ challenge = "off" }}
-"#,
-        process::ADMIN_TOKEN,
-        dir.join("data").display(),
-        process::SECRET
-    )
+    ConfigBuilder::new()
+        .process()
+        .server_line("shutdown_grace = \"5s\"")
+        .server_line(extra_server)
+        .embedded(&dir.join("data"))
+        .no_limits()
+        .event(
+            Event::new("tickets", origin)
+                .max_active(2)
+                .line("queue_idle_timeout = \"10m\"")
+                .admission(HOURLY)
+                .challenge_off(),
+        )
+        .toml()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_under_load_stops_gracefully_and_loses_no_acknowledged_join() {
-    let origin = Origin::start().await;
+    let origin = process::origin().await;
     let dir = Arc::new(tempfile::tempdir().unwrap());
     let mut node = Node::start(&config(&origin.url(), dir.path(), ""), dir.clone()).await;
 
@@ -73,7 +58,7 @@ async fn sigterm_under_load_stops_gracefully_and_loses_no_acknowledged_join() {
             let mut refused = 0usize;
             while !stopped.load(Ordering::SeqCst) {
                 let mut v = Visitor::default();
-                let (status, _, p) = v.call(Method::POST, &enter, None).await;
+                let (status, _, p) = v.api(Method::POST, &enter, None).await;
                 if status == StatusCode::OK && p["status"] == "WAITING" {
                     acked.fetch_add(1, Ordering::SeqCst);
                     joined.push(v);
@@ -108,7 +93,7 @@ async fn sigterm_under_load_stops_gracefully_and_loses_no_acknowledged_join() {
     assert!(joined.len() >= 300);
 
     // New connections are refused once it stopped.
-    let (s, _, _) = Visitor::default().call(Method::POST, &enter, None).await;
+    let (s, _, _) = Visitor::default().api(Method::POST, &enter, None).await;
     assert_eq!(s, StatusCode::BAD_GATEWAY, "the stopped node still answers");
 
     node.restart().await;
@@ -129,7 +114,7 @@ async fn sigterm_under_load_stops_gracefully_and_loses_no_acknowledged_join() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn orchestrator_variables_that_share_the_prefix_do_not_stop_the_start() {
-    let origin = Origin::start().await;
+    let origin = process::origin().await;
     let dir = Arc::new(tempfile::tempdir().unwrap());
     // What Kubernetes injects for a service named "anteroom", plus one real
     // key through the environment, which must still be read.
@@ -149,7 +134,7 @@ async fn orchestrator_variables_that_share_the_prefix_do_not_stop_the_start() {
     let mut v = Visitor::default();
     let body = format!("{{\"challenge\":\"{}\",\"nonce\":1}}", "x".repeat(200));
     let (status, _, p) = v
-        .call(
+        .api(
             Method::POST,
             &node.url("/api/queue/enter?eventId=tickets"),
             Some(&body),
@@ -185,7 +170,7 @@ fn check(path: &Path) -> (bool, String, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn check_runs_beside_a_live_server_and_names_key_and_event_once() {
-    let origin = Origin::start().await;
+    let origin = process::origin().await;
     let dir = Arc::new(tempfile::tempdir().unwrap());
     let text = config(&origin.url(), dir.path(), "");
     let _live = Node::start(&text, dir.clone()).await;
@@ -278,7 +263,7 @@ async fn logs_of(text: &str, dir: &Path, trigger: impl AsyncFnOnce(&str)) -> Vec
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn logs_have_no_colour_off_a_terminal_and_the_access_log_never_carries_a_token() {
-    let origin = Origin::start().await;
+    let origin = process::origin().await;
     let dir = tempfile::tempdir().unwrap();
     let secret_query = "token=SECRET-TOKEN-VALUE-1234";
     let text = config(&origin.url(), dir.path(), "access_log = true");
@@ -433,12 +418,12 @@ async fn a_trace_log_of_a_whole_journey_holds_no_secret_or_token_value() {
     const OLD_SECRET: &str = "rotated-out-secret-rotated-out-secret-02";
     const WRONG_ADMIN: &str = "wrong-admin-token-wrong-admin-token";
     const FORGED: &str = "AQFmb3JnZWQtdG9rZW4tcGF5bG9hZA.Zm9yZ2VkLW1hYy12YWx1ZS1mb3JnZWQtbWFj";
-    let origin = Origin::start().await;
+    let origin = process::origin().await;
     let dir = tempfile::tempdir().unwrap();
     let text = config(&origin.url(), dir.path(), "access_log = true")
         .replace(
-            &format!("secrets = [\"{}\"]", process::SECRET),
-            &format!("secrets = [\"{}\", \"{OLD_SECRET}\"]", process::SECRET),
+            &format!("secrets = [\"{}\"]", SECRET),
+            &format!("secrets = [\"{}\", \"{OLD_SECRET}\"]", SECRET),
         )
         .replace(
             r#"admission = { mode = "batch", batch_size = 1, interval = "1h" }"#,
@@ -490,9 +475,9 @@ async fn a_trace_log_of_a_whole_journey_holds_no_secret_or_token_value() {
     .await;
 
     let mut secrets = Secrets(Vec::new());
-    secrets.add("the key secret", process::SECRET);
+    secrets.add("the key secret", SECRET);
     secrets.add("the rotated-out key secret", OLD_SECRET);
-    secrets.add("the admin token", process::ADMIN_TOKEN);
+    secrets.add("the admin token", ADMIN_TOKEN);
     secrets.add("a wrong admin token", WRONG_ADMIN);
     secrets.add("a forged admission token", FORGED);
 
@@ -501,13 +486,13 @@ async fn a_trace_log_of_a_whole_journey_holds_no_secret_or_token_value() {
     let url = |path: &str| format!("{base}{path}");
     let redeem = |t: &str| serde_json::json!({ "token": t }).to_string();
     let (status, _, body) = v
-        .call(Method::POST, &url("/api/queue/enter?eventId=tickets"), None)
+        .api(Method::POST, &url("/api/queue/enter?eventId=tickets"), None)
         .await;
     assert_eq!(status, StatusCode::OK, "{body}");
     let started = Instant::now();
     let token = loop {
         let (_, _, p) = v
-            .call(
+            .api(
                 Method::GET,
                 &url("/api/queue/position?eventId=tickets"),
                 None,
@@ -525,12 +510,12 @@ async fn a_trace_log_of_a_whole_journey_holds_no_secret_or_token_value() {
     secrets.add("the admission token", &token);
     let redeem_url = url("/api/queue/redeem?eventId=tickets");
     let (status, _, body) = v
-        .call(Method::POST, &redeem_url, Some(&redeem(&token)))
+        .api(Method::POST, &redeem_url, Some(&redeem(&token)))
         .await;
     assert_eq!(status, StatusCode::OK, "{body}");
     // Failed redeems: the same token again, and a forged one.
     for t in [token.as_str(), FORGED] {
-        let (status, _, body) = v.call(Method::POST, &redeem_url, Some(&redeem(t))).await;
+        let (status, _, body) = v.api(Method::POST, &redeem_url, Some(&redeem(t))).await;
         assert!(status.is_client_error(), "{status} {body}");
     }
     let cookie = |name: &str| {
@@ -545,18 +530,18 @@ async fn a_trace_log_of_a_whole_journey_holds_no_secret_or_token_value() {
     secrets.add("the session id", &sid);
     secrets.add("the pass", &pass);
     for path in ["/tickets/a", "/tickets/b?q=1"] {
-        let (status, _, _) = v.call(Method::GET, &url(path), None).await;
+        let (status, _, _) = v.api(Method::GET, &url(path), None).await;
         assert_eq!(status, StatusCode::OK, "{path}");
     }
     let (status, _, _) = v
-        .call(
+        .api(
             Method::POST,
             &url("/api/queue/release?eventId=tickets"),
             None,
         )
         .await;
     assert!(status.is_success(), "release: {status}");
-    let (status, _, _) = v.call(Method::GET, &url("/tickets/c"), None).await;
+    let (status, _, _) = v.api(Method::GET, &url("/tickets/c"), None).await;
     assert_ne!(
         status,
         StatusCode::OK,
@@ -573,7 +558,7 @@ async fn a_trace_log_of_a_whole_journey_holds_no_secret_or_token_value() {
         (Method::GET, "/admin/audit"),
     ] {
         let url = format!("{admin_base}{path}");
-        let (status, _, body) = process::send(method, &url, &bearer(process::ADMIN_TOKEN), None)
+        let (status, _, body) = process::send(method, &url, &bearer(ADMIN_TOKEN), None)
             .await
             .unwrap();
         assert!(status.is_success(), "{path}: {status} {body:?}");

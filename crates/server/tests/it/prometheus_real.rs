@@ -5,14 +5,17 @@
 //! whose condition does not hold here is checked for the presence of each
 //! metric it reads).
 
+use crate::support::config::{ADMIN_TOKEN, ConfigBuilder, Event};
+use crate::support::origin::Origin;
 use crate::support::server;
+use crate::support::visitor::Visitor;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::support::server::{TestServer, Visitor, poll_until, send};
+use crate::support::server::{TestServer, poll_until, send};
 use http::{Method, StatusCode};
 use percent_encoding::{NON_ALPHANUMERIC, utf8_percent_encode};
 use serde_json::Value;
@@ -150,39 +153,16 @@ fn metric_names(expr: &str) -> BTreeSet<String> {
 }
 
 fn config(origin: std::net::SocketAddr, dir: &Path) -> String {
-    format!(
-        r#"
-[server]
-admin_token = "{token}"
-[store]
-path = "{dir}"
-[keys]
-secrets = ["{secret}"]
-[limits]
-per_ip_per_second = 0
-entries_per_ip = 0
-per_session_per_second = 0
-[[events]]
-id = "tickets"
-origin = "http://{origin}"
-paths = ["/tickets"]
-max_active = 2
-admission = {{ mode = "batch", batch_size = 1, interval = "100ms" }}
-[[events]]
-id = "guarded"
-origin = "http://{origin}"
-paths = ["/guarded"]
-bots = {{ challenge = "all", difficulty = 8 }}
-[[events]]
-id = "adaptive"
-origin = "http://{origin}"
-paths = ["/adaptive"]
-admission = {{ mode = "adaptive", target_p95 = "500ms", max_error_rate = 0.05 }}
-"#,
-        token = server::ADMIN_TOKEN,
-        secret = server::SECRET,
-        dir = dir.display()
-    )
+    ConfigBuilder::new()
+        .embedded(dir)
+        .no_limits()
+        .event(server::tickets(origin))
+        .event(Event::at("guarded", origin).line(r#"bots = { challenge = "all", difficulty = 8 }"#))
+        .event(
+            Event::at("adaptive", origin)
+                .admission(r#"{ mode = "adaptive", target_p95 = "500ms", max_error_rate = 0.05 }"#),
+        )
+        .toml()
 }
 
 /// Traffic that makes every family appear: joins, polls, an admission,
@@ -285,21 +265,22 @@ async fn dashboard_queries_and_alerts_return_series_in_real_prometheus() {
         String::from_utf8_lossy(&unit.stderr)
     );
 
-    let (origin_addr, origin) = server::start_origin().await;
+    let origin = Origin::start().await;
+    let origin_addr = origin.addr;
     let dir = tempfile::tempdir().unwrap();
     let toml = config(origin_addr, dir.path());
-    let s = TestServer::start_with(&toml, origin_addr, origin, dir).await;
+    let s = TestServer::start_with(&toml, origin, dir).await;
     traffic(&s).await;
     // The admin JSON carries the figures the gauges export.
     let (_, _, body) = s
-        .admin_get("/admin/events/guarded", Some(server::ADMIN_TOKEN))
+        .admin_get("/admin/events/guarded", Some(ADMIN_TOKEN))
         .await;
     let ev: Value = serde_json::from_slice(&body).unwrap();
     // One first contact, asked for proof-of-work.
     assert_eq!(ev["stats"]["arrivals_1m"], 1, "{ev}");
     assert_eq!(ev["stats"]["pow_share_1m"], 1.0, "{ev}");
     let (_, _, body) = s
-        .admin_get("/admin/events/tickets", Some(server::ADMIN_TOKEN))
+        .admin_get("/admin/events/tickets", Some(ADMIN_TOKEN))
         .await;
     let ev: Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(ev["stats"]["pow_share_1m"], 0.0, "{ev}");
@@ -421,7 +402,7 @@ async fn dashboard_queries_and_alerts_return_series_in_real_prometheus() {
 
     // And the admin JSON carries the same figures the gauges show.
     let (_, _, body) = s
-        .admin_get("/admin/events/adaptive", Some(server::ADMIN_TOKEN))
+        .admin_get("/admin/events/adaptive", Some(ADMIN_TOKEN))
         .await;
     let ev: Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(ev["stats"]["origin_target_p95_ms"], 500.0, "{ev}");

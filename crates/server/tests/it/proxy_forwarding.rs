@@ -2,13 +2,16 @@
 //! streamed both ways, keep-alive, and origin failures; and what the origin
 //! is told through the real server (forwarding headers, cookies).
 
-use crate::support::proxy;
+use crate::support::config::{ConfigBuilder, Event, FAST_BATCH};
+use crate::support::origin::Origin;
 use crate::support::server;
+use crate::support::visitor::Visitor;
 
 use std::convert::Infallible;
+use std::sync::Arc;
 use std::time::Duration;
 
-use crate::support::proxy::{client, start_gate, start_origin};
+use crate::support::proxy::{client, start_gate};
 use anteroom::proxy::Proxy;
 use axum::body::Body;
 use bytes::Bytes;
@@ -23,7 +26,7 @@ async fn json_of(response: http::Response<hyper::body::Incoming>) -> serde_json:
 
 #[tokio::test]
 async fn headers_are_forwarded_and_forged_anteroom_headers_dropped() {
-    let origin = start_origin().await;
+    let origin = Origin::options().echo_headers().start().await;
     let extra = vec![
         (
             HeaderName::from_static("x-anteroom-event"),
@@ -66,7 +69,7 @@ async fn headers_are_forwarded_and_forged_anteroom_headers_dropped() {
 
 #[tokio::test]
 async fn large_bodies_stream_both_ways() {
-    let origin = start_origin().await;
+    let origin = Origin::options().echo_headers().start().await;
     let gate = start_gate(Proxy::new(), origin.uri(), vec![]).await;
 
     let upload: Vec<u8> = (0..16 * 1024 * 1024u32).map(|i| (i % 251) as u8).collect();
@@ -98,7 +101,7 @@ async fn large_bodies_stream_both_ways() {
 /// either body would deadlock here.
 #[tokio::test]
 async fn request_and_response_bodies_stream_concurrently() {
-    let origin = start_origin().await;
+    let origin = Origin::options().echo_headers().start().await;
     let gate = start_gate(Proxy::new(), origin.uri(), vec![]).await;
     let (mut tx, rx) = futures::channel::mpsc::channel::<Result<Bytes, Infallible>>(1);
     let req = Request::post(format!("http://{gate}/echo"))
@@ -134,7 +137,7 @@ async fn request_and_response_bodies_stream_concurrently() {
 
 #[tokio::test]
 async fn origin_connections_are_kept_alive_and_reused() {
-    let origin = start_origin().await;
+    let origin = Origin::options().echo_headers().start().await;
     let gate = start_gate(Proxy::new(), origin.uri(), vec![]).await;
     for _ in 0..5 {
         let req = Request::get(format!("http://{gate}/headers"))
@@ -172,7 +175,7 @@ async fn origin_down_is_502_json() {
 
 #[tokio::test]
 async fn slow_origin_is_504_json() {
-    let origin = start_origin().await;
+    let origin = Origin::options().echo_headers().start().await;
     let proxy = Proxy::with_timeouts(Duration::from_secs(5), Duration::from_millis(200));
     let gate = start_gate(proxy, origin.uri(), vec![]).await;
     let req = Request::get(format!("http://{gate}/slow"))
@@ -197,34 +200,17 @@ async fn https_origin_is_refused_as_502() {
 /// The real server in front of the echoing origin: `tickets` protects
 /// `/tickets`, everything else goes to the same origin; `trusted` lists
 /// `limits.trusted_proxies`.
-async fn start_server(trusted: &str) -> (server::TestServer, proxy::Origin) {
-    let origin = start_origin().await;
+async fn start_server(trusted: &str) -> (server::TestServer, Arc<Origin>) {
+    let origin = Origin::options().echo_headers().start().await;
     let dir = tempfile::tempdir().unwrap();
-    let toml = format!(
-        r#"
-[server]
-admin_token = "{token}"
-default_origin = "http://{addr}"
-[store]
-path = "{path}"
-[keys]
-secrets = ["{secret}"]
-[limits]
-per_ip_per_second = 0
-per_session_per_second = 0
-trusted_proxies = [{trusted}]
-[[events]]
-id = "tickets"
-origin = "http://{addr}"
-paths = ["/tickets"]
-admission = {{ mode = "batch", batch_size = 1, interval = "100ms" }}
-"#,
-        token = server::ADMIN_TOKEN,
-        secret = server::SECRET,
-        addr = origin.addr,
-        path = dir.path().display(),
-    );
-    let s = server::TestServer::start_with(&toml, origin.addr, Default::default(), dir).await;
+    let toml = ConfigBuilder::new()
+        .server_line(&format!("default_origin = \"http://{}\"", origin.addr))
+        .embedded(dir.path())
+        .no_rate_limits()
+        .limit(&format!("trusted_proxies = [{trusted}]"))
+        .event(Event::at("tickets", origin.addr).admission(FAST_BATCH))
+        .toml();
+    let s = server::TestServer::start_with(&toml, origin.clone(), dir).await;
     (s, origin)
 }
 
@@ -249,7 +235,7 @@ const FORGED: &[(&str, &str)] = &[
 /// What the origin saw for one request through the real server.
 async fn seen_by_origin(
     s: &server::TestServer,
-    v: &mut server::Visitor,
+    v: &mut Visitor,
     path: &str,
     extra: &[(&str, &str)],
 ) -> serde_json::Value {
@@ -297,7 +283,7 @@ fn assert_rebuilt(seen: &serde_json::Value, xff: &str, proto: &str, host: &str) 
 #[tokio::test]
 async fn the_real_server_sends_one_rebuilt_set_of_forwarding_headers_and_none_of_its_cookies() {
     let (s, _origin) = start_server("").await;
-    let mut v = server::Visitor::default();
+    let mut v = Visitor::default();
     let cookies = [(
         "cookie",
         "theme=dark; anteroom_sid=forged; __Host-anteroom_pass=p; __Host-anteroom_sid=s",
@@ -340,7 +326,7 @@ async fn the_real_server_sends_one_rebuilt_set_of_forwarding_headers_and_none_of
 #[tokio::test]
 async fn behind_a_trusted_proxy_the_client_its_scheme_and_host_are_kept() {
     let (s, _origin) = start_server(r#""127.0.0.1/32""#).await;
-    let mut v = server::Visitor::default();
+    let mut v = Visitor::default();
     let proxy_said = [
         ("x-forwarded-for", "6.6.6.6, 203.0.113.5"),
         ("x-forwarded-proto", "https"),

@@ -3,7 +3,8 @@
 
 use std::time::Duration;
 
-use crate::support::proxy::{start_gate, start_origin};
+use crate::support::origin::Origin;
+use crate::support::proxy::start_gate;
 use anteroom::proxy::Proxy;
 use bytes::Bytes;
 use http::{Request, StatusCode};
@@ -22,7 +23,7 @@ fn client_text_frame(payload: &[u8]) -> Vec<u8> {
 
 #[tokio::test]
 async fn websocket_echo_through_the_proxy() {
-    let origin = start_origin().await;
+    let origin = Origin::options().echo_headers().start().await;
     let gate = start_gate(Proxy::new(), origin.uri(), vec![]).await;
 
     let stream = tokio::net::TcpStream::connect(gate).await.unwrap();

@@ -11,7 +11,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::support::process::{Node, Visitor, redis_config};
+use crate::support::process;
+use crate::support::process::Node;
+use crate::support::visitor::Visitor;
 use anteroom_store::redis::{RedisConfig, RedisStore};
 use anteroom_store::testing::RedisServer;
 use anteroom_store::{EventId, QueueStore};
@@ -29,21 +31,17 @@ const IN_FLIGHT: usize = 256;
 async fn ten_thousand_redemptions_of_one_token_over_two_nodes_succeed_once() {
     let started = Instant::now();
     let redis = RedisServer::start().expect("redis-server (apt-get install redis-server)");
-    let config = redis_config(
-        "http://127.0.0.1:9",
-        &[redis.url()],
-        false,
-        2,
-        &[("tickets", 5)],
-        r#"{ mode = "continuous", max_per_minute = 600 }"#,
-    )
-    // A storm of calls that queue on one Redis must not drain the event (a
-    // slow answer is not an outage; drain waits for `server.drain_after` of
-    // silence). The store timeout is generous because on a 2-core box shared
-    // with other test binaries a call can wait over a second behind the
-    // storm, and a timed-out call answers 503 (retry), which is not what
-    // this test is about: exactly one redemption.
-    .replace("timeout = \"300ms\"", "timeout = \"5s\"");
+    let config = process::redis_node(&[redis.url()], false)
+        .gateway_nodes(2)
+        .event(process::event("tickets", "http://127.0.0.1:9", 5).continuous(600))
+        // A storm of calls that queue on one Redis must not drain the event (a
+        // slow answer is not an outage; drain waits for `server.drain_after` of
+        // silence). The store timeout is generous because on a 2-core box shared
+        // with other test binaries a call can wait over a second behind the
+        // storm, and a timed-out call answers 503 (retry), which is not what
+        // this test is about: exactly one redemption.
+        .store_timeout("5s")
+        .toml();
     let a = Node::in_process(&config).await;
     let b = Node::in_process(&config).await;
     let mut v = Visitor::default();

@@ -9,13 +9,14 @@
 //! millions of requests with the release binary by `scripts/soak-rss`
 //! (docs/benchmarks.md).
 
-use crate::support::process;
+use crate::support::config::{ConfigBuilder, Event};
+use crate::support::visitor::Visitor;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::support::process::{Node, Visitor};
+use crate::support::process::Node;
 use crate::support::raw::{connect, head};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
@@ -48,35 +49,18 @@ const NOISE: f64 = 4.0 * 1024.0 * 1024.0;
 const MIN_REQUESTS: u64 = 5_000;
 
 fn config(origin: &str, dir: &std::path::Path) -> String {
-    format!(
-        r#"
-[server]
-listen = "{{public}}"
-admin_listen = "{{admin}}"
-admin_token = "{token}"
-insecure_cookies = true
-[store]
-kind = "embedded"
-path = "{data}"
-[keys]
-secrets = ["{secret}"]
-[limits]
-per_ip_per_second = 0
-entries_per_ip = 0
-per_session_per_second = 0
-[[events]]
-id = "{EVENT}"
-origin = "{origin}"
-paths = ["/{EVENT}"]
-max_active = 100
-token_ttl = "10m"
-admission = {{ mode = "continuous", max_per_minute = 6000 }}
-bots = {{ challenge = "off" }}
-"#,
-        token = process::ADMIN_TOKEN,
-        secret = process::SECRET,
-        data = dir.join("data").display(),
-    )
+    ConfigBuilder::new()
+        .process()
+        .embedded(&dir.join("data"))
+        .no_limits()
+        .event(
+            Event::new(EVENT, origin)
+                .max_active(100)
+                .token_ttl("10m")
+                .continuous(6000)
+                .challenge_off(),
+        )
+        .toml()
 }
 
 /// A connection whose answers are read in order, bytes of the next one kept.

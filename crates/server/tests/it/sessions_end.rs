@@ -13,13 +13,15 @@
 //! every ending happens within a modest run; the pass outlives the 2 s
 //! contract, so only revocation, never plain expiry, can make a test pass.
 
+use crate::support::config::{ConfigBuilder, Event};
 use crate::support::process;
+use crate::support::visitor::Visitor;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::support::process::{Node, Visitor};
+use crate::support::process::Node;
 use anteroom_store::testing::RedisServer;
 use axum::extract::State;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
@@ -47,53 +49,33 @@ const TTL: Duration = Duration::from_secs(7);
 /// A fresh pass lives `min(pass_ttl, idle)`; the gate renews it past half.
 const HALF_LIFE: Duration = Duration::from_millis(1500);
 
-fn config(origin: &str, nodes: usize, store: &str) -> String {
-    format!(
-        r#"
-[server]
-listen = "{{public}}"
-admin_listen = "{{admin}}"
-admin_token = "{admin}"
-insecure_cookies = true
-gateway_nodes = {nodes}
-drain_journal = "{{journal}}"
-[store]
-{store}
-[keys]
-secrets = ["{secret}"]
-[limits]
-per_ip_per_second = 0
-entries_per_ip = 0
-per_session_per_second = 0
-[[events]]
-id = "{EVENT}"
-origin = "{origin}"
-paths = ["/{EVENT}"]
-max_active = 100
-token_ttl = "2m"
-pass_ttl = "{pass}s"
-session_idle_timeout = "{idle}s"
-session_ttl = "{ttl}s"
-admission = {{ mode = "continuous", max_per_minute = 6000 }}
-bots = {{ challenge = "off" }}
-"#,
-        admin = process::ADMIN_TOKEN,
-        secret = process::SECRET,
-        pass = PASS_TTL.as_secs(),
-        idle = IDLE.as_secs(),
-        ttl = TTL.as_secs(),
-    )
+/// The node config without its store: the caller adds it.
+fn config(origin: &str, nodes: u64) -> ConfigBuilder {
+    ConfigBuilder::new()
+        .process()
+        .gateway_nodes(nodes)
+        .drain_journal()
+        .no_limits()
+        .event(
+            Event::new(EVENT, origin)
+                .max_active(100)
+                .token_ttl("2m")
+                .line(&format!("pass_ttl = \"{}s\"", PASS_TTL.as_secs()))
+                .line(&format!("session_idle_timeout = \"{}s\"", IDLE.as_secs()))
+                .line(&format!("session_ttl = \"{}s\"", TTL.as_secs()))
+                .continuous(6000)
+                .challenge_off(),
+        )
 }
 
 /// Two nodes sharing one real redis-server. The store timeout is the
 /// default: a loaded box's slow answer must not drain the event.
 async fn redis_nodes(origin: &Origin) -> (RedisServer, Vec<Node>) {
     let redis = RedisServer::start().expect("redis-server (apt-get install redis-server)");
-    let store = format!(
-        "kind = \"redis\"\nurls = [\"{}\"]\ncluster = false\ntimeout = \"1s\"",
-        redis.url()
-    );
-    let config = config(&origin.url(), 2, &store);
+    let config = config(&origin.url(), 2)
+        .redis(&[redis.url()], false)
+        .store_timeout("1s")
+        .toml();
     let dir = Arc::new(tempfile::tempdir().unwrap());
     let a = Node::start(&config, dir.clone()).await;
     let b = Node::start(&config, dir).await;
@@ -102,11 +84,13 @@ async fn redis_nodes(origin: &Origin) -> (RedisServer, Vec<Node>) {
 
 async fn embedded_node(origin: &Origin) -> Node {
     let dir = Arc::new(tempfile::tempdir().unwrap());
-    let store = format!(
-        "kind = \"embedded\"\npath = \"{}\"",
-        dir.path().join("data").display()
-    );
-    Node::start(&config(&origin.url(), 1, &store), dir).await
+    Node::start(
+        &config(&origin.url(), 1)
+            .embedded(&dir.path().join("data"))
+            .toml(),
+        dir,
+    )
+    .await
 }
 
 // ---------------------------------------------------------------- origin

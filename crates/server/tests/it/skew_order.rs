@@ -8,21 +8,22 @@
 //! a few ms apart); ranks 0, 1, 2, ... in arrival order are only possible
 //! with the store's canonical clock (Redis `TIME`).
 
+use crate::support::config::{ConfigBuilder, HOURLY};
 use crate::support::process;
+use crate::support::visitor::Visitor;
 
-use crate::support::process::{Node, Visitor, redis_config};
+use crate::support::process::Node;
 use anteroom_store::testing::RedisServer;
 use http::{Method, StatusCode};
 
 const EVENT: &str = "tickets";
 const VISITORS: usize = 40;
 
-fn with_offset(config: &str, offset_ms: i64) -> String {
-    config.replacen(
-        "[server]\n",
-        &format!("[server]\ntest_clock_offset_ms = {offset_ms}\n"),
-        1,
-    )
+fn with_offset(config: &ConfigBuilder, offset_ms: i64) -> String {
+    config
+        .clone()
+        .server_line(&format!("test_clock_offset_ms = {offset_ms}"))
+        .toml()
 }
 
 fn ms(rfc3339: &serde_json::Value) -> i64 {
@@ -33,14 +34,9 @@ fn ms(rfc3339: &serde_json::Value) -> i64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn alternating_arrivals_on_skewed_nodes_keep_arrival_order() {
     let redis = RedisServer::start().expect("redis-server (apt-get install redis-server)");
-    let base = redis_config(
-        "http://127.0.0.1:9",
-        &[redis.url()],
-        false,
-        2,
-        &[(EVENT, 1)],
-        process::HOURLY,
-    );
+    let base = process::redis_node(&[redis.url()], false)
+        .gateway_nodes(2)
+        .event(process::event(EVENT, "http://127.0.0.1:9", 1).admission(HOURLY));
     let ahead = Node::in_process(&with_offset(&base, 500)).await;
     let behind = Node::in_process(&with_offset(&base, -500)).await;
     // Paused: nobody leaves the queue, so ranks only reflect arrival order.

@@ -2,8 +2,9 @@
 //! stable subset of `/metrics`. Timestamps and tokens are redacted.
 
 use crate::support::server;
+use crate::support::visitor::Visitor;
 
-use crate::support::server::{TestServer, Visitor};
+use crate::support::server::TestServer;
 use http::{Method, StatusCode};
 
 #[tokio::test]

@@ -5,11 +5,14 @@
 //! `server.max_streams`, and a fan-out that reads the store once per event
 //! per tick, not once per stream.
 
+use crate::support::config::{Event, FAST_BATCH};
+use crate::support::origin::Origin;
 use crate::support::server;
+use crate::support::visitor::Visitor;
 
 use std::time::{Duration, Instant};
 
-use crate::support::server::{TestServer, Visitor};
+use crate::support::server::TestServer;
 use bytes::Bytes;
 use http::{Method, StatusCode};
 use http_body_util::{BodyExt, Empty};
@@ -79,12 +82,16 @@ impl Sse {
 /// The harness's events with `tickets` holding `max_active` and the node
 /// `max_streams`.
 async fn start(max_active: u64, max_streams: u64) -> TestServer {
-    let (origin_addr, origin) = server::start_origin().await;
+    let origin = Origin::start().await;
+    let origin_addr = origin.addr;
     let dir = tempfile::tempdir().unwrap();
-    let toml = server::config_toml(origin_addr, dir.path(), "")
-        .replacen("max_active = 2", &format!("max_active = {max_active}"), 1)
-        .replace("[store]", &format!("max_streams = {max_streams}\n[store]"));
-    TestServer::start_with(&toml, origin_addr, origin, dir).await
+    let tickets = Event::at("tickets", origin_addr)
+        .max_active(max_active)
+        .admission(FAST_BATCH);
+    let toml = server::config(dir.path(), origin_addr, tickets)
+        .server_line(&format!("max_streams = {max_streams}"))
+        .toml();
+    TestServer::start_with(&toml, origin, dir).await
 }
 
 async fn joined(s: &TestServer) -> Visitor {

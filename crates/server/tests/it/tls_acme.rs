@@ -9,7 +9,8 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::support::tls::{Ca, config_toml, start_origin, wait_until};
+use crate::support::origin::Origin;
+use crate::support::tls::{Ca, config, wait_until};
 
 /// pebble by PID: killed when dropped.
 struct Pebble {
@@ -158,8 +159,8 @@ async fn pebble_issues_by_http01_the_certificate_is_kept_and_renewed() {
         "redirect_listen = \"127.0.0.1:0\"\nacme = {{ directory = {:?}, domains = [\"localhost\"], contact = \"mailto:ops@example.com\", ca_root = {ca_root:?}, storage = {storage:?} }}",
         pebble.directory
     );
-    let origin = start_origin().await;
-    let toml = config_toml(dir.path(), origin, "", &tls);
+    let origin = Origin::options().echo_proto().start().await.addr;
+    let toml = config(dir.path(), origin).tls(&tls).toml();
 
     // First start: no certificate yet; one is ordered and served.
     let (public, stop, task, dir) = start_server(dir, &toml, redirect).await;

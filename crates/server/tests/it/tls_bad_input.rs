@@ -5,7 +5,8 @@
 
 use std::time::Duration;
 
-use crate::support::tls::{Ca, client_config, config_toml, handshake, start_origin, try_start};
+use crate::support::origin::Origin;
+use crate::support::tls::{Ca, client_config, config, handshake, try_start};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
 
@@ -15,8 +16,9 @@ const HOST: &str = "tickets.test";
 async fn start_error(tls: &str, prepare: impl FnOnce(&std::path::Path)) -> String {
     let dir = tempfile::tempdir().unwrap();
     prepare(dir.path());
-    let origin = start_origin().await;
-    let toml = config_toml(dir.path(), origin, "", tls);
+    let origin = Origin::options().echo_proto().start().await.addr;
+    let lines = tls.replace("{dir}", &dir.path().display().to_string());
+    let toml = config(dir.path(), origin).tls(&lines).toml();
     match try_start(dir, &toml).await {
         Ok(_) => panic!("started with {tls}"),
         Err(e) => format!("{e:#}"),
@@ -84,20 +86,15 @@ async fn bad_pairs_stop_the_start_naming_key_and_file() {
 
     // insecure_cookies contradicts HTTPS: refused by name.
     let dir = tempfile::tempdir().unwrap();
-    let toml = config_toml(
-        dir.path(),
-        "127.0.0.1:1".parse().unwrap(),
-        "insecure_cookies = true",
-        pair,
-    );
+    let toml = config(dir.path(), "127.0.0.1:1".parse().unwrap())
+        .server_line("insecure_cookies = true")
+        .tls(&pair.replace("{dir}", &dir.path().display().to_string()))
+        .toml();
     let e = anteroom::Config::from_toml(&toml).unwrap_err().to_string();
     assert!(e.contains("server.insecure_cookies"), "{e}");
-    let toml = config_toml(
-        dir.path(),
-        "127.0.0.1:1".parse().unwrap(),
-        "",
-        "redirect_listen = \"nope\"",
-    );
+    let toml = config(dir.path(), "127.0.0.1:1".parse().unwrap())
+        .tls("redirect_listen = \"nope\"")
+        .toml();
     let e = anteroom::Config::from_toml(&toml).unwrap_err().to_string();
     assert!(e.contains("server.tls.cert"), "{e}");
 }
@@ -107,9 +104,12 @@ async fn garbage_plain_http_and_broken_handshakes_are_closed_cleanly() {
     let ca = Ca::new("test ca");
     let dir = tempfile::tempdir().unwrap();
     let (cert, key) = ca.leaf(&[HOST], 3).write(dir.path(), "site");
-    let origin = start_origin().await;
+    let origin = Origin::options().echo_proto().start().await.addr;
     let tls = format!("cert = {cert:?}\nkey = {key:?}");
-    let toml = config_toml(dir.path(), origin, "header_read_timeout = \"1s\"", &tls);
+    let toml = config(dir.path(), origin)
+        .server_line("header_read_timeout = \"1s\"")
+        .tls(&tls)
+        .toml();
     let s = try_start(dir, &toml).await.unwrap();
 
     let read_all = |mut c: TcpStream| async move {

@@ -5,11 +5,12 @@
 //! closed after `http2_keep_alive_interval` + `http2_keep_alive_timeout`,
 //! even while a push stream keeps it busy.
 
+use crate::support::origin::Origin;
 use crate::support::tls;
 
 use std::time::{Duration, Instant};
 
-use crate::support::tls::{Ca, config_toml, handshake, start_origin, try_start};
+use crate::support::tls::{Ca, config, handshake, try_start};
 use bytes::Bytes;
 use http::{Request, StatusCode};
 use http_body_util::{BodyExt as _, Empty};
@@ -49,13 +50,11 @@ async fn start(server: &str) -> (Ca, tls::TlsServer) {
     let ca = Ca::new("test ca");
     let dir = tempfile::tempdir().unwrap();
     let (cert, key) = ca.leaf(&[HOST], 30).write(dir.path(), "site");
-    let origin = start_origin().await;
-    let toml = config_toml(
-        dir.path(),
-        origin,
-        server,
-        &format!("cert = {cert:?}\nkey = {key:?}"),
-    );
+    let origin = Origin::options().echo_proto().start().await.addr;
+    let toml = config(dir.path(), origin)
+        .server_line(server)
+        .tls(&format!("cert = {cert:?}\nkey = {key:?}"))
+        .toml();
     let s = try_start(dir, &toml).await.unwrap();
     (ca, s)
 }

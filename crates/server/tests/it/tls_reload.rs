@@ -2,11 +2,10 @@
 //! the new pair (on the poll and on SIGHUP) while an open connection keeps
 //! working; a bad new pair keeps the old certificate and sets a metric.
 
+use crate::support::origin::Origin;
 use crate::support::tls;
 
-use crate::support::tls::{
-    Ca, TlsServer, client_config, config_toml, handshake, start_origin, try_start, wait_until,
-};
+use crate::support::tls::{Ca, TlsServer, client_config, config, handshake, try_start, wait_until};
 use bytes::Bytes;
 use http_body_util::{BodyExt as _, Empty};
 use hyper_util::rt::TokioIo;
@@ -33,9 +32,9 @@ async fn replaced_files_serve_new_handshakes_and_open_connections_stay() {
     let dir = tempfile::tempdir().unwrap();
     let first = ca.leaf(&[HOST], 30);
     let (cert, key) = first.write(dir.path(), "site");
-    let origin = start_origin().await;
+    let origin = Origin::options().echo_proto().start().await.addr;
     let tls = format!("cert = {cert:?}\nkey = {key:?}\nreload_interval = \"100ms\"");
-    let toml = config_toml(dir.path(), origin, "", &tls);
+    let toml = config(dir.path(), origin).tls(&tls).toml();
     let s = try_start(dir, &toml).await.unwrap();
     assert_eq!(shown(&s, &ca).await, first.der);
 
@@ -103,10 +102,10 @@ async fn sighup_reloads_at_once() {
     let dir = tempfile::tempdir().unwrap();
     let first = ca.leaf(&[HOST], 30);
     let (cert, key) = first.write(dir.path(), "site");
-    let origin = start_origin().await;
+    let origin = Origin::options().echo_proto().start().await.addr;
     // The poll alone would take an hour.
     let tls = format!("cert = {cert:?}\nkey = {key:?}\nreload_interval = \"1h\"");
-    let toml = config_toml(dir.path(), origin, "", &tls);
+    let toml = config(dir.path(), origin).tls(&tls).toml();
     let s = try_start(dir, &toml).await.unwrap();
     assert_eq!(shown(&s, &ca).await, first.der);
     let second = ca.leaf(&[HOST], 60);

@@ -2,11 +2,12 @@
 //! ALPN and HTTP/2 with a real client, the whole visitor journey over both
 //! protocols, SNI, the redirect listener, HSTS and a TLS admin listener.
 
+use crate::support::origin::Origin;
 use crate::support::tls;
 
 use std::time::Duration;
 
-use crate::support::tls::{Ca, config_toml, handshake, https_client, start_origin, try_start};
+use crate::support::tls::{Ca, config, handshake, https_client, try_start};
 use http::{StatusCode, Version};
 use serde_json::Value;
 
@@ -53,9 +54,9 @@ async fn http2_and_http1_over_tls_carry_the_whole_journey() {
     let ca = Ca::new("test ca");
     let dir = tempfile::tempdir().unwrap();
     let (cert, key) = ca.leaf(&[HOST], 30).write(dir.path(), "site");
-    let origin = start_origin().await;
+    let origin = Origin::options().echo_proto().start().await.addr;
     let tls = format!("cert = {cert:?}\nkey = {key:?}\nhsts = \"max-age=31536000\"");
-    let toml = config_toml(dir.path(), origin, "", &tls);
+    let toml = config(dir.path(), origin).tls(&tls).toml();
     let s = try_start(dir, &toml).await.unwrap();
 
     // ALPN: h2 preferred, http/1.1 offered alone is accepted, TLS 1.3 by
@@ -123,11 +124,11 @@ async fn sni_picks_the_certificate_and_unknown_names_get_the_default() {
     let b = ca.leaf(&["b.test", "*.b.test"], 30);
     let (ac, ak) = a.write(dir.path(), "a");
     let (bc, bk) = b.write(dir.path(), "b");
-    let origin = start_origin().await;
+    let origin = Origin::options().echo_proto().start().await.addr;
     let tls = format!(
         "[[server.tls.certs]]\ncert = {ac:?}\nkey = {ak:?}\n[[server.tls.certs]]\ncert = {bc:?}\nkey = {bk:?}"
     );
-    let toml = config_toml(dir.path(), origin, "", &tls);
+    let toml = config(dir.path(), origin).tls(&tls).toml();
     let s = try_start(dir, &toml).await.unwrap();
     let leaf_for = |name: &'static str| {
         let roots = ca.roots();
@@ -163,9 +164,9 @@ async fn redirect_listener_answers_308_to_https_and_tls_admin_works() {
     let ca = Ca::new("test ca");
     let dir = tempfile::tempdir().unwrap();
     let (cert, key) = ca.leaf(&[HOST, "127.0.0.1"], 30).write(dir.path(), "site");
-    let origin = start_origin().await;
+    let origin = Origin::options().echo_proto().start().await.addr;
     let tls = format!("cert = {cert:?}\nkey = {key:?}\nadmin = true");
-    let toml = config_toml(dir.path(), origin, "", &tls);
+    let toml = config(dir.path(), origin).tls(&tls).toml();
     let s = try_start(dir, &toml).await.unwrap();
 
     let plain = reqwest::Client::builder()

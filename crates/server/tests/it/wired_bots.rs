@@ -2,7 +2,7 @@
 //! for a script, single-use answers, the high-risk policies with an IP
 //! reputation file, and `X-Forwarded-For` believed only from trusted proxies.
 
-use crate::support::server::Visitor;
+use crate::support::visitor::Visitor;
 use crate::support::wired::{CHROME, CURL, ENTER, POSITION, call, start, with_xff};
 use http::{Method, StatusCode};
 use serde_json::{Value, json};

@@ -1,7 +1,7 @@
 //! `[limits]` as wired into enter, position and the gate, over real sockets:
 //! `429 rate_limited` with `Retry-After`, keyed by the believed client address.
 
-use crate::support::server::Visitor;
+use crate::support::visitor::Visitor;
 use crate::support::wired::{CHROME, ENTER, POSITION, call, retry_after, start, with_xff};
 use http::{Method, StatusCode};
 

@@ -3,8 +3,9 @@
 //! and once admitted the plain continue link redeems and lands on the origin.
 
 use crate::support::server;
+use crate::support::visitor::Visitor;
 
-use crate::support::server::{Visitor, wait_until};
+use crate::support::server::wait_until;
 use crate::support::wired::{CHROME, CURL, ENTER, POSITION, call, start};
 use http::{Method, StatusCode};
 

@@ -7,7 +7,7 @@ use crate::support::server;
 
 use std::time::{Duration, Instant};
 
-use crate::support::server::Visitor;
+use crate::support::visitor::Visitor;
 use crate::support::wired::{CHROME, ENTER, POSITION, call, start, with_xff};
 use http::{Method, StatusCode};
 use serde_json::{Value, json};

@@ -11,6 +11,8 @@ use anteroom_core::score::JoinScoring;
 use anteroom_store::embedded::{EmbeddedOptions, EmbeddedStore};
 use anteroom_store::{EventId, EventStats, MemberState, QueueStore, RedeemOutcome};
 
+use crate::support::config::{ConfigBuilder, Event};
+
 /// 2027-01-15T08:00:00Z: any fixed time works.
 pub const T0_MS: i64 = 1_800_000_000_000;
 
@@ -40,26 +42,6 @@ pub struct Harness {
     _dir: tempfile::TempDir,
 }
 
-/// The config file around one event `e` whose extra keys are `event`.
-pub fn toml_with_origin(dir: &std::path::Path, origin: &str, event: &str) -> String {
-    format!(
-        r#"
-[server]
-admin_token = "test-admin-token"
-[store]
-path = "{}"
-[keys]
-secrets = ["test-secret-test-secret-test-secret-0123"]
-[[events]]
-id = "e"
-origin = "{origin}"
-paths = ["/shop"]
-{event}
-"#,
-        dir.display()
-    )
-}
-
 impl Harness {
     pub async fn new(event: &str) -> Self {
         Self::with_origin("http://127.0.0.1:9", event).await
@@ -84,8 +66,12 @@ impl Harness {
         };
         let store: Arc<dyn QueueStore> =
             Arc::new(EmbeddedStore::open(dir.path(), opts).await.unwrap());
-        let config =
-            anteroom::Config::from_toml(&toml_with_origin(dir.path(), origin, event)).unwrap();
+        // One event `e` in front of `origin`, protecting `/shop`, with the
+        // test's `event` keys.
+        let config = ConfigBuilder::new()
+            .embedded(dir.path())
+            .event(Event::new("e", origin).paths(&["/shop"]).line(event))
+            .build();
         let events = anteroom::config::stored::resolve(&config.events, store.as_ref())
             .await
             .unwrap();

@@ -5,10 +5,13 @@
 pub mod admission;
 pub mod bots;
 pub mod browser;
+pub mod config;
 pub mod cut;
+pub mod origin;
 pub mod process;
 pub mod proxy;
 pub mod raw;
 pub mod server;
 pub mod tls;
+pub mod visitor;
 pub mod wired;

@@ -1,69 +1,29 @@
 //! Fault-injection harness: real `anteroom` processes (the binary cargo
-//! built for these tests) on ports reserved by binding port 0, an in-process
-//! origin that records its peak concurrency and who reached it, and a
-//! visitor with a cookie jar. Every wait polls against a deadline; every
-//! process is killed by PID when dropped.
+//! built for these tests) on ports reserved by binding port 0, the origin
+//! they stand in front of, and a visitor with a cookie jar. Every wait polls
+//! against a deadline; every process is killed by PID when dropped.
 
-use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::extract::{Request, State};
 use bytes::Bytes;
 use http::{Method, StatusCode};
-use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
 use serde_json::Value;
 
-pub const ADMIN_TOKEN: &str = "fault-admin-token";
-pub const SECRET: &str = "fault-secret-fault-secret-fault-secret-01";
+use crate::support::config::{ADMIN_TOKEN, ConfigBuilder, Event};
+use crate::support::origin::Origin;
+use crate::support::visitor::{Gate, try_send};
 
-/// What the origin saw: peak in-flight requests and each session that reached it.
-#[derive(Default)]
-pub struct Origin {
-    in_flight: AtomicUsize,
-    pub max_in_flight: AtomicUsize,
-    pub sessions: Mutex<HashSet<String>>,
-    pub addr: Mutex<Option<SocketAddr>>,
-}
-
-impl Origin {
-    /// Starts the origin; each request stays in flight for 20 ms so that
-    /// overlapping holders of passes show up in the peak.
-    pub async fn start() -> Arc<Self> {
-        let log = Arc::new(Self::default());
-        let app = axum::Router::new().fallback(handle).with_state(log.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        *log.addr.lock().unwrap() = Some(listener.local_addr().unwrap());
-        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-        log
-    }
-
-    pub fn url(&self) -> String {
-        format!("http://{}", self.addr.lock().unwrap().unwrap())
-    }
-
-    pub fn peak(&self) -> usize {
-        self.max_in_flight.load(Ordering::SeqCst)
-    }
-}
-
-async fn handle(State(log): State<Arc<Origin>>, req: Request) -> &'static str {
-    let now = log.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
-    log.max_in_flight.fetch_max(now, Ordering::SeqCst);
-    if let Some(s) = req.headers().get("x-anteroom-session") {
-        let s = s.to_str().unwrap_or("").to_owned();
-        log.sessions.lock().unwrap().insert(s);
-    }
-    tokio::time::sleep(Duration::from_millis(20)).await;
-    log.in_flight.fetch_sub(1, Ordering::SeqCst);
-    "origin"
+/// The origin of these tests: each request stays in flight for 20 ms so
+/// that overlapping holders of passes show up in the peak.
+pub async fn origin() -> Arc<Origin> {
+    Origin::options()
+        .hold(Duration::from_millis(20))
+        .start()
+        .await
 }
 
 /// A loopback port free now (bind port 0, read it, release it).
@@ -312,6 +272,12 @@ impl Node {
     }
 }
 
+impl Gate for Node {
+    fn public_url(&self, path: &str) -> String {
+        self.url(path)
+    }
+}
+
 impl Drop for Node {
     fn drop(&mut self) {
         if let Some(stop) = self.stop.take() {
@@ -332,22 +298,7 @@ pub async fn send(
     headers: &[(String, String)],
     body: Option<String>,
 ) -> Result<(StatusCode, http::HeaderMap, Bytes), String> {
-    let client: Client<HttpConnector, Full<Bytes>> =
-        Client::builder(TokioExecutor::new()).build_http();
-    let mut req = http::Request::builder().method(method).uri(url);
-    for (k, v) in headers {
-        req = req.header(k, v);
-    }
-    let req = req
-        .body(Full::new(Bytes::from(body.unwrap_or_default())))
-        .unwrap();
-    let call = async {
-        let res = client.request(req).await.map_err(|e| e.to_string())?;
-        let (parts, body) = res.into_parts();
-        let bytes = body.collect().await.map_err(|e| e.to_string())?.to_bytes();
-        Ok((parts.status, parts.headers, bytes))
-    };
-    tokio::time::timeout(Duration::from_secs(5), call)
+    tokio::time::timeout(Duration::from_secs(5), try_send(method, url, headers, body))
         .await
         .map_err(|_| "timed out".to_owned())?
 }
@@ -368,182 +319,27 @@ where
     }
 }
 
-/// A visitor with a cookie jar (session and pass cookies).
-#[derive(Clone, Default, Debug)]
-pub struct Visitor {
-    pub cookies: Vec<(String, String)>,
-    /// Successful redeems (must never exceed 1).
-    pub redeems: usize,
+/// The config of one node with the Redis store at `urls` (a cluster if
+/// `cluster`): listeners and drain journal where [`Node`] puts them, no
+/// limits; the test adds its events ([`event`]).
+pub fn redis_node(urls: &[String], cluster: bool) -> ConfigBuilder {
+    ConfigBuilder::new()
+        .process()
+        .drain_journal()
+        .redis(urls, cluster)
+        .no_limits()
 }
 
-impl Visitor {
-    pub async fn call(
-        &mut self,
-        method: Method,
-        url: &str,
-        body: Option<&str>,
-    ) -> (StatusCode, http::HeaderMap, Value) {
-        let mut headers = vec![("accept".to_owned(), "application/json".to_owned())];
-        if !self.cookies.is_empty() {
-            let jar: Vec<String> = self
-                .cookies
-                .iter()
-                .map(|(k, v)| format!("{k}={v}"))
-                .collect();
-            headers.push(("cookie".into(), jar.join("; ")));
-        }
-        if body.is_some() {
-            headers.push(("content-type".into(), "application/json".into()));
-        }
-        let (status, h, bytes) = send(method, url, &headers, body.map(str::to_owned))
-            .await
-            .unwrap_or((
-                StatusCode::BAD_GATEWAY,
-                http::HeaderMap::new(),
-                Bytes::new(),
-            ));
-        for sc in h.get_all("set-cookie") {
-            let sc = sc.to_str().unwrap().to_owned();
-            let (pair, _) = sc.split_once(';').unwrap_or((&sc, ""));
-            let (k, v) = pair.split_once('=').unwrap();
-            self.cookies.retain(|(name, _)| name != k);
-            if !v.is_empty() {
-                self.cookies.push((k.to_owned(), v.to_owned()));
-            }
-        }
-        let json = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-        (status, h, json)
-    }
-
-    pub async fn enter(
-        &mut self,
-        node: &Node,
-        event: &str,
-    ) -> (StatusCode, http::HeaderMap, Value) {
-        let url = node.url(&format!("/api/queue/enter?eventId={event}"));
-        self.call(Method::POST, &url, None).await
-    }
-
-    pub async fn position(&mut self, node: &Node, event: &str) -> Value {
-        let url = node.url(&format!("/api/queue/position?eventId={event}"));
-        self.call(Method::GET, &url, None).await.2
-    }
-
-    pub async fn redeem(&mut self, node: &Node, event: &str, token: &str) -> StatusCode {
-        let url = node.url(&format!("/api/queue/redeem?eventId={event}"));
-        let body = serde_json::json!({ "token": token }).to_string();
-        let status = self.call(Method::POST, &url, Some(&body)).await.0;
-        if status == StatusCode::OK {
-            self.redeems += 1;
-        }
-        status
-    }
-
-    /// A request through the gate to a protected path.
-    pub async fn fetch(&mut self, node: &Node, path: &str) -> StatusCode {
-        self.call(Method::GET, &node.url(path), None).await.0
-    }
-
-    pub async fn release(&mut self, node: &Node, event: &str) -> StatusCode {
-        let url = node.url(&format!("/api/queue/release?eventId={event}"));
-        self.call(Method::POST, &url, None).await.0
-    }
-
-    /// Polls the position until ADMITTED, then redeems; panics after `limit`.
-    /// Statuses seen on the way are appended to `seen`.
-    pub async fn until_active(
-        &mut self,
-        node: &Node,
-        event: &str,
-        limit: Duration,
-        seen: &mut Vec<String>,
-    ) {
-        let deadline = Instant::now() + limit;
-        loop {
-            let p = self.position(node, event).await;
-            let status = p["status"].as_str().unwrap_or("?").to_owned();
-            if seen.last() != Some(&status) {
-                seen.push(status.clone());
-            }
-            match status.as_str() {
-                "ADMITTED" => {
-                    let token = p["token"].as_str().unwrap().to_owned();
-                    assert_eq!(self.redeem(node, event, &token).await, StatusCode::OK);
-                    return;
-                }
-                "ACTIVE" => return,
-                "NONE" => {
-                    // The store lost the place (restart without data): join again,
-                    // as the waiting page does.
-                    self.enter(node, event).await;
-                }
-                _ => {}
-            }
-            assert!(
-                Instant::now() < deadline,
-                "not admitted in {limit:?}; saw {seen:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
+/// An event as these tests run it in front of `origin`: `max_active`
+/// slots, tokens good for two minutes, no bot challenge; the test names the
+/// admission.
+pub fn event(id: &str, origin: &str, max_active: u64) -> Event {
+    Event::new(id, origin)
+        .max_active(max_active)
+        .token_ttl("2m")
+        .challenge_off()
 }
 
-/// The config of one node in front of `origin`, with the Redis store at
-/// `urls`; `events` is a list of `(id, max_active)`.
-pub fn redis_config(
-    origin: &str,
-    urls: &[String],
-    cluster: bool,
-    nodes: u64,
-    events: &[(&str, u64)],
-    admission: &str,
-) -> String {
-    let urls = urls
-        .iter()
-        .map(|u| format!("\"{u}\""))
-        .collect::<Vec<_>>()
-        .join(", ");
-    let mut s = format!(
-        r#"
-[server]
-listen = "{{public}}"
-admin_listen = "{{admin}}"
-admin_token = "{ADMIN_TOKEN}"
-insecure_cookies = true
-gateway_nodes = {nodes}
-drain_journal = "{{journal}}"
-[store]
-kind = "redis"
-urls = [{urls}]
-cluster = {cluster}
-timeout = "300ms"
-[keys]
-secrets = ["{SECRET}"]
-[limits]
-per_ip_per_second = 0
-entries_per_ip = 0
-per_session_per_second = 0
-"#
-    );
-    for (id, max_active) in events {
-        s.push_str(&format!(
-            r#"
-[[events]]
-id = "{id}"
-origin = "{origin}"
-paths = ["/{id}"]
-max_active = {max_active}
-token_ttl = "2m"
-admission = {admission}
-bots = {{ challenge = "off" }}
-"#
-        ));
-    }
-    s
-}
-
-/// One admission per hour: the first visitor gets in, the rest wait.
-pub const HOURLY: &str = r#"{ mode = "batch", batch_size = 1, interval = "1h" }"#;
 /// Ten admissions a second (for `put_event`).
 pub fn fast() -> Value {
     serde_json::json!({ "mode": "continuous", "max_per_minute": 600 })

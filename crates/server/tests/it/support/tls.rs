@@ -12,8 +12,7 @@ use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
 use rustls_pki_types::{CertificateDer, ServerName};
 use tokio::net::TcpStream;
 
-pub const ADMIN_TOKEN: &str = "test-admin-token";
-pub const SECRET: &str = "test-secret-test-secret-test-secret-0123";
+use crate::support::config::{ADMIN_TOKEN, ConfigBuilder, Event};
 
 /// A certificate authority the test trusts.
 pub struct Ca {
@@ -109,34 +108,18 @@ pub struct TlsServer {
     task: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
 }
 
-/// The config: a `tickets` event in front of `origin`, `[server.tls]` with
-/// `tls` lines (paths in them may use `{dir}`), `server` lines in `[server]`.
-pub fn config_toml(dir: &Path, origin: SocketAddr, server: &str, tls: &str) -> String {
-    let tls = tls.replace("{dir}", &dir.display().to_string());
-    format!(
-        r#"
-[server]
-admin_token = "{ADMIN_TOKEN}"
-{server}
-[server.tls]
-{tls}
-[store]
-path = "{}/data"
-[keys]
-secrets = ["{SECRET}"]
-[limits]
-per_ip_per_second = 0
-per_session_per_second = 0
-[[events]]
-id = "tickets"
-origin = "http://{origin}"
-paths = ["/tickets"]
-max_active = 5
-admission = {{ mode = "batch", batch_size = 5, interval = "100ms" }}
-bots = {{ challenge = "off" }}
-"#,
-        dir.display()
-    )
+/// The config: a `tickets` event in front of `origin`, the store under
+/// `dir`; the test adds `[server.tls]` with [`ConfigBuilder::tls`].
+pub fn config(dir: &Path, origin: SocketAddr) -> ConfigBuilder {
+    ConfigBuilder::new()
+        .embedded(&dir.join("data"))
+        .no_rate_limits()
+        .event(
+            Event::at("tickets", origin)
+                .max_active(5)
+                .admission(r#"{ mode = "batch", batch_size = 5, interval = "100ms" }"#)
+                .challenge_off(),
+        )
 }
 
 /// Binds the three listeners on port 0 and starts the server; `Err` if it
@@ -273,23 +256,6 @@ pub fn https_client(ca: &Ca, host: &str, addr: SocketAddr, http2: bool) -> reqwe
         b = b.http1_only();
     }
     b.build().unwrap()
-}
-
-/// A small origin that answers with what it saw: path and X-Forwarded-Proto.
-pub async fn start_origin() -> SocketAddr {
-    let app = axum::Router::new().fallback(|req: axum::extract::Request| async move {
-        let proto = req
-            .headers()
-            .get("x-forwarded-proto")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("-")
-            .to_owned();
-        format!("origin {} proto={proto}", req.uri())
-    });
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    addr
 }
 
 /// Polls `check` until it holds, failing after 20 s.

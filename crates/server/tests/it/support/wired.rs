@@ -5,7 +5,10 @@
 use http::{HeaderMap, Method, StatusCode};
 use serde_json::Value;
 
-use crate::support::server::{self, ADMIN_TOKEN, SECRET, TestServer, Visitor};
+use crate::support::config::{ConfigBuilder, Event, HOURLY};
+use crate::support::origin::Origin;
+use crate::support::server::TestServer;
+use crate::support::visitor::Visitor;
 
 pub const ENTER: &str = "/api/queue/enter?eventId=tickets";
 pub const POSITION: &str = "/api/queue/position?eventId=tickets";
@@ -32,32 +35,21 @@ pub const CHROME: &[(&str, &str)] = &[
 /// Admissions run once an hour unless `event` says otherwise, so statuses
 /// stay WAITING while a test looks at them.
 pub async fn start(head: &str, event: &str) -> TestServer {
-    let (origin_addr, origin) = server::start_origin().await;
+    let origin = Origin::start().await;
+    let origin_addr = origin.addr;
     let dir = tempfile::tempdir().unwrap();
-    let event = if event.contains("admission") {
-        event.to_owned()
+    let tickets = Event::at("tickets", origin_addr).max_active(1);
+    let tickets = if event.contains("admission") {
+        tickets
     } else {
-        format!("admission = {{ mode = \"batch\", batch_size = 1, interval = \"1h\" }}\n{event}")
+        tickets.admission(HOURLY)
     };
-    let toml = format!(
-        r#"
-[server]
-admin_token = "{ADMIN_TOKEN}"
-[store]
-path = "{}"
-[keys]
-secrets = ["{SECRET}"]
-{head}
-[[events]]
-id = "tickets"
-origin = "http://{origin_addr}"
-paths = ["/tickets"]
-max_active = 1
-{event}
-"#,
-        dir.path().display()
-    );
-    TestServer::start_with(&toml, origin_addr, origin, dir).await
+    let toml = ConfigBuilder::new()
+        .embedded(dir.path())
+        .section(head)
+        .event(tickets.line(event))
+        .toml();
+    TestServer::start_with(&toml, origin, dir).await
 }
 
 /// One call with `headers` (plus the visitor's cookies); the body as JSON.

@@ -14,6 +14,17 @@ use std::time::{Duration, Instant};
 pub mod axe;
 pub mod fake;
 
+use crate::support::config::Event;
+
+/// The event the browser tests drive: `drop` protects `/shop`, five slots,
+/// one admission every 200 ms.
+pub fn drop_event(origin: std::net::SocketAddr) -> Event {
+    Event::at("drop", origin)
+        .paths(&["/shop"])
+        .max_active(5)
+        .admission(r#"{ mode = "batch", batch_size = 1, interval = "200ms" }"#)
+}
+
 use anyhow::{Context, Result, bail};
 use fantoccini::{Client, ClientBuilder};
 use futures::FutureExt;

@@ -5,48 +5,18 @@
 //! admitted and redeemed whichever node answered, in order, within
 //! `max_active`, and both nodes served the crowd (the simulator counts
 //! the answers of each).
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use anteroom_sim::{
-    crowd::{Arrival, CrowdArgs, OriginSource, simulate},
+    crowd::{CrowdArgs, OriginSource, simulate},
     origin::serve_origin,
     report::render_text,
 };
 use anteroom_store::testing::RedisServer;
 use tokio::net::TcpListener;
 
-const MAX_ACTIVE: u64 = 20;
+use crate::support::{Anteroom, Event, Store, config, crowd};
 
-fn config(origin: &str, redis: &str, journal: &std::path::Path) -> anteroom::Config {
-    let text = format!(
-        r#"
-[server]
-admin_token = "smoke-admin-token-0123456789"
-insecure_cookies = true
-drain_journal = "{journal}"
-[store]
-kind = "redis"
-urls = ["{redis}"]
-cluster = false
-timeout = "1s"
-[keys]
-secrets = ["smoke-test-secret-0123456789abcdef0123"]
-[limits]
-per_ip_per_second = 0
-entries_per_ip = 0
-per_session_per_second = 0
-[[events]]
-id = "nodes"
-origin = "{origin}"
-paths = ["/"]
-max_active = {MAX_ACTIVE}
-admission = {{ mode = "batch", batch_size = 40, interval = "100ms" }}
-bots = {{ challenge = "off" }}
-"#,
-        journal = journal.display()
-    );
-    anteroom::Config::from_toml(&text).unwrap()
-}
+const MAX_ACTIVE: u64 = 20;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_nodes_on_one_redis_admit_the_whole_crowd_in_order() {
@@ -58,50 +28,35 @@ async fn two_nodes_on_one_redis_admit_the_whole_crowd_in_order() {
     .await
     .unwrap();
     let origin_url = format!("http://{}", origin.addr);
-    let mut targets = Vec::new();
-    let mut stops = Vec::new();
+    let event = Event {
+        id: "nodes",
+        max_active: MAX_ACTIVE,
+        batch_size: 40,
+        per_ip_per_second: 0,
+    };
     // Each node keeps its own drain journal.
     let journals = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
     let mut servers = Vec::new();
     for journal in &journals {
-        let public = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let admin = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        targets.push(format!("http://{}", public.local_addr().unwrap()));
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        stops.push(stop);
-        servers.push(tokio::spawn(anteroom::run(
-            public,
-            admin,
-            config(&origin_url, &redis.url(), &journal.path().join("journal")),
-            async {
-                let _ = stopped.await;
-            },
-        )));
+        let store = Store::Redis {
+            url: &redis.url(),
+            journal: &journal.path().join("journal"),
+        };
+        servers.push(Anteroom::start(config(&origin_url, &store, &event)).await);
     }
+    let targets: Vec<String> = servers.iter().map(|s| s.target.clone()).collect();
 
     let args = CrowdArgs {
         target: targets.join(","),
-        server_pid: vec![],
-        event: "nodes".into(),
         visitors: 200,
-        arrival: Arrival::Burst,
-        rate: 1000.0,
-        bots: 0.0,
-        abandon: 0.0,
         browse: 100,
-        browse_path: "/".into(),
-        json: false,
-        plot: None,
-        origin_stats: None,
-        origin_listen: None,
-        origin_latency: "fixed:0ms".parse().unwrap(),
         max_active: Some(MAX_ACTIVE),
         fixed_poll: Some(200),
         connections: 32,
         streams: 20,
-        warmup: 0,
         timeout: 240,
         seed: 11,
+        ..crowd(String::new(), "nodes")
     };
     let outcome = simulate(&args, OriginSource::Embedded(origin.stats_reader()))
         .await
@@ -109,8 +64,11 @@ async fn two_nodes_on_one_redis_admit_the_whole_crowd_in_order() {
     let r = &outcome.report;
     println!("{}", render_text(r));
     for (node, server) in servers.iter_mut().enumerate() {
-        if server.is_finished() {
-            panic!("node {node} stopped during the run: {:?}", server.await);
+        if server.task.is_finished() {
+            panic!(
+                "node {node} stopped during the run: {:?}",
+                (&mut server.task).await
+            );
         }
     }
 
@@ -132,11 +90,8 @@ async fn two_nodes_on_one_redis_admit_the_whole_crowd_in_order() {
         );
     }
 
-    for stop in stops {
-        let _ = stop.send(());
-    }
     for server in servers {
-        server.await.unwrap().unwrap();
+        server.stop().await;
     }
     origin.shutdown().await;
 }

@@ -2,7 +2,6 @@
 //! admission, proof-of-work for bot-like visitors), so the simulator's own
 //! plumbing — cookies, challenges, polling, redeem, release, the report — is
 //! checked without the real server. The real server's smoke test is `smoke.rs`.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::{
     collections::{HashMap, VecDeque},
@@ -14,6 +13,8 @@ use anteroom_sim::{
     crowd::{Arrival, CrowdArgs, OriginSource, simulate},
     http::{HttpArgs, measure},
 };
+
+use crate::support::crowd;
 use axum::{
     Json, Router,
     extract::State,
@@ -169,28 +170,14 @@ async fn start_fake() -> String {
 
 fn args(target: String) -> CrowdArgs {
     CrowdArgs {
-        target,
-        server_pid: vec![],
-        event: "drop".into(),
         visitors: 200,
         arrival: Arrival::Poisson,
         rate: 2000.0,
         bots: 0.2,
-        abandon: 0.0,
-        browse: 40,
-        browse_path: "/".into(),
-        json: false,
-        plot: None,
-        origin_stats: None,
-        origin_listen: None,
-        origin_latency: "fixed:0ms".parse().unwrap(),
         max_active: Some(20),
-        fixed_poll: None,
         connections: 64,
-        streams: 0,
-        warmup: 0,
-        timeout: 120,
         seed: 3,
+        ..crowd(target, "drop")
     }
 }
 

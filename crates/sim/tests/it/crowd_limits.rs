@@ -5,42 +5,15 @@
 //! is counted once under `gave_up_<kind>` in `errors`, and the rate-limited
 //! answers are counted by kind. Also checks the simulator reports its own
 //! CPU share, send lag and memory.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use anteroom_sim::{
-    crowd::{Arrival, CrowdArgs, OriginSource, simulate},
+    crowd::{CrowdArgs, OriginSource, simulate},
     origin::serve_origin,
     report::render_text,
 };
 use tokio::net::TcpListener;
 
-fn config(origin: &str, store: &std::path::Path) -> anteroom::Config {
-    let text = format!(
-        r#"
-[server]
-admin_token = "limits-admin-token-0123456789"
-insecure_cookies = true
-[store]
-kind = "embedded"
-path = "{store}"
-[keys]
-secrets = ["limits-test-secret-0123456789abcdef0123"]
-[limits]
-per_ip_per_second = 20
-entries_per_ip = 0
-per_session_per_second = 0
-[[events]]
-id = "limits"
-origin = "{origin}"
-paths = ["/"]
-max_active = 50
-admission = {{ mode = "batch", batch_size = 50, interval = "100ms" }}
-bots = {{ challenge = "off" }}
-"#,
-        store = store.display()
-    );
-    anteroom::Config::from_toml(&text).unwrap()
-}
+use crate::support::{Anteroom, Event, Store, config, crowd};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rate_limited_visitors_are_counted_never_dropped() {
@@ -51,44 +24,27 @@ async fn rate_limited_visitors_are_counted_never_dropped() {
     .await
     .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let public = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let admin = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let target = format!("http://{}", public.local_addr().unwrap());
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(anteroom::run(
-        public,
-        admin,
-        config(&format!("http://{}", origin.addr), dir.path()),
-        async {
-            let _ = stopped.await;
-        },
-    ));
+    let event = Event {
+        id: "limits",
+        max_active: 50,
+        batch_size: 50,
+        per_ip_per_second: 20,
+    };
+    let server = Anteroom::start(config(
+        &format!("http://{}", origin.addr),
+        &Store::Embedded(dir.path()),
+        &event,
+    ))
+    .await;
 
     let args = CrowdArgs {
-        target,
-        server_pid: vec![],
-        event: "limits".into(),
-        visitors: 300,
-        arrival: Arrival::Burst,
-        rate: 1000.0,
-        bots: 0.0,
-        abandon: 0.0,
-        browse: 40,
-        browse_path: "/".into(),
-        json: false,
-        plot: None,
-        origin_stats: None,
-        origin_listen: None,
-        origin_latency: "fixed:0ms".parse().unwrap(),
         max_active: Some(50),
         fixed_poll: Some(100),
-        connections: 16,
-        streams: 0,
-        warmup: 0,
         // Short on purpose: visitors still retrying then are counted as
         // `gave_up_deadline`, which is part of what is checked.
         timeout: 6,
         seed: 5,
+        ..crowd(server.target.clone(), "limits")
     };
     let outcome = simulate(&args, OriginSource::Embedded(origin.stats_reader()))
         .await
@@ -138,7 +94,6 @@ async fn rate_limited_visitors_are_counted_never_dropped() {
         assert!(json.get(key).is_some(), "missing {key}");
     }
 
-    let _ = stop.send(());
-    server.await.unwrap().unwrap();
+    server.stop().await;
     origin.shutdown().await;
 }

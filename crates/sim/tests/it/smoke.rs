@@ -3,44 +3,17 @@
 //! temp dir and fast batch admission. It keeps the simulator from rotting; it
 //! asserts outcomes (all admitted, fair, origin within `max_active`), never
 //! timings.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use anteroom_sim::{
-    crowd::{Arrival, CrowdArgs, OriginSource, simulate},
+    crowd::{CrowdArgs, OriginSource, simulate},
     origin::serve_origin,
     report::render_text,
 };
 use tokio::net::TcpListener;
 
-const MAX_ACTIVE: u64 = 25;
+use crate::support::{Anteroom, Event, Store, config, crowd};
 
-fn config(origin: &str, store: &std::path::Path) -> anteroom::Config {
-    let text = format!(
-        r#"
-[server]
-admin_token = "smoke-admin-token-0123456789"
-insecure_cookies = true
-[store]
-kind = "embedded"
-path = "{store}"
-[keys]
-secrets = ["smoke-test-secret-0123456789abcdef0123"]
-[limits]
-per_ip_per_second = 0
-entries_per_ip = 0
-per_session_per_second = 0
-[[events]]
-id = "smoke"
-origin = "{origin}"
-paths = ["/"]
-max_active = {MAX_ACTIVE}
-admission = {{ mode = "batch", batch_size = 50, interval = "100ms" }}
-bots = {{ challenge = "off" }}
-"#,
-        store = store.display()
-    );
-    anteroom::Config::from_toml(&text).unwrap()
-}
+const MAX_ACTIVE: u64 = 25;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_hundred_visitors_are_all_admitted_in_order_within_max_active() {
@@ -51,36 +24,23 @@ async fn three_hundred_visitors_are_all_admitted_in_order_within_max_active() {
     .await
     .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let public = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let admin = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let target = format!("http://{}", public.local_addr().unwrap());
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(anteroom::run(
-        public,
-        admin,
-        config(&format!("http://{}", origin.addr), dir.path()),
-        async {
-            let _ = stopped.await;
-        },
-    ));
+    let event = Event {
+        id: "smoke",
+        max_active: MAX_ACTIVE,
+        batch_size: 50,
+        per_ip_per_second: 0,
+    };
+    let server = Anteroom::start(config(
+        &format!("http://{}", origin.addr),
+        &Store::Embedded(dir.path()),
+        &event,
+    ))
+    .await;
 
     let args = CrowdArgs {
-        target,
         // The server runs in this process: its peak RSS is ours.
         server_pid: vec![std::process::id()],
-        event: "smoke".into(),
-        visitors: 300,
-        arrival: Arrival::Burst,
-        rate: 1000.0,
-        bots: 0.0,
-        abandon: 0.0,
         browse: 100,
-        browse_path: "/".into(),
-        json: false,
-        plot: None,
-        origin_stats: None,
-        origin_listen: None,
-        origin_latency: "fixed:0ms".parse().unwrap(),
         max_active: Some(MAX_ACTIVE),
         // Polling every 200 ms keeps the run short; honouring pollAfterMs is
         // covered by crowd_fake.rs.
@@ -88,9 +48,9 @@ async fn three_hundred_visitors_are_all_admitted_in_order_within_max_active() {
         connections: 64,
         // Visitors near the front follow the push stream, as the page does.
         streams: 50,
-        warmup: 0,
         timeout: 240,
         seed: 9,
+        ..crowd(server.target.clone(), "smoke")
     };
     let outcome = simulate(&args, OriginSource::Embedded(origin.stats_reader()))
         .await
@@ -147,7 +107,6 @@ async fn three_hundred_visitors_are_all_admitted_in_order_within_max_active() {
         "every origin request came through the gate"
     );
 
-    let _ = stop.send(());
-    server.await.unwrap().unwrap();
+    server.stop().await;
     origin.shutdown().await;
 }
