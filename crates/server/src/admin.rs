@@ -6,6 +6,7 @@ pub mod audit;
 pub mod auth;
 pub mod dashboard;
 pub mod events;
+pub mod openapi;
 pub mod state;
 
 use std::sync::Arc;
@@ -21,8 +22,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use serde::Serialize;
 
-use crate::app::{AppState, EventRuntime};
 use crate::error::ApiError;
+use crate::state::{AppState, EventRuntime};
 
 /// An event as the admin API shows it.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -84,10 +85,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(ready))
-        .route(
-            "/openapi.json",
-            get(|| async { Json(crate::openapi::document()) }),
-        )
+        .route("/openapi.json", get(|| async { Json(openapi::document()) }))
         .fallback(|| async { ApiError::NotFound })
         .method_not_allowed_fallback(crate::error::method_not_allowed)
         .with_state(state)
@@ -151,7 +149,7 @@ pub async fn show(
     Path(id): Path<String>,
 ) -> Result<Json<EventView>, ApiError> {
     let rt = event(&state, &id)?;
-    crate::scheduler::refresh_once(&state, &rt).await;
+    crate::refresh::refresh_once(&state, &rt).await;
     Ok(Json(view(&rt)))
 }
 
@@ -182,7 +180,7 @@ pub async fn ready(State(state): State<Arc<AppState>>) -> Response {
     let mut r = (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response();
     r.headers_mut().insert(
         header::RETRY_AFTER,
-        HeaderValue::from(crate::drain::RETRY_AFTER_SECS),
+        HeaderValue::from(crate::state::drain::RETRY_AFTER_SECS),
     );
     r
 }

@@ -1,42 +1,19 @@
-//! Admission control at run time: what the scheduler observes of each event
-//! beyond the store — the origin's health endpoint (capacity mode), the
-//! origin's latency and errors as the gate saw them (adaptive mode) — and the
-//! admission history behind every visitor's ETA. The decisions themselves are
+//! Admission control at run time: what the scheduler reads of each event
+//! beyond the store (the origin's health endpoint in capacity mode, the
+//! origin's latency and errors as the gate saw them in adaptive mode), and
+//! when a session ends ([`lifecycle`]). The observations themselves live in
+//! the event's state (`state::admission`); the decisions are
 //! `anteroom_core::policy`'s; this module only feeds them.
 
-pub mod capacity;
-pub mod eta;
 pub mod lifecycle;
-pub mod origin;
 
-use std::sync::Mutex;
-
-use crate::app::lock;
-
-/// Per-event admission state that outlives config changes (it lives in
-/// [`crate::app::Live`]).
-#[derive(Debug, Default)]
-pub struct AdmissionLive {
-    /// What the gate measured of the origin over the last seconds.
-    pub origin: Mutex<origin::OriginWindow>,
-    /// Admission history and the smoothed rate the ETA uses.
-    pub eta: Mutex<eta::EtaFeed>,
-    /// The capacity health poller's client and failure streak.
-    pub capacity: capacity::Probe,
-}
-
-impl AdmissionLive {
-    /// Records one proxied response for adaptive mode (called by the gate).
-    pub fn record_origin(&self, now_ms: i64, latency_ms: i64, status: u16) {
-        lock(&self.origin).record(now_ms, latency_ms, status);
-    }
-}
+use crate::locks::lock;
 
 /// What the policy sees of the origin at one tick, beyond the store's counts:
 /// capacity mode's reading of the health endpoint, adaptive mode's window of
 /// gate observations. Only the active mode's signal is gathered.
 pub async fn observe_origin(
-    rt: &crate::app::EventRuntime,
+    rt: &crate::state::EventRuntime,
     now_ms: i64,
     observed: &mut anteroom_core::policy::Observed,
 ) {

@@ -1,10 +1,9 @@
 //! The queue API (public listener): enter, position, redeem, release, and the
 //! waiting page routes. Handlers are thin: they resolve the event and the
-//! visitor, call the store, and answer through [`model::QueuePosition`] or
+//! visitor, call the store, and answer through [`QueuePosition`] or
 //! [`ApiError`].
 
 pub mod enter;
-pub mod model;
 pub mod page;
 pub mod redeem;
 pub mod stream;
@@ -15,17 +14,60 @@ use std::sync::Arc;
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::ConnectInfo;
+use axum::http::request::Parts;
 use axum::http::{Extensions, HeaderMap, HeaderValue, Uri, header};
 use axum::response::Response;
 use axum::routing::{get, post};
 use percent_encoding::percent_decode_str;
 
-use anteroom_store::EventId;
+use anteroom_store::{EventId, MemberState};
 
-use crate::app::{AppState, EventRuntime};
 use crate::error::ApiError;
+use crate::position::Answer;
+use crate::queue::Queue;
+use crate::state::{AppState, EventRuntime};
 
-pub use model::{QueuePosition, Status};
+pub use crate::position::{QueuePosition, Status};
+
+/// One queue request for one event, resolved once: what the steps of enter,
+/// the waiting page's join and the gate's queued answer share.
+#[derive(Clone, Copy)]
+pub struct Visit<'r> {
+    pub state: &'r AppState,
+    pub rt: &'r EventRuntime,
+    pub headers: &'r HeaderMap,
+    /// The caller's address (see [`client_ip`]).
+    pub ip: IpAddr,
+    pub answer: Answer<'r>,
+}
+
+impl<'r> Visit<'r> {
+    pub fn new(
+        state: &'r AppState,
+        rt: &'r EventRuntime,
+        parts: &'r Parts,
+        return_path: &'r str,
+    ) -> Self {
+        Self {
+            state,
+            rt,
+            headers: &parts.headers,
+            ip: client_ip(state, &parts.extensions, &parts.headers),
+            answer: answer(&parts.headers, return_path),
+        }
+    }
+
+    /// The request's store calls for the event.
+    pub fn queue(&self) -> Queue<'r> {
+        Queue::new(self.state, self.rt)
+    }
+
+    /// The QueuePosition of `member` in `member_state`, as this request
+    /// wants it told.
+    pub fn position(&self, member: &str, member_state: &MemberState) -> QueuePosition {
+        QueuePosition::build(self.state, self.rt, member, member_state, self.answer)
+    }
+}
 
 /// The public listener's API and page routes; the gate is the fallback.
 pub fn router() -> Router<Arc<AppState>> {
@@ -75,6 +117,20 @@ pub fn client_ip(state: &AppState, extensions: &Extensions, headers: &HeaderMap)
         .get::<ConnectInfo<SocketAddr>>()
         .map_or(IpAddr::V4(Ipv4Addr::LOCALHOST), |c| c.0.ip());
     crate::client_ip::client_ip(peer, headers, &state.server.trusted_proxies)
+}
+
+/// The request's `return` path, kept on this site ([`safe_return`]).
+pub fn return_path(uri: &Uri) -> String {
+    safe_return(query_param(uri, "return").as_deref())
+}
+
+/// How a request wants its QueuePosition told: its `Accept-Language`, and
+/// `return_path`.
+pub fn answer<'r>(headers: &HeaderMap, return_path: &'r str) -> Answer<'r> {
+    Answer {
+        lang: lang(headers),
+        return_path,
+    }
 }
 
 /// Reads a request body of at most `limit` bytes.

@@ -1,342 +1,282 @@
-//! `AppState`: everything a request handler or background task shares — the
-//! validated config, the store, the keyring, the route table and the live
-//! state of each event (policy, stats snapshot, revocation cache).
-//!
-//! Events can be replaced at run time (`PUT /admin/events/E`): the set of
-//! events is an `Arc` swapped under a lock, and each event's live state
-//! ([`Live`]) survives the swap so a config change keeps its history.
+//! The routers and `run`: the top layer, which builds the store, the state
+//! and the background tasks, and serves the public and admin listeners.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::future::Future;
+use std::sync::Arc;
 
-use anteroom_core::phase::AdminState;
-use anteroom_core::score::ScoreKey;
-use anteroom_core::token::Keyring;
-use anteroom_store::{EventId, EventStats, QueueStore};
+use anteroom_store::QueueStore;
+use anteroom_store::embedded::{EmbeddedOptions, EmbeddedStore};
+use anteroom_store::redis::{RedisConfig, RedisStore};
+use anyhow::Context as _;
+use axum::Router;
 
-use crate::bots::{BotDefence, RateLimits};
-use crate::config::{Config, EventConfig, Identity, ServerConfig};
-use crate::gate::routes::RouteTable;
-use crate::identity::JwtVerifier;
-use crate::page::Pages;
-use crate::passes::Revocations;
-use crate::proxy::Proxy;
+use crate::config::Config;
+use crate::state::AppState;
+use crate::{
+    access, admin, api, bots, config, drain, error, gate, identity, metrics, scheduler, serve, tls,
+};
 
-/// The wall clock, injected so tests and the core see one source of time.
-pub trait Clock: Send + Sync + 'static {
-    /// Milliseconds since the Unix epoch.
-    fn now_ms(&self) -> i64;
-}
+// Paths older than the split of the state from the routers, still used by
+// the integration tests and the simulator.
+pub use crate::clock::Clock;
+pub use crate::locks::lock;
+pub use crate::state::EventRuntime;
 
-/// The system's wall clock.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct SystemClock;
-
-impl Clock for SystemClock {
-    fn now_ms(&self) -> i64 {
-        let ms = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis());
-        i64::try_from(ms).unwrap_or(i64::MAX)
-    }
-}
-
-/// RFC 3339 with milliseconds, UTC: `2026-12-01T10:03:12.412Z`.
-pub fn rfc3339_ms(ms: i64) -> String {
-    let t = UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0));
-    humantime::format_rfc3339_millis(t).to_string()
-}
-
-/// What the refresher last learnt about an event from the store.
-#[derive(Clone, Debug, Default)]
-pub struct Snapshot {
-    pub stats: EventStats,
-    pub admin: AdminState,
-    /// `false` while the store cannot be reached for this event (drain).
-    pub reachable: bool,
-    pub refreshed_at_ms: i64,
-    /// Phase, origin and bot figures of the same refresh (admin view, gauges).
-    pub observed: crate::admin::dashboard::Observed,
-}
-
-/// Per-event state that outlives config changes.
-#[derive(Debug, Default)]
-pub struct Live {
-    pub snapshot: RwLock<Snapshot>,
-    pub revocations: RwLock<Revocations>,
-    /// The admission policy's memory (no-show compensation, AIMD window).
-    pub policy: Mutex<PolicyMemory>,
-    /// Drain mode (rank cache, local admissions, reconcile).
-    pub drain: crate::drain::DrainState,
-    /// Origin observations, capacity probe and ETA rate.
-    pub admission: crate::admission::AdmissionLive,
-}
-
-/// What the scheduler keeps between ticks of one event.
-#[derive(Debug, Default)]
-pub struct PolicyMemory {
-    pub state: Option<anteroom_core::policy::PolicyState>,
-    /// `redeemed_total` at the previous tick, to report redemptions per tick.
-    pub last_redeemed_total: Option<u64>,
-    /// The last full tick (the first of its second) this node ran: outcomes
-    /// are learnt only across two full ticks in a row of this node, so
-    /// redemptions and expiries cover the same second.
-    pub last_tick: Option<u64>,
-    /// The last full tick this node tried to claim, won or not.
-    pub last_full_attempt: Option<u64>,
-    /// How many this node admitted since its last full tick (reported with
-    /// the outcomes).
-    pub last_admitted: u64,
-}
-
-impl Live {
-    pub fn snapshot(&self) -> Snapshot {
-        read(&self.snapshot).clone()
-    }
-
-    /// The last refreshed stats and admin state, without cloning the rest of
-    /// the snapshot (the request path reads these on every poll).
-    pub fn stats_and_admin(&self) -> (EventStats, AdminState) {
-        let s = read(&self.snapshot);
-        (s.stats.clone(), s.admin)
-    }
-}
-
-/// One configured event: its validated config plus its live state.
-#[derive(Debug)]
-pub struct EventRuntime {
-    pub config: EventConfig,
-    /// Canonical µs that arrival scores count from (see `config::stored`).
-    pub anchor_us: i64,
-    pub jwt: Option<JwtVerifier>,
-    pub live: Arc<Live>,
-    /// The event's request counters, registered once.
-    pub counters: crate::metrics::EventCounters,
-}
-
-impl EventRuntime {
-    fn new(config: EventConfig, anchor_us: i64, live: Arc<Live>) -> anyhow::Result<Self> {
-        let jwt = match &config.identity {
-            Identity::Jwt(j) => Some(JwtVerifier::new(j)?),
-            Identity::Cookie => None,
-        };
-        let counters = crate::metrics::EventCounters::new(config.id.as_str());
-        Ok(Self {
-            config,
-            anchor_us,
-            jwt,
-            live,
-            counters,
-        })
-    }
-
-    pub fn id(&self) -> &EventId {
-        &self.config.id
-    }
-}
-
-/// The current set of events and the route table built from it.
-#[derive(Debug, Default)]
-pub struct Events {
-    pub by_id: HashMap<EventId, Arc<EventRuntime>>,
-    /// Configuration order, for listings.
-    pub order: Vec<EventId>,
-    pub routes: RouteTable,
-}
-
-impl Events {
-    fn build(list: Vec<Arc<EventRuntime>>) -> Self {
-        let mut prefixes = Vec::new();
-        let mut by_id = HashMap::new();
-        let mut order = Vec::new();
-        for rt in list {
-            for p in &rt.config.paths {
-                prefixes.push((p.clone(), rt.id().clone()));
-            }
-            order.push(rt.id().clone());
-            by_id.insert(rt.id().clone(), rt);
+/// Opens the configured queue store.
+pub async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn QueueStore>> {
+    Ok(match &config.store {
+        config::StoreConfig::Embedded { path } => {
+            std::fs::create_dir_all(path)
+                .with_context(|| format!("store.path: cannot create {}", path.display()))?;
+            let store = EmbeddedStore::open(path, EmbeddedOptions::default())
+                .await
+                .with_context(|| {
+                    format!(
+                        "store.path: cannot open the embedded store in {}",
+                        path.display()
+                    )
+                })?;
+            Arc::new(store)
         }
-        Self {
-            by_id,
-            order,
-            routes: RouteTable::new(prefixes),
+        config::StoreConfig::Redis {
+            urls,
+            cluster,
+            timeout,
+        } => {
+            let cfg = RedisConfig {
+                urls: urls.clone(),
+                cluster: *cluster,
+                timeout: *timeout,
+            };
+            Arc::new(
+                RedisStore::connect(&cfg)
+                    .await
+                    .context("store.urls: cannot connect to Redis")?,
+            )
+        }
+    })
+}
+
+/// Runs the server on the given listeners until `shutdown` completes.
+pub async fn run(
+    public: tokio::net::TcpListener,
+    admin: tokio::net::TcpListener,
+    config: Config,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let store = open_store(&config).await?;
+    run_with_store(public, admin, config, store, shutdown).await
+}
+
+/// The listeners a server runs on, bound by the caller (port 0 in tests).
+pub struct Listeners {
+    pub public: tokio::net::TcpListener,
+    pub admin: tokio::net::TcpListener,
+    /// The plain-HTTP redirect listener of `[server.tls]`; bound from
+    /// `server.tls.redirect_listen` when `None` and that key is set.
+    pub redirect: Option<tokio::net::TcpListener>,
+}
+
+/// [`run`] with every listener given, the redirect one included.
+pub async fn run_listeners(
+    listeners: Listeners,
+    config: Config,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let store = open_store(&config).await?;
+    serve_all(listeners, config, store, shutdown).await
+}
+
+/// [`run`] with a store the caller opened (tests share or break one).
+pub async fn run_with_store(
+    public: tokio::net::TcpListener,
+    admin: tokio::net::TcpListener,
+    config: Config,
+    store: Arc<dyn QueueStore>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let listeners = Listeners {
+        public,
+        admin,
+        redirect: None,
+    };
+    serve_all(listeners, config, store, shutdown).await
+}
+
+async fn serve_all(
+    listeners: Listeners,
+    config: Config,
+    store: Arc<dyn QueueStore>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let Listeners {
+        public,
+        admin,
+        redirect,
+    } = listeners;
+    metrics::install();
+    // Certificates first: a bad pair stops the start before anything runs.
+    let challenges = tls::Challenges::default();
+    let (tls, tls_tasks) = match &config.server.tls {
+        Some(t) => {
+            let (tls, tasks) = tls::start(t, challenges.clone()).await?;
+            (Some(tls), tasks)
+        }
+        None => (None, Vec::new()),
+    };
+    let redirect = match (
+        redirect,
+        config.server.tls.as_ref().and_then(|t| t.redirect_listen),
+    ) {
+        (Some(l), _) => Some(l),
+        (None, Some(addr)) => Some(
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("server.tls.redirect_listen: cannot bind {addr}"))?,
+        ),
+        (None, None) => None,
+    };
+    let events = config::stored::resolve(&config.events, store.as_ref())
+        .await
+        .context("loading event configuration")?;
+    let state = Arc::new(AppState::new(
+        &config,
+        events,
+        store,
+        crate::clock::node_clock(config.server.drain.test_clock_offset_ms),
+    )?);
+    // Drain admissions a crash left unrecorded are taken back before any
+    // event can admit again (see `journal`).
+    let journal = crate::journal::JournalDir::open(&config.server.drain_journal)
+        .map_err(|e| anyhow::anyhow!("server.drain_journal: {e}"))?;
+    let _ = state.drain_journal.set(journal);
+    for rt in state.events().iter() {
+        let found =
+            drain::restore(&state, rt).map_err(|e| anyhow::anyhow!("server.drain_journal: {e}"))?;
+        if found > 0 {
+            tracing::warn!(event = %rt.id(), admissions = found, "drain admissions from before a restart; recording them before admitting again");
         }
     }
-
-    pub fn get(&self, id: &EventId) -> Option<&Arc<EventRuntime>> {
-        self.by_id.get(id)
+    for rt in state.events().iter() {
+        crate::refresh::refresh_once(&state, rt).await;
     }
+    scheduler::spawn_all(&state);
+    // Reputation files are re-read when they change; idle rate-limit keys
+    // are forgotten on the same tick.
+    let bots_reload = state.bots.spawn_reload(std::time::Duration::from_secs(10));
+    // Visitors whose polls were rate-limited are marked seen in batches.
+    let bots_seen = state
+        .bots
+        .spawn_seen_flush(state.store.clone(), std::time::Duration::from_secs(1));
+    tracing::info!(public = %public.local_addr()?, admin = %admin.local_addr()?, store = state.store.name(), "anteroom listening");
 
-    /// The only event, when exactly one is configured.
-    pub fn only(&self) -> Option<&Arc<EventRuntime>> {
-        (self.order.len() == 1)
-            .then(|| self.order.first().and_then(|id| self.by_id.get(id)))
-            .flatten()
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let hsts = tls.as_ref().and_then(|t| t.hsts.clone());
+    let public_app = tls::with_hsts(public_router(state.clone()), hsts);
+    let admin_app = admin::router(state.clone());
+    let (public_limits, admin_limits) = listener_limits(&config.server)?;
+    let admin_tls = tls.clone().filter(|t| t.admin);
+    let https_port = public.local_addr()?.port();
+    let redirect_task = redirect.map(|l| {
+        let app = tls::redirect::router(challenges, https_port);
+        tokio::spawn(serve::serve(l, app, admin_limits, None, stop_rx.clone()))
+    });
+    let public_task = tokio::spawn(serve::serve(
+        public,
+        public_app,
+        public_limits,
+        tls,
+        stop_rx.clone(),
+    ));
+    let admin_task = tokio::spawn(serve::serve(
+        admin,
+        admin_app,
+        admin_limits,
+        admin_tls,
+        stop_rx,
+    ));
+    shutdown.await;
+    // Graceful stop: listeners close, requests in flight finish (within
+    // `server.shutdown_grace`), then the background tasks end. The store
+    // closes when its last handle drops (the embedded store joins its
+    // writer threads after their last commit); every join answered before
+    // that was already durable.
+    // Push streams never finish on their own: they end first, so the
+    // graceful stop is not held for `shutdown_grace` by open streams.
+    state.push.close();
+    let _ = stop_tx.send(true);
+    let _ = public_task.await;
+    let _ = admin_task.await;
+    if let Some(t) = redirect_task {
+        let _ = t.await;
     }
-
-    pub fn iter(&self) -> impl Iterator<Item = &Arc<EventRuntime>> {
-        self.order.iter().filter_map(|id| self.by_id.get(id))
+    for t in tls_tasks {
+        t.abort();
     }
+    crate::locks::lock(&state.tasks).abort_all();
+    bots_reload.abort();
+    bots_seen.abort();
+    tracing::info!("stopped");
+    Ok(())
 }
 
-pub struct AppState {
-    pub server: ServerConfig,
-    pub store: Arc<dyn QueueStore>,
-    pub keyring: Keyring,
-    pub score_key: ScoreKey,
-    pub proxy: Proxy,
-    pub pages: Pages,
-    pub clock: Arc<dyn Clock>,
-    /// Risk scoring, proof-of-work and rate limits for enter and position.
-    pub bots: BotDefence,
-    /// Background tasks (scheduler, refreshers); aborted at shutdown.
-    pub tasks: Mutex<tokio::task::JoinSet<()>>,
-    /// The locked `server.drain_journal` directory, set once at start-up
-    /// (bare states built by tests have none).
-    pub drain_journal: std::sync::OnceLock<crate::drain::journal::JournalDir>,
-    /// The config file's table of each event it has, secrets redacted: the
-    /// base a stored admin change is made against (see `config::stored`).
-    pub file_events: HashMap<EventId, crate::config::RawEvent>,
-    /// Serialises this node's admin writes, so two changes never validate
-    /// against the same old set of events.
-    pub admin_writes: tokio::sync::Mutex<()>,
-    /// Open push streams and the per-event fan-out behind them.
-    pub push: crate::push::Push,
-    events: RwLock<Arc<Events>>,
-}
-
-impl std::fmt::Debug for AppState {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AppState")
-            .field("store", &self.store.name())
-            .finish_non_exhaustive()
-    }
-}
-
-impl AppState {
-    /// `events` come from [`crate::config::stored::resolve`], with their anchors.
-    pub fn new(
-        config: &Config,
-        events: Vec<(EventConfig, i64)>,
-        store: Arc<dyn QueueStore>,
-        clock: Arc<dyn Clock>,
-    ) -> anyhow::Result<Self> {
-        let keyring = Keyring::new(&config.secrets)?;
-        let score_key = keyring.score_key();
-        // The bot defence holds its own handle on the keys: challenges are
-        // verified from its tasks without borrowing the state.
-        let bots = BotDefence::new(
-            &config.bots,
-            RateLimits::from(&config.limits),
-            Arc::new(Keyring::new(&config.secrets)?),
-        )
-        .map_err(|e| anyhow::anyhow!("invalid configuration: bots: {e}"))?;
-        let mut list = Vec::new();
-        for (e, anchor) in events {
-            list.push(Arc::new(EventRuntime::new(e, anchor, Arc::default())?));
+/// What `anteroom check` verifies beyond the configuration's own shape:
+/// everything `run` builds before it opens the store — the token keys, the
+/// bot defence and its files, each event's JWT key.
+/// Opens no store and binds no port, so it is safe beside a live server.
+pub fn check(config: &Config) -> anyhow::Result<()> {
+    let keyring = anteroom_core::token::Keyring::new(&config.secrets).context("keys.secrets")?;
+    bots::BotDefence::new(
+        &config.bots,
+        bots::RateLimits::from(&config.limits),
+        Arc::new(keyring),
+    )
+    .map_err(|e| anyhow::anyhow!("invalid configuration: bots: {e}"))?;
+    for e in &config.events {
+        if let config::Identity::Jwt(jwt) = &e.identity {
+            identity::JwtVerifier::new(jwt)
+                .with_context(|| format!("event {:?}: jwt key", e.id.as_str()))?;
         }
-        Ok(Self {
-            server: config.server.clone(),
-            store,
-            keyring,
-            score_key,
-            proxy: Proxy::new(),
-            pages: Pages::new(&HashMap::new())?,
-            clock,
-            bots,
-            tasks: Mutex::default(),
-            drain_journal: std::sync::OnceLock::new(),
-            file_events: config
-                .events
-                .iter()
-                .map(|e| (e.id.clone(), e.raw.redacted()))
-                .collect(),
-            admin_writes: tokio::sync::Mutex::new(()),
-            push: crate::push::Push::new(config.server.max_streams),
-            events: RwLock::new(Arc::new(Events::build(list))),
-        })
     }
-
-    pub fn now_ms(&self) -> i64 {
-        self.clock.now_ms()
+    if let Some(t) = &config.server.tls {
+        tls::check(t)?;
     }
-
-    /// The current events (a cheap snapshot; never held across a swap).
-    pub fn events(&self) -> Arc<Events> {
-        read(&self.events).clone()
-    }
-
-    pub fn event(&self, id: &EventId) -> Option<Arc<EventRuntime>> {
-        self.events().get(id).cloned()
-    }
-
-    /// Creates or replaces an event; its live state is kept. Returns `true`
-    /// when the event is new (the caller starts its background tasks).
-    pub fn upsert_event(&self, config: EventConfig, anchor_us: i64) -> anyhow::Result<bool> {
-        let mut guard = write(&self.events);
-        let current = guard.clone();
-        let existing = current.get(&config.id).cloned();
-        let live = existing
-            .as_ref()
-            .map_or_else(Arc::default, |rt| rt.live.clone());
-        let new = existing.is_none();
-        let replacement = Arc::new(EventRuntime::new(config, anchor_us, live)?);
-        let mut list: Vec<Arc<EventRuntime>> = current
-            .iter()
-            .map(|rt| {
-                if rt.id() == replacement.id() {
-                    replacement.clone()
-                } else {
-                    rt.clone()
-                }
-            })
-            .collect();
-        if new {
-            list.push(replacement);
-        }
-        *guard = Arc::new(Events::build(list));
-        Ok(new)
-    }
+    Ok(())
 }
 
-impl AppState {
-    /// Removes an event from this node (its background tasks end at their
-    /// next turn); returns it, so a failed deletion can put it back.
-    pub fn remove_event(&self, id: &EventId) -> Option<Arc<EventRuntime>> {
-        let mut guard = write(&self.events);
-        let current = guard.clone();
-        let removed = current.get(id).cloned()?;
-        let list: Vec<Arc<EventRuntime>> =
-            current.iter().filter(|rt| rt.id() != id).cloned().collect();
-        *guard = Arc::new(Events::build(list));
-        Some(removed)
-    }
-
-    /// Puts back an event taken out by [`Self::remove_event`].
-    pub fn restore_event(&self, rt: Arc<EventRuntime>) {
-        let mut guard = write(&self.events);
-        let current = guard.clone();
-        let mut list: Vec<Arc<EventRuntime>> = current
-            .iter()
-            .filter(|r| r.id() != rt.id())
-            .cloned()
-            .collect();
-        list.push(rt);
-        *guard = Arc::new(Events::build(list));
-    }
+/// The public and admin listeners' limits: the configured timeouts, and
+/// connection caps that fit the process's descriptor limit.
+fn listener_limits(
+    server: &config::ServerConfig,
+) -> anyhow::Result<(serve::Limits, serve::Limits)> {
+    let c = &server.connections;
+    let nofile = serve::connections::descriptor_limit();
+    let (public_cap, admin_cap) = serve::connections::connection_caps(c.max_connections, nofile)
+        .map_err(anyhow::Error::msg)?;
+    let limits = |max_connections| serve::Limits {
+        header_read_timeout: server.header_read_timeout,
+        body_read_timeout: c.body_read_timeout,
+        max_connections,
+        http2_keep_alive_interval: c.http2_keep_alive_interval,
+        http2_keep_alive_timeout: c.http2_keep_alive_timeout,
+        http2_idle_timeout: c.http2_idle_timeout,
+        shutdown_grace: server.shutdown_grace,
+    };
+    Ok((limits(public_cap), limits(admin_cap)))
 }
 
-/// Lock helpers: a poisoned lock only means a panic elsewhere; the data (a
-/// cache or counters) is still usable, so carry on rather than panic again.
-pub fn read<T>(lock: &RwLock<T>) -> RwLockReadGuard<'_, T> {
-    lock.read().unwrap_or_else(|e| e.into_inner())
-}
-
-pub fn write<T>(lock: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
-    lock.write().unwrap_or_else(|e| e.into_inner())
-}
-
-pub fn lock<T>(lock: &Mutex<T>) -> MutexGuard<'_, T> {
-    lock.lock().unwrap_or_else(|e| e.into_inner())
+/// The public listener: queue API and page routes, the gate as fallback, and
+/// the header-size guard around everything.
+pub fn public_router(state: Arc<AppState>) -> Router {
+    let access_log = state.server.access_log;
+    let router = api::router()
+        .fallback(gate::gate)
+        .method_not_allowed_fallback(error::method_not_allowed)
+        .layer(axum::middleware::from_fn(gate::limit_headers));
+    let router = if access_log {
+        router.layer(axum::middleware::from_fn(access::log))
+    } else {
+        router
+    };
+    router.with_state(state)
 }

@@ -7,10 +7,13 @@
 //! `ANTEROOM_ADMIN_TOKEN` are shorthands for the two secrets), then the
 //! command line. Any invalid value fails at start with a message naming it.
 
+pub mod bots;
+pub mod drain;
 pub mod env;
 mod parse;
 pub mod raw;
 pub mod stored;
+pub mod tls;
 mod validate;
 
 use std::net::SocketAddr;
@@ -109,7 +112,7 @@ pub struct ServerConfig {
     pub max_streams: usize,
     /// Drain mode: `server.gateway_nodes`, `server.drain_after` (with `store.timeout`)
     /// and the test-only `server.test_clock_offset_ms`.
-    pub drain: crate::drain::clock::DrainSettings,
+    pub drain: crate::config::drain::DrainSettings,
     /// `server.drain_journal`: this node's own directory for the admissions
     /// it makes while draining (default: `drain-journal` in the embedded
     /// store's directory, `./anteroom-drain` with Redis).
@@ -120,7 +123,7 @@ pub struct ServerConfig {
     /// at hand.
     pub trusted_proxies: Vec<ipnet::IpNet>,
     /// `[server.tls]`: HTTPS on the public listener; `None` = plain HTTP.
-    pub tls: Option<crate::tls::config::TlsConfig>,
+    pub tls: Option<crate::config::tls::TlsConfig>,
 }
 
 /// How long client connections may stay silent or idle, and how many a
@@ -225,25 +228,8 @@ pub enum Identity {
     Jwt(JwtConfig),
 }
 
-#[derive(Clone, PartialEq, Eq)]
-pub struct JwtConfig {
-    pub algorithm: jsonwebtoken::Algorithm,
-    /// HS256: the shared secret; RS256 / EdDSA: the public key PEM (read
-    /// from its file or variable when the config names one).
-    pub key: String,
-    pub issuer: Option<String>,
-    pub audience: Option<String>,
-}
-
-impl std::fmt::Debug for JwtConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("JwtConfig")
-            .field("algorithm", &self.algorithm)
-            .field("issuer", &self.issuer)
-            .field("audience", &self.audience)
-            .finish_non_exhaustive()
-    }
-}
+/// The JWT identity settings are the identity module's own type.
+pub use crate::identity::jwt::JwtConfig;
 
 /// How the scheduler releases visitors (the policy's parameters).
 #[derive(Clone, Debug, PartialEq)]

@@ -17,8 +17,6 @@
 
 pub mod classify;
 pub mod commands;
-pub mod normalize;
-pub mod routes;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
@@ -31,14 +29,17 @@ use axum::response::{IntoResponse, Response};
 use percent_encoding::{NON_ALPHANUMERIC, utf8_percent_encode};
 use serde::Serialize;
 
+use anteroom_store::MemberState;
+
 use crate::api::{QueuePosition, empty};
-use crate::app::{AppState, EventRuntime};
 use crate::bots::RateKind;
 use crate::config::MAX_HEADER_BYTES;
 use crate::error::ApiError;
 use crate::identity;
 use crate::passes::{self, PassCheck};
 use crate::proxy::ClientHop;
+use crate::queue::{Queue, Read};
+use crate::state::{AppState, EventRuntime};
 
 /// Where a request goes, from its method and target alone.
 pub enum Route {
@@ -94,23 +95,39 @@ fn server_options() -> Response {
     response
 }
 
+/// One request to a protected path on its way through phases 2 and 3: the
+/// event, the caller (`None` without a session or a valid JWT) and the TCP
+/// peer.
+struct Protected<'r> {
+    state: &'r AppState,
+    rt: &'r EventRuntime,
+    member: Option<String>,
+    ip: IpAddr,
+}
+
 async fn protected(state: &AppState, rt: Arc<EventRuntime>, req: Request, ip: IpAddr) -> Response {
     // A bad or missing JWT is simply "no pass": the request is queued.
     let member = identity::gate_member(req.headers(), rt.jwt.as_ref(), &state.server.cookies);
-    if let Some(member) = &member
+    let request = Protected {
+        state,
+        rt: &rt,
+        member,
+        ip,
+    };
+    if let Some(member) = &request.member
         && let Some(pass) = check_pass(state, &rt, member, req.headers()).await
     {
         count("forwarded");
-        return forward(state, &rt, req, ip, member, pass).await;
+        return request.forward(req, member, pass).await;
     }
     count("queued");
-    queue(state, &rt, req, member.as_deref()).await
+    request.queue(req).await
 }
 
 /// A valid pass found by [`check_pass`].
 #[derive(Clone, Copy, Debug)]
 pub struct ValidPass {
-    /// The session it belongs to (see [`passes::Revocations`]).
+    /// The session it belongs to (see `state::revocations`).
     pub session_start_us: i64,
     /// Past half its life (or expired while the session went on): renew it.
     pub renew: bool,
@@ -139,10 +156,8 @@ pub async fn check_pass(
         // has yet to see), the pass is simply renewed.
         PassCheck::Expired {
             session_start_us, ..
-        } => match state.store.status(rt.id(), member, false).await {
-            Ok(anteroom_store::MemberState::Active { expires_at_us })
-                if expires_at_us > now_ms.saturating_mul(1000) =>
-            {
+        } => match Queue::new(state, rt).active_until(member).await {
+            Ok(Some(expires_at_us)) if expires_at_us > now_ms.saturating_mul(1000) => {
                 Some(ValidPass {
                     session_start_us,
                     renew: true,
@@ -158,56 +173,92 @@ pub async fn check_pass(
     }
 }
 
-/// Phase 3a: proxy to the event's origin, renewing the pass when due.
-async fn forward(
+impl Protected<'_> {
+    /// Phase 3a: proxy to the event's origin, renewing the pass when due.
+    async fn forward(&self, req: Request, member: &str, pass: ValidPass) -> Response {
+        let Self { state, rt, .. } = *self;
+        // Renewal keeps the session start, so idling and the absolute
+        // lifetime both bound the session (admission::lifecycle).
+        let renewal = pass
+            .renew
+            .then(|| renew(state, rt, member, pass.session_start_us, req.headers()));
+        // Kept for an origin's `release` command: the cookie that clears this
+        // event's pass keeps the visitor's passes of other events.
+        let cookies = cookie_headers(req.headers());
+        let mut req = req;
+        // An upgraded connection (WebSocket) outlives this request: the proxy
+        // closes it when this session ends.
+        req.extensions_mut().insert(passes::session_watch(
+            state,
+            rt,
+            member,
+            pass.session_start_us,
+        ));
+        let extra = vec![
+            (
+                HeaderName::from_static("x-anteroom-event"),
+                header_value(rt.id().as_str()),
+            ),
+            (
+                HeaderName::from_static("x-anteroom-session"),
+                header_value(member),
+            ),
+        ];
+        // Adaptive admission reads the origin's latency and 5xx share
+        // as the gate sees them, timed on the injected clock.
+        let started_ms = state.now_ms();
+        let mut response = timed_forward(state, req, &rt.config.origin, self.ip, extra).await;
+        let status = response.status().as_u16();
+        rt.live
+            .admission
+            .record_origin(state.now_ms(), state.now_ms() - started_ms, status);
+        if commands::take(response.headers_mut()).release {
+            commands::release(state, rt, member, pass.session_start_us).await;
+            let cleared = passes::cookie(state, rt, &cookies, member, None);
+            response.headers_mut().append(header::SET_COOKIE, cleared);
+        } else if let Some(cookie) = renewal {
+            response.headers_mut().append(header::SET_COOKIE, cookie);
+        }
+        response
+    }
+}
+
+/// The gate's renewal of an active session's pass: a new pass carrying the
+/// same session start, and the session's end moved forward in the background
+/// (the request never waits for the store; see `admission::lifecycle`).
+/// Returns the `Set-Cookie` value.
+fn renew(
     state: &AppState,
     rt: &EventRuntime,
-    req: Request,
-    ip: IpAddr,
     member: &str,
-    pass: ValidPass,
-) -> Response {
-    // Renewal keeps the session start, so idling and the absolute
-    // lifetime both bound the session (admission::lifecycle).
-    let renewal = pass.renew.then(|| {
-        crate::admission::lifecycle::renew(state, rt, member, pass.session_start_us, req.headers())
+    session_start_us: i64,
+    headers: &HeaderMap,
+) -> HeaderValue {
+    let now = state.now_ms();
+    let start_ms = session_start_us.div_euclid(1000);
+    let (pass, _) = passes::issue(&state.keyring, rt, member, now, session_start_us);
+    let store = state.store.clone();
+    let event = rt.id().clone();
+    let owned = member.to_owned();
+    let until_us = crate::admission::lifecycle::session_end_us(rt, start_ms, now);
+    let events = state.events();
+    let cookie = passes::cookie(state, rt, headers, member, Some(&pass));
+    tokio::spawn(async move {
+        match store.extend(&event, &owned, until_us).await {
+            Ok(true) => {}
+            // Released, evicted or expired between the pass check and now:
+            // the pass just issued must not work here either.
+            Ok(false) => {
+                if let Some(rt) = events.get(&event) {
+                    passes::store_says_gone_at(rt, &owned, session_start_us, now);
+                }
+            }
+            Err(e) => {
+                tracing::debug!(event = %event, error = e.kind(), "session extend failed");
+            }
+        }
     });
-    // An upgraded connection (WebSocket) outlives this request: the proxy
-    // closes it when this session ends.
-    // Kept for an origin's `release` command: the cookie that clears this
-    // event's pass keeps the visitor's passes of other events.
-    let cookies = cookie_headers(req.headers());
-    let mut req = req;
-    req.extensions_mut().insert(passes::SessionWatch::new(
-        state,
-        rt,
-        member,
-        pass.session_start_us,
-    ));
-    let mut extra = vec![(
-        HeaderName::from_static("x-anteroom-event"),
-        header_value(rt.id().as_str()),
-    )];
-    extra.push((
-        HeaderName::from_static("x-anteroom-session"),
-        header_value(member),
-    ));
-    // Adaptive admission reads the origin's latency and 5xx share
-    // as the gate sees them, timed on the injected clock.
-    let started_ms = state.now_ms();
-    let mut response = timed_forward(state, req, &rt.config.origin, ip, extra).await;
-    let status = response.status().as_u16();
-    rt.live
-        .admission
-        .record_origin(state.now_ms(), state.now_ms() - started_ms, status);
-    if commands::take(response.headers_mut()).release {
-        commands::release(state, rt, member, pass.session_start_us).await;
-        let cleared = crate::api::redeem::pass_cookie(state, rt, &cookies, member, None);
-        response.headers_mut().append(header::SET_COOKIE, cleared);
-    } else if let Some(cookie) = renewal {
-        response.headers_mut().append(header::SET_COOKIE, cookie);
-    }
-    response
+    cookie
 }
 
 /// The request's `Cookie` headers alone (values share the request's buffer).
@@ -235,62 +286,63 @@ struct Queued {
     waiting_room: String,
 }
 
-/// Phase 3b: send the visitor to the waiting room.
-async fn queue(
-    state: &AppState,
-    rt: &EventRuntime,
-    req: Request,
-    member: Option<&str>,
-) -> Response {
-    let target = req.uri().path_and_query().map_or("/", |pq| pq.as_str());
-    let waiting_room = format!(
-        "/queue/{}?return={}",
-        rt.id(),
-        utf8_percent_encode(target, NON_ALPHANUMERIC)
-    );
-    let navigation =
-        matches!(*req.method(), Method::GET | Method::HEAD) && accepts_html(req.headers());
-    if navigation {
-        let mut response = empty(StatusCode::FOUND);
-        response
-            .headers_mut()
-            .insert(header::LOCATION, header_value(&waiting_room));
-        response
-            .headers_mut()
-            .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-        return response;
-    }
-    // Each of these answers reads the store like a position poll, so it
-    // counts against the position limits, by the client's own address.
-    let ip = crate::api::client_ip(state, req.extensions(), req.headers());
-    if let Err(limited) = state
-        .bots
-        .check_rate(RateKind::Position, ip, member.unwrap_or(""))
-    {
-        return ApiError::from(limited).into_response();
-    }
-    metrics::counter!("anteroom_rejections_total", "reason" => "queued").increment(1);
-    let lang = crate::api::lang(req.headers());
-    let position = match member {
-        Some(m) => crate::api::enter::position_of(state, rt, m, false, lang, target).await,
-        None => {
-            let none = anteroom_store::MemberState::None;
-            QueuePosition::build(state, rt, "", &none, lang, target)
+impl Protected<'_> {
+    /// Phase 3b: send the visitor to the waiting room.
+    async fn queue(&self, req: Request) -> Response {
+        let Self { state, rt, .. } = *self;
+        let target = req.uri().path_and_query().map_or("/", |pq| pq.as_str());
+        let waiting_room = format!(
+            "/queue/{}?return={}",
+            rt.id(),
+            utf8_percent_encode(target, NON_ALPHANUMERIC)
+        );
+        let navigation =
+            matches!(*req.method(), Method::GET | Method::HEAD) && accepts_html(req.headers());
+        if navigation {
+            let mut response = empty(StatusCode::FOUND);
+            response
+                .headers_mut()
+                .insert(header::LOCATION, header_value(&waiting_room));
+            response
+                .headers_mut()
+                .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+            return response;
         }
-    };
-    let retry_after = position.retry_after_secs();
-    let body = Queued {
-        error: "queued",
-        message: "this path is behind the waiting room: join the queue, then redeem the admission token",
-        position,
-        join: format!("/api/queue/enter?eventId={}", rt.id()),
-        waiting_room,
-    };
-    let mut response = (StatusCode::TOO_MANY_REQUESTS, axum::Json(body)).into_response();
-    let headers = response.headers_mut();
-    headers.insert(header::RETRY_AFTER, HeaderValue::from(retry_after));
-    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    response
+        // Each of these answers reads the store like a position poll, so it
+        // counts against the position limits, by the client's own address.
+        let ip = crate::api::client_ip(state, req.extensions(), req.headers());
+        let member = self.member.as_deref();
+        if let Err(limited) = state
+            .bots
+            .check_rate(RateKind::Position, ip, member.unwrap_or(""))
+        {
+            return ApiError::from(limited).into_response();
+        }
+        metrics::counter!("anteroom_rejections_total", "reason" => "queued").increment(1);
+        let answer = crate::api::answer(req.headers(), target);
+        let position = match member {
+            Some(m) => {
+                Queue::new(state, rt)
+                    .position(m, Read::Look, answer)
+                    .await
+                    .0
+            }
+            None => QueuePosition::build(state, rt, "", &MemberState::None, answer),
+        };
+        let retry_after = position.retry_after_secs();
+        let body = Queued {
+            error: "queued",
+            message: "this path is behind the waiting room: join the queue, then redeem the admission token",
+            position,
+            join: format!("/api/queue/enter?eventId={}", rt.id()),
+            waiting_room,
+        };
+        let mut response = (StatusCode::TOO_MANY_REQUESTS, axum::Json(body)).into_response();
+        let headers = response.headers_mut();
+        headers.insert(header::RETRY_AFTER, HeaderValue::from(retry_after));
+        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        response
+    }
 }
 
 async fn forward_unprotected(state: &AppState, req: Request, ip: IpAddr) -> Response {

@@ -59,17 +59,28 @@ pub struct Visitor {
     pub created: bool,
 }
 
+/// Whether resolving a caller may set the session cookie: mint a session
+/// for a caller without one, or move an old unprefixed cookie to its
+/// current name. Only the calls that begin a visit (enter, the waiting
+/// page) may; every other call reads the session it is given.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mint {
+    Allowed,
+    Never,
+}
+
 /// Resolves the caller of a request for an event with identity `jwt`
-/// (`Some`) or cookie identity (`None`). With `create`, a caller without a
-/// session cookie gets a new one, unless the request may have been stripped
-/// of it by `SameSite` ([`cookies::may_mint_session`]); otherwise such a
-/// caller is `Ok(None)`.
+/// (`Some`) or cookie identity (`None`). With [`Mint::Allowed`], a caller
+/// without a session cookie gets a new one, unless the request may have been
+/// stripped of it by `SameSite` ([`cookies::may_mint_session`]); otherwise
+/// such a caller is `Ok(None)`.
 pub fn resolve(
     headers: &HeaderMap,
     jwt: Option<&JwtVerifier>,
-    create: bool,
+    mint: Mint,
     cookies: &CookieSettings,
 ) -> Result<Option<Visitor>, ApiError> {
+    let create = mint == Mint::Allowed;
     if let Some(verifier) = jwt {
         let token = bearer(headers).ok_or(ApiError::InvalidIdentity)?;
         let member = verifier
@@ -120,7 +131,7 @@ pub fn gate_member(
     jwt: Option<&JwtVerifier>,
     cookies: &CookieSettings,
 ) -> Option<String> {
-    if let Some(v) = resolve(headers, jwt, false, cookies).ok().flatten() {
+    if let Some(v) = resolve(headers, jwt, Mint::Never, cookies).ok().flatten() {
         return Some(v.member);
     }
     if jwt.is_some() {

@@ -10,14 +10,17 @@
 //! The `anteroom_pass` cookie holds one pass per event, joined by `~` (a
 //! character the base64url token alphabet never uses).
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use anteroom_core::token::{Claims, Expect, Keyring, TokenError, TokenKind, session_tag};
-use anteroom_store::{EventId, Revocation};
+use anteroom_store::EventId;
 use rand::RngCore;
 
-use crate::app::{AppState, EventRuntime, read, write};
+use axum::http::{HeaderMap, HeaderValue};
+
+use crate::locks::{read, write};
+use crate::proxy::{SessionEnd, SessionWatch};
+use crate::state::{AppState, EventRuntime};
 
 /// At most this many passes are kept in one cookie (one per event).
 const MAX_PASSES: usize = 8;
@@ -29,71 +32,6 @@ const REVOCATION_MARGIN: Duration = Duration::from_secs(30);
 /// A session start further ahead of a node's clock than this is not
 /// believed (nodes' clocks and the store's disagree by far less).
 const MAX_START_AHEAD_US: i64 = 60_000_000;
-
-/// How often an upgraded connection checks that its session still holds.
-pub const SESSION_WATCH_EVERY: Duration = Duration::from_millis(200);
-
-/// Ended sessions of one event. A session is identified by its member and
-/// its start (the store's canonical time just before its redeem, carried in
-/// the signed pass): a revocation of a member at canonical time `t` ends
-/// every session of that member that started at or before `t`, whatever its
-/// passes' issue times, while a later session of the same member (after
-/// queueing again, which can only start after `t`) is untouched.
-#[derive(Debug, Default)]
-pub struct Revocations {
-    by_member: HashMap<String, Revoked>,
-    /// The next refresh asks for revocations at or after this time.
-    pub since_us: Option<i64>,
-}
-
-#[derive(Clone, Copy, Debug)]
-struct Revoked {
-    /// Sessions that started at or before this canonical µs are over.
-    started_until_us: i64,
-    /// When this entry was last raised (it is forgotten a pass life later).
-    recorded_us: i64,
-}
-
-impl Revocations {
-    /// Whether the session of `member` that started at `session_start_us` is over.
-    pub fn revokes(&self, member: &str, session_start_us: i64) -> bool {
-        self.by_member
-            .get(member)
-            .is_some_and(|r| session_start_us <= r.started_until_us)
-    }
-
-    /// Records fetched revocations and forgets those older than `keep_after_us`.
-    pub fn apply(&mut self, list: &[Revocation], keep_after_us: i64) {
-        for r in list {
-            self.raise(&r.member, r.at_us, r.at_us);
-            self.since_us = Some(self.since_us.map_or(r.at_us, |s| s.max(r.at_us)));
-        }
-        self.by_member.retain(|_, r| r.recorded_us >= keep_after_us);
-    }
-
-    /// The store said this session is gone (a renewal found it not active):
-    /// its passes stop here at once, before the revocation arrives.
-    pub fn end_locally(&mut self, member: &str, session_start_us: i64, now_us: i64) {
-        self.raise(member, session_start_us, now_us);
-    }
-
-    fn raise(&mut self, member: &str, started_until_us: i64, recorded_us: i64) {
-        let entry = self.by_member.entry(member.to_owned()).or_insert(Revoked {
-            started_until_us,
-            recorded_us,
-        });
-        entry.started_until_us = entry.started_until_us.max(started_until_us);
-        entry.recorded_us = entry.recorded_us.max(recorded_us);
-    }
-
-    pub fn len(&self) -> usize {
-        self.by_member.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.by_member.is_empty()
-    }
-}
 
 /// What the gate found in the pass cookie for one event.
 #[derive(Debug)]
@@ -238,7 +176,7 @@ pub fn store_says_gone(state: &AppState, rt: &EventRuntime, member: &str, sessio
 
 /// [`store_says_gone`] as of node time `now_ms` (for background tasks).
 pub fn store_says_gone_at(rt: &EventRuntime, member: &str, session_start_us: i64, now_ms: i64) {
-    if crate::drain::of(rt).is_draining() {
+    if rt.live.drain.is_draining() {
         return;
     }
     let now_us = now_ms.saturating_mul(1000);
@@ -247,55 +185,38 @@ pub fn store_says_gone_at(rt: &EventRuntime, member: &str, session_start_us: i64
         .increment(1);
 }
 
-/// One admitted session, watched by an upgraded connection (WebSocket) that
-/// must close when the session ends.
-#[derive(Clone)]
-pub struct SessionWatch {
-    live: std::sync::Arc<crate::app::Live>,
-    clock: std::sync::Arc<dyn crate::app::Clock>,
+/// One admitted session as an upgraded connection watches it: over once
+/// revoked on this node or past its lifetime (see [`crate::proxy::SessionWatch`]).
+struct SessionLife {
+    live: std::sync::Arc<crate::state::Live>,
+    clock: std::sync::Arc<dyn crate::clock::Clock>,
     member: String,
     session_start_us: i64,
     hard_end_ms: i64,
 }
 
-impl std::fmt::Debug for SessionWatch {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SessionWatch")
-            .field("session_start_us", &self.session_start_us)
-            .finish_non_exhaustive()
-    }
-}
-
-impl SessionWatch {
-    pub fn new(state: &AppState, rt: &EventRuntime, member: &str, session_start_us: i64) -> Self {
-        Self {
-            live: rt.live.clone(),
-            clock: state.clock.clone(),
-            member: member.to_owned(),
-            session_start_us,
-            hard_end_ms: session_hard_end_ms(rt, session_start_us),
-        }
-    }
-
-    /// Whether the session is over (revoked here, or past its lifetime).
-    pub fn is_over(&self) -> bool {
+impl SessionEnd for SessionLife {
+    fn is_over(&self) -> bool {
         self.clock.now_ms() >= self.hard_end_ms
             || read(&self.live.revocations).revokes(&self.member, self.session_start_us)
     }
+}
 
-    /// Resolves once the session is over; checked every
-    /// [`SESSION_WATCH_EVERY`], so within that of the revocation reaching
-    /// this node.
-    pub async fn ended(self) {
-        let mut every = tokio::time::interval(SESSION_WATCH_EVERY);
-        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            every.tick().await;
-            if self.is_over() {
-                return;
-            }
-        }
-    }
+/// The watch an upgraded connection of `member`'s session (started at
+/// `session_start_us`) closes by.
+pub fn session_watch(
+    state: &AppState,
+    rt: &EventRuntime,
+    member: &str,
+    session_start_us: i64,
+) -> SessionWatch {
+    SessionWatch::new(SessionLife {
+        live: rt.live.clone(),
+        clock: state.clock.clone(),
+        member: member.to_owned(),
+        session_start_us,
+        hard_end_ms: session_hard_end_ms(rt, session_start_us),
+    })
 }
 
 /// The cookie value with the event's pass replaced by `pass` (or removed,
@@ -327,6 +248,33 @@ pub fn merge(
     parts.join("~")
 }
 
+/// `Set-Cookie` for the pass cookie with this event's pass set (or removed).
+pub fn cookie(
+    state: &AppState,
+    rt: &EventRuntime,
+    headers: &HeaderMap,
+    member: &str,
+    pass: Option<&str>,
+) -> HeaderValue {
+    let cookies = &state.server.cookies;
+    let current = cookies.pass(headers);
+    let passes = merge(&state.keyring, current, rt.id(), pass);
+    let value = crate::identity::CookieSettings::pass_value_for(member, &passes);
+    // The cookie outlives one pass so an expired pass of a still-active
+    // session reaches the gate, which then renews it.
+    let max_age = if value.is_empty() {
+        std::time::Duration::ZERO
+    } else {
+        rt.config.session_ttl
+    };
+    cookies
+        .pass_cookie(&value, Some(max_age))
+        .or_else(|| cookies.pass_cookie("", Some(std::time::Duration::ZERO)))
+        .unwrap_or(HeaderValue::from_static(
+            "anteroom_pass=; Max-Age=0; Path=/",
+        ))
+}
+
 /// One refresh of an event's revocation cache from the store.
 pub async fn refresh_revocations(
     state: &AppState,
@@ -347,40 +295,4 @@ pub async fn refresh_revocations(
         cache.since_us = Some(since);
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_revocation_ends_the_sessions_started_before_it_not_later_ones() {
-        let mut r = Revocations::default();
-        r.apply(
-            &[Revocation {
-                member: "m".into(),
-                at_us: 5_000_000,
-            }],
-            0,
-        );
-        assert!(r.revokes("m", 4_000_000));
-        assert!(r.revokes("m", 5_000_000));
-        assert!(!r.revokes("m", 5_000_001), "a later session of the member");
-        assert!(!r.revokes("other", 0));
-        assert_eq!(r.since_us, Some(5_000_000));
-        r.apply(&[], 6_000_000);
-        assert!(r.is_empty());
-    }
-
-    #[test]
-    fn a_session_ended_locally_is_kept_a_pass_life_from_now_not_from_its_start() {
-        let mut r = Revocations::default();
-        r.end_locally("m", 1_000_000, 9_000_000);
-        assert!(r.revokes("m", 1_000_000));
-        assert!(!r.revokes("m", 1_000_001));
-        r.apply(&[], 8_000_000);
-        assert!(r.revokes("m", 1_000_000), "recorded at 9 s, kept");
-        r.apply(&[], 9_000_001);
-        assert!(r.is_empty());
-    }
 }

@@ -21,10 +21,13 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 
 mod error;
 mod headers;
-mod upgrade;
+pub mod upgrade;
 
+/// Marked by the listener; read here for the forwarded scheme.
+pub use crate::serve::ClientScheme;
 pub use error::ProxyError;
-pub use headers::{ClientHop, ClientScheme};
+pub use headers::ClientHop;
+pub use upgrade::{SESSION_WATCH_EVERY, SessionEnd, SessionWatch};
 
 /// A pooled HTTP/1 client to the origins.
 #[derive(Clone, Debug)]
@@ -113,7 +116,7 @@ impl Proxy {
             Some(upgrade::ClientSide {
                 upgrade: parts.extensions.remove::<OnUpgrade>()?,
                 slot: parts.extensions.remove::<crate::serve::ConnectionSlot>(),
-                session: parts.extensions.remove::<crate::passes::SessionWatch>(),
+                session: parts.extensions.remove::<SessionWatch>(),
             })
         });
         let forwarding = headers::Forwarding {

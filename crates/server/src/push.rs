@@ -34,7 +34,7 @@ use anteroom_core::phase::Phase;
 use anteroom_store::EventId;
 use tokio::sync::{Notify, watch};
 
-use crate::app::{AppState, lock};
+use crate::locks::lock;
 
 /// How often a hub reads its event's progress and wakes the streams it
 /// concerns: the bound on an admission's way to its visitor, besides the
@@ -150,37 +150,59 @@ impl Push {
         self.closing.send_replace(true);
     }
 
-    /// Subscribes a stream to `event`'s hub, starting the hub if it is the
-    /// event's first stream on this node.
-    pub fn subscribe(&self, state: &Arc<AppState>, event: &EventId) -> Subscription {
+    /// Subscribes a stream to `event`'s hub. The hub is made if this is the
+    /// event's first stream on this node, starting from `initial`'s
+    /// `(admitted_total, waiting)`; it is returned then, and the caller runs
+    /// its loop ([`Hub::publish`] each tick, [`Push::retire`] at the end).
+    pub fn subscribe(
+        &self,
+        event: &EventId,
+        initial: impl FnOnce() -> (u64, u64),
+    ) -> (Subscription, Option<Arc<Hub>>) {
         let mut hubs = lock(&self.hubs);
-        let hub = match hubs.get(event) {
-            Some(hub) => hub.clone(),
+        let (hub, started) = match hubs.get(event) {
+            Some(hub) => (hub.clone(), None),
             None => {
-                let stats = state
-                    .event(event)
-                    .map(|rt| rt.live.snapshot().stats)
-                    .unwrap_or_default();
+                let (admitted_total, waiting) = initial();
                 let hub = Arc::new(Hub {
-                    tick: watch::channel(Tick::new(stats.admitted_total, stats.waiting)).0,
+                    tick: watch::channel(Tick::new(admitted_total, waiting)).0,
                     waiters: std::sync::Mutex::default(),
                     streams: AtomicUsize::new(0),
                     next_id: AtomicU64::new(0),
                 });
                 hubs.insert(event.clone(), hub.clone());
-                tokio::spawn(run(state.clone(), event.clone(), hub.clone()));
-                hub
+                (hub.clone(), Some(hub))
             }
         };
         hub.streams.fetch_add(1, Ordering::AcqRel);
         let id = hub.next_id.fetch_add(1, Ordering::Relaxed);
-        Subscription {
+        let subscription = Subscription {
             tick: hub.tick.subscribe(),
             hub,
             id,
             wake: Arc::new(Notify::new()),
             mark: None,
+        };
+        (subscription, started)
+    }
+
+    /// Ends `event`'s hub if no stream follows it any more (`true` then).
+    /// Under the hubs lock: a stream subscribing now either finds the hub
+    /// still listed (and keeps it running) or starts anew.
+    pub fn retire_if_idle(&self, event: &EventId, hub: &Hub) -> bool {
+        let mut hubs = lock(&self.hubs);
+        if hub.streams.load(Ordering::Acquire) == 0 {
+            hubs.remove(event);
+            return true;
         }
+        false
+    }
+
+    /// Ends `event`'s hub: the event is gone from this node (deleted), and
+    /// its streams end.
+    pub fn retire(&self, event: &EventId, hub: &Hub) {
+        hub.tick.send_modify(|t| t.gone = true);
+        lock(&self.hubs).remove(event);
     }
 }
 
@@ -246,50 +268,18 @@ impl Drop for Subscription {
     }
 }
 
-/// A hub's loop: one stats read per tick while the event has streams here.
-async fn run(state: Arc<AppState>, event: EventId, hub: Arc<Hub>) {
-    let mut every = tokio::time::interval(TICK);
-    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut closing = state.push.closing();
-    loop {
-        tokio::select! {
-            _ = every.tick() => {}
-            _ = closing.wait_for(|c| *c) => return,
-        }
-        {
-            // Under the hubs lock: a stream subscribing now either finds
-            // this hub still listed (and keeps it running) or starts anew.
-            let mut hubs = lock(&state.push.hubs);
-            if hub.streams.load(Ordering::Acquire) == 0 {
-                hubs.remove(&event);
-                return;
-            }
-        }
-        let Some(rt) = state.event(&event) else {
-            hub.tick.send_modify(|t| t.gone = true);
-            let mut hubs = lock(&state.push.hubs);
-            hubs.remove(&event);
-            return;
-        };
-        let phase = crate::api::enter::current_phase(&state, &rt);
-        let read = crate::metrics::timed_store("stream_tick", state.store.stats(&event)).await;
-        metrics::counter!("anteroom_stream_fanout_reads_total").increment(1);
-        let admitted_total = match read {
-            Ok(stats) => {
-                hub.tick.send_if_modified(|t| {
-                    t.record(stats.admitted_total, stats.waiting);
-                    let changed = t.phase != Some(phase);
-                    t.phase = Some(phase);
-                    changed
-                });
-                stats.admitted_total
-            }
-            // A store that does not answer: the streams' own reads say
-            // DRAINING; nothing is woken for admissions meanwhile.
-            Err(_) => continue,
-        };
+impl Hub {
+    /// Publishes one tick's read of the event and wakes the streams whose
+    /// mark `admitted_total` passed; a phase change wakes every stream.
+    pub fn publish(&self, admitted_total: u64, waiting: u64, phase: Phase) {
+        self.tick.send_if_modified(|t| {
+            t.record(admitted_total, waiting);
+            let changed = t.phase != Some(phase);
+            t.phase = Some(phase);
+            changed
+        });
         let due = {
-            let mut waiters = lock(&hub.waiters);
+            let mut waiters = lock(&self.waiters);
             let later = waiters.split_off(&(admitted_total.saturating_add(1), 0));
             std::mem::replace(&mut *waiters, later)
         };

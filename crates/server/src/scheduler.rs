@@ -1,6 +1,6 @@
-//! Background work per event: the admission scheduler, the stats and
-//! revocation refresher, and the watcher that picks up event changes made on
-//! other nodes.
+//! Background work per event: the admission scheduler, the start of the
+//! stats and revocation refresher (`refresh`), and the watcher that picks up
+//! event changes made on other nodes.
 //!
 //! Architecture invariant: the scheduler never admits beyond `max_active`;
 //! the store enforces the cap atomically as well, so two nodes ticking at
@@ -16,12 +16,13 @@ use anteroom_core::policy::{Mode, Observed, PolicyState};
 use anteroom_store::{AdmitRequest, EventId, ExpireRequest, StoreError};
 use rand::RngCore;
 
-use crate::app::{AppState, EventRuntime, Snapshot, lock, read, write};
 use crate::config::{Admission, stored};
+use crate::locks::lock;
 use crate::metrics::timed_store;
+use crate::state::{AppState, EventRuntime};
 
-/// How often each node refreshes an event's stats and revocation cache.
-pub const REFRESH_EVERY: Duration = Duration::from_millis(500);
+/// The refresh of one event, also run by the admin API and tests.
+pub use crate::refresh::refresh_once;
 
 /// How often each node looks for event changes put on other nodes.
 const WATCH_CONFIGS_EVERY: Duration = Duration::from_secs(5);
@@ -36,7 +37,7 @@ pub fn spawn_event(state: &Arc<AppState>, id: &EventId) {
         id.clone(),
         schedule(state.clone(), id.clone()),
     ));
-    tasks.spawn(refresh(state.clone(), id.clone()));
+    tasks.spawn(crate::refresh::run(state.clone(), id.clone()));
 }
 
 /// Starts every event's tasks and the config watcher.
@@ -289,64 +290,6 @@ fn learn_outcomes(
 
 fn micros(d: Duration) -> i64 {
     i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
-}
-
-async fn refresh(state: Arc<AppState>, id: EventId) {
-    let mut every = tokio::time::interval(REFRESH_EVERY);
-    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        every.tick().await;
-        let Some(rt) = state.event(&id) else { return };
-        refresh_once(&state, &rt).await;
-    }
-}
-
-/// Refreshes the stats snapshot and the revocation cache of one event. On a
-/// store error the snapshot is marked unreachable (drain) and the revocation
-/// cache is kept as it is.
-pub async fn refresh_once(state: &AppState, rt: &EventRuntime) {
-    let id = rt.id();
-    let stats = timed_store("stats", state.store.stats(id)).await;
-    let admin = timed_store("admin_state", state.store.admin_state(id)).await;
-    let revocations = crate::passes::refresh_revocations(state, rt).await;
-    let last_admin = read(&rt.live.snapshot).admin;
-    let observed = crate::admin::dashboard::observe(
-        state,
-        rt,
-        stats.as_ref().ok(),
-        *admin.as_ref().unwrap_or(&last_admin),
-    );
-    let mut snapshot = write(&rt.live.snapshot);
-    match (stats, admin) {
-        (Ok(stats), Ok(admin)) => {
-            let event = id.to_string();
-            metrics::gauge!("anteroom_waiting", "event" => event.clone()).set(stats.waiting as f64);
-            metrics::gauge!("anteroom_active", "event" => event.clone()).set(stats.active as f64);
-            metrics::gauge!("anteroom_admitted_total", "event" => event)
-                .set(stats.admitted_total as f64);
-            // Every node learns the admission rate from the snapshot, so
-            // the ETA is as good where this node never wins a tick.
-            {
-                let mut feed = lock(&rt.live.admission.eta);
-                feed.set_plan(crate::admission::eta::Plan::of(&rt.config));
-                feed.observe(state.now_ms(), &stats);
-            }
-            *snapshot = Snapshot {
-                stats,
-                admin,
-                reachable: revocations.is_ok(),
-                refreshed_at_ms: state.now_ms(),
-                observed,
-            };
-        }
-        (Err(e), _) | (_, Err(e)) => {
-            if snapshot.reachable {
-                tracing::warn!(event = %id, error = e.kind(), "queue store unreachable; draining");
-            }
-            snapshot.reachable = false;
-            snapshot.observed = observed;
-        }
-    }
 }
 
 async fn watch_configs(state: Arc<AppState>) {

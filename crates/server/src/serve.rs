@@ -37,6 +37,14 @@ use tower::ServiceExt as _;
 use connections::Activity;
 pub use connections::{ConnectionSlot, Limits};
 
+/// How the client reached this server, as a request extension: set by the
+/// listener for TLS connections (`Https`); absent means plain `http`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClientScheme {
+    Http,
+    Https,
+}
+
 /// hyper's read buffer: room for a request head well past our 32 KiB limit.
 const MAX_BUF: usize = 256 * 1024;
 /// Streams one HTTP/2 connection may have open at once.
@@ -136,8 +144,7 @@ async fn serve_connection<S>(
             let busy = activity.begin();
             let mut req = prepare(req, peer, limits.body_read_timeout, &slot);
             if https {
-                req.extensions_mut()
-                    .insert(crate::proxy::ClientScheme::Https);
+                req.extensions_mut().insert(ClientScheme::Https);
             }
             let app = app.clone();
             async move {

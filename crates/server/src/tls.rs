@@ -7,7 +7,6 @@
 
 pub mod acme;
 pub mod certs;
-pub mod config;
 pub mod redirect;
 mod reload;
 
@@ -21,8 +20,8 @@ use tokio::net::TcpStream;
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 
+use crate::config::tls::TlsConfig;
 pub use certs::CertStore;
-use config::TlsConfig;
 pub use redirect::Challenges;
 
 /// A warning and a metric below this much validity left.

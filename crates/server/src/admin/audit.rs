@@ -11,8 +11,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::auth::Caller;
-use crate::app::{AppState, rfc3339_ms};
+use crate::clock::rfc3339_ms;
 use crate::error::ApiError;
+use crate::state::AppState;
 
 /// One admin action.
 #[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]

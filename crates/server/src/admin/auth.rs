@@ -10,10 +10,10 @@ use axum::response::{IntoResponse, Response};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use crate::app::AppState;
 use crate::config::{AdminRole, AdminToken};
 use crate::error::ApiError;
 use crate::identity::bearer;
+use crate::state::AppState;
 
 /// The caller of an admin request, as the audit trail names it.
 #[derive(Clone, Debug)]

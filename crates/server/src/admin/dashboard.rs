@@ -8,8 +8,6 @@
 //! second and keeps 15 minutes per event (in `sessionStorage`, so a reload
 //! keeps the charts), so the server holds no per-viewer or per-event buffer.
 
-mod observed;
-
 use std::sync::Arc;
 
 use axum::Router;
@@ -18,10 +16,10 @@ use axum::http::{HeaderName, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
-pub use observed::{Observed, current, observe, phase_name};
+pub use crate::state::observed::{Observed, current, phase_name};
 
-use crate::app::AppState;
 use crate::error::ApiError;
+use crate::state::AppState;
 
 const HTML: &str = "text/html; charset=utf-8";
 const JS: &str = "text/javascript; charset=utf-8";

@@ -17,10 +17,10 @@ use sha2::{Digest, Sha256};
 use super::auth::Caller;
 use super::{EventView, audit, event, view};
 use crate::api::{empty, parse_json, read_body};
-use crate::app::AppState;
 use crate::config::stored::{self, Change};
 use crate::config::{EventConfig, RawEvent, event_set};
 use crate::error::ApiError;
+use crate::state::AppState;
 
 /// Largest event body the admin API reads.
 const MAX_EVENT_BODY: usize = 64 * 1024;
@@ -156,7 +156,7 @@ async fn apply(
         shown(&rt.config.raw),
     )
     .await;
-    crate::scheduler::refresh_once(state, &rt).await;
+    crate::refresh::refresh_once(state, &rt).await;
     Ok((StatusCode::OK, Json(view(&rt))).into_response())
 }
 

@@ -13,8 +13,9 @@ use axum::response::Response;
 use super::auth::Caller;
 use super::{audit, event, state_name};
 use crate::api::empty;
-use crate::app::{AppState, write};
 use crate::error::ApiError;
+use crate::locks::write;
+use crate::state::AppState;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Action {

@@ -1,22 +1,21 @@
 //! `POST /api/queue/enter` and `GET /api/queue/position`.
 
-use std::net::IpAddr;
 use std::sync::Arc;
 
-use anteroom_core::phase::{Phase, phase};
+use anteroom_core::phase::Phase;
 use anteroom_core::score::JoinScoring;
+use anteroom_store::MemberState;
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
-use super::{
-    QueuePosition, add_cookie, client_ip, lang, parse_json, read_body, resolve_event, safe_return,
-};
-use crate::app::{AppState, EventRuntime};
+use super::{QueuePosition, Visit, add_cookie, client_ip, parse_json, read_body, resolve_event};
 use crate::bots::{EnterAnswer, EnterVerdict, EventBots, PowAnswer, RateKind};
 use crate::error::ApiError;
-use crate::identity::{self, Visitor};
+use crate::identity::{self, Mint, Visitor};
+use crate::queue::{Queue, Read, draining_error};
+use crate::state::{AppState, EventRuntime};
 
 /// Optional body of enter, as documented: a proof-of-work answer or a
 /// CAPTCHA token. Requests are parsed as [`EnterAnswer`], which also takes
@@ -52,11 +51,15 @@ pub async fn enter(State(state): State<Arc<AppState>>, req: Request) -> Result<R
     let rt = resolve_event(&state, &parts.uri)?;
     let body: Option<EnterAnswer> =
         parse_json(&read_body(body, state.server.max_body_bytes).await?)?;
-    let visitor = identity::resolve(&parts.headers, rt.jwt.as_ref(), true, &state.server.cookies)?
-        .ok_or(ApiError::InvalidIdentity)?;
-    let return_path = safe_return(super::query_param(&parts.uri, "return").as_deref());
-    let lang = lang(&parts.headers);
-    let ip = client_ip(&state, &parts.extensions, &parts.headers);
+    let visitor = identity::resolve(
+        &parts.headers,
+        rt.jwt.as_ref(),
+        Mint::Allowed,
+        &state.server.cookies,
+    )?
+    .ok_or(ApiError::InvalidIdentity)?;
+    let return_path = super::return_path(&parts.uri);
+    let visit = Visit::new(&state, &rt, &parts, &return_path);
     // Refused in memory, before any store work; a new visitor still gets
     // the cookie so the retry is the same session. The answer to a
     // challenge follows the call that asked for it within the second: under
@@ -67,9 +70,11 @@ pub async fn enter(State(state): State<Arc<AppState>>, req: Request) -> Result<R
         matches!(a.pow_answer(), PowAnswer::Answer { .. }) || a.captcha_token.is_some()
     });
     let limited = if answering {
-        state.bots.check_rate_ip(RateKind::Enter, ip)
+        state.bots.check_rate_ip(RateKind::Enter, visit.ip)
     } else {
-        state.bots.check_rate(RateKind::Enter, ip, &visitor.member)
+        state
+            .bots
+            .check_rate(RateKind::Enter, visit.ip, &visitor.member)
     };
     if let Err(limited) = limited {
         return Ok(with_cookie(
@@ -81,26 +86,15 @@ pub async fn enter(State(state): State<Arc<AppState>>, req: Request) -> Result<R
 
     // Drain mode: while the event drains, new arrivals are turned away (503 +
     // Retry-After) and visitors this node admitted itself get that answer.
-    if let Some(p) = crate::drain::answer(&state, &rt, &visitor.member, lang, &return_path) {
+    if let Some(p) = visit.queue().drain_answer(&visitor.member, visit.answer) {
         if p.status == super::Status::Draining {
-            return Err(crate::drain::draining_error());
+            return Err(draining_error());
         }
         let mut response = p.respond(StatusCode::OK);
         add_cookie(response.headers_mut(), visitor.new_cookie);
         return Ok(response);
     }
-    let joined = join_checked(
-        &state,
-        &rt,
-        &parts.headers,
-        ip,
-        &visitor,
-        body.as_ref(),
-        lang,
-        &return_path,
-    )
-    .await;
-    let position = match joined {
+    let position = match join_checked(&visit, &visitor, body.as_ref()).await {
         Ok(position) => position,
         // A challenge is bound to this session: a new visitor must get the
         // cookie with it, or the answer would come from a new session (and
@@ -118,18 +112,16 @@ pub async fn enter(State(state): State<Arc<AppState>>, req: Request) -> Result<R
 /// proof-of-work challenge or a CAPTCHA demand), `403 blocked`, or `503`
 /// when the store cannot record a used answer.
 pub async fn bot_check(
-    state: &AppState,
-    rt: &EventRuntime,
-    headers: &HeaderMap,
-    ip: IpAddr,
+    visit: &Visit<'_>,
     visitor: &Visitor,
     answer: Option<&EnterAnswer>,
 ) -> Result<bool, ApiError> {
-    let req = state.bots.signals(headers, ip);
+    let Visit { state, rt, .. } = *visit;
+    let req = state.bots.signals(visit.headers, visit.ip);
     let verdict = state
         .bots
         .gate_enter(
-            &event_bots(&rt.config.bots),
+            &EventBots::from(&rt.config.bots),
             rt.id(),
             &visitor.member,
             &req,
@@ -144,43 +136,21 @@ pub async fn bot_check(
     }
 }
 
-/// The bot defence's view of an event's `bots` table. The bot module's own
-/// conversion predates `adaptive_difficulty` in the config, so it is set here.
-pub fn event_bots(b: &crate::config::Bots) -> EventBots {
-    EventBots {
-        adaptive_difficulty: b.adaptive_difficulty,
-        ..EventBots::from(b)
-    }
-}
-
 /// Joins `visitor` (insert-if-absent) after the bot defence and answers the
 /// position; nobody joins before the pre-window or after the close. Both
 /// enter and the waiting page's server-side render join through here, so
 /// the page's join is noted for drain mode and jittered like enter's.
-#[allow(clippy::too_many_arguments)]
 pub async fn join_checked(
-    state: &AppState,
-    rt: &EventRuntime,
-    headers: &HeaderMap,
-    ip: IpAddr,
+    visit: &Visit<'_>,
     visitor: &Visitor,
     answer: Option<&EnterAnswer>,
-    lang: anteroom_core::eta::Lang,
-    return_path: &str,
 ) -> Result<QueuePosition, ApiError> {
+    let Visit { state, rt, .. } = *visit;
     let member = &visitor.member;
-    if matches!(current_phase(state, rt), Phase::Scheduled | Phase::Closed) {
-        let none = anteroom_store::MemberState::None;
-        return Ok(QueuePosition::build(
-            state,
-            rt,
-            member,
-            &none,
-            lang,
-            return_path,
-        ));
+    if matches!(state.phase_of(rt), Phase::Scheduled | Phase::Closed) {
+        return Ok(visit.position(member, &MemberState::None));
     }
-    let behind = bot_check(state, rt, headers, ip, visitor, answer).await?;
+    let behind = bot_check(visit, visitor, answer).await?;
     let scoring = JoinScoring::new(
         &state.score_key,
         rt.id().as_str(),
@@ -189,21 +159,13 @@ pub async fn join_checked(
         i64::try_from(rt.config.pre_window.as_micros()).unwrap_or(i64::MAX),
         behind,
     );
-    let outcome = crate::metrics::timed_store("join", state.store.join(rt.id(), member, &scoring))
-        .await
-        .map_err(|e| crate::drain::on_store_error(state, rt, e))?;
-    if outcome.new {
-        state.bots.record_entry(rt.id(), ip, state.now_ms());
+    let joined = visit.queue().join(member, &scoring).await?;
+    if joined.new {
+        state.bots.record_entry(rt.id(), visit.ip, state.now_ms());
     }
-    // Drain mode: this node's record of ranks and admissions, for drain mode.
-    crate::drain::of(rt).note(member, &outcome.state);
-    let member_state = crate::drain::adjust(rt, member, outcome.state);
     // A burst's first polls spread over a few seconds instead of arriving
     // together one `pollAfterMs` after the burst.
-    Ok(
-        QueuePosition::build(state, rt, member, &member_state, lang, return_path)
-            .first_poll(outcome.new),
-    )
+    Ok(visit.position(member, &joined.state).first_poll(joined.new))
 }
 
 /// An error answer that also carries a new visitor's session cookie.
@@ -227,17 +189,16 @@ pub async fn position(
     let (parts, _) = req.into_parts();
     let rt = resolve_event(&state, &parts.uri)?;
     rt.counters.polls.increment(1);
-    let return_path = safe_return(super::query_param(&parts.uri, "return").as_deref());
-    let lang = lang(&parts.headers);
+    let return_path = super::return_path(&parts.uri);
+    let answer = super::answer(&parts.headers, &return_path);
     let visitor = polling_visitor(&state, &rt, &parts)?;
     let Some(visitor) = visitor else {
-        let none = anteroom_store::MemberState::None;
-        return Ok(
-            QueuePosition::build(&state, &rt, "", &none, lang, &return_path)
-                .respond(StatusCode::OK),
-        );
+        let none = QueuePosition::build(&state, &rt, "", &MemberState::None, answer);
+        return Ok(none.respond(StatusCode::OK));
     };
-    let position = position_of(&state, &rt, &visitor.member, true, lang, &return_path).await;
+    let (position, _) = Queue::new(&state, &rt)
+        .position(&visitor.member, Read::Poll, answer)
+        .await;
     Ok(position.respond(StatusCode::OK))
 }
 
@@ -253,7 +214,7 @@ pub fn polling_visitor(
     let visitor = identity::resolve(
         &parts.headers,
         rt.jwt.as_ref(),
-        false,
+        Mint::Never,
         &state.server.cookies,
     )?;
     let ip = client_ip(state, &parts.extensions, &parts.headers);
@@ -265,65 +226,4 @@ pub fn polling_visitor(
         return Err(limited.into());
     }
     Ok(visitor)
-}
-
-/// The position of `member`, or DRAINING when the store cannot answer.
-pub async fn position_of(
-    state: &AppState,
-    rt: &EventRuntime,
-    member: &str,
-    touch: bool,
-    lang: anteroom_core::eta::Lang,
-    return_path: &str,
-) -> QueuePosition {
-    position_and_presence(state, rt, member, touch, lang, return_path)
-        .await
-        .0
-}
-
-/// [`position_of`], and whether the store knows `member` at all (in line,
-/// admitted or active). `NOT_OPEN` hides that, and the waiting page needs it
-/// to join, inside the pre-window, a visitor whose first load came before it.
-/// A drain-mode answer counts as known: this node cannot join anybody then.
-pub async fn position_and_presence(
-    state: &AppState,
-    rt: &EventRuntime,
-    member: &str,
-    touch: bool,
-    lang: anteroom_core::eta::Lang,
-    return_path: &str,
-) -> (QueuePosition, bool) {
-    // Drain mode: drain admissions and DRAINING come from this node's records.
-    if let Some(p) = crate::drain::answer(state, rt, member, lang, return_path) {
-        return (p, true);
-    }
-    match crate::metrics::timed_store("status", state.store.status(rt.id(), member, touch)).await {
-        Ok(s) => {
-            crate::drain::of(rt).note(member, &s);
-            let s = crate::drain::adjust(rt, member, s);
-            let present = !matches!(s, anteroom_store::MemberState::None);
-            (
-                QueuePosition::build(state, rt, member, &s, lang, return_path),
-                present,
-            )
-        }
-        Err(e) => {
-            tracing::warn!(event = %rt.id(), error = e.kind(), "position read failed; draining");
-            if matches!(e, anteroom_store::StoreError::Unavailable(_)) {
-                crate::drain::store_failed(state, rt);
-            }
-            (QueuePosition::draining(state, rt), true)
-        }
-    }
-}
-
-/// The event's phase now, from its config and the last known admin state.
-pub fn current_phase(state: &AppState, rt: &EventRuntime) -> Phase {
-    let pre_window = i64::try_from(rt.config.pre_window.as_millis()).unwrap_or(i64::MAX);
-    phase(
-        state.now_ms(),
-        rt.config.opens_at_ms,
-        pre_window,
-        rt.live.stats_and_admin().1,
-    )
 }

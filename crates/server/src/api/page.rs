@@ -9,23 +9,22 @@
 
 use std::sync::Arc;
 
-use anteroom_core::eta::Lang;
 use anteroom_store::EventId;
 use axum::extract::{Path, Request, State};
-use axum::http::request::Parts;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
 use rand::RngCore;
 
 use anteroom_core::phase::Phase;
 
-use super::enter::{current_phase, join_checked, position_and_presence};
-use super::{Status, add_cookie, client_ip, lang, query_param, safe_return};
-use crate::app::{AppState, EventRuntime};
+use super::enter::join_checked;
+use super::{Status, Visit, add_cookie};
 use crate::bots::RateKind;
 use crate::error::ApiError;
-use crate::identity::{self, Visitor};
+use crate::identity::{self, Mint, Visitor};
 use crate::page::{PageContext, Refusal, content_security_policy, static_asset};
+use crate::queue::{Presence, Read};
+use crate::state::AppState;
 
 /// The waiting page, with the visitor's position rendered in (joining a
 /// visitor who is not in the queue yet).
@@ -37,14 +36,20 @@ pub async fn waiting_page(
     let id = EventId::new(&event).map_err(|_| ApiError::UnknownEvent)?;
     let rt = state.event(&id).ok_or(ApiError::UnknownEvent)?;
     let (parts, _) = req.into_parts();
-    let return_path = safe_return(query_param(&parts.uri, "return").as_deref());
-    let lang = lang(&parts.headers);
+    let return_path = super::return_path(&parts.uri);
+    let visit = Visit::new(&state, &rt, &parts, &return_path);
+    let lang = visit.answer.lang;
     // A JWT event's page load carries no bearer token: the script joins.
-    let visitor = identity::resolve(&parts.headers, rt.jwt.as_ref(), true, &state.server.cookies)
-        .ok()
-        .flatten();
+    let visitor = identity::resolve(
+        &parts.headers,
+        rt.jwt.as_ref(),
+        Mint::Allowed,
+        &state.server.cookies,
+    )
+    .ok()
+    .flatten();
     let (position, refusal) = match &visitor {
-        Some(v) => match rendered_position(&state, &rt, &parts, v, lang, &return_path).await {
+        Some(v) => match rendered_position(&visit, v).await {
             Ok(p) => (Some(p), None),
             Err(refusal) => (None, refusal),
         },
@@ -56,7 +61,7 @@ pub async fn waiting_page(
     let ctx = PageContext {
         event_id: id.as_str().to_owned(),
         event_name: None,
-        return_path,
+        return_path: return_path.clone(),
         lang,
         position,
         nonce: nonce.clone(),
@@ -89,14 +94,10 @@ pub async fn waiting_page(
 /// challenge to solve, a refusal, a rate limit), so the page can say it; the
 /// script, if any, takes over, and the refresh retries where that can help.
 async fn rendered_position(
-    state: &AppState,
-    rt: &EventRuntime,
-    parts: &Parts,
+    visit: &Visit<'_>,
     visitor: &Visitor,
-    lang: Lang,
-    return_path: &str,
 ) -> Result<serde_json::Value, Option<Refusal>> {
-    let ip = client_ip(state, &parts.extensions, &parts.headers);
+    let Visit { state, rt, ip, .. } = *visit;
     let member = visitor.member.as_str();
     // A session created by this very request cannot be in the queue yet.
     let mut position = None;
@@ -108,11 +109,15 @@ async fn rendered_position(
             .bots
             .check_rate_ip(RateKind::Position, ip)
             .map_err(|_| Some(Refusal::RateLimited))?;
-        let (p, present) = position_and_presence(state, rt, member, true, lang, return_path).await;
+        let (p, presence) = visit
+            .queue()
+            .position(member, Read::Poll, visit.answer)
+            .await;
         // `NOT_OPEN` says nothing of the place: one not in the store yet is
         // joined once the pre-window lets it in.
-        let outside =
-            p.status == Status::NotOpen && !present && current_phase(state, rt) == Phase::PreQueue;
+        let outside = p.status == Status::NotOpen
+            && presence == Presence::Unknown
+            && state.phase_of(rt) == Phase::PreQueue;
         if !outside {
             position = Some(p);
         }
@@ -124,18 +129,7 @@ async fn rendered_position(
                 .bots
                 .check_rate_ip(RateKind::Enter, ip)
                 .map_err(|_| Some(Refusal::RateLimited))?;
-            let joined = join_checked(
-                state,
-                rt,
-                &parts.headers,
-                ip,
-                visitor,
-                None,
-                lang,
-                return_path,
-            )
-            .await;
-            match joined {
+            match join_checked(visit, visitor, None).await {
                 Ok(p) => p,
                 Err(e) => {
                     tracing::debug!(event = %rt.id(), error = e.code(), "waiting page could not join");

@@ -9,7 +9,6 @@ use std::sync::Arc;
 
 use anteroom_core::phase::Phase;
 use anteroom_core::token::{Expect, TokenKind};
-use anteroom_store::RedeemOutcome;
 use axum::Json;
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -17,11 +16,13 @@ use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 
 use super::{empty, parse_json, query_param, read_body, resolve_event, safe_return};
-use crate::app::{AppState, EventRuntime, rfc3339_ms};
+use crate::clock::rfc3339_ms;
 use crate::error::ApiError;
-use crate::identity;
+use crate::identity::{self, Mint};
 use crate::page::RedeemFailure;
 use crate::passes;
+use crate::queue::{self, Queue};
+use crate::state::{AppState, EventRuntime};
 
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -162,7 +163,7 @@ async fn redeem(
     headers: &HeaderMap,
     token: &str,
 ) -> Result<(Redeemed, HeaderValue), ApiError> {
-    let visitor = identity::resolve(headers, rt.jwt.as_ref(), false, &state.server.cookies)?
+    let visitor = identity::resolve(headers, rt.jwt.as_ref(), Mint::Never, &state.server.cookies)?
         .ok_or(ApiError::InvalidToken)?;
     let now = state.now_ms();
     let expect = Expect {
@@ -177,7 +178,7 @@ async fn redeem(
     // A paused or closed event opens no session, even for a token issued
     // before the operator stopped it: the nonce stays unconsumed, so a
     // paused visitor can still redeem it after a resume while it is valid.
-    match super::enter::current_phase(state, rt) {
+    match state.phase_of(rt) {
         Phase::Paused => {
             return Err(ApiError::EventPaused {
                 retry_after_secs: 5,
@@ -188,38 +189,16 @@ async fn redeem(
     }
     // The first end is the idle timeout (capped by the lifetime).
     let session_end_us = crate::admission::lifecycle::session_end_us(rt, now, now);
-    // Drain mode: a token this node signed while draining is redeemed against
-    // its local single-use set (the store never saw that nonce).
-    let local = crate::drain::redeem_local(
-        rt,
-        &visitor.member,
-        &claims.nonce,
-        session_end_us.div_euclid(1000),
-    );
+    let queue = Queue::new(state, rt);
     let redeem_started = std::time::Instant::now();
-    let from_store = local.is_none();
-    let outcome = match local {
-        Some(outcome) => outcome?,
-        None => {
-            crate::metrics::timed_store(
-                "redeem",
-                state
-                    .store
-                    .redeem(rt.id(), &visitor.member, &claims.nonce, session_end_us),
-            )
-            .await?
-        }
-    };
-    match outcome {
-        RedeemOutcome::Redeemed => {}
-        RedeemOutcome::AlreadyUsed => return Err(ApiError::TokenUsed),
-        RedeemOutcome::NotAdmitted => return Err(ApiError::InvalidToken),
-    }
+    let used = queue
+        .redeem(&visitor.member, &claims.nonce, session_end_us)
+        .await?;
     rt.counters.redeems.increment(1);
-    let session_start_us = session_start_us(state, rt, from_store, now, redeem_started).await;
+    let session_start_us = session_start_us(&queue, used, now, redeem_started).await;
     let (pass, expires_at_ms) =
         passes::issue(&state.keyring, rt, &visitor.member, now, session_start_us);
-    let cookie = pass_cookie(state, rt, headers, &visitor.member, Some(&pass));
+    let cookie = passes::cookie(state, rt, headers, &visitor.member, Some(&pass));
     Ok((
         Redeemed {
             status: "ACTIVE",
@@ -234,55 +213,27 @@ async fn redeem(
 /// before the redeem (the canonical time read after it, less the time the
 /// redeem took), so it is earlier than any revocation of this session and
 /// later than any revocation of this member's previous ones (see
-/// `passes::Revocations`). Read only after a successful redeem, so a storm
+/// `state::revocations`). Read only after a successful redeem, so a storm
 /// of replayed tokens costs the store nothing more. A session admitted
 /// locally while draining, or a store that does not answer now, falls back
 /// to this node's clock.
 async fn session_start_us(
-    state: &AppState,
-    rt: &EventRuntime,
-    from_store: bool,
+    queue: &Queue<'_>,
+    used: queue::Redeemed,
     now_ms: i64,
     redeem_started: std::time::Instant,
 ) -> i64 {
     let local = now_ms.saturating_mul(1000);
-    if !from_store {
+    if used == queue::Redeemed::Locally {
         return local;
     }
-    match crate::metrics::timed_store("now", state.store.now_us(rt.id())).await {
+    match queue.now_us().await {
         Ok(t) => {
             let took = i64::try_from(redeem_started.elapsed().as_micros()).unwrap_or(i64::MAX);
             t.saturating_sub(took)
         }
         Err(_) => local,
     }
-}
-
-/// `Set-Cookie` for the pass cookie with this event's pass set (or removed).
-pub fn pass_cookie(
-    state: &AppState,
-    rt: &EventRuntime,
-    headers: &HeaderMap,
-    member: &str,
-    pass: Option<&str>,
-) -> HeaderValue {
-    let cookies = &state.server.cookies;
-    let current = cookies.pass(headers);
-    let passes = passes::merge(&state.keyring, current, rt.id(), pass);
-    let value = identity::CookieSettings::pass_value_for(member, &passes);
-    // The cookie outlives one pass so an expired pass of a still-active
-    // session reaches the gate, which then renews it.
-    let max_age = if value.is_empty() {
-        std::time::Duration::ZERO
-    } else {
-        rt.config.session_ttl
-    };
-    cookies
-        .pass_cookie(&value, Some(max_age))
-        .or_else(|| cookies.pass_cookie("", Some(std::time::Duration::ZERO)))
-        .unwrap_or(HeaderValue::from_static(
-            "anteroom_pass=; Max-Age=0; Path=/",
-        ))
 }
 
 /// Ends the caller's active session or leaves the queue; frees the slot.
@@ -295,7 +246,12 @@ pub async fn release(
     req: Request,
 ) -> Result<Response, ApiError> {
     let rt = resolve_event(&state, req.uri())?;
-    let visitor = identity::resolve(req.headers(), rt.jwt.as_ref(), false, &state.server.cookies)?;
+    let visitor = identity::resolve(
+        req.headers(),
+        rt.jwt.as_ref(),
+        Mint::Never,
+        &state.server.cookies,
+    )?;
     let mut response = empty(StatusCode::NO_CONTENT);
     if let Some(visitor) = visitor {
         // The caller's own pass names the session this node must refuse at
@@ -310,31 +266,11 @@ pub async fn release(
             } => Some(session_start_us),
             passes::PassCheck::Missing => None,
         };
-        release_member(&state, &rt, &visitor.member, local).await?;
-        let cookie = pass_cookie(&state, &rt, req.headers(), &visitor.member, None);
+        Queue::new(&state, &rt)
+            .release(&visitor.member, local)
+            .await?;
+        let cookie = passes::cookie(&state, &rt, req.headers(), &visitor.member, None);
         response.headers_mut().append(header::SET_COOKIE, cookie);
     }
     Ok(response)
-}
-
-/// Ends `member`'s presence in the event (waiting, admitted or active) and
-/// frees the slot: the store release, which records the revocation every
-/// node's cache picks up, then, for the session that started at
-/// `local_session_start_us`, this node's own revocation so its passes stop
-/// here at once. The one path for the release call and the origin's
-/// `Anteroom-Command: release`. The local revocation is made even when the
-/// store fails: whoever asked for the end should not find the session still
-/// open on this node.
-pub async fn release_member(
-    state: &AppState,
-    rt: &EventRuntime,
-    member: &str,
-    local_session_start_us: Option<i64>,
-) -> Result<bool, anteroom_store::StoreError> {
-    let released =
-        crate::metrics::timed_store("release", state.store.release(rt.id(), member)).await;
-    if let Some(start) = local_session_start_us {
-        passes::store_says_gone(state, rt, member, start);
-    }
-    released
 }

@@ -14,6 +14,8 @@
 //! `queue_idle_timeout` (which also counts as the visitor being present,
 //! like a poll).
 
+mod hub;
+
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,9 +31,11 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::{QueuePosition, Status, lang, query_param, resolve_event, safe_return};
-use crate::app::AppState;
 use crate::error::{ApiError, ErrorBody};
+use crate::position::Answer;
 use crate::push::{StreamPermit, Subscription};
+use crate::queue::{Queue, Read};
+use crate::state::AppState;
 
 /// A heartbeat comment follows this much silence (the contract: at least
 /// every 15 s), so proxies and browsers keep an idle stream open.
@@ -84,7 +88,11 @@ pub async fn stream(
     let lang = lang(&parts.headers);
     let Some(visitor) = visitor else {
         // Nobody to follow: the one answer a poll would give, then the end.
-        let none = QueuePosition::build(&state, &rt, "", &MemberState::None, lang, &return_path);
+        let answer = Answer {
+            lang,
+            return_path: &return_path,
+        };
+        let none = QueuePosition::build(&state, &rt, "", &MemberState::None, answer);
         return Ok(event_stream(Body::from(first_message(&none))));
     };
     let stream = Stream::open(&state, rt.id(), visitor.member, lang, return_path, permit).await;
@@ -216,6 +224,14 @@ struct Stream {
 }
 
 impl Stream {
+    /// How this stream's positions are told.
+    fn answer(&self) -> Answer<'_> {
+        Answer {
+            lang: self.lang,
+            return_path: &self.return_path,
+        }
+    }
+
     async fn open(
         state: &Arc<AppState>,
         event: &EventId,
@@ -224,13 +240,13 @@ impl Stream {
         return_path: String,
         permit: StreamPermit,
     ) -> Self {
-        let sub = state.push.subscribe(state, event);
+        let sub = hub::subscribe(state, event);
         let now = Instant::now();
         let (presence_every, phase) = match state.event(event) {
             Some(rt) => (
                 (rt.config.queue_idle_timeout / 3)
                     .clamp(Duration::from_secs(2), Duration::from_secs(60)),
-                Some(super::enter::current_phase(state, &rt)),
+                Some(state.phase_of(&rt)),
             ),
             None => (Duration::from_secs(60), None),
         };
@@ -347,15 +363,9 @@ impl Stream {
             return None;
         };
         let before = self.sub.latest();
-        let p = super::enter::position_of(
-            &self.state,
-            &rt,
-            &self.member,
-            true,
-            self.lang,
-            &self.return_path,
-        )
-        .await;
+        let (p, _) = Queue::new(&self.state, &rt)
+            .position(&self.member, Read::Poll, self.answer())
+            .await;
         metrics::counter!("anteroom_stream_reads_total").increment(1);
         self.read = LastRead {
             status: p.status,
@@ -415,14 +425,7 @@ impl Stream {
             rank,
             queue_length: self.sub.latest().waiting.max(rank.saturating_add(1)),
         };
-        let p = QueuePosition::build(
-            &self.state,
-            &rt,
-            &self.member,
-            &waiting,
-            self.lang,
-            &self.return_path,
-        );
+        let p = QueuePosition::build(&self.state, &rt, &self.member, &waiting, self.answer());
         self.offer(p)
     }
 

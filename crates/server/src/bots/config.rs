@@ -139,27 +139,3 @@ impl Default for BotsConfig {
         }
     }
 }
-
-/// The integrator's validated per-event `Bots` maps one to one; adaptive
-/// difficulty stays off until its raw config carries the key.
-impl From<&crate::config::Bots> for EventBots {
-    fn from(b: &crate::config::Bots) -> Self {
-        use crate::config::{ChallengeLevel as C, HighRisk as H};
-        Self {
-            challenge: match b.challenge {
-                C::Off => ChallengeLevel::Off,
-                C::High => ChallengeLevel::High,
-                C::Medium => ChallengeLevel::Medium,
-                C::All => ChallengeLevel::All,
-            },
-            difficulty: b.difficulty,
-            high_risk: match b.high_risk {
-                H::BackOfQueue => HighRiskPolicy::BackOfQueue,
-                H::Captcha => HighRiskPolicy::Captcha,
-                H::Reject => HighRiskPolicy::Reject,
-                H::Allow => HighRiskPolicy::Allow,
-            },
-            adaptive_difficulty: false,
-        }
-    }
-}

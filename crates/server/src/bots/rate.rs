@@ -37,17 +37,6 @@ impl Default for RateLimits {
     }
 }
 
-impl From<&crate::config::Limits> for RateLimits {
-    fn from(l: &crate::config::Limits) -> Self {
-        Self {
-            per_ip_per_second: l.per_ip_per_second,
-            per_session_per_second: l.per_session_per_second,
-            entries_per_ip: l.entries_per_ip,
-            entries_window_ms: i64::try_from(l.entries_window.as_millis()).unwrap_or(i64::MAX),
-        }
-    }
-}
-
 /// Which API call is being limited.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum RateKind {

@@ -66,7 +66,7 @@ pub struct RawServer {
     /// TEST/DIAGNOSTIC ONLY: shifts this node's wall clock (clock-skew tests).
     pub test_clock_offset_ms: Option<i64>,
     /// `[server.tls]`; typed already (TLS owns its shape).
-    pub tls: Option<crate::tls::config::RawTls>,
+    pub tls: Option<crate::config::tls::RawTls>,
 }
 
 /// `[server.cookies]`.

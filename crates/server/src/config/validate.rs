@@ -34,7 +34,7 @@ pub(super) fn config(raw: &RawConfig) -> Result<Config> {
         .server
         .tls
         .as_ref()
-        .map(|t| crate::tls::config::validate(t, server.insecure_cookies, data_dir))
+        .map(|t| crate::config::tls::validate(t, server.insecure_cookies, data_dir))
         .transpose()?;
     let keyed: Vec<(String, &RawEvent)> = raw
         .events
@@ -73,7 +73,7 @@ pub fn event_set(events: &[(String, &RawEvent)]) -> Result<Vec<EventConfig>> {
             ));
         }
         for (j, p) in event.paths.iter().enumerate() {
-            let canonical = crate::gate::routes::check_prefix(p)
+            let canonical = crate::routes::check_prefix(p)
                 .map_err(|e| ConfigError::new(format!("{key}.paths[{j}]"), e.to_string()))?
                 .to_ascii_lowercase();
             if let Some(owner) = prefixes.get(&canonical) {
@@ -307,7 +307,7 @@ fn connection_settings(s: &super::raw::RawServer) -> Result<crate::config::Conne
 }
 
 /// Drain mode: drain share, drain window and the test-only clock offset.
-fn drain_settings(s: &super::raw::RawServer) -> Result<crate::drain::clock::DrainSettings> {
+fn drain_settings(s: &super::raw::RawServer) -> Result<crate::config::drain::DrainSettings> {
     let gateway_nodes = s.gateway_nodes.unwrap_or(1);
     if !(1..=10_000).contains(&gateway_nodes) {
         return Err(ConfigError::new(
@@ -331,7 +331,7 @@ fn drain_settings(s: &super::raw::RawServer) -> Result<crate::drain::clock::Drai
             "must be between 200ms and 60s",
         ));
     }
-    Ok(crate::drain::clock::DrainSettings {
+    Ok(crate::config::drain::DrainSettings {
         gateway_nodes,
         drain_after,
         test_clock_offset_ms,

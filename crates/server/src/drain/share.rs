@@ -18,40 +18,16 @@
 //! node that is about to admit gives its reserve up first (its admission
 //! comes out of it).
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anteroom_store::{ShareRequest, StoreError};
 
 use super::of;
-use crate::app::{AppState, EventRuntime, lock};
+use crate::locks::lock;
 use crate::metrics::timed_store;
+use crate::state::{AppState, EventRuntime};
 
-/// How long after its last renewal a node that lost the store may still
-/// admit on its own. The store keeps the hold this long plus the longest a
-/// drain admission can last (token, then session), so the hold outlives
-/// every admission made against it, and a node that is gone for good stops
-/// holding capacity after that.
-pub const ADMIT_WINDOW: Duration = Duration::from_secs(60);
-
-/// What this node knows about its hold, per event.
-#[derive(Debug, Default)]
-pub struct ShareState {
-    /// The least the store may hold as this node's reserve.
-    floor: u64,
-    /// When the store last confirmed a reserve.
-    confirmed_at: Option<Instant>,
-}
-
-impl ShareState {
-    /// What the node may admit on its own now, in all (drain admissions not
-    /// yet recorded in the store count against it).
-    pub fn budget(&self) -> u64 {
-        match self.confirmed_at {
-            Some(at) if at.elapsed() < ADMIT_WINDOW => self.floor,
-            _ => 0,
-        }
-    }
-}
+use crate::state::drain::ADMIT_WINDOW;
 
 /// Whether holds are used: more than one gateway node shares the store.
 pub fn shared(state: &AppState) -> bool {

@@ -16,8 +16,11 @@ use anteroom_store::{EventId, MemberState, Nonce, UnavailableKind};
 use rand::RngCore;
 
 use super::health::{self, Health, Probe, Verdict};
-use super::{DrainState, Inner, LocalAdmission, journal, of};
-use crate::app::{AppState, EventRuntime, lock};
+use super::of;
+use crate::journal;
+use crate::locks::lock;
+use crate::state::drain::{DrainState, Inner, LocalAdmission};
+use crate::state::{AppState, EventRuntime};
 
 /// How often the store is probed for each event (and at once when a request
 /// saw it fail): a refused store drains within this, a hung one within
@@ -170,7 +173,7 @@ async fn leave(state: &AppState, rt: &EventRuntime) {
         tracing::warn!(event = %rt.id(), error = %e, path = %j.path().display(), "drain journal not emptied");
     }
     // Fresh stats and admin state before the first answer after the drain.
-    crate::scheduler::refresh_once(state, rt).await;
+    crate::refresh::refresh_once(state, rt).await;
     let now = state.now_ms();
     let mut inner = lock(&drain.inner);
     for (member, _) in &pending {
@@ -181,7 +184,7 @@ async fn leave(state: &AppState, rt: &EventRuntime) {
         }
     }
     // Keep what still matters: unexpired drain tokens (replays stay refused)
-    // and sessions not yet over (see `drain::adjust`).
+    // and sessions not yet over (see `queue::Queue::seen`).
     let Inner {
         local, by_member, ..
     } = &mut *inner;
@@ -240,7 +243,7 @@ fn pending_sessions(drain: &DrainState, rt: &EventRuntime) -> Vec<(String, i64)>
 /// capacity left at drain entry; never while the event was last seen paused
 /// or closed (or before it opens).
 fn admit_locally(state: &AppState, rt: &EventRuntime) {
-    if crate::api::enter::current_phase(state, rt) != Phase::Open {
+    if state.phase_of(rt) != Phase::Open {
         return;
     }
     let drain = of(rt);

@@ -12,8 +12,8 @@ use anteroom_store::EventId;
 use http::request::Parts;
 use http::{Method, Uri};
 
-use super::normalize::{NormalizeError, normalize_path};
-use super::routes::RouteTable;
+use crate::routes::RouteTable;
+use crate::routes::normalize::{NormalizeError, normalize_path};
 
 #[cfg(test)]
 mod tests;

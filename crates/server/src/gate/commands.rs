@@ -14,7 +14,7 @@
 
 use axum::http::{HeaderMap, HeaderName};
 
-use crate::app::{AppState, EventRuntime};
+use crate::state::{AppState, EventRuntime};
 
 /// The response header an origin speaks to the gate with.
 pub const HEADER: HeaderName = HeaderName::from_static("anteroom-command");
@@ -53,7 +53,8 @@ pub fn take(headers: &mut HeaderMap) -> Commands {
 /// every node) and this node's own revocation, so the pass the visitor
 /// holds is refused here from the next request on.
 pub async fn release(state: &AppState, rt: &EventRuntime, member: &str, session_start_us: i64) {
-    match crate::api::redeem::release_member(state, rt, member, Some(session_start_us)).await {
+    let queue = crate::queue::Queue::new(state, rt);
+    match queue.release(member, Some(session_start_us)).await {
         Ok(_) => count("release", "applied"),
         Err(e) => {
             // The session may outlive the command on other nodes until the

@@ -7,7 +7,27 @@
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde::Deserialize;
 
-use crate::config::JwtConfig;
+/// An event's JWT identity (`events[].identity = { jwt = .. }`), validated:
+/// the pinned algorithm, its key, and the claims a token must carry.
+#[derive(Clone, PartialEq, Eq)]
+pub struct JwtConfig {
+    pub algorithm: jsonwebtoken::Algorithm,
+    /// HS256: the shared secret; RS256 / EdDSA: the public key PEM (read
+    /// from its file or variable when the config names one).
+    pub key: String,
+    pub issuer: Option<String>,
+    pub audience: Option<String>,
+}
+
+impl std::fmt::Debug for JwtConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JwtConfig")
+            .field("algorithm", &self.algorithm)
+            .field("issuer", &self.issuer)
+            .field("audience", &self.audience)
+            .finish_non_exhaustive()
+    }
+}
 
 /// Why a JWT was refused; details go to debug logs only.
 #[derive(Debug, thiserror::Error)]

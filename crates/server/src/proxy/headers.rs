@@ -10,6 +10,8 @@ use http::uri::Authority;
 use http::{HeaderMap, HeaderName, HeaderValue, Request, StatusCode, Uri};
 use ipnet::IpNet;
 
+use crate::serve::ClientScheme;
+
 #[cfg(test)]
 mod tests;
 
@@ -55,14 +57,6 @@ const OWN_COOKIE_PREFIX: &[u8] = b"anteroom_";
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
-
-/// How the client reached this server, as a request extension: set by the
-/// listener for TLS connections (`Https`); absent means plain `http`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ClientScheme {
-    Http,
-    Https,
-}
 
 /// What the origin is told about the client: the believed address, the
 /// scheme and the host it asked for.

@@ -1,6 +1,6 @@
 //! Upgraded connections: only WebSocket. Once both sides agree, the gate
 //! copies bytes between them until either side closes or the visitor's
-//! session ends (within [`crate::passes::SESSION_WATCH_EVERY`] of its
+//! session ends (within [`SESSION_WATCH_EVERY`] of its
 //! revocation reaching this node, or at its `session_ttl`). A WebSocket
 //! alone does not keep a session alive: only requests through the gate
 //! renew it, so a visitor who only talks over the socket idles out.
@@ -9,14 +9,56 @@
 //! client speak HTTP/2 straight to the origin, past every later check) is
 //! refused with `400 upgrade_not_supported` before the origin is asked.
 
+use std::sync::Arc;
+use std::time::Duration;
+
 use http::HeaderMap;
 use http::header::UPGRADE;
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
 
 use super::ProxyError;
-use crate::passes::SessionWatch;
 use crate::serve::ConnectionSlot;
+
+/// How often an upgraded connection checks that its session still holds.
+pub const SESSION_WATCH_EVERY: Duration = Duration::from_millis(200);
+
+/// Whether the session an upgraded connection belongs to is over; the
+/// gate, which knows sessions, gives the proxy one with the request.
+pub trait SessionEnd: Send + Sync + 'static {
+    fn is_over(&self) -> bool;
+}
+
+/// One admitted session, watched by an upgraded connection (WebSocket)
+/// that must close when the session ends.
+#[derive(Clone)]
+pub struct SessionWatch(Arc<dyn SessionEnd>);
+
+impl std::fmt::Debug for SessionWatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionWatch").finish_non_exhaustive()
+    }
+}
+
+impl SessionWatch {
+    pub fn new(end: impl SessionEnd) -> Self {
+        Self(Arc::new(end))
+    }
+
+    /// Resolves once the session is over; checked every
+    /// [`SESSION_WATCH_EVERY`], so within that of the revocation reaching
+    /// this node.
+    pub async fn ended(self) {
+        let mut every = tokio::time::interval(SESSION_WATCH_EVERY);
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            every.tick().await;
+            if self.0.is_over() {
+                return;
+            }
+        }
+    }
+}
 
 /// Refuses a request asking for any upgrade but WebSocket (one token,
 /// any case); requests without `Upgrade` pass.

@@ -274,7 +274,7 @@ impl Activity {
         if self.0.in_flight.load(Ordering::Acquire) > 0 {
             return Duration::ZERO;
         }
-        crate::app::lock(&self.0.idle_since).elapsed()
+        crate::locks::lock(&self.0.idle_since).elapsed()
     }
 }
 
@@ -284,7 +284,7 @@ pub struct Busy(Arc<ActivityInner>);
 
 impl Drop for Busy {
     fn drop(&mut self) {
-        *crate::app::lock(&self.0.idle_since) = Instant::now();
+        *crate::locks::lock(&self.0.idle_since) = Instant::now();
         self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
     }
 }

@@ -16,8 +16,8 @@ use rustls::crypto::CryptoProvider;
 use sha2::{Digest as _, Sha256};
 
 use super::certs::{self, CertStore, Loaded};
-use super::config::AcmeConfig;
 use super::redirect::Challenges;
+use crate::config::tls::AcmeConfig;
 
 /// The metric label and log name of the ACME certificate.
 const NAME: &str = "server.tls.acme";

@@ -12,7 +12,7 @@ use rustls::sign::CertifiedKey;
 use rustls_pki_types::pem::PemObject as _;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
-use super::config::CertFiles;
+use crate::config::tls::CertFiles;
 
 /// Why a certificate pair was refused: the config key, the file and what
 /// is wrong with it.

@@ -10,7 +10,7 @@ use rustls::crypto::CryptoProvider;
 use sha2::{Digest as _, Sha256};
 
 use super::certs::{self, CertStore};
-use super::config::CertFiles;
+use crate::config::tls::CertFiles;
 
 /// What a pair's files held when last looked at.
 #[derive(Default)]

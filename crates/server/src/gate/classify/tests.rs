@@ -6,8 +6,8 @@ use percent_encoding::percent_decode;
 use proptest::prelude::*;
 
 use super::{Class, Refusal, classify};
-use crate::gate::normalize::NormalizeError;
-use crate::gate::routes::RouteTable;
+use crate::routes::RouteTable;
+use crate::routes::normalize::NormalizeError;
 
 /// Two events, one prefix inside the other's: a pass for `drop` must not
 /// open `vip`'s paths, whatever their spelling.

@@ -7,8 +7,9 @@ use anteroom_core::phase::{AdminState, Phase, phase};
 use anteroom_store::EventStats;
 use serde::Serialize;
 
-use crate::app::{AppState, EventRuntime, Snapshot, lock};
+use super::{AppState, EventRuntime, Snapshot};
 use crate::config::Admission;
+use crate::locks::lock;
 
 /// The extra fields of an event's `stats` in the admin API. Origin and bot
 /// figures are this node's own observations (each node sees its share of
@@ -94,7 +95,7 @@ pub fn observe(
     let observed = Observed {
         phase: phase_name(phase).to_owned(),
         max_active: rt.config.max_active,
-        draining: crate::drain::of(rt).is_draining(),
+        draining: rt.live.drain.is_draining(),
         origin_p95_ms: origin.p95_ms,
         origin_error_rate: origin.error_rate,
         origin_samples: origin.samples,

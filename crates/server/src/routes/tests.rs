@@ -2,8 +2,8 @@
 
 use anteroom_store::EventId;
 
+use super::normalize::normalize_path;
 use super::{RouteTable, check_prefix};
-use crate::gate::normalize::normalize_path;
 
 fn table(routes: &[(&str, &str)]) -> RouteTable {
     RouteTable::new(

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::ConfigError;
+use super::ConfigError;
 
 /// `[server.tls]` as written in the file.
 #[derive(Clone, Debug, Default, Deserialize, Serialize)]

@@ -9,12 +9,13 @@
 //! `/tickets/vip.json`) can belong to one event while `/tickets` belongs to
 //! another.
 
-use anteroom_store::EventId;
-
-use super::normalize::{NormalizeError, normalize_path};
-
+pub mod normalize;
 #[cfg(test)]
 mod tests;
+
+use anteroom_store::EventId;
+
+use normalize::{NormalizeError, normalize_path};
 
 /// Protected path prefixes of every event, longest first.
 #[derive(Clone, Debug, Default)]

@@ -1,12 +1,7 @@
-//! Drain and diagnostic settings of a node, and the node clock built from
-//! them: the system clock, shifted by a test-only offset so a test can run
-//! gateway nodes whose clocks disagree and show that the queue order does
-//! not depend on them (it comes from the store's canonical clock).
+//! Drain and diagnostic settings of a node (`[server]` keys): owned by the
+//! configuration, read by drain mode and by the node clock.
 
-use std::sync::Arc;
 use std::time::Duration;
-
-use crate::app::{Clock, SystemClock};
 
 /// `[server]` keys used by drain mode and the clock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -39,27 +34,3 @@ impl Default for DrainSettings {
 
 /// Default of `server.drain_after`: a real outage drains within about a second.
 pub const DEFAULT_DRAIN_AFTER: Duration = Duration::from_secs(1);
-
-/// The system clock shifted by a fixed offset.
-#[derive(Debug, Clone, Copy)]
-pub struct OffsetClock {
-    pub offset_ms: i64,
-}
-
-impl Clock for OffsetClock {
-    fn now_ms(&self) -> i64 {
-        SystemClock.now_ms().saturating_add(self.offset_ms)
-    }
-}
-
-/// The node clock for `settings`: the plain system clock unless a test
-/// offset is configured.
-pub fn node_clock(settings: &DrainSettings) -> Arc<dyn Clock> {
-    if settings.test_clock_offset_ms == 0 {
-        Arc::new(SystemClock)
-    } else {
-        Arc::new(OffsetClock {
-            offset_ms: settings.test_clock_offset_ms,
-        })
-    }
-}

@@ -23,7 +23,7 @@ use anteroom_store::{EventId, Nonce};
 use rand::RngCore;
 use serde::{Deserialize, Serialize};
 
-use crate::app::lock;
+use crate::locks::lock;
 
 /// One line of an event's journal.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

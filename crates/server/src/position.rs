@@ -11,7 +11,8 @@ use axum::response::{IntoResponse, Response};
 use percent_encoding::{NON_ALPHANUMERIC, utf8_percent_encode};
 use serde::Serialize;
 
-use crate::app::{AppState, EventRuntime, rfc3339_ms};
+use crate::clock::rfc3339_ms;
+use crate::state::{AppState, EventRuntime};
 
 /// Where the visitor stands (API.md).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, utoipa::ToSchema)]
@@ -60,6 +61,14 @@ pub struct QueuePosition {
     pub pre_window_starts_at: Option<String>,
 }
 
+/// How one request wants its QueuePosition told: the visitor's language
+/// (display strings) and the same-site path the redeem link returns to.
+#[derive(Clone, Copy, Debug)]
+pub struct Answer<'r> {
+    pub lang: Lang,
+    pub return_path: &'r str,
+}
+
 /// Poll cadence outside the WAITING status, in ms.
 const IDLE_POLL_MS: u64 = 5_000;
 
@@ -94,9 +103,9 @@ impl QueuePosition {
         rt: &EventRuntime,
         member: &str,
         member_state: &MemberState,
-        lang: Lang,
-        return_path: &str,
+        answer: Answer<'_>,
     ) -> Self {
+        let Answer { lang, return_path } = answer;
         let now = state.now_ms();
         let (_, admin) = rt.live.stats_and_admin();
         let pre_window = i64::try_from(rt.config.pre_window.as_millis()).unwrap_or(i64::MAX);
@@ -177,13 +186,13 @@ fn waiting(
     lang: Lang,
 ) -> QueuePosition {
     // The rate is learnt from the refreshed snapshots and smoothed so that a
-    // steady rate never raises an estimate (admission::eta); a poll costs
+    // steady rate never raises an estimate (state::admission::eta); a poll costs
     // the store's rank lookup plus this cached read.
     // No estimate yet (the slots' turnover is not known): the next poll is
     // timed on the soonest the turn could come, not every 5 s for the crowd.
     let (estimate, poll_basis): (Option<Estimate>, Option<Estimate>) = if status == Status::Waiting
     {
-        let feed = crate::app::lock(&rt.live.admission.eta);
+        let feed = crate::locks::lock(&rt.live.admission.eta);
         let e = feed.estimate(state.now_ms(), rank);
         (e, e.or_else(|| feed.poll_basis(rank)))
     } else {

@@ -1,0 +1,55 @@
+//! The loop of an event's push hub (see [`crate::push`]): one stats read
+//! per tick while the event has streams on this node.
+
+use std::sync::Arc;
+
+use anteroom_store::EventId;
+
+use crate::metrics::timed_store;
+use crate::push::{Hub, Subscription, TICK};
+use crate::state::AppState;
+
+/// Subscribes a stream to `event`'s hub, starting the hub's loop if it is
+/// the event's first stream on this node.
+pub fn subscribe(state: &Arc<AppState>, event: &EventId) -> Subscription {
+    let (subscription, started) = state.push.subscribe(event, || {
+        let stats = state
+            .event(event)
+            .map(|rt| rt.live.snapshot().stats)
+            .unwrap_or_default();
+        (stats.admitted_total, stats.waiting)
+    });
+    if let Some(hub) = started {
+        tokio::spawn(run(state.clone(), event.clone(), hub));
+    }
+    subscription
+}
+
+/// A hub's loop: one stats read per tick while the event has streams here.
+async fn run(state: Arc<AppState>, event: EventId, hub: Arc<Hub>) {
+    let mut every = tokio::time::interval(TICK);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut closing = state.push.closing();
+    loop {
+        tokio::select! {
+            _ = every.tick() => {}
+            _ = closing.wait_for(|c| *c) => return,
+        }
+        if state.push.retire_if_idle(&event, &hub) {
+            return;
+        }
+        let Some(rt) = state.event(&event) else {
+            state.push.retire(&event, &hub);
+            return;
+        };
+        let phase = state.phase_of(&rt);
+        let read = timed_store("stream_tick", state.store.stats(&event)).await;
+        metrics::counter!("anteroom_stream_fanout_reads_total").increment(1);
+        match read {
+            Ok(stats) => hub.publish(stats.admitted_total, stats.waiting, phase),
+            // A store that does not answer: the streams' own reads say
+            // DRAINING; nothing is woken for admissions meanwhile.
+            Err(_) => continue,
+        }
+    }
+}

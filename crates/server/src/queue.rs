@@ -1,0 +1,264 @@
+//! The queue store as the request path sees it: every store call a request
+//! makes for an event (join, status, redeem, release) goes through
+//! [`Queue`], and drain mode is applied here, once, instead of at each call
+//! site:
+//!
+//! - a visitor this node admitted on its own while draining is answered from
+//!   this node's records, and while the event drains everybody else is told
+//!   DRAINING ([`Queue::drain_answer`]);
+//! - every member state the store returns is noted in the rank cache and
+//!   seen through the drain records ([`Queue::seen`]);
+//! - a call that finds the store unreachable wakes the drain probe
+//!   ([`Queue::store_failed`]), which decides whether the whole event drains.
+//!
+//! Handlers build their answers from what these methods return; none of them
+//! reaches into drain mode's records itself.
+
+use anteroom_core::score::JoinScoring;
+use anteroom_store::{MemberState, Nonce, RedeemOutcome, StoreError};
+
+use crate::error::ApiError;
+use crate::metrics::timed_store;
+use crate::passes;
+use crate::position::{Answer, QueuePosition};
+use crate::state::drain::{DrainState, RETRY_AFTER_SECS};
+use crate::state::{AppState, EventRuntime};
+
+/// Whether a status read counts as the visitor being there: the visitor's
+/// own poll keeps the waiting place alive, a look on their behalf (the
+/// gate's answer to a queued request) does not.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Read {
+    /// The visitor's own poll: marks them seen.
+    Poll,
+    /// A look that leaves the visitor's idle clock alone.
+    Look,
+}
+
+impl Read {
+    fn touches(self) -> bool {
+        self == Read::Poll
+    }
+}
+
+/// Whether the store knows a member (in line, admitted or active).
+/// `NOT_OPEN` hides that from the position, and the waiting page needs it to
+/// join, inside the pre-window, a visitor whose first load came before it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Presence {
+    Known,
+    Unknown,
+}
+
+/// A join's result, already seen through the drain records.
+#[derive(Debug)]
+pub struct Joined {
+    /// This call put the member in the queue (it was not there before).
+    pub new: bool,
+    pub state: MemberState,
+}
+
+/// A successful redeem, and where its single use was recorded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Redeemed {
+    /// The store consumed the nonce.
+    InStore,
+    /// A token this node signed while draining, used up in its local set.
+    Locally,
+}
+
+/// The store calls of one request for one event.
+#[derive(Clone, Copy)]
+pub struct Queue<'r> {
+    state: &'r AppState,
+    rt: &'r EventRuntime,
+}
+
+impl<'r> Queue<'r> {
+    pub fn new(state: &'r AppState, rt: &'r EventRuntime) -> Self {
+        Self { state, rt }
+    }
+
+    fn drain(&self) -> &'r DrainState {
+        &self.rt.live.drain
+    }
+
+    /// The answer this node gives `member` from its own drain records, if
+    /// any: a drain admission (ADMITTED with the locally signed token, or
+    /// ACTIVE), or DRAINING for everybody else while the event drains.
+    pub fn drain_answer(&self, member: &str, answer: Answer<'_>) -> Option<QueuePosition> {
+        let drain = self.drain();
+        if let Some(s) = drain.local_answer(member, self.state.now_ms()) {
+            return Some(QueuePosition::build(
+                self.state, self.rt, member, &s, answer,
+            ));
+        }
+        drain
+            .is_draining()
+            .then(|| QueuePosition::draining(self.state, self.rt))
+    }
+
+    /// Joins `member` (insert-if-absent). A store that cannot be reached
+    /// fails the join with `503 draining` and wakes the probe.
+    pub async fn join(&self, member: &str, scoring: &JoinScoring) -> Result<Joined, ApiError> {
+        let outcome = timed_store("join", self.state.store.join(self.rt.id(), member, scoring))
+            .await
+            .map_err(|e| self.store_error(e))?;
+        Ok(Joined {
+            new: outcome.new,
+            state: self.seen(member, outcome.state),
+        })
+    }
+
+    /// The position of `member`, and whether the store knows them: from the
+    /// drain records when they answer, else one status read; DRAINING when
+    /// the store cannot answer. A drain-mode answer counts as known: this
+    /// node cannot join anybody then.
+    pub async fn position(
+        &self,
+        member: &str,
+        read: Read,
+        answer: Answer<'_>,
+    ) -> (QueuePosition, Presence) {
+        if let Some(p) = self.drain_answer(member, answer) {
+            return (p, Presence::Known);
+        }
+        let status = self
+            .state
+            .store
+            .status(self.rt.id(), member, read.touches());
+        match timed_store("status", status).await {
+            Ok(s) => {
+                let s = self.seen(member, s);
+                let presence = match s {
+                    MemberState::None => Presence::Unknown,
+                    _ => Presence::Known,
+                };
+                let p = QueuePosition::build(self.state, self.rt, member, &s, answer);
+                (p, presence)
+            }
+            Err(e) => {
+                tracing::warn!(event = %self.rt.id(), error = e.kind(), "position read failed; draining");
+                if matches!(e, StoreError::Unavailable(_)) {
+                    self.store_failed();
+                }
+                (
+                    QueuePosition::draining(self.state, self.rt),
+                    Presence::Known,
+                )
+            }
+        }
+    }
+
+    /// Whether `member`'s session is active in the store and ends after
+    /// `now_ms` (the gate's check before renewing an expired pass). `None`
+    /// when the store cannot tell.
+    pub async fn active_until(&self, member: &str) -> Result<Option<i64>, StoreError> {
+        match self.state.store.status(self.rt.id(), member, false).await? {
+            MemberState::Active { expires_at_us } => Ok(Some(expires_at_us)),
+            _ => Ok(None),
+        }
+    }
+
+    /// Redeems `member`'s admission token `nonce`, opening a session that
+    /// ends at `session_end_us` at first: a token this node signed while
+    /// draining is redeemed against its local single-use set (the store
+    /// never saw that nonce), any other by the store.
+    pub async fn redeem(
+        &self,
+        member: &str,
+        nonce: &Nonce,
+        session_end_us: i64,
+    ) -> Result<Redeemed, ApiError> {
+        let local = self
+            .drain()
+            .redeem_local(member, nonce, session_end_us.div_euclid(1000));
+        let (outcome, from) = match local {
+            Some(Ok(outcome)) => (outcome, Redeemed::Locally),
+            Some(Err(failed)) => {
+                tracing::error!(event = %self.rt.id(), error = %failed.error, path = %failed.path.display(), "drain journal write failed; redeem refused");
+                return Err(draining_error());
+            }
+            None => {
+                let call = self
+                    .state
+                    .store
+                    .redeem(self.rt.id(), member, nonce, session_end_us);
+                (timed_store("redeem", call).await?, Redeemed::InStore)
+            }
+        };
+        match outcome {
+            RedeemOutcome::Redeemed => Ok(from),
+            RedeemOutcome::AlreadyUsed => Err(ApiError::TokenUsed),
+            RedeemOutcome::NotAdmitted => Err(ApiError::InvalidToken),
+        }
+    }
+
+    /// The store's canonical time now, in µs.
+    pub async fn now_us(&self) -> Result<i64, StoreError> {
+        timed_store("now", self.state.store.now_us(self.rt.id())).await
+    }
+
+    /// Ends `member`'s presence in the event (waiting, admitted or active)
+    /// and frees the slot: the store release, which records the revocation
+    /// every node's cache picks up, then, for the session that started at
+    /// `local_session_start_us`, this node's own revocation so its passes
+    /// stop here at once. The one path for the release call and the
+    /// origin's `Anteroom-Command: release`. The local revocation is made
+    /// even when the store fails: whoever asked for the end should not find
+    /// the session still open on this node.
+    pub async fn release(
+        &self,
+        member: &str,
+        local_session_start_us: Option<i64>,
+    ) -> Result<bool, StoreError> {
+        let released = timed_store("release", self.state.store.release(self.rt.id(), member)).await;
+        if let Some(start) = local_session_start_us {
+            passes::store_says_gone(self.state, self.rt, member, start);
+        }
+        released
+    }
+
+    /// What the store said about `member`, noted for drain mode (the rank
+    /// cache) and seen through this node's drain records: a visitor who
+    /// redeemed a drain token is ACTIVE even if the store admitted them too
+    /// (a tick that ran just before the outage, on a rank this node had not
+    /// seen yet); they are never offered a second token.
+    pub fn seen(&self, member: &str, state: MemberState) -> MemberState {
+        let drain = self.drain();
+        drain.note(member, &state);
+        match state {
+            MemberState::Admitted { expires_at_us, .. } if drain.redeemed_locally(member) => {
+                MemberState::Active { expires_at_us }
+            }
+            other => other,
+        }
+    }
+
+    /// A store call of a request for the event failed as unreachable: probe
+    /// the store now. The request alone does not drain the event: under load
+    /// one call can time out while the store is alive, and drain turns every
+    /// new arrival away. The probe drains at once if the store refuses, and
+    /// after `server.drain_after` if it only stays silent (`drain::health`).
+    pub fn store_failed(&self) {
+        self.drain().wake.notify_one();
+    }
+
+    /// Maps a store error of a request. An unreachable store fails this
+    /// request with `503 draining` (it cannot be served) and wakes the
+    /// probe, which decides whether the whole event drains.
+    fn store_error(&self, e: StoreError) -> ApiError {
+        if matches!(e, StoreError::Unavailable(_)) {
+            self.store_failed();
+            return draining_error();
+        }
+        ApiError::from(e)
+    }
+}
+
+/// The `503 draining` answer for new arrivals.
+pub fn draining_error() -> ApiError {
+    ApiError::Draining {
+        retry_after_secs: RETRY_AFTER_SECS,
+    }
+}

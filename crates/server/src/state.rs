@@ -1,0 +1,320 @@
+//! `AppState`: everything a request handler or background task shares — the
+//! validated config, the store, the keyring, the route table and the live
+//! state of each event (policy, stats snapshot, revocation cache).
+//!
+//! Events can be replaced at run time (`PUT /admin/events/E`): the set of
+//! events is an `Arc` swapped under a lock, and each event's live state
+//! ([`Live`]) survives the swap so a config change keeps its history.
+
+pub mod admission;
+pub mod drain;
+pub mod observed;
+pub mod revocations;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock};
+
+use anteroom_core::phase::{AdminState, Phase, phase};
+use anteroom_core::score::ScoreKey;
+use anteroom_core::token::Keyring;
+use anteroom_store::{EventId, EventStats, QueueStore};
+
+use crate::bots::{BotDefence, RateLimits};
+use crate::clock::Clock;
+use crate::config::{Config, EventConfig, Identity, ServerConfig};
+use crate::identity::JwtVerifier;
+use crate::locks::{read, write};
+use crate::page::Pages;
+use crate::proxy::Proxy;
+use crate::routes::RouteTable;
+use revocations::Revocations;
+
+/// What the refresher last learnt about an event from the store.
+#[derive(Clone, Debug, Default)]
+pub struct Snapshot {
+    pub stats: EventStats,
+    pub admin: AdminState,
+    /// `false` while the store cannot be reached for this event (drain).
+    pub reachable: bool,
+    pub refreshed_at_ms: i64,
+    /// Phase, origin and bot figures of the same refresh (admin view, gauges).
+    pub observed: observed::Observed,
+}
+
+/// Per-event state that outlives config changes.
+#[derive(Debug, Default)]
+pub struct Live {
+    pub snapshot: RwLock<Snapshot>,
+    pub revocations: RwLock<Revocations>,
+    /// The admission policy's memory (no-show compensation, AIMD window).
+    pub policy: Mutex<PolicyMemory>,
+    /// Drain mode (rank cache, local admissions, reconcile).
+    pub drain: drain::DrainState,
+    /// Origin observations, capacity probe and ETA rate.
+    pub admission: admission::AdmissionLive,
+}
+
+/// What the scheduler keeps between ticks of one event.
+#[derive(Debug, Default)]
+pub struct PolicyMemory {
+    pub state: Option<anteroom_core::policy::PolicyState>,
+    /// `redeemed_total` at the previous tick, to report redemptions per tick.
+    pub last_redeemed_total: Option<u64>,
+    /// The last full tick (the first of its second) this node ran: outcomes
+    /// are learnt only across two full ticks in a row of this node, so
+    /// redemptions and expiries cover the same second.
+    pub last_tick: Option<u64>,
+    /// The last full tick this node tried to claim, won or not.
+    pub last_full_attempt: Option<u64>,
+    /// How many this node admitted since its last full tick (reported with
+    /// the outcomes).
+    pub last_admitted: u64,
+}
+
+impl Live {
+    pub fn snapshot(&self) -> Snapshot {
+        read(&self.snapshot).clone()
+    }
+
+    /// The last refreshed stats and admin state, without cloning the rest of
+    /// the snapshot (the request path reads these on every poll).
+    pub fn stats_and_admin(&self) -> (EventStats, AdminState) {
+        let s = read(&self.snapshot);
+        (s.stats.clone(), s.admin)
+    }
+}
+
+/// One configured event: its validated config plus its live state.
+#[derive(Debug)]
+pub struct EventRuntime {
+    pub config: EventConfig,
+    /// Canonical µs that arrival scores count from (see `config::stored`).
+    pub anchor_us: i64,
+    pub jwt: Option<JwtVerifier>,
+    pub live: Arc<Live>,
+    /// The event's request counters, registered once.
+    pub counters: crate::metrics::EventCounters,
+}
+
+impl EventRuntime {
+    fn new(config: EventConfig, anchor_us: i64, live: Arc<Live>) -> anyhow::Result<Self> {
+        let jwt = match &config.identity {
+            Identity::Jwt(j) => Some(JwtVerifier::new(j)?),
+            Identity::Cookie => None,
+        };
+        let counters = crate::metrics::EventCounters::new(config.id.as_str());
+        Ok(Self {
+            config,
+            anchor_us,
+            jwt,
+            live,
+            counters,
+        })
+    }
+
+    pub fn id(&self) -> &EventId {
+        &self.config.id
+    }
+}
+
+/// The current set of events and the route table built from it.
+#[derive(Debug, Default)]
+pub struct Events {
+    pub by_id: HashMap<EventId, Arc<EventRuntime>>,
+    /// Configuration order, for listings.
+    pub order: Vec<EventId>,
+    pub routes: RouteTable,
+}
+
+impl Events {
+    fn build(list: Vec<Arc<EventRuntime>>) -> Self {
+        let mut prefixes = Vec::new();
+        let mut by_id = HashMap::new();
+        let mut order = Vec::new();
+        for rt in list {
+            for p in &rt.config.paths {
+                prefixes.push((p.clone(), rt.id().clone()));
+            }
+            order.push(rt.id().clone());
+            by_id.insert(rt.id().clone(), rt);
+        }
+        Self {
+            by_id,
+            order,
+            routes: RouteTable::new(prefixes),
+        }
+    }
+
+    pub fn get(&self, id: &EventId) -> Option<&Arc<EventRuntime>> {
+        self.by_id.get(id)
+    }
+
+    /// The only event, when exactly one is configured.
+    pub fn only(&self) -> Option<&Arc<EventRuntime>> {
+        (self.order.len() == 1)
+            .then(|| self.order.first().and_then(|id| self.by_id.get(id)))
+            .flatten()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Arc<EventRuntime>> {
+        self.order.iter().filter_map(|id| self.by_id.get(id))
+    }
+}
+
+pub struct AppState {
+    pub server: ServerConfig,
+    pub store: Arc<dyn QueueStore>,
+    pub keyring: Keyring,
+    pub score_key: ScoreKey,
+    pub proxy: Proxy,
+    pub pages: Pages,
+    pub clock: Arc<dyn Clock>,
+    /// Risk scoring, proof-of-work and rate limits for enter and position.
+    pub bots: BotDefence,
+    /// Background tasks (scheduler, refreshers); aborted at shutdown.
+    pub tasks: Mutex<tokio::task::JoinSet<()>>,
+    /// The locked `server.drain_journal` directory, set once at start-up
+    /// (bare states built by tests have none).
+    pub drain_journal: std::sync::OnceLock<crate::journal::JournalDir>,
+    /// The config file's table of each event it has, secrets redacted: the
+    /// base a stored admin change is made against (see `config::stored`).
+    pub file_events: HashMap<EventId, crate::config::RawEvent>,
+    /// Serialises this node's admin writes, so two changes never validate
+    /// against the same old set of events.
+    pub admin_writes: tokio::sync::Mutex<()>,
+    /// Open push streams and the per-event fan-out behind them.
+    pub push: crate::push::Push,
+    events: RwLock<Arc<Events>>,
+}
+
+impl std::fmt::Debug for AppState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AppState")
+            .field("store", &self.store.name())
+            .finish_non_exhaustive()
+    }
+}
+
+impl AppState {
+    /// `events` come from [`crate::config::stored::resolve`], with their anchors.
+    pub fn new(
+        config: &Config,
+        events: Vec<(EventConfig, i64)>,
+        store: Arc<dyn QueueStore>,
+        clock: Arc<dyn Clock>,
+    ) -> anyhow::Result<Self> {
+        let keyring = Keyring::new(&config.secrets)?;
+        let score_key = keyring.score_key();
+        // The bot defence holds its own handle on the keys: challenges are
+        // verified from its tasks without borrowing the state.
+        let bots = BotDefence::new(
+            &config.bots,
+            RateLimits::from(&config.limits),
+            Arc::new(Keyring::new(&config.secrets)?),
+        )
+        .map_err(|e| anyhow::anyhow!("invalid configuration: bots: {e}"))?;
+        let mut list = Vec::new();
+        for (e, anchor) in events {
+            list.push(Arc::new(EventRuntime::new(e, anchor, Arc::default())?));
+        }
+        Ok(Self {
+            server: config.server.clone(),
+            store,
+            keyring,
+            score_key,
+            proxy: Proxy::new(),
+            pages: Pages::new(&HashMap::new())?,
+            clock,
+            bots,
+            tasks: Mutex::default(),
+            drain_journal: std::sync::OnceLock::new(),
+            file_events: config
+                .events
+                .iter()
+                .map(|e| (e.id.clone(), e.raw.redacted()))
+                .collect(),
+            admin_writes: tokio::sync::Mutex::new(()),
+            push: crate::push::Push::new(config.server.max_streams),
+            events: RwLock::new(Arc::new(Events::build(list))),
+        })
+    }
+
+    pub fn now_ms(&self) -> i64 {
+        self.clock.now_ms()
+    }
+
+    /// The event's phase now, from its config and the last known admin state.
+    pub fn phase_of(&self, rt: &EventRuntime) -> Phase {
+        let pre_window = i64::try_from(rt.config.pre_window.as_millis()).unwrap_or(i64::MAX);
+        phase(
+            self.now_ms(),
+            rt.config.opens_at_ms,
+            pre_window,
+            rt.live.stats_and_admin().1,
+        )
+    }
+
+    /// The current events (a cheap snapshot; never held across a swap).
+    pub fn events(&self) -> Arc<Events> {
+        read(&self.events).clone()
+    }
+
+    pub fn event(&self, id: &EventId) -> Option<Arc<EventRuntime>> {
+        self.events().get(id).cloned()
+    }
+
+    /// Creates or replaces an event; its live state is kept. Returns `true`
+    /// when the event is new (the caller starts its background tasks).
+    pub fn upsert_event(&self, config: EventConfig, anchor_us: i64) -> anyhow::Result<bool> {
+        let mut guard = write(&self.events);
+        let current = guard.clone();
+        let existing = current.get(&config.id).cloned();
+        let live = existing
+            .as_ref()
+            .map_or_else(Arc::default, |rt| rt.live.clone());
+        let new = existing.is_none();
+        let replacement = Arc::new(EventRuntime::new(config, anchor_us, live)?);
+        let mut list: Vec<Arc<EventRuntime>> = current
+            .iter()
+            .map(|rt| {
+                if rt.id() == replacement.id() {
+                    replacement.clone()
+                } else {
+                    rt.clone()
+                }
+            })
+            .collect();
+        if new {
+            list.push(replacement);
+        }
+        *guard = Arc::new(Events::build(list));
+        Ok(new)
+    }
+}
+
+impl AppState {
+    /// Removes an event from this node (its background tasks end at their
+    /// next turn); returns it, so a failed deletion can put it back.
+    pub fn remove_event(&self, id: &EventId) -> Option<Arc<EventRuntime>> {
+        let mut guard = write(&self.events);
+        let current = guard.clone();
+        let removed = current.get(id).cloned()?;
+        let list: Vec<Arc<EventRuntime>> =
+            current.iter().filter(|rt| rt.id() != id).cloned().collect();
+        *guard = Arc::new(Events::build(list));
+        Some(removed)
+    }
+
+    /// Puts back an event taken out by [`Self::remove_event`].
+    pub fn restore_event(&self, rt: Arc<EventRuntime>) {
+        let mut guard = write(&self.events);
+        let current = guard.clone();
+        let mut list: Vec<Arc<EventRuntime>> = current
+            .iter()
+            .filter(|r| r.id() != rt.id())
+            .cloned()
+            .collect();
+        list.push(rt);
+        *guard = Arc::new(Events::build(list));
+    }
+}

@@ -1,0 +1,203 @@
+//! Drain mode's records of one event on this node: whether it drains, the
+//! rank cache, the admissions this node made on its own and its hold on the
+//! event's capacity. The drain task (`drain`) and the request path's store
+//! calls (`queue`) work on them; they live here, in the event's state, so
+//! both can reach them through the event.
+
+pub mod cache;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use anteroom_store::{MemberState, Nonce, RedeemOutcome};
+
+use crate::journal::{EventJournal, Record};
+use crate::locks::lock;
+
+/// `Retry-After` for new arrivals while draining: the store is usually back
+/// (or known to be gone for longer) within seconds.
+pub const RETRY_AFTER_SECS: u64 = 2;
+
+/// Drain state of one event on this node; lives in [`super::Live`].
+#[derive(Debug, Default)]
+pub struct DrainState {
+    /// Read on every request, so kept outside the lock.
+    pub(crate) draining: AtomicBool,
+    /// Set from entry until the reconcile succeeded: the scheduler is held.
+    pub(crate) holding: AtomicBool,
+    /// A request saw the store fail: probe now instead of at the next tick,
+    /// so a refused connection drains within milliseconds.
+    pub(crate) wake: tokio::sync::Notify,
+    pub(crate) inner: Mutex<Inner>,
+    /// Where this node's drain admissions go before they are answered.
+    pub(crate) journal: OnceLock<EventJournal>,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Inner {
+    pub(crate) ranks: cache::RankCache,
+    /// Node time (ms) this drain started, for logs and figures.
+    pub(crate) since_ms: Option<i64>,
+    /// Capacity already taken at the last refresh: active + outstanding.
+    pub(crate) used_at_entry: u64,
+    /// Visitors this node admitted while draining, by token nonce. Kept until
+    /// their token expires so a replay stays refused after the drain ends.
+    pub(crate) local: HashMap<Nonce, LocalAdmission>,
+    pub(crate) by_member: HashMap<String, Nonce>,
+    /// This node's hold on the event's capacity in the store.
+    pub(crate) share: ShareState,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct LocalAdmission {
+    pub(crate) member: String,
+    pub(crate) token_expires_at_ms: i64,
+    /// `Some(session end)` once redeemed (the single use).
+    pub(crate) redeemed_until_ms: Option<i64>,
+    pub(crate) reconciled: bool,
+}
+
+impl DrainState {
+    /// Whether new arrivals of the event are turned away now.
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::Acquire)
+    }
+
+    /// Whether the event's scheduler on this node must wait (drain, or drain
+    /// admissions not yet recorded in the store).
+    pub fn holds_scheduler(&self) -> bool {
+        self.holding.load(Ordering::Acquire)
+    }
+
+    /// Remembers what the store said about `member` (position/enter answers).
+    pub fn note(&self, member: &str, state: &MemberState) {
+        let mut inner = lock(&self.inner);
+        match state {
+            MemberState::Waiting { rank, .. } => inner.ranks.note(member, *rank),
+            _ => inner.ranks.forget(member),
+        }
+    }
+
+    /// Enters drain mode (idempotent); `used` is active + outstanding as last
+    /// known. Returns `true` for the call that switched it on.
+    pub fn enter(&self, now_ms: i64, used: u64) -> bool {
+        let mut inner = lock(&self.inner);
+        self.holding.store(true, Ordering::Release);
+        if self.draining.swap(true, Ordering::AcqRel) {
+            return false;
+        }
+        inner.since_ms = Some(now_ms);
+        inner.used_at_entry = used;
+        true
+    }
+
+    /// How long the current drain has lasted, if draining.
+    pub fn since_ms(&self) -> Option<i64> {
+        lock(&self.inner).since_ms
+    }
+
+    pub fn local_answer(&self, member: &str, now_ms: i64) -> Option<MemberState> {
+        let inner = lock(&self.inner);
+        let nonce = inner.by_member.get(member)?;
+        let local = inner.local.get(nonce)?;
+        match local.redeemed_until_ms {
+            None if now_ms < local.token_expires_at_ms => Some(MemberState::Admitted {
+                nonce: *nonce,
+                expires_at_us: local.token_expires_at_ms.saturating_mul(1000),
+            }),
+            // Once redeemed and recorded, the store knows the session.
+            Some(until) if !local.reconciled => Some(MemberState::Active {
+                expires_at_us: until.saturating_mul(1000),
+            }),
+            _ => None,
+        }
+    }
+}
+
+impl DrainState {
+    /// Whether `member` redeemed a token this node signed while draining.
+    pub fn redeemed_locally(&self, member: &str) -> bool {
+        let inner = lock(&self.inner);
+        inner
+            .by_member
+            .get(member)
+            .and_then(|n| inner.local.get(n))
+            .is_some_and(|l| l.redeemed_until_ms.is_some())
+    }
+}
+
+impl DrainState {
+    /// Redeems a token this node signed while draining. `None` when the nonce
+    /// is not a drain admission of this node (the store decides then). The
+    /// redemption is journaled before it is answered, so a replay stays
+    /// refused after a crash; `Err` when the journal cannot be written (the
+    /// redeem is refused then).
+    pub fn redeem_local(
+        &self,
+        member: &str,
+        nonce: &Nonce,
+        session_end_ms: i64,
+    ) -> Option<Result<RedeemOutcome, JournalFailed>> {
+        let mut inner = lock(&self.inner);
+        let local = inner.local.get_mut(nonce)?;
+        if local.member != member {
+            return Some(Ok(RedeemOutcome::NotAdmitted));
+        }
+        if local.redeemed_until_ms.is_some() {
+            return Some(Ok(RedeemOutcome::AlreadyUsed));
+        }
+        // Once the store recorded the admission the session is known there.
+        if !local.reconciled
+            && let Some(j) = self.journal.get()
+        {
+            let record = Record::Redeemed {
+                nonce: *nonce,
+                until_ms: session_end_ms,
+            };
+            if let Err(error) = j.append(&[record]) {
+                return Some(Err(JournalFailed {
+                    error,
+                    path: j.path().to_owned(),
+                }));
+            }
+        }
+        local.redeemed_until_ms = Some(session_end_ms);
+        Some(Ok(RedeemOutcome::Redeemed))
+    }
+}
+
+/// The drain journal refused a write: the answer that needed it is refused.
+#[derive(Debug)]
+pub struct JournalFailed {
+    pub error: std::io::Error,
+    pub path: std::path::PathBuf,
+}
+
+/// How long after its last renewal a node that lost the store may still
+/// admit on its own. The store keeps the hold this long plus the longest a
+/// drain admission can last (token, then session), so the hold outlives
+/// every admission made against it, and a node that is gone for good stops
+/// holding capacity after that.
+pub const ADMIT_WINDOW: Duration = Duration::from_secs(60);
+
+/// What this node knows about its hold, per event.
+#[derive(Debug, Default)]
+pub struct ShareState {
+    /// The least the store may hold as this node's reserve.
+    pub(crate) floor: u64,
+    /// When the store last confirmed a reserve.
+    pub(crate) confirmed_at: Option<Instant>,
+}
+
+impl ShareState {
+    /// What the node may admit on its own now, in all (drain admissions not
+    /// yet recorded in the store count against it).
+    pub fn budget(&self) -> u64 {
+        match self.confirmed_at {
+            Some(at) if at.elapsed() < ADMIT_WINDOW => self.floor,
+            _ => 0,
+        }
+    }
+}

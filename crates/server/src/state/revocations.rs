@@ -1,0 +1,105 @@
+//! The revocation cache of one event: which sessions are over on this node.
+//! Refreshed from the store in the background and kept as it is while the
+//! store is unreachable (see `passes`), so a pass check never waits on it.
+
+use std::collections::HashMap;
+
+use anteroom_store::Revocation;
+
+/// Ended sessions of one event. A session is identified by its member and
+/// its start (the store's canonical time just before its redeem, carried in
+/// the signed pass): a revocation of a member at canonical time `t` ends
+/// every session of that member that started at or before `t`, whatever its
+/// passes' issue times, while a later session of the same member (after
+/// queueing again, which can only start after `t`) is untouched.
+#[derive(Debug, Default)]
+pub struct Revocations {
+    by_member: HashMap<String, Revoked>,
+    /// The next refresh asks for revocations at or after this time.
+    pub since_us: Option<i64>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Revoked {
+    /// Sessions that started at or before this canonical µs are over.
+    started_until_us: i64,
+    /// When this entry was last raised (it is forgotten a pass life later).
+    recorded_us: i64,
+}
+
+impl Revocations {
+    /// Whether the session of `member` that started at `session_start_us` is over.
+    pub fn revokes(&self, member: &str, session_start_us: i64) -> bool {
+        self.by_member
+            .get(member)
+            .is_some_and(|r| session_start_us <= r.started_until_us)
+    }
+
+    /// Records fetched revocations and forgets those older than `keep_after_us`.
+    pub fn apply(&mut self, list: &[Revocation], keep_after_us: i64) {
+        for r in list {
+            self.raise(&r.member, r.at_us, r.at_us);
+            self.since_us = Some(self.since_us.map_or(r.at_us, |s| s.max(r.at_us)));
+        }
+        self.by_member.retain(|_, r| r.recorded_us >= keep_after_us);
+    }
+
+    /// The store said this session is gone (a renewal found it not active):
+    /// its passes stop here at once, before the revocation arrives.
+    pub fn end_locally(&mut self, member: &str, session_start_us: i64, now_us: i64) {
+        self.raise(member, session_start_us, now_us);
+    }
+
+    fn raise(&mut self, member: &str, started_until_us: i64, recorded_us: i64) {
+        let entry = self.by_member.entry(member.to_owned()).or_insert(Revoked {
+            started_until_us,
+            recorded_us,
+        });
+        entry.started_until_us = entry.started_until_us.max(started_until_us);
+        entry.recorded_us = entry.recorded_us.max(recorded_us);
+    }
+
+    pub fn len(&self) -> usize {
+        self.by_member.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_member.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_revocation_ends_the_sessions_started_before_it_not_later_ones() {
+        let mut r = Revocations::default();
+        r.apply(
+            &[Revocation {
+                member: "m".into(),
+                at_us: 5_000_000,
+            }],
+            0,
+        );
+        assert!(r.revokes("m", 4_000_000));
+        assert!(r.revokes("m", 5_000_000));
+        assert!(!r.revokes("m", 5_000_001), "a later session of the member");
+        assert!(!r.revokes("other", 0));
+        assert_eq!(r.since_us, Some(5_000_000));
+        r.apply(&[], 6_000_000);
+        assert!(r.is_empty());
+    }
+
+    #[test]
+    fn a_session_ended_locally_is_kept_a_pass_life_from_now_not_from_its_start() {
+        let mut r = Revocations::default();
+        r.end_locally("m", 1_000_000, 9_000_000);
+        assert!(r.revokes("m", 1_000_000));
+        assert!(!r.revokes("m", 1_000_001));
+        r.apply(&[], 8_000_000);
+        assert!(r.revokes("m", 1_000_000), "recorded at 9 s, kept");
+        r.apply(&[], 9_000_001);
+        assert!(r.is_empty());
+    }
+}
