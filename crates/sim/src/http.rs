@@ -312,3 +312,95 @@ async fn admitted(client: &Client, base: &str, query: &str) -> anyhow::Result<St
     cookies.absorb(resp.headers());
     cookies.header().context("no cookies after redeem")
 }
+
+/// `anteroom-sim tokens`: admitted visitors for a redeem benchmark.
+#[derive(Debug, Clone, clap::Args)]
+pub struct TokensArgs {
+    /// Anteroom's public listener, e.g. `http://127.0.0.1:8080`.
+    #[arg(long)]
+    pub target: String,
+    /// Event id; it must admit `--count` visitors at once (a `max_active`
+    /// and a batch at least that large).
+    #[arg(long)]
+    pub event: String,
+    /// How many admitted visitors.
+    #[arg(long)]
+    pub count: usize,
+    /// Requests in flight at once.
+    #[arg(long, default_value_t = 64)]
+    pub connections: usize,
+    /// Written here: one `cookie<TAB>token` line per visitor, the session
+    /// cookie the token is bound to and the token, unredeemed.
+    #[arg(long)]
+    pub out: std::path::PathBuf,
+}
+
+/// Joins `count` visitors, waits until each is admitted and writes its
+/// session cookie and admission token, so a redeem benchmark can spend
+/// each token once (a token is single use: a second redeem is refused).
+pub async fn tokens(args: TokensArgs) -> anyhow::Result<()> {
+    use futures::StreamExt;
+    let client = Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .pool_max_idle_per_host(args.connections)
+        .timeout(Duration::from_secs(30))
+        .build()?;
+    let base = args.target.trim_end_matches('/').to_owned();
+    let query = format!("?eventId={}", args.event);
+    let joined: Vec<anyhow::Result<(String, Option<String>)>> =
+        futures::stream::iter(0..args.count as u64)
+            .map(|n| {
+                let (client, base, query) = (&client, &base, &query);
+                async move {
+                    let (cookies, pos) = enter(client, base, query, n).await?;
+                    let cookie = cookies.header().context("enter set no session cookie")?;
+                    Ok((cookie, pos.token))
+                }
+            })
+            .buffer_unordered(args.connections.max(1))
+            .collect()
+            .await;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut lines = String::new();
+    let mut waiting = Vec::new();
+    for j in joined {
+        match j? {
+            (cookie, Some(token)) => lines += &format!("{cookie}\t{token}\n"),
+            (cookie, None) => waiting.push(cookie),
+        }
+    }
+    while !waiting.is_empty() {
+        if Instant::now() > deadline {
+            bail!("{} visitors not admitted within 120 s", waiting.len());
+        }
+        let url = format!("{base}/api/queue/position{query}");
+        let polled: Vec<anyhow::Result<(String, Option<String>)>> =
+            futures::stream::iter(std::mem::take(&mut waiting))
+                .map(|cookie| {
+                    let (client, url) = (&client, &url);
+                    async move {
+                        let pos: QueuePosition = human(client.get(url))
+                            .header("cookie", &cookie)
+                            .send()
+                            .await?
+                            .json()
+                            .await?;
+                        Ok((cookie, pos.token))
+                    }
+                })
+                .buffer_unordered(args.connections.max(1))
+                .collect()
+                .await;
+        for p in polled {
+            match p? {
+                (cookie, Some(token)) => lines += &format!("{cookie}\t{token}\n"),
+                (cookie, None) => waiting.push(cookie),
+            }
+        }
+        if !waiting.is_empty() {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    std::fs::write(&args.out, lines).with_context(|| format!("writing {}", args.out.display()))?;
+    Ok(())
+}

@@ -27,6 +27,9 @@ enum Command {
     Origin(anteroom_sim::origin::OriginArgs),
     /// Hot-path throughput (position polls, joins, gated traffic) beside a baseline.
     Http(anteroom_sim::http::HttpArgs),
+    /// Admitted visitors' session cookies and unredeemed tokens, one per
+    /// line, for a redeem benchmark (`scripts/bench-http redeem`).
+    Tokens(anteroom_sim::http::TokensArgs),
 }
 
 #[tokio::main]
@@ -40,5 +43,6 @@ async fn main() -> anyhow::Result<()> {
         Command::Crowd(args) => anteroom_sim::crowd::run(args).await,
         Command::Origin(args) => anteroom_sim::origin::run(args).await,
         Command::Http(args) => anteroom_sim::http::run(args).await,
+        Command::Tokens(args) => anteroom_sim::http::tokens(args).await,
     }
 }

@@ -10,3 +10,4 @@ mod crowd_limits;
 mod smoke;
 mod smoke_nodes;
 mod stats;
+mod tokens;
