@@ -547,7 +547,11 @@ impl Fleet {
         }
         let now = self.now_us();
         match news {
-            News::Position(pos) => self.position(id, &pos, now, now),
+            // Dated by its arrival on the stream: the server wrote it no
+            // later, and at most a socket's delay earlier.
+            News::Position(pos, arrived) => {
+                self.position(id, &pos, arrived.min(now), arrived.min(now))
+            }
             News::Ended(why) => {
                 self.streaming.remove(&id);
                 self.no_stream.insert(id);
@@ -570,6 +574,7 @@ impl Fleet {
             self.cfg.addrs[id as usize % self.cfg.addrs.len()],
             req,
             id,
+            self.start,
             self.news_tx.clone(),
         ));
         self.streaming.insert(id, task.abort_handle());

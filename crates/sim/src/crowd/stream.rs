@@ -11,13 +11,17 @@ use std::net::SocketAddr;
 use bytes::{Buf, Bytes, BytesMut};
 use http_body_util::{BodyExt, Full};
 use hyper::Request;
-use tokio::sync::mpsc;
+use tokio::{sync::mpsc, time::Instant};
 
 use super::wire::QueuePosition;
 
 /// What a stream told the scheduler.
 pub enum News {
-    Position(QueuePosition),
+    /// A position and when its message arrived (µs since the run's start),
+    /// read by the stream's own task: the fleet may take its turn with the
+    /// news much later when it is busy, and a `WAITING` dated by the fleet
+    /// would look like a wait that lasted past later visitors' admissions.
+    Position(QueuePosition, u64),
     /// The stream is over; the text says why (`closed`, `refused_503`, …).
     Ended(&'static str),
 }
@@ -30,9 +34,10 @@ pub async fn follow(
     addr: SocketAddr,
     req: Request<Full<Bytes>>,
     id: u32,
+    start: Instant,
     news: mpsc::UnboundedSender<(u32, News)>,
 ) {
-    let why = run(addr, req, id, &news).await;
+    let why = run(addr, req, id, start, &news).await;
     let _ = news.send((id, News::Ended(why)));
 }
 
@@ -40,6 +45,7 @@ async fn run(
     addr: SocketAddr,
     req: Request<Full<Bytes>>,
     id: u32,
+    start: Instant,
     news: &mpsc::UnboundedSender<(u32, News)>,
 ) -> &'static str {
     // The pool's own connect (no Nagle delay, the connection driven by a
@@ -65,6 +71,7 @@ async fn run(
             let Ok(data) = frame.into_data() else {
                 continue;
             };
+            let arrived = u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX);
             buf.extend_from_slice(&data);
             while let Some(end) = find_blank_line(&buf) {
                 let message = buf.split_to(end);
@@ -76,7 +83,7 @@ async fn run(
                     pos.status.as_str(),
                     "WAITING" | "PAUSED" | "NOT_OPEN" | "DRAINING"
                 );
-                if news.send((id, News::Position(pos))).is_err() || over {
+                if news.send((id, News::Position(pos, arrived))).is_err() || over {
                     return "over";
                 }
             }
