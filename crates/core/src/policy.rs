@@ -363,8 +363,10 @@ impl PolicyState {
         let due = self
             .adjusted_at_ms
             .is_none_or(|at| o.now_ms >= at.saturating_add(ADJUST_EVERY_MS) || o.now_ms < at);
-        if let Some(healthy) = health(target_p95_ms, max_error_rate, o).filter(|_| due) {
-            if !healthy {
+        match health(target_p95_ms, max_error_rate, o) {
+            _ if !due => {}
+            Health::Unknown => {}
+            Health::Breach => {
                 // A breach seen while the load is still above the window
                 // reflects the load before the last decrease: wait for that
                 // decrease to take effect instead of halving again.
@@ -374,7 +376,8 @@ impl PolicyState {
                     self.adjusted_at_ms = Some(o.now_ms);
                     backed_off = true;
                 }
-            } else if load >= self.window * WINDOW_USED {
+            }
+            Health::Healthy if load >= self.window * WINDOW_USED => {
                 // Grow by a tenth per tick until the first breach, to find the
                 // origin's limit in tens of ticks; then by a fiftieth. Tokens
                 // take seconds to redeem, so the origin reports a window's load
@@ -383,6 +386,7 @@ impl PolicyState {
                 self.window = (self.window + step.max(1.0)).min(ceiling);
                 self.adjusted_at_ms = Some(o.now_ms);
             }
+            Health::Healthy => {}
         }
         let want = fill(self.window.floor() as u64, o.active, o.outstanding, factor);
         let idle = match () {
@@ -399,17 +403,31 @@ fn initial_window(max_active: u64) -> f64 {
     (max_active / 20).max(1) as f64
 }
 
-/// Whether the origin is healthy by adaptive mode's targets; `None` when the
-/// figures are too few or unusable, in which case the window holds.
-fn health(target_p95_ms: f64, max_error_rate: f64, o: &Observed) -> Option<bool> {
+/// The origin as adaptive mode's targets judge it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Health {
+    Healthy,
+    /// Latency or error rate past its target.
+    Breach,
+    /// Too few figures, or unusable ones: the window holds.
+    Unknown,
+}
+
+/// The origin's health by adaptive mode's targets.
+fn health(target_p95_ms: f64, max_error_rate: f64, o: &Observed) -> Health {
+    let usable = |v: Option<f64>| v.filter(|v| v.is_finite() && *v >= 0.0);
     if o.origin_samples < MIN_ORIGIN_SAMPLES {
-        return None;
+        return Health::Unknown;
     }
-    let p95 = o.origin_p95_ms.filter(|v| v.is_finite() && *v >= 0.0)?;
-    let errors = o.origin_error_rate.filter(|v| v.is_finite() && *v >= 0.0)?;
+    let (Some(p95), Some(errors)) = (usable(o.origin_p95_ms), usable(o.origin_error_rate)) else {
+        return Health::Unknown;
+    };
     // NaN targets compare false: a broken target never reads as a breach.
-    let breach = p95 > target_p95_ms || errors > max_error_rate;
-    Some(!breach)
+    if p95 > target_p95_ms || errors > max_error_rate {
+        Health::Breach
+    } else {
+        Health::Healthy
+    }
 }
 
 /// `n × factor`, rounded up.

@@ -57,6 +57,18 @@ pub enum BotsError {
     Captcha(String),
 }
 
+/// One enter call as the bot defence judges it: the event's bot settings,
+/// the event and the caller's session, what the request shows, and the
+/// answer it carries (a proof-of-work nonce or a CAPTCHA token), if any.
+#[derive(Clone, Copy, Debug)]
+pub struct Entry<'a> {
+    pub ev: &'a EventBots,
+    pub event: &'a EventId,
+    pub session: &'a str,
+    pub req: &'a EnterSignals,
+    pub answer: Option<&'a EnterAnswer>,
+}
+
 /// The visitor may join.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EnterVerdict {
@@ -265,17 +277,19 @@ impl BotDefence {
 
     /// Decides whether the caller of enter may join; see the module for the
     /// order of the steps.
-    #[allow(clippy::too_many_arguments)]
     pub async fn gate_enter(
         &self,
-        ev: &EventBots,
-        event: &EventId,
-        session: &str,
-        req: &EnterSignals,
-        answer: Option<&EnterAnswer>,
+        entry: &Entry<'_>,
         store: &dyn QueueStore,
         now_ms: i64,
     ) -> Result<EnterVerdict, BotRejection> {
+        let Entry {
+            ev,
+            event,
+            session,
+            req,
+            answer,
+        } = *entry;
         let risk = self.assess(req);
         let high = risk.level == RiskLevel::High;
         let label = match risk.level {
@@ -315,16 +329,8 @@ impl BotDefence {
             .entry_price(event, session, req.ip, store, now_ms)
             .await;
         if needs_pow || over_cap.is_some() {
-            self.pow_step(
-                ev,
-                event,
-                session,
-                pow,
-                over_cap.unwrap_or(0),
-                store,
-                now_ms,
-            )
-            .await?;
+            self.pow_step(entry, pow, over_cap.unwrap_or(0), store, now_ms)
+                .await?;
         }
         let behind = high
             && matches!(
@@ -357,17 +363,17 @@ impl BotDefence {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
     async fn pow_step(
         &self,
-        ev: &EventBots,
-        event: &EventId,
-        session: &str,
+        entry: &Entry<'_>,
         pow: PowAnswer<'_>,
         extra_bits: u8,
         store: &dyn QueueStore,
         now_ms: i64,
     ) -> Result<(), BotRejection> {
+        let Entry {
+            ev, event, session, ..
+        } = *entry;
         let inner = &self.inner;
         let first_contact = matches!(pow, PowAnswer::None);
         // The address's price may rise by a bit while its visitor solves

@@ -55,7 +55,7 @@ fn enter_drain(state: &AppState, rt: &EventRuntime, why: &str, kind: Option<Unav
     ) {
         let kind = kind.map_or("unknown", UnavailableKind::as_str);
         tracing::warn!(event = %rt.id(), why, kind, "queue store unreachable; draining");
-        task::gauge(rt, true);
+        task::gauge(rt);
     }
 }
 

@@ -91,11 +91,19 @@ pub fn tick_every(a: &Admission) -> Duration {
     a.tick().min(FAST_TICK).max(Duration::from_millis(1))
 }
 
-/// The next tick on the grid of `grid_ms` after `now`: the next one when
-/// visitors wait, else the first at or after the next [`SLOW_TICK`] boundary.
-fn next_tick(now: i64, grid_ms: i64, waiting: bool) -> i64 {
+/// How often an event ticks: every tick of its grid while visitors wait
+/// (a freed slot is handed on at once), else once a [`SLOW_TICK`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Pace {
+    Fast,
+    Slow,
+}
+
+/// The next tick on the grid of `grid_ms` after `now`: the next one at the
+/// fast pace, else the first at or after the next [`SLOW_TICK`] boundary.
+fn next_tick(now: i64, grid_ms: i64, pace: Pace) -> i64 {
     let next = now.div_euclid(grid_ms) + 1;
-    if waiting {
+    if pace == Pace::Fast {
         return next;
     }
     let slow = i64::try_from(SLOW_TICK.as_millis()).unwrap_or(1000);
@@ -112,9 +120,13 @@ async fn schedule(state: Arc<AppState>, id: EventId) {
             .max(1);
         // Every node sees the queue through its refreshed snapshot (twice a
         // second), so all of them speed up and slow down together.
-        let waiting = rt.live.stats_and_admin().0.waiting > 0;
+        let pace = if rt.live.stats_and_admin().0.waiting > 0 {
+            Pace::Fast
+        } else {
+            Pace::Slow
+        };
         let now = state.now_ms();
-        let tick = next_tick(now, tick_ms, waiting);
+        let tick = next_tick(now, tick_ms, pace);
         let wait = u64::try_from(tick * tick_ms - now).unwrap_or(0);
         tokio::time::sleep(Duration::from_millis(wait)).await;
         let Some(rt) = state.event(&id) else { return };
@@ -339,16 +351,16 @@ mod tests {
     #[test]
     fn ticks_follow_the_grid_while_visitors_wait_and_the_second_otherwise() {
         // Waiting: the next grid tick.
-        assert_eq!(next_tick(1_234, 100, true), 13);
-        assert_eq!(next_tick(1_200, 100, true), 13);
+        assert_eq!(next_tick(1_234, 100, Pace::Fast), 13);
+        assert_eq!(next_tick(1_200, 100, Pace::Fast), 13);
         // Nobody waiting: the first grid tick at or after the next second,
         // numbered on the same grid so every node claims the same ticks.
-        assert_eq!(next_tick(1_234, 100, false), 20);
-        assert_eq!(next_tick(1_999, 100, false), 20);
-        assert_eq!(next_tick(2_000, 100, false), 30);
+        assert_eq!(next_tick(1_234, 100, Pace::Slow), 20);
+        assert_eq!(next_tick(1_999, 100, Pace::Slow), 20);
+        assert_eq!(next_tick(2_000, 100, Pace::Slow), 30);
         // A batch grid that does not divide the second rounds up to it
         // (tick 67 starts at 2010 ms, tick 66 at 1980 ms).
-        assert_eq!(next_tick(1_234, 30, false), 67);
+        assert_eq!(next_tick(1_234, 30, Pace::Slow), 67);
     }
 
     #[test]
@@ -364,11 +376,11 @@ mod tests {
         // The slow cadence lands on full ticks only.
         for now in [1_234, 1_999, 2_000, 5_555] {
             assert!(is_full(
-                u64::try_from(next_tick(now, 100, false)).unwrap(),
+                u64::try_from(next_tick(now, 100, Pace::Slow)).unwrap(),
                 100
             ));
             assert!(is_full(
-                u64::try_from(next_tick(now, 30, false)).unwrap(),
+                u64::try_from(next_tick(now, 30, Pace::Slow)).unwrap(),
                 30
             ));
         }

@@ -107,7 +107,13 @@ async fn accept_loop(
         match tls.cloned() {
             None => {
                 tokio::spawn(serve_connection(
-                    stream, peer, false, app, limits, permit, stop,
+                    stream,
+                    peer,
+                    ClientScheme::Http,
+                    app,
+                    limits,
+                    permit,
+                    stop,
                 ));
             }
             Some(tls) => {
@@ -116,7 +122,8 @@ async fn accept_loop(
                     let Some(stream) = tls.accept(stream, limits.header_read_timeout).await else {
                         return;
                     };
-                    serve_connection(stream, peer, true, app, limits, permit, stop).await;
+                    serve_connection(stream, peer, ClientScheme::Https, app, limits, permit, stop)
+                        .await;
                 });
             }
         }
@@ -128,7 +135,7 @@ async fn accept_loop(
 async fn serve_connection<S>(
     stream: S,
     peer: SocketAddr,
-    https: bool,
+    scheme: ClientScheme,
     app: Router,
     limits: Limits,
     permit: OwnedSemaphorePermit,
@@ -143,7 +150,8 @@ async fn serve_connection<S>(
         tower::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
             let busy = activity.begin();
             let mut req = prepare(req, peer, limits.body_read_timeout, &slot);
-            if https {
+            // Only TLS is marked: an absent mark reads as plain `http`.
+            if scheme == ClientScheme::Https {
                 req.extensions_mut().insert(ClientScheme::Https);
             }
             let app = app.clone();

@@ -11,7 +11,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
 use super::{QueuePosition, Visit, add_cookie, client_ip, parse_json, read_body, resolve_event};
-use crate::bots::{EnterAnswer, EnterVerdict, EventBots, PowAnswer, RateKind};
+use crate::bots::{EnterAnswer, EnterVerdict, Entry, EventBots, PowAnswer, RateKind};
 use crate::error::ApiError;
 use crate::identity::{self, Mint, Visitor};
 use crate::queue::{Queue, Read, draining_error};
@@ -118,17 +118,16 @@ pub async fn bot_check(
 ) -> Result<bool, ApiError> {
     let Visit { state, rt, .. } = *visit;
     let req = state.bots.signals(visit.headers, visit.ip);
+    let entry = Entry {
+        ev: &EventBots::from(&rt.config.bots),
+        event: rt.id(),
+        session: &visitor.member,
+        req: &req,
+        answer,
+    };
     let verdict = state
         .bots
-        .gate_enter(
-            &EventBots::from(&rt.config.bots),
-            rt.id(),
-            &visitor.member,
-            &req,
-            answer,
-            state.store.as_ref(),
-            state.now_ms(),
-        )
+        .gate_enter(&entry, state.store.as_ref(), state.now_ms())
         .await;
     match verdict {
         Ok(EnterVerdict::Join { behind }) => Ok(behind),

@@ -143,6 +143,15 @@ fn first_message(p: &QueuePosition) -> Bytes {
     ))
 }
 
+/// When a derived rank is told.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Tell {
+    /// Only when lower than the rank last told.
+    IfLower,
+    /// Now, whatever changed.
+    Now,
+}
+
 /// Whether the stream ends once this status is told.
 fn ends(status: Status) -> bool {
     matches!(
@@ -343,7 +352,7 @@ impl Stream {
             return Some(m);
         }
         if now >= self.next_estimate
-            && let Some(m) = self.estimate(false)
+            && let Some(m) = self.estimate(Tell::IfLower)
         {
             return Some(m);
         }
@@ -406,9 +415,9 @@ impl Stream {
         Some(read_rank.saturating_sub(admitted))
     }
 
-    /// Tells a lower derived rank, at the rank's cadence; with `force`, the
-    /// position now whatever changed (a phase change).
-    fn estimate(&mut self, force: bool) -> Option<Bytes> {
+    /// Tells the derived rank, at the rank's cadence: only a lower one, or
+    /// with [`Tell::Now`] the position whatever changed (a phase change).
+    fn estimate(&mut self, tell: Tell) -> Option<Bytes> {
         let now = Instant::now();
         let Some(rank) = self.derived_rank().filter(|_| has_rank(self.read.status)) else {
             self.next_estimate = now + Duration::from_secs(3600);
@@ -416,7 +425,7 @@ impl Stream {
         };
         self.next_estimate = now + rank_cadence(rank);
         let lower = self.told.rank.is_none_or(|told| rank < told);
-        if !force && !lower {
+        if tell == Tell::IfLower && !lower {
             return None;
         }
         let rt = self.state.event(&self.event)?;
@@ -445,7 +454,7 @@ impl Stream {
         if has_rank(self.read.status) && !opening {
             // Paused, resumed or closed: the place is known, only the
             // status changes; told at once from what the stream knows.
-            return self.estimate(true);
+            return self.estimate(Tell::Now);
         }
         // The queue opens (pre-window ranks are shuffled: they must be
         // read), or the visitor's state is not one a phase can change:

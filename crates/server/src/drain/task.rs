@@ -88,7 +88,7 @@ async fn watch(state: Arc<AppState>, id: EventId) {
             }
             _ => {}
         }
-        gauge(&rt, drain.is_draining());
+        gauge(&rt);
     }
 }
 
@@ -126,8 +126,9 @@ fn unavailable_counter(id: &EventId, kind: UnavailableKind) {
     .increment(1);
 }
 
-/// Sets `anteroom_draining{event}`.
-pub fn gauge(rt: &EventRuntime, draining: bool) {
+/// Sets `anteroom_draining{event}` to whether the event drains now.
+pub fn gauge(rt: &EventRuntime) {
+    let draining = of(rt).is_draining();
     metrics::gauge!("anteroom_draining", "event" => rt.id().to_string()).set(if draining {
         1.0
     } else {

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use crate::support::bots::*;
 use anteroom::bots::{
     BotDefence, BotRejection, BotsConfig, CaptchaConfig, ChallengeLevel, EnterAnswer, EnterVerdict,
-    EventBots, HighRiskPolicy, RateLimits,
+    Entry, EventBots, HighRiskPolicy, RateLimits,
 };
 use anteroom::error::ApiError;
 use axum::Router;
@@ -71,16 +71,15 @@ async fn enter(
     let (_dir, store) = store().await;
     let answer = token.map(EnterAnswer::captcha);
     let req = signals(d, h, "100.64.0.9");
-    d.gate_enter(
-        &captcha_event(),
-        &event(),
-        "s1",
-        &req,
-        answer.as_ref(),
-        &store,
-        NOW,
-    )
-    .await
+    let (ev, event, answer) = (captcha_event(), event(), answer.as_ref());
+    let entry = Entry {
+        ev: &ev,
+        event: &event,
+        session: "s1",
+        req: &req,
+        answer,
+    };
+    d.gate_enter(&entry, &store, NOW).await
 }
 
 fn reason_of(r: Result<EnterVerdict, BotRejection>) -> &'static str {
@@ -196,9 +195,15 @@ async fn captcha_policy_without_a_provider_places_at_the_back() {
     };
     let (_dir, store) = store().await;
     let req = signals(&d, &curl(), "100.64.0.9");
-    let got = d
-        .gate_enter(&ev, &event(), "s1", &req, None, &store, NOW)
-        .await;
+    let event = event();
+    let entry = Entry {
+        ev: &ev,
+        event: &event,
+        session: "s1",
+        req: &req,
+        answer: None,
+    };
+    let got = d.gate_enter(&entry, &store, NOW).await;
     assert_eq!(got.unwrap(), EnterVerdict::Join { behind: true });
 }
 

@@ -4,8 +4,8 @@
 
 use crate::support::bots::*;
 use anteroom::bots::{
-    BotDefence, BotRejection, BotsConfig, ChallengeLevel, EnterAnswer, EnterVerdict, EventBots,
-    HighRiskPolicy,
+    BotDefence, BotRejection, BotsConfig, ChallengeLevel, EnterAnswer, EnterVerdict, Entry,
+    EventBots, HighRiskPolicy,
 };
 use anteroom::error::ApiError;
 use anteroom_core::pow;
@@ -33,8 +33,15 @@ async fn enter(
     now_ms: i64,
 ) -> Result<EnterVerdict, BotRejection> {
     let req = signals(d, h, "100.64.0.1");
-    d.gate_enter(ev, &event(), SESSION, &req, answer, store, now_ms)
-        .await
+    let (event, session) = (event(), SESSION);
+    let entry = Entry {
+        ev,
+        event: &event,
+        session,
+        req: &req,
+        answer,
+    };
+    d.gate_enter(&entry, store, now_ms).await
 }
 
 /// The challenge of a rejection, or a panic naming what came instead.
