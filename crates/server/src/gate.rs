@@ -237,28 +237,9 @@ fn renew(
     let now = state.now_ms();
     let start_ms = session_start_us.div_euclid(1000);
     let (pass, _) = passes::issue(&state.keyring, rt, member, now, session_start_us);
-    let store = state.store.clone();
-    let event = rt.id().clone();
-    let owned = member.to_owned();
     let until_us = crate::admission::lifecycle::session_end_us(rt, start_ms, now);
-    let events = state.events();
-    let cookie = passes::cookie(state, rt, headers, member, Some(&pass));
-    tokio::spawn(async move {
-        match store.extend(&event, &owned, until_us).await {
-            Ok(true) => {}
-            // Released, evicted or expired between the pass check and now:
-            // the pass just issued must not work here either.
-            Ok(false) => {
-                if let Some(rt) = events.get(&event) {
-                    passes::store_says_gone_at(rt, &owned, session_start_us, now);
-                }
-            }
-            Err(e) => {
-                tracing::debug!(event = %event, error = e.kind(), "session extend failed");
-            }
-        }
-    });
-    cookie
+    Queue::new(state, rt).extend_in_background(member, session_start_us, until_us);
+    passes::cookie(state, rt, headers, member, Some(&pass))
 }
 
 /// The request's `Cookie` headers alone (values share the request's buffer).

@@ -1,7 +1,8 @@
 //! The queue store as the request path sees it: every store call a request
-//! makes for an event (join, status, redeem, release) goes through
-//! [`Queue`], and drain mode is applied here, once, instead of at each call
-//! site:
+//! makes for an event (join, status, redeem, release, the session's
+//! extension) goes through [`Queue`], and drain mode is applied here, once,
+//! instead of at each call site (the bot defence's own challenge records
+//! aside: `bots` is handed the store for those):
 //!
 //! - a visitor this node admitted on its own while draining is answered from
 //!   this node's records, and while the event drains everybody else is told
@@ -192,6 +193,32 @@ impl<'r> Queue<'r> {
             RedeemOutcome::AlreadyUsed => Err(ApiError::TokenUsed),
             RedeemOutcome::NotAdmitted => Err(ApiError::InvalidToken),
         }
+    }
+
+    /// Moves the end of `member`'s session (started at `session_start_us`)
+    /// to `until_us` in the background: the request never waits for the
+    /// store. A session the store no longer has (released, evicted or
+    /// expired since the pass check) is ended on this node at once, so the
+    /// pass just issued does not work here either.
+    pub fn extend_in_background(&self, member: &str, session_start_us: i64, until_us: i64) {
+        let store = self.state.store.clone();
+        let event = self.rt.id().clone();
+        let member = member.to_owned();
+        let now = self.state.now_ms();
+        let events = self.state.events();
+        tokio::spawn(async move {
+            match store.extend(&event, &member, until_us).await {
+                Ok(true) => {}
+                Ok(false) => {
+                    if let Some(rt) = events.get(&event) {
+                        passes::store_says_gone_at(rt, &member, session_start_us, now);
+                    }
+                }
+                Err(e) => {
+                    tracing::debug!(event = %event, error = e.kind(), "session extend failed");
+                }
+            }
+        });
     }
 
     /// The store's canonical time now, in µs.
