@@ -17,8 +17,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::support::process::{Node, wait_for};
+use crate::support::process::Node;
 use crate::support::raw::{connect, head, read_response};
+use crate::support::wait_for;
 use anteroom_store::testing::RedisServer;
 use http::{Method, StatusCode};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};

@@ -16,7 +16,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::support::cut::CutProxy;
-use crate::support::process::{Node, wait_for};
+use crate::support::process::Node;
+use crate::support::wait_for;
 use anteroom_store::testing::RedisServer;
 use http::{Method, StatusCode};
 use serde_json::Value;

@@ -14,7 +14,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::support::process::{Node, wait_for};
+use crate::support::process::Node;
+use crate::support::wait_for;
 use anteroom_store::testing::RedisServer;
 use http::{Method, StatusCode};
 

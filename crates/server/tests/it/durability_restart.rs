@@ -11,7 +11,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::support::process::{Node, wait_for};
+use crate::support::process::Node;
+use crate::support::wait_for;
 use http::{Method, StatusCode};
 
 const JOINS: usize = 1200;

@@ -12,7 +12,8 @@ use crate::support::visitor::Visitor;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::support::process::{Node, wait_for};
+use crate::support::process::Node;
+use crate::support::wait_for;
 use anteroom_store::testing::RedisServer;
 use http::{Method, StatusCode};
 

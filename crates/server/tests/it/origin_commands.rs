@@ -161,7 +161,7 @@ async fn an_origin_release_ends_the_session_frees_the_slot_and_stays_with_the_ga
     let v = admitted(&node).await;
     let cookie = jar(&v);
     assert_eq!(get(&node, "/tickets/page", &cookie).await.0, StatusCode::OK);
-    process::wait_for(
+    crate::support::wait_for(
         "the session counted active",
         Duration::from_secs(10),
         || async { active(&node).await == 1 },
@@ -185,7 +185,7 @@ async fn an_origin_release_ends_the_session_frees_the_slot_and_stays_with_the_ga
 
     let took = refused_within_contract(&node, &cookie, answered).await;
     eprintln!("released pass refused on the node {took:?} after the origin's answer");
-    process::wait_for("the slot freed (active 0)", CONTRACT, || async {
+    crate::support::wait_for("the slot freed (active 0)", CONTRACT, || async {
         active(&node).await == 0
     })
     .await;
@@ -259,7 +259,7 @@ async fn an_origin_release_on_one_node_stops_the_pass_on_the_other_within_two_se
     let on_b = refused_within_contract(&b, &cookie, answered).await;
     let on_a = refused_within_contract(&a, &cookie, answered).await;
     eprintln!("released pass refused on the other node after {on_b:?}, on its own after {on_a:?}");
-    process::wait_for("the slot freed (active 0)", CONTRACT, || async {
+    crate::support::wait_for("the slot freed (active 0)", CONTRACT, || async {
         active(&b).await == 0
     })
     .await;

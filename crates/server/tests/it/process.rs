@@ -18,7 +18,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::support::process::{Node, free_port, wait_for};
+use crate::support::process::Node;
+use crate::support::{free_port, wait_for};
 use http::{Method, StatusCode};
 
 const BIN: &str = env!("CARGO_BIN_EXE_anteroom");

@@ -6,6 +6,7 @@
 //! metric it reads).
 
 use crate::support::config::{ADMIN_TOKEN, ConfigBuilder, Event};
+use crate::support::free_port;
 use crate::support::origin::Origin;
 use crate::support::server;
 use crate::support::visitor::Visitor;
@@ -46,11 +47,6 @@ impl Drop for Prometheus {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().port()
 }
 
 fn start_prometheus(target: std::net::SocketAddr, rules: &Path) -> Prometheus {

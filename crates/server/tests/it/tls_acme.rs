@@ -9,6 +9,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::support::free_port;
 use crate::support::origin::Origin;
 use crate::support::tls::{Ca, config, wait_until};
 
@@ -24,14 +25,6 @@ impl Drop for Pebble {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// Starts pebble with its HTTPS on a certificate from `ca`, validating

@@ -16,6 +16,7 @@ use serde_json::Value;
 use crate::support::config::{ADMIN_TOKEN, ConfigBuilder, Event};
 use crate::support::origin::Origin;
 use crate::support::visitor::{Gate, try_send};
+use crate::support::{free_port, wait_for};
 
 /// The origin of these tests: each request stays in flight for 20 ms so
 /// that overlapping holders of passes show up in the peak.
@@ -24,15 +25,6 @@ pub async fn origin() -> Arc<Origin> {
         .hold(Duration::from_millis(20))
         .start()
         .await
-}
-
-/// A loopback port free now (bind port 0, read it, release it).
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// One `anteroom serve` process.
@@ -301,22 +293,6 @@ pub async fn send(
     tokio::time::timeout(Duration::from_secs(5), try_send(method, url, headers, body))
         .await
         .map_err(|_| "timed out".to_owned())?
-}
-
-/// Polls `check` every 20 ms until it holds; panics after `limit`.
-pub async fn wait_for<F, Fut>(what: &str, limit: Duration, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = Instant::now() + limit;
-    loop {
-        if check().await {
-            return;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 /// The config of one node with the Redis store at `urls` (a cluster if

@@ -178,19 +178,12 @@ pub async fn send(
 }
 
 /// Polls `check` until it holds, failing after 10 s.
-pub async fn wait_until<F, Fut>(what: &str, mut check: F)
+pub async fn wait_until<F, Fut>(what: &str, check: F)
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        if check().await {
-            return;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    crate::support::wait_for(what, Duration::from_secs(10), check).await;
 }
 
 /// Polls the visitor's position until its status is `want`; returns it.

@@ -259,17 +259,10 @@ pub fn https_client(ca: &Ca, host: &str, addr: SocketAddr, http2: bool) -> reqwe
 }
 
 /// Polls `check` until it holds, failing after 20 s.
-pub async fn wait_until<F, Fut>(what: &str, mut check: F)
+pub async fn wait_until<F, Fut>(what: &str, check: F)
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        if check().await {
-            return;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+    crate::support::wait_for(what, Duration::from_secs(20), check).await;
 }

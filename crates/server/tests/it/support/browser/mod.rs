@@ -52,12 +52,6 @@ fn find_program(name: &str) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-fn free_port() -> Result<u16> {
-    // The port is free when bound; chromedriver takes it right after.
-    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
-    Ok(listener.local_addr()?.port())
-}
-
 fn driver_ready(port: u16) -> bool {
     let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
         return false;
@@ -79,7 +73,8 @@ fn driver_ready(port: u16) -> bool {
 async fn start_driver() -> Result<(Driver, PathBuf)> {
     let chromium = find_program("chromium").context(MISSING)?;
     let chromedriver = find_program("chromedriver").context(MISSING)?;
-    let port = free_port()?;
+    // The port is free when bound; chromedriver takes it right after.
+    let port = crate::support::free_port();
     let child = Command::new(chromedriver)
         .arg(format!("--port={port}"))
         .stdin(Stdio::null())
