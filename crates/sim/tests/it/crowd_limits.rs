@@ -8,21 +8,14 @@
 
 use anteroom_sim::{
     crowd::{CrowdArgs, OriginSource, simulate},
-    origin::serve_origin,
     report::render_text,
 };
-use tokio::net::TcpListener;
 
-use crate::support::{Anteroom, Event, Store, config, crowd};
+use crate::support::{Anteroom, Event, Store, config, crowd, instrumented_origin};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rate_limited_visitors_are_counted_never_dropped() {
-    let origin = serve_origin(
-        TcpListener::bind("127.0.0.1:0").await.unwrap(),
-        "fixed:1ms".parse().unwrap(),
-    )
-    .await
-    .unwrap();
+    let origin = instrumented_origin("fixed:1ms").await;
     let dir = tempfile::tempdir().unwrap();
     let event = Event {
         id: "limits",

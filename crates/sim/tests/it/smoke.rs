@@ -6,23 +6,16 @@
 
 use anteroom_sim::{
     crowd::{CrowdArgs, OriginSource, simulate},
-    origin::serve_origin,
     report::render_text,
 };
-use tokio::net::TcpListener;
 
-use crate::support::{Anteroom, Event, Store, config, crowd};
+use crate::support::{Anteroom, Event, Store, config, crowd, instrumented_origin};
 
 const MAX_ACTIVE: u64 = 25;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_hundred_visitors_are_all_admitted_in_order_within_max_active() {
-    let origin = serve_origin(
-        TcpListener::bind("127.0.0.1:0").await.unwrap(),
-        "fixed:5ms".parse().unwrap(),
-    )
-    .await
-    .unwrap();
+    let origin = instrumented_origin("fixed:5ms").await;
     let dir = tempfile::tempdir().unwrap();
     let event = Event {
         id: "smoke",

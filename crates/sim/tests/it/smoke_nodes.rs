@@ -8,25 +8,18 @@
 
 use anteroom_sim::{
     crowd::{CrowdArgs, OriginSource, simulate},
-    origin::serve_origin,
     report::render_text,
 };
 use anteroom_store::testing::RedisServer;
-use tokio::net::TcpListener;
 
-use crate::support::{Anteroom, Event, Store, config, crowd};
+use crate::support::{Anteroom, Event, Store, config, crowd, instrumented_origin};
 
 const MAX_ACTIVE: u64 = 20;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_nodes_on_one_redis_admit_the_whole_crowd_in_order() {
     let redis = RedisServer::start().expect("redis-server (apt-get install redis-server)");
-    let origin = serve_origin(
-        TcpListener::bind("127.0.0.1:0").await.unwrap(),
-        "fixed:5ms".parse().unwrap(),
-    )
-    .await
-    .unwrap();
+    let origin = instrumented_origin("fixed:5ms").await;
     let origin_url = format!("http://{}", origin.addr);
     let event = Event {
         id: "nodes",

@@ -3,7 +3,19 @@
 //! the crowd every test starts from.
 
 use anteroom_sim::crowd::{Arrival, CrowdArgs};
+use anteroom_sim::origin::{OriginHandle, serve_origin};
 use tokio::net::TcpListener;
+
+/// The simulator's instrumented origin on port 0, answering after
+/// `latency` (a `--latency` model such as `fixed:5ms`).
+pub async fn instrumented_origin(latency: &str) -> OriginHandle {
+    serve_origin(
+        TcpListener::bind("127.0.0.1:0").await.unwrap(),
+        latency.parse().unwrap(),
+    )
+    .await
+    .unwrap()
+}
 
 /// The one event of the config, by the keys the tests vary.
 pub struct Event<'a> {
