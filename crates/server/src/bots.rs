@@ -30,7 +30,7 @@ use std::time::Duration;
 
 use anteroom_core::risk::{Assessment, RiskLevel, Rules, assess};
 use anteroom_core::token::Keyring;
-use anteroom_store::{EventId, QueueStore, StoreError};
+use anteroom_store::{EventId, QueueStore, StoreError, Touch};
 
 pub use challenge::{EnterAnswer, PowAnswer};
 pub use config::{
@@ -354,7 +354,7 @@ impl BotDefence {
     ) -> Option<u8> {
         let inner = &self.inner;
         let extra = inner.entries.price(inner.entry_cap, event, ip, now_ms)?;
-        match store.status(event, session, false).await {
+        match store.status(event, session, Touch::Peek).await {
             Ok(anteroom_store::MemberState::None) | Err(_) => {
                 metrics::counter!("anteroom_entry_cap_priced_total").increment(1);
                 Some(extra)

@@ -16,7 +16,7 @@
 //! reaches into drain mode's records itself.
 
 use anteroom_core::score::JoinScoring;
-use anteroom_store::{MemberState, Nonce, RedeemOutcome, StoreError};
+use anteroom_store::{MemberState, Nonce, RedeemOutcome, StoreError, Touch};
 
 use crate::error::ApiError;
 use crate::metrics::timed_store;
@@ -37,8 +37,11 @@ pub enum Read {
 }
 
 impl Read {
-    fn touches(self) -> bool {
-        self == Read::Poll
+    fn touch(self) -> Touch {
+        match self {
+            Read::Poll => Touch::Seen,
+            Read::Look => Touch::Peek,
+        }
     }
 }
 
@@ -124,10 +127,7 @@ impl<'r> Queue<'r> {
         if let Some(p) = self.drain_answer(member, answer) {
             return (p, Presence::Known);
         }
-        let status = self
-            .state
-            .store
-            .status(self.rt.id(), member, read.touches());
+        let status = self.state.store.status(self.rt.id(), member, read.touch());
         match timed_store("status", status).await {
             Ok(s) => {
                 let s = self.seen(member, s);
@@ -155,7 +155,12 @@ impl<'r> Queue<'r> {
     /// `now_ms` (the gate's check before renewing an expired pass). `None`
     /// when the store cannot tell.
     pub async fn active_until(&self, member: &str) -> Result<Option<i64>, StoreError> {
-        match self.state.store.status(self.rt.id(), member, false).await? {
+        match self
+            .state
+            .store
+            .status(self.rt.id(), member, Touch::Peek)
+            .await?
+        {
             MemberState::Active { expires_at_us } => Ok(Some(expires_at_us)),
             _ => Ok(None),
         }

@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use anteroom_core::score::JoinScoring;
 use anteroom_store::embedded::{EmbeddedOptions, EmbeddedStore};
-use anteroom_store::{AdmitRequest, EventId, QueueStore};
+use anteroom_store::{AdmitRequest, EventId, QueueStore, Touch};
 use anyhow::{Context, bail};
 use serde::Serialize;
 
@@ -287,7 +287,7 @@ async fn ranks(
     let mut ns = Vec::with_capacity(ids.len());
     for m in &ids {
         let t0 = Instant::now();
-        let st = store.status(event, m, false).await?;
+        let st = store.status(event, m, Touch::Peek).await?;
         ns.push(t0.elapsed().as_nanos() as u64);
         if !matches!(st, anteroom_store::MemberState::Waiting { .. }) {
             bail!("{m} is not waiting: {st:?}");
@@ -320,7 +320,7 @@ async fn polls(
                 .is_ok()
             {
                 let m = member(rand::random::<u64>() % n);
-                store.status(&event, &m, true).await?;
+                store.status(&event, &m, Touch::Seen).await?;
             }
             Ok::<(), anteroom_store::StoreError>(())
         }));

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use anteroom_store::embedded::EmbeddedStore;
-use anteroom_store::{EventId, ExpireRequest, QueueStore};
+use anteroom_store::{EventId, ExpireRequest, QueueStore, Touch};
 use anyhow::{Context, bail};
 
 use super::{
@@ -92,7 +92,7 @@ fn poller(
         while !stop.load(Ordering::Relaxed) {
             let m = member(rand::random::<u64>() % n.max(1));
             let t0 = Instant::now();
-            rt.block_on(store.status(&event, &m, false))?;
+            rt.block_on(store.status(&event, &m, Touch::Peek))?;
             ns.push(t0.elapsed().as_nanos() as u64);
         }
         Ok(ns)

@@ -40,7 +40,7 @@ use self::state::EventState;
 use crate::{
     Admission, AdmitRequest, EventId, EventStats, ExpireRequest, Expired, JoinOutcome, MemberState,
     Nonce, QueueStore, RedeemOutcome, Result, Revocation, ShareGrant, ShareRequest, StoreError,
-    Unavailable, UnavailableKind, check_member, check_node,
+    Touch, Unavailable, UnavailableKind, check_member, check_node,
 };
 
 /// Settings of the embedded store.
@@ -468,7 +468,7 @@ impl QueueStore for EmbeddedStore {
         .await
     }
 
-    async fn status(&self, event: &EventId, member: &str, touch: bool) -> Result<MemberState> {
+    async fn status(&self, event: &EventId, member: &str, touch: Touch) -> Result<MemberState> {
         check_member(member)?;
         self.read(event, |st, now_us| st.status(member, touch, now_us))?
     }

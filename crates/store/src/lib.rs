@@ -101,6 +101,19 @@ pub enum MemberState {
     None,
 }
 
+/// Whether a [`QueueStore::status`] read marks a waiting member as seen.
+/// `expire` drops a waiter not seen for the idle timeout, so only the
+/// visitor's own poll may keep a place alive: a read on their behalf (the
+/// gate answering a queued request, drain mode, the bot check, benchmarks
+/// and tests looking) must not, or a visitor who left would keep their place.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Touch {
+    /// The visitor is there: the idle clock starts again.
+    Seen,
+    /// Only a look: the idle clock is left as it was.
+    Peek,
+}
+
 /// What `join` did.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct JoinOutcome {
@@ -234,9 +247,9 @@ pub trait QueueStore: Send + Sync + 'static {
         scoring: &JoinScoring,
     ) -> Result<JoinOutcome>;
 
-    /// Where `member` stands. With `touch`, a waiting member is marked as seen
-    /// now (position polls keep a place alive; see `expire`).
-    async fn status(&self, event: &EventId, member: &str, touch: bool) -> Result<MemberState>;
+    /// Where `member` stands. With [`Touch::Seen`], a waiting member is marked
+    /// as seen now (position polls keep a place alive; see `expire`).
+    async fn status(&self, event: &EventId, member: &str, touch: Touch) -> Result<MemberState>;
 
     /// Number of waiting members.
     async fn queue_length(&self, event: &EventId) -> Result<u64>;

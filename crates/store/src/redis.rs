@@ -26,7 +26,7 @@ use self::keys::{AUDITED, CONFIGS, EventKeys};
 use crate::{
     Admission, AdmitRequest, EventId, EventStats, ExpireRequest, Expired, JoinOutcome, MemberState,
     Nonce, QueueStore, RedeemOutcome, Result, Revocation, ShareGrant, ShareRequest, StoreError,
-    check_member, check_node,
+    Touch, check_member, check_node,
 };
 
 /// How to reach Redis.
@@ -207,7 +207,7 @@ impl QueueStore for RedisStore {
         self.joins.call(event, member, *scoring).await
     }
 
-    async fn status(&self, event: &EventId, member: &str, touch: bool) -> Result<MemberState> {
+    async fn status(&self, event: &EventId, member: &str, touch: Touch) -> Result<MemberState> {
         check_member(member)?;
         // Polls are the hot path: batched like joins (see `batch`).
         self.polls.call(event, member, touch).await

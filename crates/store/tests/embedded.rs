@@ -10,7 +10,9 @@ use std::sync::Arc;
 
 use anteroom_core::score::JoinScoring;
 use anteroom_store::embedded::{EmbeddedOptions, EmbeddedStore};
-use anteroom_store::{AdmitRequest, EventId, MemberState, QueueStore, StoreError, conformance};
+use anteroom_store::{
+    AdmitRequest, EventId, MemberState, QueueStore, StoreError, Touch, conformance,
+};
 
 async fn open(dir: &Path) -> EmbeddedStore {
     EmbeddedStore::open(dir, EmbeddedOptions::default())
@@ -85,14 +87,14 @@ async fn restart_restores_every_position() {
         s.put_event_config(&ev, "{}").await.unwrap();
         let mut m = HashMap::new();
         for x in &members {
-            m.insert(x.clone(), s.status(&ev, x, false).await.unwrap());
+            m.insert(x.clone(), s.status(&ev, x, Touch::Peek).await.unwrap());
         }
         m
     };
     let s = open(dir.path()).await;
     for x in &members {
         assert_eq!(
-            s.status(&ev, x, false).await.unwrap(),
+            s.status(&ev, x, Touch::Peek).await.unwrap(),
             before[x],
             "{x} after restart"
         );
@@ -240,7 +242,7 @@ async fn kill_9_loses_no_acknowledged_join() {
     let ev = EventId::new("crash").unwrap();
     let mut last_rank: HashMap<u32, (u64, u64)> = HashMap::new();
     for (t, i, m) in &acked {
-        let rank = match s.status(&ev, m, false).await.unwrap() {
+        let rank = match s.status(&ev, m, Touch::Peek).await.unwrap() {
             MemberState::Waiting { rank, .. } => rank,
             other => panic!("acknowledged {m} lost after kill -9: {other:?}"),
         };

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use anteroom_core::score::JoinScoring;
 use anteroom_store::embedded::{EmbeddedOptions, EmbeddedStore, system_clock_us};
-use anteroom_store::{EventId, MemberState, QueueStore, StoreError};
+use anteroom_store::{EventId, MemberState, QueueStore, StoreError, Touch};
 
 /// A tmpfs mounted for one test, unmounted when dropped.
 struct Tmpfs {
@@ -98,7 +98,7 @@ fn member(i: usize) -> String {
 
 async fn assert_all_waiting(s: &EmbeddedStore, ev: &EventId, acked: &[String]) {
     for m in acked {
-        match s.status(ev, m, false).await.unwrap() {
+        match s.status(ev, m, Touch::Peek).await.unwrap() {
             MemberState::Waiting { .. } => {}
             other => panic!("{m} was acknowledged but is {other:?}"),
         }

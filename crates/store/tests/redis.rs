@@ -14,7 +14,7 @@ use anteroom_store::redis::{RedisConfig, RedisStore};
 use anteroom_store::testing::RedisServer;
 use anteroom_store::{
     AdmitRequest, EventId, ExpireRequest, MemberState, Nonce, QueueStore, RedeemOutcome,
-    StoreError, UnavailableKind,
+    StoreError, Touch, UnavailableKind,
 };
 
 mod support;
@@ -115,7 +115,7 @@ async fn join_is_insert_if_absent_and_ranks() {
     );
     assert_eq!(s.queue_length(&e).await.unwrap(), 2);
     assert_eq!(
-        s.status(&e, "nobody", false).await.unwrap(),
+        s.status(&e, "nobody", Touch::Peek).await.unwrap(),
         MemberState::None
     );
     assert!(matches!(
@@ -229,7 +229,7 @@ async fn admit_redeem_extend_release() {
     );
     assert_eq!(got[0].nonce, nonces(10, 1)[0]);
     assert_eq!(
-        s.status(&e, "a", false).await.unwrap(),
+        s.status(&e, "a", Touch::Peek).await.unwrap(),
         MemberState::Admitted {
             nonce: got[0].nonce,
             expires_at_us: exp
@@ -246,7 +246,7 @@ async fn admit_redeem_extend_release() {
     assert!(!j.new);
     assert!(matches!(j.state, MemberState::Admitted { .. }));
     assert_eq!(
-        s.status(&e, "c", false).await.unwrap(),
+        s.status(&e, "c", Touch::Peek).await.unwrap(),
         MemberState::Waiting {
             rank: 0,
             queue_length: 2
@@ -267,7 +267,7 @@ async fn admit_redeem_extend_release() {
         RedeemOutcome::AlreadyUsed
     );
     assert_eq!(
-        s.status(&e, "a", false).await.unwrap(),
+        s.status(&e, "a", Touch::Peek).await.unwrap(),
         MemberState::Active { expires_at_us: ses }
     );
     assert!(s.extend(&e, "a", ses + 1).await.unwrap());
@@ -357,7 +357,7 @@ async fn expire_sweeps_idle_waiters_tokens_and_sessions() {
     // Touch t1 later than s1 so only s1 is idle.
     let cut = s.now_us(&e).await.unwrap() + 1;
     tokio::time::sleep(Duration::from_millis(2)).await;
-    s.status(&e, "t1", true).await.unwrap();
+    s.status(&e, "t1", Touch::Seen).await.unwrap();
     let st = s.stats(&e).await.unwrap();
     assert_eq!(
         (st.active, st.outstanding),
@@ -375,10 +375,16 @@ async fn expire_sweeps_idle_waiters_tokens_and_sessions() {
         .await
         .unwrap();
     assert_eq!((x.idle_waiters, x.unredeemed_tokens, x.sessions), (1, 1, 1));
-    assert_eq!(s.status(&e, "s1", false).await.unwrap(), MemberState::None);
-    assert_eq!(s.status(&e, "w1", false).await.unwrap(), MemberState::None);
+    assert_eq!(
+        s.status(&e, "s1", Touch::Peek).await.unwrap(),
+        MemberState::None
+    );
+    assert_eq!(
+        s.status(&e, "w1", Touch::Peek).await.unwrap(),
+        MemberState::None
+    );
     assert!(matches!(
-        s.status(&e, "t1", false).await.unwrap(),
+        s.status(&e, "t1", Touch::Peek).await.unwrap(),
         MemberState::Waiting { rank: 0, .. }
     ));
     assert_eq!(
@@ -424,11 +430,11 @@ async fn reconcile_records_drain_admissions() {
     // "waiting" is admitted (left as is); the other two become active.
     assert_eq!(s.reconcile_active(&e, &members).await.unwrap(), 2);
     assert!(matches!(
-        s.status(&e, "waiting", false).await.unwrap(),
+        s.status(&e, "waiting", Touch::Peek).await.unwrap(),
         MemberState::Admitted { .. }
     ));
     assert_eq!(
-        s.status(&e, "admitted", false).await.unwrap(),
+        s.status(&e, "admitted", Touch::Peek).await.unwrap(),
         MemberState::Active {
             expires_at_us: later
         }
@@ -547,7 +553,7 @@ async fn stopped_server_is_unavailable_within_the_timeout() {
     server.resume().unwrap();
     let t0 = Instant::now();
     loop {
-        match s.status(&e, "a", false).await {
+        match s.status(&e, "a", Touch::Peek).await {
             Ok(state) => {
                 assert!(matches!(state, MemberState::Waiting { rank: 0, .. }));
                 break;
@@ -624,7 +630,7 @@ async fn exercise(s: &RedisStore, e: &EventId) {
     s.reconcile_active(e, &[("m11".into(), now + 1)])
         .await
         .unwrap();
-    s.status(e, "m12", true).await.unwrap();
+    s.status(e, "m12", Touch::Seen).await.unwrap();
     s.consume_once(e, &[1; 16], now + 1_000).await.unwrap();
     s.claim_tick(e, 1, 1000).await.unwrap();
     s.set_admin_state(e, AdminState::Paused).await.unwrap();
@@ -877,7 +883,11 @@ async fn batched_joins_behave_like_lone_joins() {
     assert_eq!(s.queue_length(&e).await.unwrap(), 300);
     let mut ranks = HashSet::new();
     for i in 0..300 {
-        match s.status(&e, &format!("m{i:03}"), false).await.unwrap() {
+        match s
+            .status(&e, &format!("m{i:03}"), Touch::Peek)
+            .await
+            .unwrap()
+        {
             MemberState::Waiting { rank, .. } => assert!(ranks.insert(rank)),
             other => panic!("{other:?}"),
         }
@@ -921,13 +931,13 @@ async fn idle_expiry_through_join_batches() {
         "only the waiter not seen since the cutoff"
     );
     assert_eq!(
-        s.status(&e, "stays-idle", false).await.unwrap(),
+        s.status(&e, "stays-idle", Touch::Peek).await.unwrap(),
         MemberState::None
     );
     for m in ["released", "admitted"] {
         assert!(
             matches!(
-                s.status(&e, m, false).await.unwrap(),
+                s.status(&e, m, Touch::Peek).await.unwrap(),
                 MemberState::Waiting { .. }
             ),
             "{m} joined again after the cutoff"
@@ -939,7 +949,7 @@ async fn idle_expiry_through_join_batches() {
     for i in 0..300 {
         s.join(&e, &format!("m{i}"), &open()).await.unwrap();
     }
-    s.status(&e, "m7", true).await.unwrap();
+    s.status(&e, "m7", Touch::Seen).await.unwrap();
     let cutoff = s.now_us(&e).await.unwrap() + 1;
     let freed = s.expire(&e, &sweep(cutoff)).await.unwrap();
     assert_eq!(freed.idle_waiters, 300);

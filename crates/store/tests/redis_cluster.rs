@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use anteroom_store::redis::RedisStore;
 use anteroom_store::testing::RedisCluster;
 use anteroom_store::{
-    AdmitRequest, EventId, ExpireRequest, MemberState, QueueStore, RedeemOutcome, StoreError,
+    AdmitRequest, EventId, ExpireRequest, MemberState, QueueStore, RedeemOutcome, StoreError, Touch,
 };
 
 mod support;
@@ -41,7 +41,7 @@ async fn round_trip(s: &RedisStore, e: &EventId) -> Result<(), StoreError> {
         RedeemOutcome::Redeemed
     );
     assert_eq!(
-        s.status(e, "c", true).await?,
+        s.status(e, "c", Touch::Seen).await?,
         MemberState::Waiting {
             rank: 0,
             queue_length: 1

@@ -11,7 +11,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 
-use anteroom_store::{EventId, QueueStore};
+use anteroom_store::{EventId, QueueStore, Touch};
 
 /// Distinct refused visitors remembered per event between two flushes;
 /// beyond it (a flood of made-up sessions) the rest are dropped and counted.
@@ -51,7 +51,7 @@ impl ThrottledSeen {
             .collect();
         futures::stream::iter(calls)
             .map(|(event, member)| async move {
-                match store.status(&event, &member, true).await {
+                match store.status(&event, &member, Touch::Seen).await {
                     Ok(_) => 1,
                     Err(e) => {
                         tracing::debug!(event = %event, error = e.kind(), "seen mark of a throttled poll failed");

@@ -12,7 +12,7 @@ use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use anteroom_core::phase::Phase;
-use anteroom_store::{EventId, MemberState, Nonce, UnavailableKind};
+use anteroom_store::{EventId, MemberState, Nonce, Touch, UnavailableKind};
 use rand::RngCore;
 
 use super::health::{self, Health, Probe, Verdict};
@@ -212,7 +212,7 @@ async fn leave(state: &AppState, rt: &EventRuntime) {
 async fn take_over_store_tokens(state: &AppState, rt: &EventRuntime, members: &[(String, i64)]) {
     for (member, until_us) in members {
         let Ok(MemberState::Admitted { nonce, .. }) =
-            state.store.status(rt.id(), member, false).await
+            state.store.status(rt.id(), member, Touch::Peek).await
         else {
             continue;
         };

@@ -15,7 +15,7 @@ use anteroom_core::policy::{Mode, Observed, PolicyState};
 use anteroom_core::score::JoinScoring;
 use anteroom_store::embedded::{EmbeddedOptions, EmbeddedStore};
 use anteroom_store::{
-    AdmitRequest, EventId, ExpireRequest, MemberState, Nonce, QueueStore, RedeemOutcome,
+    AdmitRequest, EventId, ExpireRequest, MemberState, Nonce, QueueStore, RedeemOutcome, Touch,
 };
 
 const MAX_ACTIVE: u64 = 25;
@@ -128,7 +128,7 @@ async fn soak(seed: u64, mode: Mode) {
                 Visitor::Waiting { abandons: true } | Visitor::Gone => {}
                 Visitor::Waiting { abandons: false } => {
                     // A poll: it keeps the place and may find an admission.
-                    match store.status(&ev, &m, true).await.unwrap() {
+                    match store.status(&ev, &m, Touch::Seen).await.unwrap() {
                         MemberState::Waiting { .. } => {}
                         MemberState::Admitted { nonce, .. } => {
                             let redeem_at = (!rng.chance(20)).then(|| step + 1 + rng.below(8));

@@ -13,7 +13,7 @@ mod sessions;
 use self::admin::*;
 use self::sessions::*;
 use super::{Ctx, HOUR_US, nonce, open_scoring};
-use crate::{AdmitRequest, EventId, ExpireRequest, MemberState, QueueStore, StoreError};
+use crate::{AdmitRequest, EventId, ExpireRequest, MemberState, QueueStore, StoreError, Touch};
 
 pub(super) type Store = Arc<dyn QueueStore>;
 pub(crate) type Check = fn(Store, Ctx) -> BoxFuture<'static, ()>;
@@ -111,10 +111,13 @@ async fn join_is_insert_if_absent(s: Store, c: Ctx) {
     );
     assert_eq!(s.queue_length(&ev).await.unwrap(), 3);
     for (i, m) in ms.iter().enumerate() {
-        assert_eq!(rank(&s.status(&ev, m, false).await.unwrap()), i as u64);
+        assert_eq!(
+            rank(&s.status(&ev, m, Touch::Peek).await.unwrap()),
+            i as u64
+        );
     }
     assert_eq!(
-        s.status(&ev, "nobody", true).await.unwrap(),
+        s.status(&ev, "nobody", Touch::Seen).await.unwrap(),
         MemberState::None
     );
 }
@@ -131,20 +134,20 @@ async fn rank_after_admits(s: Store, c: Ctx) {
         "admit takes the best-ranked"
     );
     assert_eq!(
-        s.status(&ev, &ms[2], false).await.unwrap(),
+        s.status(&ev, &ms[2], Touch::Peek).await.unwrap(),
         MemberState::Waiting {
             rank: 0,
             queue_length: 3
         }
     );
     assert_eq!(
-        s.status(&ev, &ms[4], false).await.unwrap(),
+        s.status(&ev, &ms[4], Touch::Peek).await.unwrap(),
         MemberState::Waiting {
             rank: 2,
             queue_length: 3
         }
     );
-    let st = s.status(&ev, &ms[0], false).await.unwrap();
+    let st = s.status(&ev, &ms[0], Touch::Peek).await.unwrap();
     assert_eq!(
         st,
         MemberState::Admitted {
@@ -251,7 +254,10 @@ async fn events_side_by_side(s: Store, c: Ctx) {
             "event {i} is on its own"
         );
     }
-    assert_eq!(rank(&s.status(&evs[3], "r1k0", false).await.unwrap()), 4);
+    assert_eq!(
+        rank(&s.status(&evs[3], "r1k0", Touch::Peek).await.unwrap()),
+        4
+    );
 }
 
 async fn concurrent_joins_get_distinct_ranks(s: Store, c: Ctx) {
@@ -274,13 +280,13 @@ async fn concurrent_joins_get_distinct_ranks(s: Store, c: Ctx) {
         let (m, new, shared) = t.await.unwrap();
         assert!(new);
         firsts += usize::from(shared);
-        ranks.insert(rank(&s.status(&ev, &m, false).await.unwrap()));
+        ranks.insert(rank(&s.status(&ev, &m, Touch::Peek).await.unwrap()));
     }
     assert_eq!(
         firsts, 1,
         "exactly one concurrent join of the same member is new"
     );
-    ranks.insert(rank(&s.status(&ev, "shared", false).await.unwrap()));
+    ranks.insert(rank(&s.status(&ev, "shared", Touch::Peek).await.unwrap()));
     assert_eq!(
         ranks,
         (0..65).collect::<BTreeSet<u64>>(),
@@ -301,13 +307,14 @@ async fn concurrent_polls_agree_with_lone_ones(s: Store, c: Ctx) {
     members.push("never-joined".into());
     let mut lone = Vec::new();
     for m in &members {
-        lone.push(s.status(&ev, m, false).await.unwrap());
+        lone.push(s.status(&ev, m, Touch::Peek).await.unwrap());
     }
     let cutoff = now(&s, &ev).await;
     let polls: Vec<_> = (0..members.len() * 4)
         .map(|i| {
             let (s, ev, m) = (s.clone(), ev.clone(), members[i % members.len()].clone());
-            tokio::spawn(async move { s.status(&ev, &m, i % 2 == 0).await })
+            let touch = if i % 2 == 0 { Touch::Seen } else { Touch::Peek };
+            tokio::spawn(async move { s.status(&ev, &m, touch).await })
         })
         .collect();
     for (i, p) in polls.into_iter().enumerate() {
@@ -354,7 +361,7 @@ async fn prewindow_and_behind_order(s: Store, c: Ctx) {
     let order = ["p1", "p2", "p3", "late", "later", "risky"];
     for (i, m) in order.iter().enumerate() {
         assert_eq!(
-            rank(&s.status(&ev, m, false).await.unwrap()),
+            rank(&s.status(&ev, m, Touch::Peek).await.unwrap()),
             i as u64,
             "{m}"
         );
@@ -380,7 +387,7 @@ async fn equal_scores_order_by_member(s: Store, c: Ctx) {
     }
     for (i, m) in ["alice", "bob", "carol"].iter().enumerate() {
         assert_eq!(
-            rank(&s.status(&ev, m, false).await.unwrap()),
+            rank(&s.status(&ev, m, Touch::Peek).await.unwrap()),
             i as u64,
             "{m}"
         );
@@ -400,7 +407,7 @@ async fn invalid_input_is_refused(s: Store, c: Ctx) {
     for m in ["", long.as_str()] {
         let bad = |r: Result<(), StoreError>| matches!(r, Err(StoreError::InvalidInput(_)));
         assert!(bad(s.join(&ev, m, &sc).await.map(drop)), "join {}", m.len());
-        assert!(bad(s.status(&ev, m, true).await.map(drop)), "status");
+        assert!(bad(s.status(&ev, m, Touch::Seen).await.map(drop)), "status");
         assert!(bad(s.redeem(&ev, m, &nonce(), 0).await.map(drop)), "redeem");
         assert!(bad(s.release(&ev, m).await.map(drop)), "release");
         assert!(bad(s.extend(&ev, m, 0).await.map(drop)), "extend");

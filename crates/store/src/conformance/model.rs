@@ -14,6 +14,7 @@ use proptest::test_runner::TestRunner;
 use super::{Ctx, open_scoring};
 use crate::{
     AdmitRequest, EventId, ExpireRequest, Expired, MemberState, Nonce, QueueStore, RedeemOutcome,
+    Touch,
 };
 
 /// A token or session end that is already over, and one that never is.
@@ -23,7 +24,7 @@ const FUTURE: i64 = i64::MAX / 2;
 #[derive(Clone, Debug)]
 enum Action {
     Join(u8),
-    Status(u8, bool),
+    Status(u8, Touch),
     Admit {
         max: u64,
         max_active: u64,
@@ -44,7 +45,9 @@ enum Action {
 fn action() -> impl Strategy<Value = Action> {
     prop_oneof![
         4 => (0u8..8).prop_map(Action::Join),
-        2 => (0u8..8, any::<bool>()).prop_map(|(m, t)| Action::Status(m, t)),
+        2 => (0u8..8, any::<bool>()).prop_map(|(m, seen)| {
+            Action::Status(m, if seen { Touch::Seen } else { Touch::Peek })
+        }),
         2 => (0u64..4, 0u64..6, prop::bool::weighted(0.2))
             .prop_map(|(max, max_active, expired)| Action::Admit { max, max_active, expired }),
         3 => (0u8..8, 0u8..8, prop::bool::weighted(0.2))

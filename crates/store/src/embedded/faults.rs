@@ -127,7 +127,7 @@ mod tests {
 
     use super::Faults;
     use crate::embedded::{EmbeddedOptions, EmbeddedStore};
-    use crate::{EventId, MemberState, QueueStore, StoreError};
+    use crate::{EventId, MemberState, QueueStore, StoreError, Touch};
 
     /// Opened a minute before the tests started, so arrival order is rank order.
     static OPENS_AT_US: std::sync::LazyLock<i64> =
@@ -158,7 +158,7 @@ mod tests {
 
     async fn assert_waiting(s: &EmbeddedStore, ev: &EventId, members: &[String]) {
         for (i, m) in members.iter().enumerate() {
-            match s.status(ev, m, false).await.unwrap() {
+            match s.status(ev, m, Touch::Peek).await.unwrap() {
                 MemberState::Waiting { rank, .. } => assert_eq!(rank, i as u64, "{m}"),
                 other => panic!("{m} was acknowledged but is {other:?}"),
             }
@@ -204,7 +204,7 @@ mod tests {
             }
             assert!(faults.failed() > 0, "no write was attempted");
             // Reads are refused too: memory may show what the disk lacks.
-            let read = s.status(&ev, &acked[0], false).await;
+            let read = s.status(&ev, &acked[0], Touch::Peek).await;
             assert!(matches!(read, Err(StoreError::Unavailable(_))));
             let kind = read.err().and_then(|e| e.unavailable_kind());
             assert_eq!(kind, Some(crate::UnavailableKind::Disk));
@@ -230,7 +230,7 @@ mod tests {
             assert_waiting(&s, &ev, &acked).await;
             for m in refused.iter().map(String::as_str).chain(["late"]) {
                 assert_eq!(
-                    s.status(&ev, m, false).await.unwrap(),
+                    s.status(&ev, m, Touch::Peek).await.unwrap(),
                     MemberState::None,
                     "{m}"
                 );
@@ -313,7 +313,7 @@ mod tests {
         for a in &first {
             assert!(
                 matches!(
-                    s.status(&ev, &a.member, false).await.unwrap(),
+                    s.status(&ev, &a.member, Touch::Peek).await.unwrap(),
                     MemberState::Admitted { nonce, .. } if nonce == a.nonce
                 ),
                 "{} lost its token over the restart",
@@ -322,7 +322,7 @@ mod tests {
         }
         for m in ["m002", "m003", "m004"] {
             assert!(matches!(
-                s.status(&ev, m, false).await.unwrap(),
+                s.status(&ev, m, Touch::Peek).await.unwrap(),
                 MemberState::Admitted { .. }
             ));
         }
@@ -337,13 +337,13 @@ mod tests {
         first: &[crate::Admission],
     ) {
         for a in first {
-            match s.status(ev, &a.member, false).await.unwrap() {
+            match s.status(ev, &a.member, Touch::Peek).await.unwrap() {
                 MemberState::Admitted { nonce, .. } => assert_eq!(nonce, a.nonce, "{}", a.member),
                 other => panic!("{} should still hold its token: {other:?}", a.member),
             }
         }
         for (rank, m) in members[2..].iter().enumerate() {
-            match s.status(ev, m, false).await.unwrap() {
+            match s.status(ev, m, Touch::Peek).await.unwrap() {
                 MemberState::Waiting { rank: r, .. } => assert_eq!(r, rank as u64, "{m}"),
                 other => panic!("{m} was never admitted on disk but is {other:?}"),
             }

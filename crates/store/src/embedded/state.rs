@@ -16,7 +16,7 @@ use super::table::MemberTable;
 use super::writes::Writes;
 use crate::{
     Admission, AdmitRequest, EventStats, Expired, JoinOutcome, MemberState, Nonce, RedeemOutcome,
-    Revocation, StoreError, Unavailable, check_member,
+    Revocation, StoreError, Touch, Unavailable, check_member,
 };
 
 const MINUTE_US: i64 = 60_000_000;
@@ -201,12 +201,12 @@ impl EventState {
     pub(crate) fn status(
         &mut self,
         member: &str,
-        touch: bool,
+        touch: Touch,
         now_us: i64,
     ) -> Result<MemberState, StoreError> {
         check_member(member)?;
         if let Some(slot) = self.table.find(member) {
-            if touch {
+            if touch == Touch::Seen {
                 self.table.set_seen(slot, now_us);
                 self.dirty_seen.push(member.into());
             }

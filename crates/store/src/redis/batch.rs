@@ -35,7 +35,7 @@ use tokio::sync::{Semaphore, mpsc, oneshot};
 use super::conn::{Conn, Lua};
 use super::keys::EventKeys;
 use super::{decode_held, scripts};
-use crate::{EventId, JoinOutcome, MemberState, Result, StoreError, UnavailableKind};
+use crate::{EventId, JoinOutcome, MemberState, Result, StoreError, Touch, UnavailableKind};
 
 /// Largest batch: about a millisecond of Redis time at a few µs per member,
 /// so one batch never holds up other clients for long.
@@ -111,7 +111,7 @@ impl Kind for Joins {
 pub(crate) struct Polls;
 
 impl Kind for Polls {
-    type Input = bool;
+    type Input = Touch;
     type Output = MemberState;
     // A poll changes no order: any interleaving answers the same.
     const ORDERED: bool = false;
@@ -121,8 +121,8 @@ impl Kind for Polls {
     fn keys(k: &EventKeys) -> Vec<String> {
         vec![k.queue(), k.seen(), k.held(), k.active()]
     }
-    fn args(call: &mut Cmd, member: &str, touch: &bool) {
-        call.arg(member).arg(u8::from(*touch));
+    fn args(call: &mut Cmd, member: &str, touch: &Touch) {
+        call.arg(member).arg(u8::from(*touch == Touch::Seen));
     }
     fn outcome(queue_length: u64, code: u64, value: Value) -> Result<MemberState> {
         state(queue_length, code, value)

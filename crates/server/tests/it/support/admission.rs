@@ -9,7 +9,7 @@ use anteroom::AppState;
 use anteroom::app::{Clock, EventRuntime};
 use anteroom_core::score::JoinScoring;
 use anteroom_store::embedded::{EmbeddedOptions, EmbeddedStore};
-use anteroom_store::{EventId, EventStats, MemberState, QueueStore, RedeemOutcome};
+use anteroom_store::{EventId, EventStats, MemberState, QueueStore, RedeemOutcome, Touch};
 
 use crate::support::config::{ConfigBuilder, Event};
 
@@ -146,12 +146,18 @@ impl Harness {
     }
 
     pub async fn status(&self, member: &str) -> MemberState {
-        self.store.status(&self.id, member, false).await.unwrap()
+        self.store
+            .status(&self.id, member, Touch::Peek)
+            .await
+            .unwrap()
     }
 
     /// Keeps a waiting visitor's place alive (what a position poll does).
     pub async fn poll(&self, member: &str) -> MemberState {
-        self.store.status(&self.id, member, true).await.unwrap()
+        self.store
+            .status(&self.id, member, Touch::Seen)
+            .await
+            .unwrap()
     }
 
     /// Redeems `member`'s token as the redeem endpoint would; `true` if it

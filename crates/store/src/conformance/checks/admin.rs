@@ -5,7 +5,7 @@ use anteroom_core::phase::AdminState;
 
 use super::{Store, admit, join_n, now};
 use crate::conformance::{Ctx, HOUR_US};
-use crate::{AUDIT_KEEP, MemberState};
+use crate::{AUDIT_KEEP, MemberState, Touch};
 
 pub(super) async fn audit_trail_is_kept_per_event(s: Store, c: Ctx) {
     let (a, b) = (c.event("audit-a"), c.event("audit-b"));
@@ -43,7 +43,10 @@ pub(super) async fn delete_event_removes_all_but_the_audit(s: Store, c: Ctx) {
     s.append_audit(&ev, r#"{"action":"delete"}"#).await.unwrap();
     s.delete_event(&ev).await.unwrap();
     for m in &ms {
-        assert_eq!(s.status(&ev, m, false).await.unwrap(), MemberState::None);
+        assert_eq!(
+            s.status(&ev, m, Touch::Peek).await.unwrap(),
+            MemberState::None
+        );
     }
     let stats = s.stats(&ev).await.unwrap();
     assert_eq!(

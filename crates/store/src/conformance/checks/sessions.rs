@@ -4,7 +4,7 @@ use anteroom_core::phase::AdminState;
 
 use super::{Store, admit, join_n, now, rank};
 use crate::conformance::{Ctx, HOUR_US, nonce, open_scoring};
-use crate::{EventId, ExpireRequest, MemberState, RedeemOutcome};
+use crate::{EventId, ExpireRequest, MemberState, RedeemOutcome, Touch};
 
 pub(super) async fn redeem_is_single_use(s: Store, c: Ctx) {
     let ev = c.event("redeem");
@@ -33,7 +33,7 @@ pub(super) async fn redeem_is_single_use(s: Store, c: Ctx) {
         RedeemOutcome::Redeemed
     );
     assert_eq!(
-        s.status(&ev, &ms[0], false).await.unwrap(),
+        s.status(&ev, &ms[0], Touch::Peek).await.unwrap(),
         MemberState::Active {
             expires_at_us: sess
         }
@@ -67,14 +67,17 @@ pub(super) async fn release_ends_every_presence(s: Store, c: Ctx) {
     );
     for m in [&ms[0], &ms[1], &ms[3]] {
         assert!(s.release(&ev, m).await.unwrap(), "release {m}");
-        assert_eq!(s.status(&ev, m, false).await.unwrap(), MemberState::None);
+        assert_eq!(
+            s.status(&ev, m, Touch::Peek).await.unwrap(),
+            MemberState::None
+        );
     }
     assert!(
         !s.release(&ev, "ghost").await.unwrap(),
         "release of an absent member"
     );
     assert_eq!(
-        s.status(&ev, &ms[2], false).await.unwrap(),
+        s.status(&ev, &ms[2], Touch::Peek).await.unwrap(),
         MemberState::Waiting {
             rank: 0,
             queue_length: 1
@@ -110,7 +113,7 @@ pub(super) async fn extend_moves_session_end(s: Store, c: Ctx) {
         .unwrap();
     assert!(s.extend(&ev, &ms[0], t + HOUR_US).await.unwrap());
     assert_eq!(
-        s.status(&ev, &ms[0], false).await.unwrap(),
+        s.status(&ev, &ms[0], Touch::Peek).await.unwrap(),
         MemberState::Active {
             expires_at_us: t + HOUR_US
         }
@@ -131,7 +134,7 @@ pub(super) async fn expire_drops_idle_waiters(s: Store, c: Ctx) {
     let cutoff = now(&s, &ev).await;
     tokio::time::sleep(std::time::Duration::from_millis(3)).await;
     s.join(&ev, "fresh", &sc).await.unwrap();
-    s.status(&ev, "polled", true).await.unwrap();
+    s.status(&ev, "polled", Touch::Seen).await.unwrap();
     let e = s
         .expire(
             &ev,
@@ -146,11 +149,11 @@ pub(super) async fn expire_drops_idle_waiters(s: Store, c: Ctx) {
         "only the member not seen since the cutoff"
     );
     assert_eq!(
-        s.status(&ev, "old", false).await.unwrap(),
+        s.status(&ev, "old", Touch::Peek).await.unwrap(),
         MemberState::None
     );
     assert_eq!(
-        s.status(&ev, "polled", false).await.unwrap(),
+        s.status(&ev, "polled", Touch::Peek).await.unwrap(),
         MemberState::Waiting {
             rank: 0,
             queue_length: 2
@@ -160,7 +163,7 @@ pub(super) async fn expire_drops_idle_waiters(s: Store, c: Ctx) {
         s.join(&ev, "old", &sc).await.unwrap().new,
         "re-entry after expiry goes to the back"
     );
-    assert_eq!(rank(&s.status(&ev, "old", false).await.unwrap()), 2);
+    assert_eq!(rank(&s.status(&ev, "old", Touch::Peek).await.unwrap()), 2);
 }
 
 pub(super) async fn expire_drops_tokens_and_sessions(s: Store, c: Ctx) {
@@ -191,15 +194,15 @@ pub(super) async fn expire_drops_tokens_and_sessions(s: Store, c: Ctx) {
         .unwrap();
     assert_eq!((e.idle_waiters, e.unredeemed_tokens, e.sessions), (0, 2, 1));
     assert_eq!(
-        s.status(&ev, &ms[0], false).await.unwrap(),
+        s.status(&ev, &ms[0], Touch::Peek).await.unwrap(),
         MemberState::None
     );
     assert_eq!(
-        s.status(&ev, &ms[2], false).await.unwrap(),
+        s.status(&ev, &ms[2], Touch::Peek).await.unwrap(),
         MemberState::None
     );
     assert!(matches!(
-        s.status(&ev, &ms[3], false).await.unwrap(),
+        s.status(&ev, &ms[3], Touch::Peek).await.unwrap(),
         MemberState::Active { .. }
     ));
     let revoked: Vec<String> = s
@@ -305,18 +308,18 @@ pub(super) async fn reconcile_active_records_drained_sessions(s: Store, c: Ctx) 
         "admitted members are left as they are"
     );
     assert_eq!(
-        s.status(&ev, &ms[0], false).await.unwrap(),
+        s.status(&ev, &ms[0], Touch::Peek).await.unwrap(),
         MemberState::Admitted {
             nonce: got[0].nonce,
             expires_at_us: exp
         }
     );
     assert_eq!(
-        s.status(&ev, &ms[1], false).await.unwrap(),
+        s.status(&ev, &ms[1], Touch::Peek).await.unwrap(),
         MemberState::Active { expires_at_us: exp }
     );
     assert_eq!(
-        s.status(&ev, &ms[2], false).await.unwrap(),
+        s.status(&ev, &ms[2], Touch::Peek).await.unwrap(),
         MemberState::Waiting {
             rank: 0,
             queue_length: 1

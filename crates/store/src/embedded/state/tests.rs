@@ -5,6 +5,7 @@
 use anteroom_core::score::JoinScoring;
 
 use super::{EventState, Sweep};
+use crate::Touch;
 
 fn check(st: &EventState, waiting: &[String]) {
     assert_eq!(st.order.len(), waiting.len());
@@ -28,7 +29,7 @@ fn the_idle_sweep_goes_in_bounded_steps_and_ranks_stay_exact_between_them() {
         let m = format!("{i:032x}");
         st.join(&m, &s, 1 + i).unwrap();
         if i % 5 == 0 {
-            st.status(&m, true, 100_000).unwrap();
+            st.status(&m, Touch::Seen, 100_000).unwrap();
         }
         members.push(m);
     }
