@@ -111,8 +111,20 @@ pub struct JoinScoring {
     pub prewindow_score: i64,
     /// Tie-break for joins in the same microsecond, in `[0, 1024)`.
     pub tiebreak: i64,
-    /// Place this visitor behind every verified visitor.
+    /// Place this visitor behind every verified visitor ([`Placement::Behind`]);
+    /// one bit, as the stores' scripts take it.
     pub behind: bool,
+}
+
+/// Where a joining visitor goes in the queue: the bot defence's decision,
+/// carried to the score.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Placement {
+    /// In arrival order (the shuffled pre-window, then the canonical clock).
+    ByArrival,
+    /// Behind every visitor placed by arrival: a high-risk visitor the
+    /// policy lets in at the back of the queue (see [`BEHIND_OFFSET`]).
+    Behind,
 }
 
 impl JoinScoring {
@@ -124,7 +136,7 @@ impl JoinScoring {
         member: &str,
         opens_at_us: i64,
         pre_window_us: i64,
-        behind: bool,
+        placement: Placement,
     ) -> Self {
         let window = if pre_window_us <= 0 {
             DEFAULT_PRE_WINDOW_US
@@ -140,7 +152,7 @@ impl JoinScoring {
             opens_at_us,
             prewindow_score,
             tiebreak,
-            behind,
+            behind: placement == Placement::Behind,
         }
     }
 }

@@ -29,6 +29,7 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use anteroom_core::risk::{Assessment, RiskLevel, Rules, assess};
+use anteroom_core::score::Placement;
 use anteroom_core::token::Keyring;
 use anteroom_store::{EventId, QueueStore, StoreError, Touch};
 
@@ -72,8 +73,8 @@ pub struct Entry<'a> {
 /// The visitor may join.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EnterVerdict {
-    /// `behind`: place behind every verified visitor (`JoinScoring`'s flag).
-    Join { behind: bool },
+    /// Where in the queue: by arrival, or behind every verified visitor.
+    Join { placement: Placement },
 }
 
 /// The visitor may not join yet.
@@ -337,7 +338,12 @@ impl BotDefence {
                 ev.high_risk,
                 HighRiskPolicy::BackOfQueue | HighRiskPolicy::Captcha
             );
-        Ok(EnterVerdict::Join { behind })
+        let placement = if behind {
+            Placement::Behind
+        } else {
+            Placement::ByArrival
+        };
+        Ok(EnterVerdict::Join { placement })
     }
 
     /// The extra proof-of-work bits the entry cap asks of this join, if the
@@ -429,7 +435,9 @@ impl BotDefence {
         let reason = match token {
             None => "captcha_required",
             Some(token) if captcha.verify(token, req.ip).await => {
-                return Ok(EnterVerdict::Join { behind: false });
+                return Ok(EnterVerdict::Join {
+                    placement: Placement::ByArrival,
+                });
             }
             Some(_) => "captcha_failed",
         };

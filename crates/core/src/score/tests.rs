@@ -11,8 +11,19 @@ fn key() -> ScoreKey {
     ScoreKey::new(b"a score secret of at least thirty-two bytes")
 }
 
-fn scoring(member: &str, opens_at_us: i64, behind: bool) -> JoinScoring {
-    JoinScoring::new(&key(), "drop-2026", member, opens_at_us, 60 * SEC, behind)
+fn scoring(member: &str, opens_at_us: i64, placement: Placement) -> JoinScoring {
+    JoinScoring::new(
+        &key(),
+        "drop-2026",
+        member,
+        opens_at_us,
+        60 * SEC,
+        placement,
+    )
+}
+
+fn placement() -> impl Strategy<Value = Placement> {
+    prop_oneof![Just(Placement::ByArrival), Just(Placement::Behind)]
 }
 
 #[test]
@@ -24,8 +35,8 @@ fn joins_one_microsecond_apart_keep_their_order() {
         .enumerate()
     {
         let now = opens + 3 * SEC + i as i64;
-        let first = arrival_score(now, &scoring(a, opens, false));
-        let second = arrival_score(now + 1, &scoring(b, opens, false));
+        let first = arrival_score(now, &scoring(a, opens, Placement::ByArrival));
+        let second = arrival_score(now + 1, &scoring(b, opens, Placement::ByArrival));
         assert!(first < second, "{a} at {now} vs {b} one µs later");
     }
 }
@@ -34,8 +45,8 @@ fn joins_one_microsecond_apart_keep_their_order() {
 fn equal_microseconds_fall_back_to_the_tiebreak() {
     let opens = Y2026;
     let now = opens + 5 * SEC;
-    let a = scoring("alice", opens, false);
-    let b = scoring("bob", opens, false);
+    let a = scoring("alice", opens, Placement::ByArrival);
+    let b = scoring("bob", opens, Placement::ByArrival);
     assert_eq!(arrival_score(now, &a) >> TIEBREAK_BITS, 5 * SEC);
     assert_eq!(arrival_score(now, &a) & 1023, a.tiebreak);
     assert_eq!(arrival_score(now, &b) & 1023, b.tiebreak);
@@ -45,22 +56,36 @@ fn equal_microseconds_fall_back_to_the_tiebreak() {
 #[test]
 fn prewindow_scores_are_stable_and_keyed() {
     let opens = Y2026;
-    let a = scoring("alice", opens, false);
+    let a = scoring("alice", opens, Placement::ByArrival);
     // A refresh recomputes the scoring: same key, same member, same score,
     // whatever the arrival time inside the pre-window.
-    assert_eq!(a, scoring("alice", opens, false));
+    assert_eq!(a, scoring("alice", opens, Placement::ByArrival));
     assert_eq!(
         arrival_score(opens - 50 * SEC, &a),
         arrival_score(opens - 1, &a)
     );
     let other_key = ScoreKey::new(b"another secret of at least thirty-two bytes!");
-    let b = JoinScoring::new(&other_key, "drop-2026", "alice", opens, 60 * SEC, false);
+    let b = JoinScoring::new(
+        &other_key,
+        "drop-2026",
+        "alice",
+        opens,
+        60 * SEC,
+        Placement::ByArrival,
+    );
     assert_ne!(a.prewindow_score, b.prewindow_score);
     assert_ne!(
         a.prewindow_score,
-        scoring("bob", opens, false).prewindow_score
+        scoring("bob", opens, Placement::ByArrival).prewindow_score
     );
-    let other_event = JoinScoring::new(&key(), "drop-2027", "alice", opens, 60 * SEC, false);
+    let other_event = JoinScoring::new(
+        &key(),
+        "drop-2027",
+        "alice",
+        opens,
+        60 * SEC,
+        Placement::ByArrival,
+    );
     assert_ne!(a.prewindow_score, other_event.prewindow_score);
 }
 
@@ -73,18 +98,26 @@ fn prewindow_scores_lie_in_the_window_and_before_any_opening_score() {
         (-5, SEC << 10),
     ] {
         for i in 0..500 {
-            let s = JoinScoring::new(&key(), "e", &format!("m{i}"), opens, window, false);
+            let s = JoinScoring::new(
+                &key(),
+                "e",
+                &format!("m{i}"),
+                opens,
+                window,
+                Placement::ByArrival,
+            );
             assert!(
                 (-expected_span..0).contains(&s.prewindow_score),
                 "{}",
                 s.prewindow_score
             );
             assert!(
-                arrival_score(opens - 1, &s) < arrival_score(opens, &scoring("z", opens, false))
+                arrival_score(opens - 1, &s)
+                    < arrival_score(opens, &scoring("z", opens, Placement::ByArrival))
             );
         }
     }
-    let huge = JoinScoring::new(&key(), "e", "m", opens, i64::MAX, false);
+    let huge = JoinScoring::new(&key(), "e", "m", opens, i64::MAX, Placement::ByArrival);
     assert!(huge.prewindow_score > -BEHIND_OFFSET);
 }
 
@@ -95,7 +128,14 @@ fn prewindow_scores_are_uniform_chi_square() {
     let span = (60 * SEC) << TIEBREAK_BITS;
     let mut counts = [0u32; BUCKETS];
     for i in 0..MEMBERS {
-        let s = JoinScoring::new(&key(), "e", &format!("session-{i}"), Y2026, 60 * SEC, false);
+        let s = JoinScoring::new(
+            &key(),
+            "e",
+            &format!("session-{i}"),
+            Y2026,
+            60 * SEC,
+            Placement::ByArrival,
+        );
         let offset = s.prewindow_score + span; // in [0, span)
         let bucket = (offset as i128 * BUCKETS as i128 / span as i128) as usize;
         counts[bucket] += 1;
@@ -113,7 +153,7 @@ fn prewindow_scores_are_uniform_chi_square() {
 #[test]
 fn tiebreaks_spread_over_all_ten_bits() {
     let seen: std::collections::HashSet<i64> = (0..20_000)
-        .map(|i| scoring(&format!("m{i}"), Y2026, false).tiebreak)
+        .map(|i| scoring(&format!("m{i}"), Y2026, Placement::ByArrival).tiebreak)
         .collect();
     assert!(seen.len() > 1000, "{}", seen.len());
     assert!(seen.iter().all(|t| (0..1024).contains(t)));
@@ -122,14 +162,14 @@ fn tiebreaks_spread_over_all_ten_bits() {
 #[test]
 fn saturation() {
     let opens = Y2026;
-    let s = scoring("m", opens, false);
+    let s = scoring("m", opens, Placement::ByArrival);
     let limit = MAX_OPEN_SCORE >> TIEBREAK_BITS; // 2^42 - 1 µs, about 50.9 days
     assert!(arrival_score(opens + limit, &s) <= MAX_OPEN_SCORE);
     assert!(arrival_score(opens + limit - 1, &s) < arrival_score(opens + limit, &s));
     for now in [opens + limit + 1, opens + 52 * DAY, i64::MAX] {
         assert_eq!(arrival_score(now, &s), MAX_OPEN_SCORE);
     }
-    let behind = scoring("m", opens, true);
+    let behind = scoring("m", opens, Placement::Behind);
     assert_eq!(
         arrival_score(i64::MAX, &behind),
         MAX_OPEN_SCORE + BEHIND_OFFSET
@@ -156,11 +196,11 @@ proptest! {
         dt in 0i64..10 * SEC,
         a in "[a-z0-9]{1,12}",
         b in "[a-z0-9]{1,12}",
-        behind_a: bool,
-        behind_b: bool,
+        place_a in placement(),
+        place_b in placement(),
     ) {
-        let sa = arrival_score(now, &scoring(&a, opens, behind_a));
-        let sb = arrival_score(now + dt, &scoring(&b, opens, behind_b));
+        let sa = arrival_score(now, &scoring(&a, opens, place_a));
+        let sb = arrival_score(now + dt, &scoring(&b, opens, place_b));
         prop_assert!(sa.abs() < 1 << 53 && sb.abs() < 1 << 53);
         prop_assert_eq!(from_f64(to_f64(sa)), sa);
         prop_assert_eq!(from_f64(to_f64(sb)), sb);
@@ -173,11 +213,11 @@ proptest! {
         dt in 1i64..SEC,
         a in "[a-z0-9]{1,12}",
         b in "[a-z0-9]{1,12}",
-        behind: bool,
+        place in placement(),
     ) {
         prop_assume!(now >= opens);
-        let first = to_f64(arrival_score(now, &scoring(&a, opens, behind)));
-        let second = to_f64(arrival_score(now + dt, &scoring(&b, opens, behind)));
+        let first = to_f64(arrival_score(now, &scoring(&a, opens, place)));
+        let second = to_f64(arrival_score(now + dt, &scoring(&b, opens, place)));
         prop_assert!(first < second);
     }
 
@@ -189,8 +229,8 @@ proptest! {
         b in "[a-z0-9]{1,12}",
     ) {
         // The behind visitor may have joined long before the verified one.
-        let verified = arrival_score(opens + later, &scoring(&a, opens, false));
-        let risky = arrival_score(now, &scoring(&b, opens, true));
+        let verified = arrival_score(opens + later, &scoring(&a, opens, Placement::ByArrival));
+        let risky = arrival_score(now, &scoring(&b, opens, Placement::Behind));
         prop_assert!(to_f64(risky) > to_f64(verified));
     }
 
@@ -201,7 +241,7 @@ proptest! {
         names in proptest::collection::vec("[a-z0-9]{1,12}", 2..8),
     ) {
         prop_assume!(now >= opens);
-        let hashed: Vec<JoinScoring> = names.iter().map(|n| scoring(n, opens, false)).collect();
+        let hashed: Vec<JoinScoring> = names.iter().map(|n| scoring(n, opens, Placement::ByArrival)).collect();
         let mut last = None;
         for i in 0..len {
             let mut s = hashed[i % hashed.len()];

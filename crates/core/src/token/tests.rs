@@ -212,8 +212,16 @@ fn key_rotation() {
         Err(TokenError::UnknownKey)
     );
     // The score key follows the oldest secret, so a rotation keeps pre-window order.
-    let score =
-        |r: &Keyring| crate::score::JoinScoring::new(&r.score_key(), "e", "m", 0, 1_000_000, false);
+    let score = |r: &Keyring| {
+        crate::score::JoinScoring::new(
+            &r.score_key(),
+            "e",
+            "m",
+            0,
+            1_000_000,
+            crate::score::Placement::ByArrival,
+        )
+    };
     assert_eq!(score(&rotated), score(&ring(&[OLD])));
     assert_ne!(score(&rotated), score(&ring(&[NEW])));
 }

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use anteroom_core::phase::Phase;
-use anteroom_core::score::JoinScoring;
+use anteroom_core::score::{JoinScoring, Placement};
 use anteroom_store::MemberState;
 use axum::extract::{Request, State};
 use axum::http::StatusCode;
@@ -107,15 +107,15 @@ pub async fn enter(State(state): State<Arc<AppState>>, req: Request) -> Result<R
 }
 
 /// The bot defence before a join (see [`crate::bots`] for the order of its
-/// steps): `Ok(behind)` when the visitor may join, `behind` placing them
-/// after every verified visitor; otherwise `401 challenge_required` (a fresh
+/// steps): where in the queue the visitor goes when they may join (by
+/// arrival, or behind every verified visitor); otherwise `401 challenge_required` (a fresh
 /// proof-of-work challenge or a CAPTCHA demand), `403 blocked`, or `503`
 /// when the store cannot record a used answer.
 pub async fn bot_check(
     visit: &Visit<'_>,
     visitor: &Visitor,
     answer: Option<&EnterAnswer>,
-) -> Result<bool, ApiError> {
+) -> Result<Placement, ApiError> {
     let Visit { state, rt, .. } = *visit;
     let req = state.bots.signals(visit.headers, visit.ip);
     let entry = Entry {
@@ -130,7 +130,7 @@ pub async fn bot_check(
         .gate_enter(&entry, state.store.as_ref(), state.now_ms())
         .await;
     match verdict {
-        Ok(EnterVerdict::Join { behind }) => Ok(behind),
+        Ok(EnterVerdict::Join { placement }) => Ok(placement),
         Err(r) => Err(ApiError::from(r)),
     }
 }
@@ -149,14 +149,14 @@ pub async fn join_checked(
     if matches!(state.phase_of(rt), Phase::Scheduled | Phase::Closed) {
         return Ok(visit.position(member, &MemberState::None));
     }
-    let behind = bot_check(visit, visitor, answer).await?;
+    let placement = bot_check(visit, visitor, answer).await?;
     let scoring = JoinScoring::new(
         &state.score_key,
         rt.id().as_str(),
         member,
         rt.anchor_us,
         i64::try_from(rt.config.pre_window.as_micros()).unwrap_or(i64::MAX),
-        behind,
+        placement,
     );
     let joined = visit.queue().join(member, &scoring).await?;
     if joined.new {

@@ -11,6 +11,7 @@ use anteroom::bots::{
     Entry, EventBots, HighRiskPolicy, RateLimits,
 };
 use anteroom::error::ApiError;
+use anteroom_core::score::Placement;
 use axum::Router;
 use axum::routing::post;
 
@@ -114,7 +115,12 @@ async fn verified_token_joins_normally() {
     let (url, seen) = fake_provider().await;
     let d = with_captcha(&url);
     let got = enter(&d, &curl(), Some("good")).await;
-    assert_eq!(got.unwrap(), EnterVerdict::Join { behind: false });
+    assert_eq!(
+        got.unwrap(),
+        EnterVerdict::Join {
+            placement: Placement::ByArrival
+        }
+    );
     let form = seen.lock().unwrap()[0].clone();
     assert_eq!(form, "secret=s3cret&response=good&remoteip=100.64.0.9");
 }
@@ -181,7 +187,9 @@ async fn medium_risk_still_solves_proof_of_work() {
     );
     assert_eq!(
         enter(&d, &chrome(), None).await.unwrap(),
-        EnterVerdict::Join { behind: false }
+        EnterVerdict::Join {
+            placement: Placement::ByArrival
+        }
     );
     assert!(seen.lock().unwrap().is_empty());
 }
@@ -204,7 +212,12 @@ async fn captcha_policy_without_a_provider_places_at_the_back() {
         answer: None,
     };
     let got = d.gate_enter(&entry, &store, NOW).await;
-    assert_eq!(got.unwrap(), EnterVerdict::Join { behind: true });
+    assert_eq!(
+        got.unwrap(),
+        EnterVerdict::Join {
+            placement: Placement::Behind
+        }
+    );
 }
 
 #[test]

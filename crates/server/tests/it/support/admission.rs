@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 
 use anteroom::AppState;
 use anteroom::app::{Clock, EventRuntime};
-use anteroom_core::score::JoinScoring;
+use anteroom_core::score::{JoinScoring, Placement};
 use anteroom_store::embedded::{EmbeddedOptions, EmbeddedStore};
 use anteroom_store::{EventId, EventStats, MemberState, QueueStore, RedeemOutcome, Touch};
 
@@ -130,7 +130,7 @@ impl Harness {
             member,
             rt.anchor_us,
             i64::try_from(rt.config.pre_window.as_micros()).unwrap(),
-            false,
+            Placement::ByArrival,
         );
         self.store.join(&self.id, member, &scoring).await.unwrap();
     }
