@@ -34,22 +34,31 @@ async fn start(redis: &RedisServer, origin: &Origin) -> Node {
     Node::start(&config, Arc::new(tempfile::tempdir().unwrap())).await
 }
 
-/// Whether `/readyz` reports the event draining (`None`: no answer).
-async fn draining(node: &Node) -> Option<bool> {
+/// What `/readyz` says of the node's one event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Readyz {
+    Ready,
+    /// `503`: the event drains.
+    Draining,
+}
+
+/// What `/readyz` says now (`None`: no answer).
+async fn readyz(node: &Node) -> Option<Readyz> {
     let (status, _, _) = process::send(Method::GET, &node.admin_url("/readyz"), &[], None)
         .await
         .ok()?;
-    Some(status == StatusCode::SERVICE_UNAVAILABLE)
+    Some(if status == StatusCode::SERVICE_UNAVAILABLE {
+        Readyz::Draining
+    } else {
+        Readyz::Ready
+    })
 }
 
 /// Polls `/readyz` back to back until it says `want`; the time since `from`.
-async fn until_draining(node: &Node, want: bool, from: Instant) -> Duration {
+async fn until_readyz(node: &Node, want: Readyz, from: Instant) -> Duration {
     let deadline = Instant::now() + Duration::from_secs(5);
-    while draining(node).await != Some(want) {
-        assert!(
-            Instant::now() < deadline,
-            "/readyz never said draining={want}"
-        );
+    while readyz(node).await != Some(want) {
+        assert!(Instant::now() < deadline, "/readyz never said {want:?}");
     }
     from.elapsed()
 }
@@ -131,8 +140,8 @@ async fn a_short_freeze_under_traffic_does_not_drain_but_a_long_one_does() {
         // changed (polled back to back).
         while paused_at.elapsed() < DRAIN_AFTER + Duration::from_millis(300) {
             assert_eq!(
-                draining(&node).await,
-                Some(false),
+                readyz(&node).await,
+                Some(Readyz::Ready),
                 "drained after a {pause:?} freeze"
             );
             readyz_polls += 1;
@@ -163,7 +172,7 @@ async fn a_short_freeze_under_traffic_does_not_drain_but_a_long_one_does() {
     // A freeze longer than the window drains, not before it.
     let paused_at = Instant::now();
     redis.pause().unwrap();
-    let entry = until_draining(&node, true, paused_at).await;
+    let entry = until_readyz(&node, Readyz::Draining, paused_at).await;
     let (status, headers, body) = Visitor::default().enter(&node, EVENT).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
     assert_eq!(body["error"], "draining");
@@ -177,7 +186,7 @@ async fn a_short_freeze_under_traffic_does_not_drain_but_a_long_one_does() {
     );
     let resumed_at = Instant::now();
     redis.resume().unwrap();
-    let exit = until_draining(&node, false, resumed_at).await;
+    let exit = until_readyz(&node, Readyz::Ready, resumed_at).await;
     println!(
         "short freezes: {} requests, {frozen} held by a freeze (slowest {slowest:?}), none \
          draining, {readyz_polls} /readyz polls ready; long freeze: drain entry {entry:?}, \
@@ -206,7 +215,7 @@ async fn a_killed_store_drains_without_waiting_for_the_window() {
 
     let killed_at = Instant::now();
     redis.kill().unwrap();
-    let entry = until_draining(&node, true, killed_at).await;
+    let entry = until_readyz(&node, Readyz::Draining, killed_at).await;
     // Answered by the node itself: DRAINING, or ADMITTED from its cache
     // (the waiter is at the front and capacity is left).
     let p = waiter.position(&node, EVENT).await;
@@ -216,7 +225,7 @@ async fn a_killed_store_drains_without_waiting_for_the_window() {
     );
     let restarted_at = Instant::now();
     redis.restart().unwrap();
-    let exit = until_draining(&node, false, restarted_at).await;
+    let exit = until_readyz(&node, Readyz::Ready, restarted_at).await;
     println!("refused: drain entry {entry:?}, exit {exit:?}");
     // Typically one probe period (~0.1 s): the probe that meets the dropped
     // connection fails fast and drains at once. If another task met it
