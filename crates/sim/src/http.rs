@@ -17,7 +17,7 @@ use std::{
 };
 
 use anyhow::{Context, bail};
-use reqwest::{Client, RequestBuilder};
+use reqwest::{Client, Method, RequestBuilder};
 use serde::Serialize;
 use tokio::time::Instant;
 
@@ -124,7 +124,7 @@ pub async fn measure(args: &HttpArgs) -> anyhow::Result<Vec<Figure>> {
         .load(|c, _, _| c.get(&url).header("cookie", &pass))
         .await;
     let proxy = args.baseline_proxy.as_deref().or(args.baseline.as_deref());
-    figures.push(bench.beside("gate", target, proxy, false).await);
+    figures.push(bench.beside("gate", target, proxy, Method::GET).await);
     if let Some(origin) = &args.origin {
         let url = format!("{}{}", origin.trim_end_matches('/'), args.path);
         let direct = bench.load(|c, _, _| c.get(&url)).await;
@@ -154,7 +154,12 @@ pub async fn measure(args: &HttpArgs) -> anyhow::Result<Vec<Figure>> {
         .await;
     figures.push(
         bench
-            .beside("position_polls", target, args.baseline.as_deref(), false)
+            .beside(
+                "position_polls",
+                target,
+                args.baseline.as_deref(),
+                Method::GET,
+            )
             .await,
     );
 
@@ -165,7 +170,7 @@ pub async fn measure(args: &HttpArgs) -> anyhow::Result<Vec<Figure>> {
         .await;
     figures.push(
         bench
-            .beside("joins", target, args.baseline.as_deref(), true)
+            .beside("joins", target, args.baseline.as_deref(), Method::POST)
             .await,
     );
 
@@ -213,19 +218,17 @@ impl Bench {
         }
     }
 
-    /// The same load against `baseline`, and the ratio.
+    /// The same load against `baseline` (requests of `method`, as the
+    /// target's were), and the ratio.
     async fn beside(
         &self,
         name: &'static str,
         target: Load,
         baseline: Option<&str>,
-        post: bool,
+        method: Method,
     ) -> Figure {
         let baseline = match baseline {
-            Some(url) => Some(
-                self.load(|c, _, _| if post { c.post(url) } else { c.get(url) })
-                    .await,
-            ),
+            Some(url) => Some(self.load(|c, _, _| c.request(method.clone(), url)).await),
             None => None,
         };
         Figure {

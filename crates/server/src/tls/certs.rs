@@ -54,16 +54,13 @@ pub fn load_files(files: &CertFiles, provider: &CryptoProvider) -> Result<Loaded
         .map_err(|e| CertError::new(&key_key, &files.key, format!("cannot read: {e}")))?;
     let chain = parse_chain(&cert_pem).map_err(|r| CertError::new(&cert_key, &files.cert, r))?;
     let key = parse_key(&key_pem, provider).map_err(|r| CertError::new(&key_key, &files.key, r))?;
-    pair(chain, key).map_err(|(is_key, r)| {
-        if is_key {
-            CertError::new(
-                &key_key,
-                &files.key,
-                format!("{r} (certificate: {})", files.cert.display()),
-            )
-        } else {
-            CertError::new(&cert_key, &files.cert, r)
-        }
+    pair(chain, key).map_err(|(blame, r)| match blame {
+        Blame::Key => CertError::new(
+            &key_key,
+            &files.key,
+            format!("{r} (certificate: {})", files.cert.display()),
+        ),
+        Blame::Certificate => CertError::new(&cert_key, &files.cert, r),
     })
 }
 
@@ -100,16 +97,22 @@ fn parse_key(
         .map_err(|e| format!("unusable private key: {e}"))
 }
 
-/// `Err((true, _))` blames the key, `Err((false, _))` the certificate.
+/// Which file of a pair an error names: the operator fixes that one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Blame {
+    Key,
+    Certificate,
+}
+
 fn pair(
     chain: Vec<CertificateDer<'static>>,
     key: Arc<dyn rustls::sign::SigningKey>,
-) -> Result<Loaded, (bool, String)> {
-    let (names, not_after) = leaf_facts(&chain[0]).map_err(|r| (false, r))?;
+) -> Result<Loaded, (Blame, String)> {
+    let (names, not_after) = leaf_facts(&chain[0]).map_err(|r| (Blame::Certificate, r))?;
     let certified = CertifiedKey::new(chain, key);
     certified
         .keys_match()
-        .map_err(|_| (true, "does not match the certificate".to_owned()))?;
+        .map_err(|_| (Blame::Key, "does not match the certificate".to_owned()))?;
     Ok(Loaded {
         key: Arc::new(certified),
         names,

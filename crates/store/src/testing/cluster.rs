@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 
 use super::MISSING_REDIS;
-use super::server::{RedisServer, free_port};
+use super::server::{RedisServer, free_cluster_port};
 
 /// How long the cluster may take to report `cluster_state:ok` everywhere.
 const READY_DEADLINE: Duration = Duration::from_secs(30);
@@ -29,7 +29,7 @@ impl RedisCluster {
         }
         let mut nodes = Vec::with_capacity(masters);
         for _ in 0..masters {
-            let port = free_port(true)?;
+            let port = free_cluster_port()?;
             let extra = [
                 "--cluster-enabled",
                 "yes",

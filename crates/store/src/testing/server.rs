@@ -24,7 +24,7 @@ pub struct RedisServer {
 impl RedisServer {
     /// Starts a standalone server without persistence on a free port.
     pub fn start() -> anyhow::Result<Self> {
-        Self::start_with(free_port(false)?, Vec::new())
+        Self::start_with(free_port()?, Vec::new())
     }
 
     /// Starts a server on `port` with extra command-line arguments (cluster
@@ -165,13 +165,15 @@ impl Drop for RedisServer {
 }
 
 /// A loopback port nobody listens on now: bind port 0, read it, release it.
-/// With `with_bus`, `port + 10000` (the cluster bus port) must be free too.
-pub(crate) fn free_port(with_bus: bool) -> anyhow::Result<u16> {
+pub(crate) fn free_port() -> anyhow::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// A free port for a cluster node: `port + 10000` (its cluster bus port)
+/// must be free too.
+pub(crate) fn free_cluster_port() -> anyhow::Result<u16> {
     for _ in 0..100 {
-        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-        if !with_bus {
-            return Ok(port);
-        }
+        let port = free_port()?;
         if let Some(bus) = port.checked_add(10_000)
             && TcpListener::bind(("127.0.0.1", bus)).is_ok()
         {
