@@ -66,7 +66,7 @@ fn config(origin: &str, redis: &str, extra_server: &str) -> String {
             BODY_TIMEOUT.as_millis()
         ))
         .server_line(extra_server)
-        .redis(&[redis.to_owned()], false)
+        .redis(&[redis.to_owned()])
         .store_timeout("2s")
         .no_limits()
         .event(

@@ -49,7 +49,7 @@ async fn setup() -> Setup {
     let origin = process::origin().await;
     let dir = Arc::new(tempfile::tempdir().unwrap());
     let config = |url: String| {
-        process::redis_node(&[url], false)
+        process::redis_node(&[url])
             .gateway_nodes(2)
             .event(process::event(EVENT, &origin.url(), MAX_ACTIVE).admission(HOURLY))
             .toml()

@@ -25,7 +25,7 @@ const DRAIN_AFTER: Duration = Duration::from_secs(1);
 /// A node whose store calls get the default 1 s (a busy Redis answers well
 /// within it) and which drains a silent store after one second.
 async fn start(redis: &RedisServer, origin: &Origin) -> Node {
-    let config = process::redis_node(&[redis.url()], false)
+    let config = process::redis_node(&[redis.url()])
         .gateway_nodes(1)
         .event(process::event(EVENT, &origin.url(), 4).admission(HOURLY))
         .store_timeout("1s")

@@ -31,7 +31,7 @@ async fn killing_one_master_drains_only_its_events() {
         .unwrap();
     let origin = process::origin().await;
     let dir = Arc::new(tempfile::tempdir().unwrap());
-    let config = process::redis_node(&cluster.urls(), true)
+    let config = process::redis_cluster_node(&cluster.urls())
         .gateway_nodes(1)
         .event(process::event(doomed, &origin.url(), MAX_ACTIVE).continuous(600))
         .event(process::event(safe, &origin.url(), MAX_ACTIVE).continuous(600))
@@ -121,7 +121,7 @@ async fn restarted_master_ends_the_drain_and_waiting_visitors_resume() {
     let origin = process::origin().await;
     let dir = Arc::new(tempfile::tempdir().unwrap());
     // One admission a minute: whoever joins after the first ones stays waiting.
-    let config = process::redis_node(&cluster.urls(), true)
+    let config = process::redis_cluster_node(&cluster.urls())
         .gateway_nodes(1)
         .event(process::event(event, &origin.url(), MAX_ACTIVE).continuous(1))
         .toml();

@@ -21,7 +21,7 @@ async fn a_killed_node_leaves_the_other_serving() {
     let redis = RedisServer::start().expect("redis-server (apt-get install redis-server)");
     let origin = process::origin().await;
     let dir = Arc::new(tempfile::tempdir().unwrap());
-    let config = process::redis_node(&[redis.url()], false)
+    let config = process::redis_node(&[redis.url()])
         .gateway_nodes(2)
         .event(process::event(EVENT, &origin.url(), MAX_ACTIVE).continuous(600))
         .toml();

@@ -43,7 +43,7 @@ async fn scenario(fault: Fault) {
     let mut redis = RedisServer::start().expect("redis-server (apt-get install redis-server)");
     let origin = process::origin().await;
     let dir = Arc::new(tempfile::tempdir().unwrap());
-    let config = process::redis_node(&[redis.url()], false)
+    let config = process::redis_node(&[redis.url()])
         .gateway_nodes(1)
         .event(process::event(EVENT, &origin.url(), MAX_ACTIVE).admission(HOURLY))
         .toml();

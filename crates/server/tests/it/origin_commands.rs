@@ -242,7 +242,7 @@ async fn an_origin_release_on_one_node_stops_the_pass_on_the_other_within_two_se
     let origin = start_origin().await;
     let redis = RedisServer::start().expect("redis-server (apt-get install redis-server)");
     let config = config(&format!("http://{origin}"), 2)
-        .redis(&[redis.url()], false)
+        .redis(&[redis.url()])
         .store_timeout("1s")
         .toml();
     let dir = Arc::new(tempfile::tempdir().unwrap());

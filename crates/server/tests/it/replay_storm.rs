@@ -31,7 +31,7 @@ const IN_FLIGHT: usize = 256;
 async fn ten_thousand_redemptions_of_one_token_over_two_nodes_succeed_once() {
     let started = Instant::now();
     let redis = RedisServer::start().expect("redis-server (apt-get install redis-server)");
-    let config = process::redis_node(&[redis.url()], false)
+    let config = process::redis_node(&[redis.url()])
         .gateway_nodes(2)
         .event(process::event("tickets", "http://127.0.0.1:9", 5).continuous(600))
         // A storm of calls that queue on one Redis must not drain the event (a

@@ -73,7 +73,7 @@ fn config(origin: &str, nodes: u64) -> ConfigBuilder {
 async fn redis_nodes(origin: &Origin) -> (RedisServer, Vec<Node>) {
     let redis = RedisServer::start().expect("redis-server (apt-get install redis-server)");
     let config = config(&origin.url(), 2)
-        .redis(&[redis.url()], false)
+        .redis(&[redis.url()])
         .store_timeout("1s")
         .toml();
     let dir = Arc::new(tempfile::tempdir().unwrap());

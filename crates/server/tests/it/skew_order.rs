@@ -34,7 +34,7 @@ fn ms(rfc3339: &serde_json::Value) -> i64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn alternating_arrivals_on_skewed_nodes_keep_arrival_order() {
     let redis = RedisServer::start().expect("redis-server (apt-get install redis-server)");
-    let base = process::redis_node(&[redis.url()], false)
+    let base = process::redis_node(&[redis.url()])
         .gateway_nodes(2)
         .event(process::event(EVENT, "http://127.0.0.1:9", 1).admission(HOURLY));
     let ahead = Node::in_process(&with_offset(&base, 500)).await;

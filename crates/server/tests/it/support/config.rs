@@ -83,9 +83,9 @@ impl ConfigBuilder {
         self
     }
 
-    /// The Redis store at `urls` (a cluster if `cluster`), store calls
-    /// bounded to 300 ms unless [`Self::store_timeout`] says otherwise.
-    pub fn redis(mut self, urls: &[String], cluster: bool) -> Self {
+    /// The standalone Redis store at `urls`, store calls bounded to 300 ms
+    /// unless [`Self::store_timeout`] says otherwise.
+    pub fn redis(mut self, urls: &[String]) -> Self {
         let urls = urls
             .iter()
             .map(|u| format!("\"{u}\""))
@@ -94,10 +94,18 @@ impl ConfigBuilder {
         self.store = vec![
             "kind = \"redis\"".to_owned(),
             format!("urls = [{urls}]"),
-            format!("cluster = {cluster}"),
+            "cluster = false".to_owned(),
             "timeout = \"300ms\"".to_owned(),
         ];
         self
+    }
+
+    /// [`Self::redis`] on a Redis Cluster reached through `urls`.
+    pub fn redis_cluster(self, urls: &[String]) -> Self {
+        let mut c = self.redis(urls);
+        c.store.retain(|l| !l.starts_with("cluster = "));
+        c.store.push("cluster = true".to_owned());
+        c
     }
 
     /// `store.timeout` of a Redis store.

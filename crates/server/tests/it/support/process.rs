@@ -295,15 +295,20 @@ pub async fn send(
         .map_err(|_| "timed out".to_owned())?
 }
 
-/// The config of one node with the Redis store at `urls` (a cluster if
-/// `cluster`): listeners and drain journal where [`Node`] puts them, no
-/// limits; the test adds its events ([`event`]).
-pub fn redis_node(urls: &[String], cluster: bool) -> ConfigBuilder {
-    ConfigBuilder::new()
-        .process()
-        .drain_journal()
-        .redis(urls, cluster)
-        .no_limits()
+/// The config of one node with the standalone Redis store at `urls`:
+/// listeners and drain journal where [`Node`] puts them, no limits; the
+/// test adds its events ([`event`]).
+pub fn redis_node(urls: &[String]) -> ConfigBuilder {
+    node_with(ConfigBuilder::new().redis(urls))
+}
+
+/// [`redis_node`] on a Redis Cluster reached through `urls`.
+pub fn redis_cluster_node(urls: &[String]) -> ConfigBuilder {
+    node_with(ConfigBuilder::new().redis_cluster(urls))
+}
+
+fn node_with(store: ConfigBuilder) -> ConfigBuilder {
+    store.process().drain_journal().no_limits()
 }
 
 /// An event as these tests run it in front of `origin`: `max_active`
