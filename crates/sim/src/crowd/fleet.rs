@@ -117,6 +117,12 @@ pub struct Fleet {
     prefer_timer: bool,
     /// Every later turn: (due µs, visitor).
     timers: BinaryHeap<Reverse<(u64, u32)>>,
+    /// Turns of admitted visitors (redeem, browse, release), taken before
+    /// any other due turn: in a real crowd each browser has its own
+    /// connection, so an admitted visitor never waits behind other
+    /// visitors' polls; in the shared pool it would, and under a backlog its
+    /// slot would sit idle while the polls ahead of it went out.
+    urgent: BinaryHeap<Reverse<(u64, u32)>>,
     /// The few long values only some visitors hold at a time.
     tokens: HashMap<u32, Box<str>>,
     passes: HashMap<u32, Box<str>>,
@@ -190,6 +196,7 @@ impl Fleet {
             next_arrival: 0,
             prefer_timer: false,
             timers: BinaryHeap::with_capacity(plans.len()),
+            urgent: BinaryHeap::new(),
             tokens: HashMap::new(),
             passes: HashMap::new(),
             answers: HashMap::new(),
@@ -225,13 +232,21 @@ impl Fleet {
             .timers
             .peek()
             .map(|Reverse((at, id))| (*at, *id, false));
-        match (arrival, timer) {
-            (Some(a), Some(t)) => Some(if t.0 < a.0 { t } else { a }),
-            (a, t) => a.or(t),
-        }
+        let urgent = self
+            .urgent
+            .peek()
+            .map(|Reverse((at, id))| (*at, *id, false));
+        [arrival, timer, urgent]
+            .into_iter()
+            .flatten()
+            .min_by_key(|t| t.0)
     }
 
     fn pop_due(&mut self, now: u64) -> Option<(u64, u32)> {
+        if let Some(&Reverse((due, id))) = self.urgent.peek().filter(|t| t.0.0 <= now) {
+            self.urgent.pop();
+            return Some((due, id));
+        }
         let (mut due, mut id, mut arrival) = self.peek().filter(|t| t.0 <= now)?;
         // When arrivals and later turns are both overdue (a burst larger
         // than the pool can send at once), take them in turn: earliest-due
@@ -254,7 +269,15 @@ impl Fleet {
     }
 
     fn schedule(&mut self, id: u32, at_us: u64) {
-        self.timers.push(Reverse((at_us, id)));
+        let admitted = matches!(
+            self.visitors[id as usize].step,
+            Step::Redeem | Step::Browse | Step::Release
+        );
+        if admitted {
+            self.urgent.push(Reverse((at_us, id)));
+        } else {
+            self.timers.push(Reverse((at_us, id)));
+        }
     }
 
     fn error(&mut self, kind: &str) {
