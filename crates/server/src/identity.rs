@@ -13,7 +13,7 @@ use axum::http::{HeaderMap, HeaderValue, header};
 use rand::RngCore;
 
 use crate::error::ApiError;
-pub use cookies::{CookieSettings, SameSite};
+pub use cookies::{CookieName, CookieSettings, SameSite};
 pub use jwt::JwtVerifier;
 
 /// The session cookie's name when cookies are not `Secure` (plain-http
@@ -92,10 +92,10 @@ pub fn resolve(
             created: false,
         }));
     }
-    if let Some((sid, current)) = session_id(headers, cookies) {
+    if let Some((sid, name)) = session_id(headers, cookies) {
         // An old unprefixed cookie moves to the `__Host-` name (and its new
         // `SameSite`) on the first call that may set cookies.
-        let new_cookie = (create && !current)
+        let new_cookie = (create && name == CookieName::Old)
             .then(|| cookies.session_cookie(sid, Some(SESSION_MAX_AGE)))
             .flatten();
         return Ok(Some(Visitor {
@@ -116,9 +116,11 @@ pub fn resolve(
     }))
 }
 
-/// The caller's well-formed session id, if any, and whether it came under
-/// the name set now.
-pub fn session_id<'h>(headers: &'h HeaderMap, cookies: &CookieSettings) -> Option<(&'h str, bool)> {
+/// The caller's well-formed session id, if any, and the name it came under.
+pub fn session_id<'h>(
+    headers: &'h HeaderMap,
+    cookies: &CookieSettings,
+) -> Option<(&'h str, CookieName)> {
     cookies.session(headers).filter(|(s, _)| is_session_id(s))
 }
 
@@ -181,10 +183,10 @@ mod tests {
             header::COOKIE,
             HeaderValue::from_static("a=1; anteroom_sid=0123456789abcdef0123456789abcdef; b=2"),
         );
-        let c = CookieSettings::new(false);
+        let c = CookieSettings::insecure();
         assert_eq!(
             session_id(&h, &c),
-            Some(("0123456789abcdef0123456789abcdef", true))
+            Some(("0123456789abcdef0123456789abcdef", CookieName::Current))
         );
         h.insert(
             header::COOKIE,

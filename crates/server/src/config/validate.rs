@@ -240,8 +240,11 @@ fn server(raw: &RawConfig) -> Result<ServerConfig> {
 /// `[server.cookies]`: see [`crate::identity::cookies`] for the defaults.
 fn cookie_settings(s: &super::raw::RawServer) -> Result<crate::identity::CookieSettings> {
     use crate::identity::{CookieSettings, SameSite};
-    let secure = !s.insecure_cookies.unwrap_or(false);
-    let mut c = CookieSettings::new(secure);
+    let mut c = if s.insecure_cookies.unwrap_or(false) {
+        CookieSettings::insecure()
+    } else {
+        CookieSettings::secure()
+    };
     let parse = |key: &str, v: &str| {
         SameSite::parse(v)
             .ok_or_else(|| ConfigError::new(key, "must be \"strict\", \"lax\" or \"none\""))
@@ -259,7 +262,7 @@ fn cookie_settings(s: &super::raw::RawServer) -> Result<crate::identity::CookieS
     }
     if let Some(v) = s.cookies.pass_same_site.as_deref() {
         c.pass_same_site = parse("server.cookies.pass_same_site", v)?;
-        if c.pass_same_site == SameSite::None && !secure {
+        if c.pass_same_site == SameSite::None && !c.secure {
             return Err(ConfigError::new(
                 "server.cookies.pass_same_site",
                 "\"none\" needs Secure cookies, which server.insecure_cookies = true turns off (browsers drop SameSite=None without Secure); use \"lax\"",

@@ -71,25 +71,41 @@ pub struct CookieSettings {
     pub read_unprefixed: bool,
 }
 
+/// Which name a cookie came under: the one Anteroom sets now, or an old
+/// unprefixed one (read while upgrading), which the next call that may set
+/// cookies sets anew under the current name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CookieName {
+    Current,
+    Old,
+}
+
 impl Default for CookieSettings {
     fn default() -> Self {
-        Self::new(true)
+        Self::secure()
     }
 }
 
 impl CookieSettings {
-    /// The defaults for `secure` (see the module for why).
-    pub fn new(secure: bool) -> Self {
+    /// The defaults (see the module for why): `Secure` and the `__Host-`
+    /// names.
+    pub fn secure() -> Self {
         Self {
-            secure,
+            secure: true,
             session_same_site: SameSite::Lax,
-            // `None` needs `Secure`; over plain http `Lax` is the closest.
-            pass_same_site: if secure {
-                SameSite::None
-            } else {
-                SameSite::Lax
-            },
+            pass_same_site: SameSite::None,
             read_unprefixed: true,
+        }
+    }
+
+    /// The defaults under `server.insecure_cookies` (plain http): neither
+    /// `Secure` nor the `__Host-` names.
+    pub fn insecure() -> Self {
+        Self {
+            secure: false,
+            // `None` needs `Secure`; over plain http `Lax` is the closest.
+            pass_same_site: SameSite::Lax,
+            ..Self::secure()
         }
     }
 
@@ -111,11 +127,17 @@ impl CookieSettings {
         }
     }
 
-    /// The caller's session cookie value and whether it came under the name
-    /// set now (`false`: an old unprefixed cookie, to be set anew).
-    pub fn session<'h>(&self, headers: &'h HeaderMap) -> Option<(&'h str, bool)> {
+    /// The caller's session cookie value and the name it came under.
+    pub fn session<'h>(&self, headers: &'h HeaderMap) -> Option<(&'h str, CookieName)> {
         self.read(headers, HOST_SESSION_COOKIE, SESSION_COOKIE)
-            .map(|(v, name)| (v, name == self.session_name()))
+            .map(|(v, name)| {
+                let name = if name == self.session_name() {
+                    CookieName::Current
+                } else {
+                    CookieName::Old
+                };
+                (v, name)
+            })
     }
 
     /// The caller's pass cookie value. A `SameSite=None` pass arriving from
@@ -254,7 +276,7 @@ mod tests {
 
     #[test]
     fn secure_cookies_use_host_names_and_flags() {
-        let c = CookieSettings::new(true);
+        let c = CookieSettings::secure();
         assert_eq!(
             c.session_cookie("v", Some(Duration::from_secs(5))).unwrap(),
             "__Host-anteroom_sid=v; HttpOnly; SameSite=Lax; Path=/; Secure; Max-Age=5"
@@ -263,7 +285,7 @@ mod tests {
             c.pass_cookie("p", None).unwrap(),
             "__Host-anteroom_pass=p; HttpOnly; SameSite=None; Path=/; Secure"
         );
-        let plain = CookieSettings::new(false);
+        let plain = CookieSettings::insecure();
         assert_eq!(
             plain.pass_cookie("p", None).unwrap(),
             "anteroom_pass=p; HttpOnly; SameSite=Lax; Path=/"
@@ -272,23 +294,26 @@ mod tests {
 
     #[test]
     fn the_prefixed_name_wins_and_the_old_one_is_read_while_upgrading() {
-        let mut c = CookieSettings::new(true);
+        let mut c = CookieSettings::secure();
         let old = headers(&[("cookie", &format!("anteroom_sid={SID}"))]);
-        assert_eq!(c.session(&old), Some((SID, false)));
+        assert_eq!(c.session(&old), Some((SID, CookieName::Old)));
         let both = headers(&[(
             "cookie",
             &format!("anteroom_sid=planted; __Host-anteroom_sid={SID}"),
         )]);
-        assert_eq!(c.session(&both), Some((SID, true)));
+        assert_eq!(c.session(&both), Some((SID, CookieName::Current)));
         c.read_unprefixed = false;
         assert_eq!(c.session(&old), None);
         // Over plain http the unprefixed name is the current one.
-        assert_eq!(CookieSettings::new(false).session(&old), Some((SID, true)));
+        assert_eq!(
+            CookieSettings::insecure().session(&old),
+            Some((SID, CookieName::Current))
+        );
     }
 
     #[test]
     fn a_cross_site_pass_counts_only_on_a_top_level_navigation() {
-        let c = CookieSettings::new(true);
+        let c = CookieSettings::secure();
         let nav = headers(&[
             ("cookie", "__Host-anteroom_pass=p"),
             ("sec-fetch-site", "cross-site"),
@@ -319,7 +344,7 @@ mod tests {
 
     #[test]
     fn the_pass_cookie_names_its_session_for_the_gate() {
-        let c = CookieSettings::new(true);
+        let c = CookieSettings::secure();
         let value = CookieSettings::pass_value_for(SID, "p1~p2");
         let h = headers(&[("cookie", &format!("__Host-anteroom_pass={value}"))]);
         assert_eq!(c.pass(&h), Some("p1~p2"));
