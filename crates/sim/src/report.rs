@@ -166,8 +166,9 @@ pub struct Report {
     pub inversions: u64,
     /// Human/bot pairs admitted out of arrival order (policy, for information).
     pub inversions_cross_class: u64,
-    /// Kendall τ between send order of the joins and first-seen admission order
-    /// (client-side times, so poll timing lowers it a little even when fair).
+    /// Kendall τ between send order of the joins and admission order (the
+    /// server's admission instants where tokens carry them, else first-seen
+    /// times, which poll timing scrambles a little even when fair).
     pub kendall_tau: Option<f64>,
     pub max_origin_concurrency: Option<u64>,
     /// The event's configured cap, when given with `--max-active`.
@@ -364,14 +365,28 @@ pub fn build(records: &[VisitorRecord], tally: &Tally, facts: RunFacts) -> Repor
 fn observed(r: &VisitorRecord) -> Option<Observed> {
     let (sent, answered) = r.arrival?;
     let seen = r.admitted_seen?;
+    // The server's own admission instant when its token carried it (issue
+    // time in whole milliseconds, so within the 2 ms after it): fairness is
+    // the order the server admitted in, not the order visitors learnt of
+    // it, and a push stream may still tell a visitor it waits for up to a
+    // tick after it was admitted (on another node, all the more). Without a
+    // token time, what the client saw: from its last WAITING (never seen
+    // waiting: admitted by the enter itself) to its first ADMITTED.
+    let (admitted_from, admitted_to) = match r.admitted_at {
+        Some(at) => (at, at + ADMITTED_AT_SLACK_US),
+        None => (r.last_waiting_sent.unwrap_or(sent), seen),
+    };
     Some(Observed {
         arrival_from: sent,
         arrival_to: answered,
-        // Never seen waiting: admitted by the enter itself.
-        admitted_from: r.last_waiting_sent.unwrap_or(sent),
-        admitted_to: seen,
+        admitted_from,
+        admitted_to,
     })
 }
+
+/// How far after a token's issue time (whole ms, then the visitor record's
+/// tick) the admission may have happened.
+const ADMITTED_AT_SLACK_US: u64 = 2_000;
 
 /// Kendall τ of admission order against join order, by client-side point times.
 fn send_order_tau(all: &[Observed]) -> Option<f64> {
@@ -541,5 +556,48 @@ mod eta_rise_tests {
         t.eta_step(3.0, 6.0); // 3 × 1.2 + 1 = 4.6: a rise, but too small for the ratio
         assert_eq!((t.eta_pairs, t.eta_rises_over_buffer), (4, 2));
         assert_eq!(t.eta_max_rise, Some(1.22));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn admitted(arrived: u64, last_waiting: u64, at: u64, seen: u64) -> VisitorRecord {
+        VisitorRecord {
+            arrival: Some((arrived, arrived + 1_000)),
+            last_waiting_sent: Some(last_waiting),
+            admitted_at: Some(at),
+            admitted_seen: Some(seen),
+            ..VisitorRecord::default()
+        }
+    }
+
+    #[test]
+    fn fairness_is_the_order_the_server_admitted_in() {
+        // A joined first and was admitted first (token at 100 ms), but a
+        // late stream still told it WAITING at 300 ms, after B (admitted at
+        // 200 ms) had been seen admitted at 250 ms: no inversion.
+        let a = admitted(0, 300_000, 100_000, 400_000);
+        let b = admitted(10_000, 150_000, 200_000, 250_000);
+        assert_eq!(
+            certain_inversions(&[observed(&a).unwrap(), observed(&b).unwrap()]),
+            0
+        );
+        // B admitted before A by the server's own times: one inversion,
+        // whatever the visitors saw.
+        let a = admitted(0, 50_000, 300_000, 310_000);
+        let b = admitted(10_000, 50_000, 200_000, 320_000);
+        assert_eq!(
+            certain_inversions(&[observed(&a).unwrap(), observed(&b).unwrap()]),
+            1
+        );
+        // Admitted within the same millisecond (one batch): no proof either way.
+        let a = admitted(0, 50_000, 200_500, 310_000);
+        let b = admitted(10_000, 50_000, 200_000, 320_000);
+        assert_eq!(
+            certain_inversions(&[observed(&a).unwrap(), observed(&b).unwrap()]),
+            0
+        );
     }
 }

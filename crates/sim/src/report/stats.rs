@@ -50,17 +50,20 @@ pub fn kendall_tau(seq: &[u64]) -> Option<f64> {
     Some(1.0 - 2.0 * count_inversions(seq) as f64 / pairs)
 }
 
-/// One visitor's arrival and admission, each known only as an interval of
-/// client-side times, because the client never sees the server's own clock.
+/// One visitor's arrival and admission, each known only as an interval:
+/// the arrival from client-side times, the admission from the server's
+/// admission instant when its token carried it, else client-side times.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Observed {
     /// When the enter request was sent.
     pub arrival_from: u64,
     /// When the enter answer was received.
     pub arrival_to: u64,
-    /// When the last poll that still answered `WAITING` was sent.
+    /// When the admission may first have happened (the token's issue time,
+    /// or the last poll that still answered `WAITING` was sent).
     pub admitted_from: u64,
-    /// When the first answer saying `ADMITTED` was received.
+    /// When it had certainly happened (shortly after the issue time, or the
+    /// first answer saying `ADMITTED` was received).
     pub admitted_to: u64,
 }
 
