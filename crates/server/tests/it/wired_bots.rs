@@ -2,6 +2,7 @@
 //! for a script, single-use answers, the high-risk policies with an IP
 //! reputation file, and `X-Forwarded-For` believed only from trusted proxies.
 
+use crate::support::server;
 use crate::support::visitor::Visitor;
 use crate::support::wired::{CHROME, CURL, ENTER, POSITION, call, start, with_xff};
 use http::{Method, StatusCode};
@@ -120,6 +121,12 @@ async fn back_of_queue_ranks_a_risky_visitor_behind_a_later_verified_one() {
     let lists = tempfile::tempdir().unwrap();
     let back = r#"bots = { challenge = "off", high_risk = "back_of_queue" }"#;
     let s = start(&known_bots(lists.path(), true), back).await;
+    // The event lets its first batch (one visitor) in at the first tick and
+    // nobody for an hour after: a first visitor takes that place, so the two
+    // below stay WAITING whenever the scheduler's first tick comes.
+    let mut holder = Visitor::default();
+    call(&s, &mut holder, Method::POST, ENTER, CHROME, None).await;
+    server::poll_until(&holder, &s.url(POSITION), "ADMITTED").await;
     let mut risky = Visitor::default();
     let risky_headers = with_xff(CHROME, "203.0.113.7");
     let (status, _, p) = call(&s, &mut risky, Method::POST, ENTER, &risky_headers, None).await;
