@@ -218,14 +218,6 @@ impl Fleet {
         (fleet, solved_rx)
     }
 
-    /// The answer's `timestamp` on the run's clock (µs since its start).
-    fn server_time_us(&self, pos: &QueuePosition) -> Option<u64> {
-        let at = humantime::parse_rfc3339(pos.timestamp.as_deref()?).ok()?;
-        let unix_us =
-            i64::try_from(at.duration_since(std::time::UNIX_EPOCH).ok()?.as_micros()).ok()?;
-        u64::try_from(unix_us - self.start_unix_us).ok()
-    }
-
     fn now_us(&self) -> u64 {
         u64::try_from(self.start.elapsed().as_micros()).unwrap_or(u64::MAX)
     }
@@ -578,17 +570,10 @@ impl Fleet {
         }
         let now = self.now_us();
         match news {
-            // Received when it arrived on the stream. As the time of a
-            // WAITING, the server's own timestamp (a millisecond before it,
-            // for its rounding) when that is earlier: under load a stream
-            // task reads its socket late, and a WAITING dated by the read
-            // could fall after a visitor admitted in the same tick was seen.
+            // Dated by its arrival on the stream: the server wrote it no
+            // later, and at most a socket's delay earlier.
             News::Position(pos, arrived) => {
-                let received = arrived.min(now);
-                let built = self
-                    .server_time_us(&pos)
-                    .map_or(received, |t| t.saturating_sub(1000).min(received));
-                self.position(id, &pos, built, received);
+                self.position(id, &pos, arrived.min(now), arrived.min(now))
             }
             News::Ended(why) => {
                 self.streaming.remove(&id);

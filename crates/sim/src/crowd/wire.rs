@@ -16,9 +16,6 @@ pub struct QueuePosition {
     pub poll_after_ms: Option<u64>,
     #[serde(default)]
     pub token: Option<String>,
-    /// When the server built the answer (RFC 3339, ms).
-    #[serde(default)]
-    pub timestamp: Option<String>,
 }
 
 /// The `401 challenge_required` answer to enter.
