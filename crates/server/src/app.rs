@@ -253,7 +253,7 @@ fn listener_limits(
     let nofile = serve::connections::descriptor_limit();
     let (public_cap, admin_cap) = serve::connections::connection_caps(c.max_connections, nofile)
         .map_err(anyhow::Error::msg)?;
-    let limits = |max_connections| serve::Limits {
+    let limits = |max_connections, event_loops| serve::Limits {
         header_read_timeout: server.header_read_timeout,
         body_read_timeout: c.body_read_timeout,
         max_connections,
@@ -261,8 +261,11 @@ fn listener_limits(
         http2_keep_alive_timeout: c.http2_keep_alive_timeout,
         http2_idle_timeout: c.http2_idle_timeout,
         shutdown_grace: server.shutdown_grace,
+        event_loops,
     };
-    Ok((limits(public_cap), limits(admin_cap)))
+    // Only the public listener carries the crowd; the admin and redirect
+    // listeners stay on the shared runtime.
+    Ok((limits(public_cap, c.event_loops), limits(admin_cap, 0)))
 }
 
 /// The public listener: queue API and page routes, the gate as fallback, and

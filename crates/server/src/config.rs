@@ -132,6 +132,8 @@ pub struct ServerConfig {
 pub struct ConnectionSettings {
     pub body_read_timeout: Duration,
     pub max_connections: u64,
+    /// Event loops of the public listener (`server.event_loops`).
+    pub event_loops: usize,
     pub http2_keep_alive_interval: Duration,
     pub http2_keep_alive_timeout: Duration,
     pub http2_idle_timeout: Duration,

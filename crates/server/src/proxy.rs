@@ -29,10 +29,14 @@ pub use error::ProxyError;
 pub use headers::ClientHop;
 pub use upgrade::{SESSION_WATCH_EVERY, SessionEnd, SessionWatch};
 
-/// A pooled HTTP/1 client to the origins.
+/// Pooled HTTP/1 clients to the origins: one pool for each event loop that
+/// serves connections (see `serve::workers`) and one for the shared
+/// runtime. A pooled connection is driven by a task on the runtime that
+/// opened it, so a request reuses connections of its own loop and no other
+/// thread is woken to carry it.
 #[derive(Clone, Debug)]
 pub struct Proxy {
-    client: Client<HttpConnector, Body>,
+    clients: std::sync::Arc<[Client<HttpConnector, Body>]>,
     response_timeout: Duration,
 }
 
@@ -60,13 +64,25 @@ impl Proxy {
         let mut connector = HttpConnector::new();
         connector.set_connect_timeout(Some(connect));
         connector.set_nodelay(true);
-        let client = Client::builder(TokioExecutor::new())
-            .pool_timer(TokioTimer::new())
-            .pool_idle_timeout(Self::POOL_IDLE_TIMEOUT)
-            .build(connector);
+        let client = || {
+            Client::builder(TokioExecutor::new())
+                .pool_timer(TokioTimer::new())
+                .pool_idle_timeout(Self::POOL_IDLE_TIMEOUT)
+                .build(connector.clone())
+        };
+        // Loops beyond the core count share pools round-robin.
+        let loops = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
         Self {
-            client,
+            clients: (0..=loops).map(|_| client()).collect(),
             response_timeout: response,
+        }
+    }
+
+    /// The pool of the calling thread's event loop, or the shared one.
+    fn client(&self) -> &Client<HttpConnector, Body> {
+        match crate::serve::workers::current_loop() {
+            Some(i) if self.clients.len() > 1 => &self.clients[1 + i % (self.clients.len() - 1)],
+            _ => &self.clients[0],
         }
     }
 
@@ -132,7 +148,7 @@ impl Proxy {
         *outgoing.version_mut() = Version::HTTP_11;
         *outgoing.headers_mut() = parts.headers;
 
-        let pending = self.client.request(outgoing);
+        let pending = self.client().request(outgoing);
         let mut response = tokio::time::timeout(self.response_timeout, pending)
             .await
             .map_err(|_| ProxyError::Timeout)?

@@ -13,6 +13,7 @@
 //! the point where the stream is handed to hyper.
 
 pub mod connections;
+pub mod workers;
 
 use std::convert::Infallible;
 use std::future::Future as _;
@@ -63,7 +64,18 @@ pub async fn serve(
 ) {
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     let refusing = Arc::new(Semaphore::new(connections::CLEAN_REFUSALS));
-    let loop_state = (&slots, &refusing);
+    let loops = match limits.event_loops {
+        0 => None,
+        n => match workers::Workers::start(n, "anteroom-io") {
+            Ok(w) => Some(w),
+            Err(e) => {
+                // Still served, on the shared runtime: slower, not down.
+                tracing::error!(error = %e, "cannot start the event loops; serving on the shared runtime");
+                None
+            }
+        },
+    };
+    let loop_state = (&slots, &refusing, loops.as_ref());
     accept_loop(
         &listener,
         &app,
@@ -77,14 +89,23 @@ pub async fn serve(
     // Every open connection holds one permit: all of them back means all closed.
     let all = u32::try_from(limits.max_connections).unwrap_or(u32::MAX);
     let _ = tokio::time::timeout(limits.shutdown_grace, slots.acquire_many(all)).await;
+    if let Some(loops) = loops {
+        loops.stop().await;
+    }
 }
+
+type LoopState<'a> = (
+    &'a Arc<Semaphore>,
+    &'a Arc<Semaphore>,
+    Option<&'a workers::Workers>,
+);
 
 async fn accept_loop(
     listener: &TcpListener,
     app: &Router,
     limits: &Limits,
     tls: Option<&crate::tls::Tls>,
-    (slots, refusing): (&Arc<Semaphore>, &Arc<Semaphore>),
+    (slots, refusing, loops): LoopState<'_>,
     mut stop: watch::Receiver<bool>,
 ) {
     loop {
@@ -104,27 +125,27 @@ async fn accept_loop(
         };
         let _ = stream.set_nodelay(true);
         let (app, limits, stop) = (app.clone(), *limits, stop.clone());
-        match tls.cloned() {
-            None => {
-                tokio::spawn(serve_connection(
-                    stream,
-                    peer,
-                    ClientScheme::Http,
-                    app,
-                    limits,
-                    permit,
-                    stop,
-                ));
-            }
-            Some(tls) => {
-                tokio::spawn(async move {
+        let tls = tls.cloned();
+        let serve = move |stream: tokio::net::TcpStream| async move {
+            match tls {
+                None => {
+                    serve_connection(stream, peer, ClientScheme::Http, app, limits, permit, stop)
+                        .await;
+                }
+                Some(tls) => {
                     // The handshake is bounded by the header read timeout.
                     let Some(stream) = tls.accept(stream, limits.header_read_timeout).await else {
                         return;
                     };
                     serve_connection(stream, peer, ClientScheme::Https, app, limits, permit, stop)
                         .await;
-                });
+                }
+            }
+        };
+        match loops {
+            Some(loops) => loops.spawn(stream, serve),
+            None => {
+                tokio::spawn(serve(stream));
             }
         }
     }

@@ -43,6 +43,9 @@ pub struct RawServer {
     pub body_read_timeout: Option<String>,
     /// Open client connections per listener (capped by RLIMIT_NOFILE).
     pub max_connections: Option<u64>,
+    /// Threads with their own event loop serving the public listener's
+    /// connections; 0 serves them on the shared runtime.
+    pub event_loops: Option<u64>,
     /// HTTP/2 PING interval and how long the answer may take.
     pub http2_keep_alive_interval: Option<String>,
     pub http2_keep_alive_timeout: Option<String>,

@@ -31,6 +31,9 @@ fn the_base_document_is_valid_with_defaults() {
     assert_eq!(c.server.listen.to_string(), "127.0.0.1:8080");
     assert_eq!(c.server.admin_listen.to_string(), "127.0.0.1:9090");
     assert!(!c.server.insecure_cookies);
+    // One event loop per core unless told otherwise.
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    assert_eq!(c.server.connections.event_loops, cores);
     assert_eq!(
         c.store,
         StoreConfig::Embedded {
@@ -103,6 +106,14 @@ fn invalid_values_name_their_key() {
     check(
         ("[server]", "[server]\nlisten = \"localhost\""),
         &format!("{inv}server.listen: \"localhost\" is not an address like 127.0.0.1:8080"),
+    );
+    check(
+        ("[server]", "[server]\nevent_loops = 5000"),
+        &format!("{inv}server.event_loops: must be between 0 (the shared runtime) and 1024"),
+    );
+    check(
+        ("[server]", "[server]\nevent_loops = -1"),
+        "configuration could not be read: server.event_loops: invalid value signed int `-1`, expected u64 (in TOML source string)",
     );
     check(
         ("[server]", "[server]\nlog_format = \"xml\""),

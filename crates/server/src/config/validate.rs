@@ -284,7 +284,21 @@ fn connection_settings(s: &super::raw::RawServer) -> Result<crate::config::Conne
             "must be between 16 and 10000000",
         ));
     }
+    // One loop per core by default: each owns its connections (see
+    // serve::workers); more loops than cores only add context switches.
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    let event_loops = match s.event_loops {
+        None => cores,
+        Some(n) if n <= 1024 => usize::try_from(n).unwrap_or(cores),
+        Some(_) => {
+            return Err(ConfigError::new(
+                "server.event_loops",
+                "must be between 0 (the shared runtime) and 1024",
+            ));
+        }
+    };
     Ok(crate::config::ConnectionSettings {
+        event_loops,
         body_read_timeout: positive(
             "server.body_read_timeout",
             s.body_read_timeout.as_deref(),

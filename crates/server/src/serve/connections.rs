@@ -49,6 +49,10 @@ pub struct Limits {
     pub http2_idle_timeout: Duration,
     /// How long a graceful stop waits for requests in flight.
     pub shutdown_grace: Duration,
+    /// Threads with their own event loop that serve this listener's
+    /// connections (see [`super::workers`]); 0 serves them on the shared
+    /// runtime.
+    pub event_loops: usize,
 }
 
 /// The descriptors this process may open: the soft `RLIMIT_NOFILE`, raised

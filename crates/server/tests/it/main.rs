@@ -45,6 +45,7 @@ mod proxy_forwarding;
 mod proxy_websocket;
 mod replay_storm;
 mod rss_soak;
+mod serve_loops;
 mod sessions_end;
 mod skew_order;
 mod snapshots_api;
