@@ -256,6 +256,10 @@ pub async fn tick_once(
     drop(memory);
     // The ETA maps ranks onto admissions: tell it before the next snapshot.
     lock(&rt.live.admission.eta).note_admitted(state.now_ms(), admitted);
+    if admitted > 0 {
+        // Streamed visitors hear now, not at the hub's next tick.
+        state.push.kick(id);
+    }
     Ok(admitted)
 }
 

@@ -201,7 +201,7 @@ async fn an_admission_reaches_the_stream_within_a_second_of_being_made() {
         latencies[0], latencies[2], latencies[4]
     );
     // Resume → the scheduler's next tick (100 ms here) → the grant → the
-    // hub's next tick (250 ms) → the stream's read: within the contract's
+    // hub, kicked by the grant → the stream's read: within the contract's
     // second after the grant, with room for a loaded box.
     assert!(latencies[2] < Duration::from_millis(1500), "{latencies:?}");
 }
@@ -281,9 +281,10 @@ async fn the_fan_out_reads_the_store_once_per_event_per_tick_not_per_stream() {
         metric(&s, "anteroom_stream_fanout_reads_total").await - fanout0,
     );
     eprintln!("{STREAMS} streams over {window:?}: {fanout} fan-out reads, {reads} stream reads");
-    // One hub read per tick (250 ms) for the event, whatever the streams.
+    // One hub read per tick (100 ms) for the event, whatever the streams
+    // (no admissions while paused, so no kicks).
     assert!(
-        fanout <= 4.0 * window.as_secs_f64() + 2.0,
+        fanout <= 10.0 * window.as_secs_f64() + 2.0,
         "fan-out reads {fanout}"
     );
     assert!(fanout >= 1.0, "the hub did not tick");

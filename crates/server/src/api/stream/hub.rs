@@ -33,6 +33,10 @@ async fn run(state: Arc<AppState>, event: EventId, hub: Arc<Hub>) {
     loop {
         tokio::select! {
             _ = every.tick() => {}
+            () = hub.kick.notified() => {
+                // The read below stands for this tick too.
+                every.reset();
+            }
             _ = closing.wait_for(|c| *c) => return,
         }
         if state.push.retire_if_idle(&event, &hub) {
