@@ -40,7 +40,7 @@ use crate::locks::lock;
 /// concerns: the bound on another node's admission's way to its visitor,
 /// besides the visitor's own status read. This node's own admissions kick
 /// the hub at once ([`Push::kick`]). An admitted visitor who has not heard
-/// yet holds a slot nobody uses, so this is the scheduler's fast tick.
+/// yet holds a slot nobody uses.
 pub const TICK: Duration = Duration::from_millis(100);
 
 /// Reads remembered in [`Tick::recent`]: a stream's rank baseline is the
