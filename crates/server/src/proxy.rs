@@ -56,11 +56,22 @@ impl Proxy {
     /// own keep-alive timeout would close them under a request.
     const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 
+    /// One pool, for callers on the shared runtime.
     pub fn new() -> Self {
         Self::with_timeouts(Self::CONNECT_TIMEOUT, Self::RESPONSE_TIMEOUT)
     }
 
+    /// A pool for each of the listener's `loops` event loops, besides the
+    /// shared runtime's.
+    pub fn for_loops(loops: usize) -> Self {
+        Self::build(Self::CONNECT_TIMEOUT, Self::RESPONSE_TIMEOUT, loops)
+    }
+
     pub fn with_timeouts(connect: Duration, response: Duration) -> Self {
+        Self::build(connect, response, 0)
+    }
+
+    fn build(connect: Duration, response: Duration, loops: usize) -> Self {
         let mut connector = HttpConnector::new();
         connector.set_connect_timeout(Some(connect));
         connector.set_nodelay(true);
@@ -70,8 +81,6 @@ impl Proxy {
                 .pool_idle_timeout(Self::POOL_IDLE_TIMEOUT)
                 .build(connector.clone())
         };
-        // Loops beyond the core count share pools round-robin.
-        let loops = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
         Self {
             clients: (0..=loops).map(|_| client()).collect(),
             response_timeout: response,
@@ -81,7 +90,7 @@ impl Proxy {
     /// The pool of the calling thread's event loop, or the shared one.
     fn client(&self) -> &Client<HttpConnector, Body> {
         match crate::serve::workers::current_loop() {
-            Some(i) if self.clients.len() > 1 => &self.clients[1 + i % (self.clients.len() - 1)],
+            Some(i) if i + 1 < self.clients.len() => &self.clients[i + 1],
             _ => &self.clients[0],
         }
     }

@@ -222,7 +222,7 @@ impl AppState {
             store,
             keyring,
             score_key,
-            proxy: Proxy::new(),
+            proxy: Proxy::for_loops(config.server.connections.event_loops),
             pages: Pages::new(&HashMap::new())?,
             clock,
             bots,
