@@ -161,6 +161,7 @@ async fn serve_all(
         crate::refresh::refresh_once(&state, rt).await;
     }
     scheduler::spawn_all(&state);
+    crate::api::stream::listen_to_other_nodes(&state);
     // Reputation files are re-read when they change; idle rate-limit keys
     // are forgotten on the same tick.
     let bots_reload = state.bots.spawn_reload(std::time::Duration::from_secs(10));

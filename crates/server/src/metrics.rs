@@ -124,6 +124,10 @@ fn describe() {
         "anteroom_stream_fanout_reads_total",
         "Store reads made by the per-event push fan-out (one per event per tick)"
     );
+    metrics::describe_counter!(
+        "anteroom_admission_news_total",
+        "Admissions by other nodes heard through the shared store (each wakes the event's push fan-out)"
+    );
 }
 
 /// Renders the current metrics in Prometheus text format.

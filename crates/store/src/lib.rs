@@ -233,6 +233,17 @@ pub trait QueueStore: Send + Sync + 'static {
     /// Backend name for logs and benchmarks ("embedded", "redis", "redis-cluster").
     fn name(&self) -> &'static str;
 
+    /// The events that other nodes sharing this store admit visitors into,
+    /// as they do it (each admitting `admit` call once), so this node can
+    /// tell its own waiting visitors at once. A hint, not a record: news can
+    /// be lost (a subscriber reconnecting), so whoever listens still reads
+    /// the store now and then. `None` when no other node can admit into
+    /// this store's events (the embedded store). Must be called within a
+    /// tokio runtime.
+    fn admissions_elsewhere(&self) -> Option<tokio::sync::broadcast::Receiver<EventId>> {
+        None
+    }
+
     /// The canonical clock, microseconds since the Unix epoch.
     async fn now_us(&self, event: &EventId) -> Result<i64>;
 

@@ -10,8 +10,10 @@
 mod batch;
 mod conn;
 mod keys;
+mod news;
 mod scripts;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use anteroom_core::phase::AdminState;
@@ -49,6 +51,8 @@ pub struct RedisStore {
     polls: Batcher<Polls>,
     timeout: Duration,
     cluster: bool,
+    /// Admission news to and from the other nodes ([`news`]).
+    news: Arc<news::News>,
 }
 
 /// Largest number of members one expire script call sweeps per category, so
@@ -113,6 +117,7 @@ impl RedisStore {
             conn,
             timeout: cfg.timeout,
             cluster: cfg.cluster,
+            news: Arc::new(news::News::new(cfg.urls.clone(), cfg.timeout)),
         })
     }
 
@@ -191,6 +196,10 @@ impl QueueStore for RedisStore {
         }
     }
 
+    fn admissions_elsewhere(&self) -> Option<tokio::sync::broadcast::Receiver<EventId>> {
+        Some(self.news.subscribe())
+    }
+
     async fn now_us(&self, event: &EventId) -> Result<i64> {
         // Run on the event's own node: that is the clock its scores use.
         let call = scripts::NOW.call(&[EventKeys::new(event).queue()]);
@@ -249,6 +258,9 @@ impl QueueStore for RedisStore {
             return Err(StoreError::Corrupt(
                 "admit returned more members than nonces".into(),
             ));
+        }
+        if !members.is_empty() {
+            self.news.publish(&self.conn, event);
         }
         Ok(members
             .into_iter()

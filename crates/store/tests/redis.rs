@@ -1024,3 +1024,114 @@ async fn joins_keep_their_arrival_order_inside_and_across_batches() {
     );
     assert_eq!(order, members);
 }
+
+/// Waits for the next admission news of `rx`, failing after 10 s.
+async fn next_news(rx: &mut tokio::sync::broadcast::Receiver<EventId>) -> EventId {
+    tokio::time::timeout(Duration::from_secs(10), rx.recv())
+        .await
+        .expect("no admission news within 10 s")
+        .expect("the news channel closed")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn another_nodes_admission_is_news_and_a_nodes_own_is_not() {
+    let server = RedisServer::start().unwrap();
+    let (a, b) = (store(&server).await, store(&server).await);
+    let (e1, e2) = (event("news-one"), event("news-two"));
+    let mut hears_a = a
+        .admissions_elsewhere()
+        .expect("redis carries admission news");
+    let mut hears_b = b
+        .admissions_elsewhere()
+        .expect("redis carries admission news");
+    // Both subscriptions are up once the channel counts two subscribers.
+    let mut conn = raw(&server).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let counts: Vec<(String, i64)> = redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg("anteroom:{@news}:admitted")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        if counts[0].1 == 2 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the nodes never subscribed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let exp = a.now_us(&e1).await.unwrap() + 60_000_000;
+    // An admit call that admits nobody is no news.
+    assert!(
+        a.admit(&e1, &admit_req(5, 10, exp, 1))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    a.join(&e1, "m1", &open()).await.unwrap();
+    assert_eq!(
+        a.admit(&e1, &admit_req(5, 10, exp, 2)).await.unwrap().len(),
+        1
+    );
+    assert_eq!(next_news(&mut hears_b).await, e1);
+    // B admits into another event: A hears that, and nothing before it, so
+    // A's own admission (published before B's, on the same channel) was
+    // not handed back to A.
+    b.join(&e2, "m2", &open()).await.unwrap();
+    assert_eq!(
+        b.admit(&e2, &admit_req(5, 10, exp, 3)).await.unwrap().len(),
+        1
+    );
+    assert_eq!(next_news(&mut hears_a).await, e2);
+    assert!(
+        hears_a.try_recv().is_err(),
+        "A heard more than B's admission"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn admission_news_resumes_after_the_subscription_is_cut() {
+    let server = RedisServer::start().unwrap();
+    let (a, b) = (store(&server).await, store(&server).await);
+    let e = event("news-cut");
+    let mut hears = b.admissions_elsewhere().unwrap();
+    let exp = a.now_us(&e).await.unwrap() + 60_000_000;
+    // Admits one more visitor every 100 ms until B hears of it; news sent
+    // while B is not subscribed is lost (it is a hint), so one admission
+    // alone could go unheard.
+    async fn admit_until_heard(
+        a: &RedisStore,
+        e: &EventId,
+        exp: i64,
+        hears: &mut tokio::sync::broadcast::Receiver<EventId>,
+        round: u8,
+    ) {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        for i in 0u32.. {
+            assert!(Instant::now() < deadline, "B never heard (round {round})");
+            a.join(e, &format!("r{round}-{i}"), &open()).await.unwrap();
+            let admitted = a.admit(e, &admit_req(1, 1_000, exp, round)).await.unwrap();
+            assert_eq!(admitted.len(), 1);
+            if let Ok(Ok(heard)) =
+                tokio::time::timeout(Duration::from_millis(100), hears.recv()).await
+            {
+                assert_eq!(&heard, e);
+                return;
+            }
+        }
+    }
+    admit_until_heard(&a, &e, exp, &mut hears, 1).await;
+    // The server drops every subscriber's connection: B subscribes again.
+    let mut conn = raw(&server).await;
+    let killed: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("pubsub")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(killed, 1, "B's subscription was not there to cut");
+    // Whatever was heard before the cut is not news of this round.
+    while hears.try_recv().is_ok() {}
+    admit_until_heard(&a, &e, exp, &mut hears, 2).await;
+}

@@ -146,3 +146,64 @@ async fn scripts_reload_on_every_master_after_script_flush() {
         assert!(s.join(e, "b", &open()).await.unwrap().new);
     }
 }
+
+/// Admission news crosses the cluster: a node subscribed on one seed hears
+/// admissions into events whose slots live on every master.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn admission_news_reaches_another_node_from_every_master() {
+    let cluster = RedisCluster::start(3).unwrap();
+    let (a, b) = (store(&cluster).await, store(&cluster).await);
+    let mut hears = b
+        .admissions_elsewhere()
+        .expect("a cluster carries admission news");
+    let mut seed = redis::Client::open(cluster.urls()[0].as_str())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let counts: Vec<(String, i64)> = redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg("anteroom:{@news}:admitted")
+            .query_async(&mut seed)
+            .await
+            .unwrap();
+        if counts[0].1 == 1 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the node never subscribed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // One event per master.
+    let mut chosen: HashMap<u16, EventId> = HashMap::new();
+    for i in 0..60 {
+        let e = event(&format!("news-{i}"));
+        chosen
+            .entry(cluster.master_for_event(e.as_str()).unwrap())
+            .or_insert(e);
+    }
+    assert_eq!(chosen.len(), 3, "60 events did not cover the 3 masters");
+    let mut expected = HashSet::new();
+    for e in chosen.values() {
+        a.join(e, "m", &open()).await.unwrap();
+        let now = a.now_us(e).await.unwrap();
+        let req = AdmitRequest {
+            max: 1,
+            max_active: 10,
+            nonces: vec![[9; 16]],
+            token_expires_at_us: now + 60_000_000,
+        };
+        assert_eq!(a.admit(e, &req).await.unwrap().len(), 1);
+        expected.insert(e.clone());
+    }
+    let mut heard = HashSet::new();
+    while heard.len() < expected.len() {
+        let e = tokio::time::timeout(Duration::from_secs(10), hears.recv())
+            .await
+            .expect("not every admission was heard within 10 s")
+            .unwrap();
+        heard.insert(e);
+    }
+    assert_eq!(heard, expected);
+}

@@ -16,6 +16,8 @@
 
 mod hub;
 
+pub use hub::listen_to_other_nodes;
+
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;

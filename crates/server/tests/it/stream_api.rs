@@ -2,8 +2,9 @@
 //! 0, embedded store): the position at once, ranks that only go down as
 //! visitors ahead are admitted, the admission within the contract's second
 //! of the scheduler making it, the `503` + `Retry-After` past
-//! `server.max_streams`, and a fan-out that reads the store once per event
-//! per tick, not once per stream.
+//! `server.max_streams`, a fan-out that reads the store once per event
+//! per tick, not once per stream, and (on a real `redis-server`) streams
+//! woken at once by an admission another node made.
 
 use crate::support::config::{Event, FAST_BATCH};
 use crate::support::origin::Origin;
@@ -295,4 +296,131 @@ async fn the_fan_out_reads_the_store_once_per_event_per_tick_not_per_stream() {
         reads <= front,
         "{reads} stream reads for {STREAMS} streams in {window:?}"
     );
+}
+
+/// Another gateway node (here the test itself, through its own store
+/// handle on the same `redis-server`) admits a visitor streamed by this
+/// node: the admission news wakes the node's fan-out, and the visitor hears
+/// ADMITTED with a token that redeems here.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_admission_by_another_node_reaches_this_nodes_stream_as_news() {
+    use anteroom_store::redis::{RedisConfig, RedisStore};
+    use anteroom_store::{AdmitRequest, EventId, QueueStore};
+
+    let redis = anteroom_store::testing::RedisServer::start()
+        .expect("redis-server (apt-get install redis-server)");
+    let origin = Origin::start().await;
+    // One slot, taken by the first visitor: this node admits nobody else.
+    let dir = tempfile::tempdir().unwrap();
+    let journal = dir.path().join("drain-journal");
+    let toml = crate::support::config::ConfigBuilder::new()
+        .redis(&[redis.url()])
+        .server_line(&format!(
+            "drain_journal = {:?}",
+            journal.display().to_string()
+        ))
+        .no_limits()
+        .event(
+            Event::at("tickets", origin.addr)
+                .max_active(1)
+                .admission(FAST_BATCH),
+        )
+        .toml();
+    let s = TestServer::start_with(&toml, origin, dir).await;
+    let holder = joined(&s).await;
+    crate::support::server::poll_until(
+        &holder,
+        &s.url("/api/queue/position?eventId=tickets"),
+        "ADMITTED",
+    )
+    .await;
+    let v = joined(&s).await;
+    let (_, _, sse) = Sse::open(&s, &v).await;
+    let mut sse = sse.unwrap();
+    assert_eq!(
+        sse.next(Duration::from_secs(10)).await.unwrap()["status"],
+        "WAITING"
+    );
+
+    // The node listens once the channel has its subscriber.
+    let raw = redis::Client::open(redis.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    crate::support::server::wait_until("the node subscribed to admission news", || {
+        let mut raw = raw.clone();
+        async move {
+            let counts: Vec<(String, i64)> = redis::cmd("PUBSUB")
+                .arg("NUMSUB")
+                .arg("anteroom:{@news}:admitted")
+                .query_async(&mut raw)
+                .await
+                .unwrap();
+            counts[0].1 == 1
+        }
+    })
+    .await;
+    let news0 = metric(&s, "anteroom_admission_news_total").await;
+
+    let other = RedisStore::connect(&RedisConfig {
+        urls: vec![redis.url()],
+        cluster: false,
+        timeout: Duration::from_secs(2),
+    })
+    .await
+    .unwrap();
+    let e = EventId::new("tickets").unwrap();
+    let now = other.now_us(&e).await.unwrap();
+    let admitted = other
+        .admit(
+            &e,
+            &AdmitRequest {
+                max: 1,
+                max_active: 100,
+                nonces: vec![rand_nonce()],
+                token_expires_at_us: now + 60_000_000,
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        admitted.len(),
+        1,
+        "the streamed visitor was not the one waiting"
+    );
+    let p = loop {
+        let p = sse
+            .next(Duration::from_secs(10))
+            .await
+            .expect("ended early");
+        if p["status"] != "WAITING" {
+            break p;
+        }
+    };
+    assert_eq!(p["status"], "ADMITTED", "{p}");
+    crate::support::server::wait_until("the node heard the news", || async {
+        metric(&s, "anteroom_admission_news_total").await > news0
+    })
+    .await;
+    let mut v = v;
+    let body = serde_json::json!({ "token": p["token"] }).to_string();
+    let (status, _) = v
+        .json(
+            Method::POST,
+            &s.url("/api/queue/redeem?eventId=tickets"),
+            Some(&body),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+}
+
+fn rand_nonce() -> [u8; 16] {
+    let mut n = [0u8; 16];
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    n.copy_from_slice(&t.to_le_bytes());
+    n
 }

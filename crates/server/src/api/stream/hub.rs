@@ -25,6 +25,35 @@ pub fn subscribe(state: &Arc<AppState>, event: &EventId) -> Subscription {
     subscription
 }
 
+/// Wakes this node's hubs when another node admits (the shared store's
+/// admission news, see [`anteroom_store::QueueStore::admissions_elsewhere`]):
+/// without it, a visitor streamed here heard of an admission made elsewhere
+/// only at the hub's next tick, holding a slot nobody used meanwhile. The
+/// ticks stay, for news lost on the way.
+pub fn listen_to_other_nodes(state: &Arc<AppState>) {
+    let Some(mut news) = state.store.admissions_elsewhere() else {
+        return;
+    };
+    let st = state.clone();
+    crate::locks::lock(&state.tasks).spawn(async move {
+        let mut closing = st.push.closing();
+        loop {
+            tokio::select! {
+                heard = news.recv() => match heard {
+                    Ok(event) => {
+                        metrics::counter!("anteroom_admission_news_total").increment(1);
+                        st.push.kick(&event);
+                    }
+                    // Fell behind: the next news (or tick) wakes the hubs.
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                },
+                _ = closing.wait_for(|c| *c) => return,
+            }
+        }
+    });
+}
+
 /// A hub's loop: one stats read per tick while the event has streams here.
 async fn run(state: Arc<AppState>, event: EventId, hub: Arc<Hub>) {
     let mut every = tokio::time::interval(TICK);
