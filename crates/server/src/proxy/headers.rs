@@ -16,16 +16,16 @@ use crate::serve::ClientScheme;
 mod tests;
 
 /// RFC 9110 7.6.1 connection-specific headers, plus the de-facto ones.
-const HOP_BY_HOP: &[&str] = &[
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "proxy-authenticate",
-    "proxy-authorization",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
+const HOP_BY_HOP: [HeaderName; 9] = [
+    http::header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    http::header::PROXY_AUTHENTICATE,
+    http::header::PROXY_AUTHORIZATION,
+    http::header::TE,
+    http::header::TRAILER,
+    http::header::TRANSFER_ENCODING,
+    http::header::UPGRADE,
 ];
 
 /// Request headers a client must not set for the origin, compared after
@@ -156,16 +156,27 @@ fn strip_hop_by_hop(headers: &mut HeaderMap) {
     for name in listed {
         headers.remove(name);
     }
-    for name in HOP_BY_HOP {
-        headers.remove(*name);
+    // Names made once: a `&str` would be parsed and checked on every call.
+    for name in &HOP_BY_HOP {
+        headers.remove(name);
     }
 }
 
 /// Whether a client-sent header claims something only Anteroom may say.
 fn is_forgeable(name: &HeaderName) -> bool {
     // Header names are lowercase; `_` and `-` are the same to many stacks.
-    let name = name.as_str().replace('_', "-");
-    FORGEABLE.contains(&name.as_str()) || FORGEABLE_PREFIXES.iter().any(|p| name.starts_with(p))
+    // Compared in place: this runs for every header of every request.
+    let name = name.as_str().as_bytes();
+    let same = |a: &[u8], b: &[u8]| {
+        a.len() == b.len()
+            && a.iter()
+                .zip(b)
+                .all(|(&x, &y)| x == y || (x == b'_' && y == b'-'))
+    };
+    FORGEABLE.iter().any(|f| same(name, f.as_bytes()))
+        || FORGEABLE_PREFIXES
+            .iter()
+            .any(|p| name.len() >= p.len() && same(&name[..p.len()], p.as_bytes()))
 }
 
 /// Whether a cookie name is one of Anteroom's, in any of its forms.
