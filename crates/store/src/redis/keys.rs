@@ -5,7 +5,9 @@
 //! there) while different events spread across the cluster. The cross-event
 //! keys are [`CONFIGS`] and [`AUDITED`]; `@` cannot appear in an event id, so
 //! they never collide.
-//! Nothing outside the `anteroom:` prefix is ever read or written.
+//! Nothing outside the `anteroom:` prefix is ever read or written; the one
+//! pub/sub channel (the admission news between nodes, `news::CHANNEL`) is
+//! under it too.
 
 use crate::{EventId, Nonce};
 
