@@ -281,7 +281,11 @@ pub trait QueueStore: Send + Sync + 'static {
     ) -> Result<RedeemOutcome>;
 
     /// Moves an active session's end to `expires_at_us` (idle renewal by the
-    /// gate; callers cap it at the session's lifetime). `false` if not active.
+    /// gate; callers cap it at the session's lifetime), never earlier than
+    /// it already is: renewals from several requests or nodes (each from its
+    /// own clock) may land in any order, and the latest promise must stand.
+    /// `true` if the member has a session (moved or already later), `false`
+    /// if not active.
     async fn extend(&self, event: &EventId, member: &str, expires_at_us: i64) -> Result<bool>;
 
     /// Ends the member's presence (waiting, admitted or active) and records a

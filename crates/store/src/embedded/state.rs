@@ -312,8 +312,10 @@ impl EventState {
         check_member(member)?;
         match self.active.get_mut(member) {
             Some(exp) => {
-                *exp = expires_at_us;
-                self.writes.active(member, expires_at_us);
+                if expires_at_us > *exp {
+                    *exp = expires_at_us;
+                    self.writes.active(member, expires_at_us);
+                }
                 Ok(true)
             }
             None => Ok(false),

@@ -118,6 +118,23 @@ pub(super) async fn extend_moves_session_end(s: Store, c: Ctx) {
             expires_at_us: t + HOUR_US
         }
     );
+    // A renewal that lands after a later one (another request, another
+    // node's clock) leaves the later end standing.
+    assert!(s.extend(&ev, &ms[0], t + HOUR_US / 2).await.unwrap());
+    assert_eq!(
+        s.status(&ev, &ms[0], Touch::Peek).await.unwrap(),
+        MemberState::Active {
+            expires_at_us: t + HOUR_US
+        },
+        "extend moved a session's end earlier"
+    );
+    assert!(s.extend(&ev, &ms[0], t + 2 * HOUR_US).await.unwrap());
+    assert_eq!(
+        s.status(&ev, &ms[0], Touch::Peek).await.unwrap(),
+        MemberState::Active {
+            expires_at_us: t + 2 * HOUR_US
+        }
+    );
     assert!(
         !s.extend(&ev, &ms[1], t + HOUR_US).await.unwrap(),
         "a waiting member has no session"
