@@ -31,6 +31,11 @@ use crate::{
     Touch, check_member, check_node,
 };
 
+/// The pub/sub channel of the admission news between nodes (for tests that
+/// wait for its listeners).
+#[cfg(feature = "conformance")]
+pub(crate) const NEWS_CHANNEL: &str = news::CHANNEL;
+
 /// How to reach Redis.
 #[derive(Clone, Debug)]
 pub struct RedisConfig {

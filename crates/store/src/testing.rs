@@ -12,5 +12,30 @@ mod server;
 pub use self::cluster::RedisCluster;
 pub use self::server::RedisServer;
 
+/// Waits (10 s at most) until `n` connections to the Redis at `url`
+/// listen for the admission news between nodes: news published before a
+/// node subscribes is not replayed, so a test publishes only after this.
+pub async fn wait_for_news_listeners(url: &str, n: i64) -> anyhow::Result<()> {
+    let mut conn = redis::Client::open(url)?
+        .get_multiplexed_async_connection()
+        .await?;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let counts: Vec<(String, i64)> = redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg(crate::redis::NEWS_CHANNEL)
+            .query_async(&mut conn)
+            .await?;
+        if counts.first().map(|c| c.1) == Some(n) {
+            return Ok(());
+        }
+        anyhow::ensure!(
+            std::time::Instant::now() < deadline,
+            "{n} admission-news listeners never subscribed at {url}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
 /// What every helper answers when the Redis binaries are not installed.
 pub const MISSING_REDIS: &str = "redis-server not found: install it with `apt-get install redis-server` (scripts/test does this)";

@@ -1044,22 +1044,10 @@ async fn another_nodes_admission_is_news_and_a_nodes_own_is_not() {
     let mut hears_b = b
         .admissions_elsewhere()
         .expect("redis carries admission news");
-    // Both subscriptions are up once the channel counts two subscribers.
-    let mut conn = raw(&server).await;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let counts: Vec<(String, i64)> = redis::cmd("PUBSUB")
-            .arg("NUMSUB")
-            .arg("anteroom:{@news}:admitted")
-            .query_async(&mut conn)
-            .await
-            .unwrap();
-        if counts[0].1 == 2 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the nodes never subscribed");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    // Both subscriptions are up once the channel counts two listeners.
+    anteroom_store::testing::wait_for_news_listeners(&server.url(), 2)
+        .await
+        .unwrap();
     let exp = a.now_us(&e1).await.unwrap() + 60_000_000;
     // An admit call that admits nobody is no news.
     assert!(

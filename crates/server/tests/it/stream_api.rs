@@ -102,6 +102,13 @@ async fn joined(s: &TestServer) -> Visitor {
     v
 }
 
+/// Redeems `token` for `v`; the answer's status.
+async fn redeem(s: &TestServer, mut v: Visitor, token: &Value) -> StatusCode {
+    let body = serde_json::json!({ "token": token }).to_string();
+    let url = s.url("/api/queue/redeem?eventId=tickets");
+    v.json(Method::POST, &url, Some(&body)).await.0
+}
+
 async fn metric(s: &TestServer, name: &str) -> f64 {
     let (_, _, body) = s.admin_get("/metrics", None).await;
     String::from_utf8_lossy(&body)
@@ -155,16 +162,7 @@ async fn ranks_go_down_as_visitors_ahead_are_admitted_then_the_admission_arrives
         "the stream ends after ADMITTED"
     );
     // The token is the visitor's and redeems.
-    let mut v = v;
-    let body = serde_json::json!({ "token": admitted["token"] }).to_string();
-    let (status, _) = v
-        .json(
-            Method::POST,
-            &s.url("/api/queue/redeem?eventId=tickets"),
-            Some(&body),
-        )
-        .await;
-    assert_eq!(status, StatusCode::OK);
+    assert_eq!(redeem(&s, v, &admitted["token"]).await, StatusCode::OK);
     drop(ahead);
 }
 
@@ -343,24 +341,9 @@ async fn an_admission_by_another_node_reaches_this_nodes_stream_as_news() {
     );
 
     // The node listens once the channel has its subscriber.
-    let raw = redis::Client::open(redis.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
+    anteroom_store::testing::wait_for_news_listeners(&redis.url(), 1)
         .await
         .unwrap();
-    crate::support::server::wait_until("the node subscribed to admission news", || {
-        let mut raw = raw.clone();
-        async move {
-            let counts: Vec<(String, i64)> = redis::cmd("PUBSUB")
-                .arg("NUMSUB")
-                .arg("anteroom:{@news}:admitted")
-                .query_async(&mut raw)
-                .await
-                .unwrap();
-            counts[0].1 == 1
-        }
-    })
-    .await;
     let news0 = metric(&s, "anteroom_admission_news_total").await;
 
     let other = RedisStore::connect(&RedisConfig {
@@ -378,7 +361,7 @@ async fn an_admission_by_another_node_reaches_this_nodes_stream_as_news() {
             &AdmitRequest {
                 max: 1,
                 max_active: 100,
-                nonces: vec![rand_nonce()],
+                nonces: vec![rand::random()],
                 token_expires_at_us: now + 60_000_000,
             },
         )
@@ -403,24 +386,5 @@ async fn an_admission_by_another_node_reaches_this_nodes_stream_as_news() {
         metric(&s, "anteroom_admission_news_total").await > news0
     })
     .await;
-    let mut v = v;
-    let body = serde_json::json!({ "token": p["token"] }).to_string();
-    let (status, _) = v
-        .json(
-            Method::POST,
-            &s.url("/api/queue/redeem?eventId=tickets"),
-            Some(&body),
-        )
-        .await;
-    assert_eq!(status, StatusCode::OK);
-}
-
-fn rand_nonce() -> [u8; 16] {
-    let mut n = [0u8; 16];
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    n.copy_from_slice(&t.to_le_bytes());
-    n
+    assert_eq!(redeem(&s, v, &p["token"]).await, StatusCode::OK);
 }

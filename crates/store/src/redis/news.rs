@@ -15,8 +15,7 @@
 //! A message is `<origin> <event id>`: `origin` is a random number per store
 //! instance, so a node skips its own admissions, which it already told.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -43,13 +42,13 @@ const BACKLOG: usize = 256;
 pub(crate) struct News {
     origin: u64,
     sender: broadcast::Sender<EventId>,
-    listening: AtomicBool,
     /// Where to subscribe: the standalone URL, or the cluster's seed nodes
     /// in turn.
     urls: Vec<String>,
     timeout: Duration,
-    /// The listening task, stopped when the store's last handle goes.
-    task: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// The listening task, started by the first subscriber and stopped
+    /// when the store's last handle goes.
+    task: OnceLock<tokio::task::JoinHandle<()>>,
 }
 
 impl News {
@@ -57,10 +56,9 @@ impl News {
         Self {
             origin: rand::random(),
             sender: broadcast::channel(BACKLOG).0,
-            listening: AtomicBool::new(false),
             urls,
             timeout,
-            task: Mutex::new(None),
+            task: OnceLock::new(),
         }
     }
 
@@ -84,11 +82,9 @@ impl News {
     /// listening task on the first call.
     pub(crate) fn subscribe(self: &Arc<Self>) -> broadcast::Receiver<EventId> {
         let receiver = self.sender.subscribe();
-        if !self.listening.swap(true, Ordering::AcqRel) {
-            // The task holds only a weak handle, so dropping the store ends it.
-            let task = tokio::spawn(listen(Arc::downgrade(self)));
-            *self.task.lock().unwrap_or_else(|p| p.into_inner()) = Some(task);
-        }
+        // The task holds only a weak handle, so dropping the store ends it.
+        self.task
+            .get_or_init(|| tokio::spawn(listen(Arc::downgrade(self))));
         receiver
     }
 
@@ -105,12 +101,7 @@ impl News {
 
 impl Drop for News {
     fn drop(&mut self) {
-        if let Some(task) = self
-            .task
-            .get_mut()
-            .unwrap_or_else(|p| p.into_inner())
-            .take()
-        {
+        if let Some(task) = self.task.get() {
             task.abort();
         }
     }
