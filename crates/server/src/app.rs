@@ -16,6 +16,8 @@ use crate::{
     access, admin, api, bots, config, drain, error, gate, identity, metrics, scheduler, serve, tls,
 };
 
+pub mod hot;
+
 // Paths older than the split of the state from the routers, still used by
 // the integration tests and the simulator.
 pub use crate::clock::Clock;
@@ -173,7 +175,7 @@ async fn serve_all(
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let hsts = tls.as_ref().and_then(|t| t.hsts.clone());
-    let public_app = tls::with_hsts(public_router(state.clone()), hsts);
+    let public_app = tls::with_hsts(public_router(state.clone()), hsts.clone());
     let admin_app = admin::router(state.clone());
     let (public_limits, admin_limits) = listener_limits(&config.server)?;
     let admin_tls = tls.clone().filter(|t| t.admin);
@@ -182,6 +184,12 @@ async fn serve_all(
         let app = tls::redirect::router(challenges, https_port);
         tokio::spawn(serve::serve(l, app, admin_limits, None, stop_rx.clone()))
     });
+    let public_hot =
+        hot::PublicHot::new(state.clone(), hsts).map(|h| Arc::new(h) as Arc<dyn serve::HotRoutes>);
+    let public_app = serve::App {
+        router: public_app,
+        hot: public_hot,
+    };
     let public_task = tokio::spawn(serve::serve(
         public,
         public_app,

@@ -360,15 +360,20 @@ async fn timed_forward(
 /// 32 KiB in total with `431` JSON (hyper's own limits are set higher, so
 /// this answer, with its body, is the one clients see).
 pub async fn limit_headers(req: Request, next: Next) -> Response {
-    let size: usize = req
-        .headers()
-        .iter()
-        .map(|(k, v)| k.as_str().len() + v.len() + 4)
-        .sum();
-    if size > MAX_HEADER_BYTES {
+    if headers_too_large(req.headers()) {
         return ApiError::HeadersTooLarge.into_response();
     }
     next.run(req).await
+}
+
+/// Whether a request's header fields, as sent (`name: value\r\n` each),
+/// pass [`MAX_HEADER_BYTES`].
+pub fn headers_too_large(headers: &HeaderMap) -> bool {
+    let size: usize = headers
+        .iter()
+        .map(|(k, v)| k.as_str().len() + v.len() + 4)
+        .sum();
+    size > MAX_HEADER_BYTES
 }
 
 fn accepts_html(headers: &HeaderMap) -> bool {

@@ -46,4 +46,6 @@ pub use app::{Listeners, check, open_store, public_router, run, run_listeners, r
 pub use config::Config;
 /// Binds a listener with the accept queue a gateway needs.
 pub use serve::connections::bind as bind_listener;
+/// The hot-route hook of a listener (the public one's: `app::hot`).
+pub use serve::{ClientScheme, HotAnswer, HotRoutes};
 pub use state::AppState;

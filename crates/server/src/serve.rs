@@ -46,6 +46,46 @@ pub enum ClientScheme {
     Https,
 }
 
+/// The requests a listener answers before its router. A crowd's polls are
+/// most of a public listener's requests, and for one of them the router's
+/// match, the middleware's boxed futures and the body and extension
+/// wrapping that every routed request gets cost as much as the answer
+/// itself; a hand match on the method and the exact path takes the hot
+/// route straight to its handler. Whatever it declines goes to the router
+/// unchanged, so the router stays the whole contract and a hot route is an
+/// answer the router would give too.
+pub trait HotRoutes: Send + Sync + 'static {
+    /// Whether a request for `uri` with `method` is a hot route's.
+    fn takes(&self, method: &http::Method, uri: &http::Uri) -> bool;
+
+    /// The answer to a request [`HotRoutes::takes`] took. `peer` is the TCP
+    /// peer, `scheme` how the client came. The request's body is dropped
+    /// unread, so a hot route must be one whose handler never reads a body.
+    fn answer(
+        &self,
+        head: http::request::Parts,
+        peer: SocketAddr,
+        scheme: ClientScheme,
+    ) -> HotAnswer;
+}
+
+/// A hot route's answer, still to be awaited.
+pub type HotAnswer = Pin<Box<dyn std::future::Future<Output = axum::response::Response> + Send>>;
+
+/// What a listener serves: its router and, on the public listener, the
+/// hot routes answered before it.
+#[derive(Clone)]
+pub struct App {
+    pub router: Router,
+    pub hot: Option<Arc<dyn HotRoutes>>,
+}
+
+impl From<Router> for App {
+    fn from(router: Router) -> Self {
+        Self { router, hot: None }
+    }
+}
+
 /// hyper's read buffer: room for a request head well past our 32 KiB limit.
 const MAX_BUF: usize = 256 * 1024;
 /// Streams one HTTP/2 connection may have open at once.
@@ -57,7 +97,7 @@ const H2_MAX_STREAMS: u32 = 256;
 /// read timeout).
 pub async fn serve(
     listener: TcpListener,
-    app: Router,
+    app: impl Into<App>,
     limits: Limits,
     tls: Option<crate::tls::Tls>,
     stop: watch::Receiver<bool>,
@@ -76,6 +116,7 @@ pub async fn serve(
         },
     };
     let loop_state = (&slots, &refusing, loops.as_ref());
+    let app = app.into();
     accept_loop(
         &listener,
         &app,
@@ -102,7 +143,7 @@ type LoopState<'a> = (
 
 async fn accept_loop(
     listener: &TcpListener,
-    app: &Router,
+    app: &App,
     limits: &Limits,
     tls: Option<&crate::tls::Tls>,
     (slots, refusing, loops): LoopState<'_>,
@@ -157,7 +198,7 @@ async fn serve_connection<S>(
     stream: S,
     peer: SocketAddr,
     scheme: ClientScheme,
-    app: Router,
+    app: App,
     limits: Limits,
     permit: OwnedSemaphorePermit,
     mut stop: watch::Receiver<bool>,
@@ -170,14 +211,27 @@ async fn serve_connection<S>(
         let activity = activity.clone();
         tower::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
             let busy = activity.begin();
-            let mut req = prepare(req, peer, limits.body_read_timeout, &slot);
-            // Only TLS is marked: an absent mark reads as plain `http`.
-            if scheme == ClientScheme::Https {
-                req.extensions_mut().insert(ClientScheme::Https);
-            }
-            let app = app.clone();
+            let hot = app
+                .hot
+                .as_ref()
+                .filter(|hot| hot.takes(req.method(), req.uri()));
+            let route = match hot {
+                Some(hot) => Ok(hot.answer(req.into_parts().0, peer, scheme)),
+                None => Err(req),
+            };
+            let route = route.map_err(|req| {
+                let mut req = prepare(req, peer, limits.body_read_timeout, &slot);
+                // Only TLS is marked: an absent mark reads as plain `http`.
+                if scheme == ClientScheme::Https {
+                    req.extensions_mut().insert(ClientScheme::Https);
+                }
+                (app.router.clone(), req)
+            });
             async move {
-                let response = app.oneshot(req).await?;
+                let response = match route {
+                    Ok(hot) => hot.await,
+                    Err((router, req)) => router.oneshot(req).await?,
+                };
                 Ok::<_, Infallible>(track(response, busy))
             }
         })

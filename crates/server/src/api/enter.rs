@@ -1,12 +1,14 @@
 //! `POST /api/queue/enter` and `GET /api/queue/position`.
 
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use anteroom_core::phase::Phase;
 use anteroom_core::score::{JoinScoring, Placement};
 use anteroom_store::MemberState;
 use axum::extract::{Request, State};
-use axum::http::StatusCode;
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
@@ -186,16 +188,24 @@ pub async fn position(
     req: Request,
 ) -> Result<Response, ApiError> {
     let (parts, _) = req.into_parts();
-    let rt = resolve_event(&state, &parts.uri)?;
+    let ip = client_ip(&state, &parts.extensions, &parts.headers);
+    poll(&state, &parts, ip).await
+}
+
+/// A position poll from the TCP peer `peer`: the route's handler, and the
+/// public listener's hot route (which calls it without the router).
+pub async fn poll(state: &AppState, parts: &Parts, peer: IpAddr) -> Result<Response, ApiError> {
+    let ip = crate::client_ip::client_ip(peer, &parts.headers, &state.server.trusted_proxies);
+    let rt = resolve_event(state, &parts.uri)?;
     rt.counters.polls.increment(1);
     let return_path = super::return_path(&parts.uri);
     let answer = super::answer(&parts.headers, &return_path);
-    let visitor = polling_visitor(&state, &rt, &parts)?;
+    let visitor = polling_visitor(state, &rt, &parts.headers, ip)?;
     let Some(visitor) = visitor else {
-        let none = QueuePosition::build(&state, &rt, "", &MemberState::None, answer);
+        let none = QueuePosition::build(state, &rt, "", &MemberState::None, answer);
         return Ok(none.respond(StatusCode::OK));
     };
-    let (position, _) = Queue::new(&state, &rt)
+    let (position, _) = Queue::new(state, &rt)
         .position(&visitor.member, Read::Poll, answer)
         .await;
     Ok(position.respond(StatusCode::OK))
@@ -205,18 +215,14 @@ pub async fn position(
 /// read the store, so both are limited alike), or `None` without a session.
 /// Reads are refused in memory before they reach the store; a caller
 /// without a session is limited by address alone.
+/// `ip` is the caller's address (see [`client_ip`]).
 pub fn polling_visitor(
     state: &AppState,
     rt: &EventRuntime,
-    parts: &axum::http::request::Parts,
+    headers: &HeaderMap,
+    ip: IpAddr,
 ) -> Result<Option<Visitor>, ApiError> {
-    let visitor = identity::resolve(
-        &parts.headers,
-        rt.jwt.as_ref(),
-        Mint::Never,
-        &state.server.cookies,
-    )?;
-    let ip = client_ip(state, &parts.extensions, &parts.headers);
+    let visitor = identity::resolve(headers, rt.jwt.as_ref(), Mint::Never, &state.server.cookies)?;
     let member = visitor.as_ref().map_or("", |v| v.member.as_str());
     if let Err(limited) = state.bots.check_rate(RateKind::Position, ip, member) {
         // Refused, but the visitor is there: the place must not idle out

@@ -81,7 +81,8 @@ pub async fn stream(
     let rt = resolve_event(&state, &parts.uri)?;
     // Opening a stream reads the store like a poll, so it counts as one:
     // a reconnect loop is limited like a poll loop.
-    let visitor = super::enter::polling_visitor(&state, &rt, &parts)?;
+    let ip = super::client_ip(&state, &parts.extensions, &parts.headers);
+    let visitor = super::enter::polling_visitor(&state, &rt, &parts.headers, ip)?;
     let Some(permit) = state.push.try_open() else {
         metrics::counter!("anteroom_streams_refused_total").increment(1);
         return Ok(refused());

@@ -35,6 +35,7 @@ mod fault_cluster;
 mod fault_node;
 mod fault_redis;
 mod gate_threats;
+mod hot_routes;
 mod js_vectors;
 mod lifecycle_sessions;
 mod origin_commands;

@@ -48,6 +48,16 @@ impl Harness {
     }
 
     pub async fn with_origin(origin: &str, event: &str) -> Self {
+        Self::with_config(origin, event, |c| c).await
+    }
+
+    /// [`Harness::with_origin`] with the rest of the configuration changed
+    /// by `more`.
+    pub async fn with_config(
+        origin: &str,
+        event: &str,
+        more: impl FnOnce(ConfigBuilder) -> ConfigBuilder,
+    ) -> Self {
         // These tests are about admission policy, not the disk: tens of
         // thousands of sequential joins, redeems and releases each wait for a
         // durable commit, so on tmpfs (where fsync costs nothing) they run in
@@ -68,10 +78,12 @@ impl Harness {
             Arc::new(EmbeddedStore::open(dir.path(), opts).await.unwrap());
         // One event `e` in front of `origin`, protecting `/shop`, with the
         // test's `event` keys.
-        let config = ConfigBuilder::new()
-            .embedded(dir.path())
-            .event(Event::new("e", origin).paths(&["/shop"]).line(event))
-            .build();
+        let config = more(
+            ConfigBuilder::new()
+                .embedded(dir.path())
+                .event(Event::new("e", origin).paths(&["/shop"]).line(event)),
+        )
+        .build();
         let events = anteroom::config::stored::resolve(&config.events, store.as_ref())
             .await
             .unwrap();

@@ -1,0 +1,218 @@
+//! The public listener's hot route (position polls answered before the
+//! router) gives the router's answer: the same visitors, cookies and events
+//! are asked both ways, on one state with a hand-moved clock, and every
+//! status, header and JSON field must agree (except `pollAfterMs`, jittered
+//! per answer, and the `Retry-After` it rounds). What the hot route does not
+//! own goes back to the router untouched.
+
+use std::net::SocketAddr;
+
+use anteroom::app::hot::PublicHot;
+use anteroom::{ClientScheme, HotRoutes};
+use axum::body::Body;
+use axum::response::Response;
+use http::{HeaderValue, Method, Request, StatusCode, header};
+use tower::ServiceExt as _;
+
+use crate::support::admission::Harness;
+
+const PEER: &str = "127.0.0.1:40000";
+
+fn request(method: Method, uri: &str, headers: &[(&str, &str)]) -> Request<Body> {
+    let mut b = Request::builder().method(method).uri(uri);
+    for (k, v) in headers {
+        b = b.header(*k, *v);
+    }
+    b.body(Body::empty()).unwrap()
+}
+
+async fn through_router(h: &Harness, req: Request<Body>) -> Response {
+    anteroom::public_router(h.state.clone())
+        .oneshot(req)
+        .await
+        .unwrap()
+}
+
+async fn through_hot(hot: &PublicHot, req: Request<Body>) -> Option<Response> {
+    if !hot.takes(req.method(), req.uri()) {
+        return None;
+    }
+    let (head, _) = req.into_parts();
+    let peer: SocketAddr = PEER.parse().unwrap();
+    Some(hot.answer(head, peer, ClientScheme::Http).await)
+}
+
+/// Status, headers (without `Retry-After`'s value, and without
+/// `Content-Length`: the router writes it into the head, the hot route
+/// leaves it to hyper, which sends the same from the body's exact size) and
+/// the JSON body without `pollAfterMs`.
+async fn seen(r: Response) -> (StatusCode, Vec<(String, String)>, serde_json::Value) {
+    let status = r.status();
+    let mut headers: Vec<(String, String)> = r
+        .headers()
+        .iter()
+        .filter(|(k, _)| *k != header::CONTENT_LENGTH)
+        .map(|(k, v)| {
+            let v = if k == header::RETRY_AFTER {
+                "[seconds]".to_owned()
+            } else {
+                v.to_str().unwrap().to_owned()
+            };
+            (k.as_str().to_owned(), v)
+        })
+        .collect();
+    headers.sort();
+    let bytes = axum::body::to_bytes(r.into_body(), 1 << 20).await.unwrap();
+    let mut json: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+    if let Some(o) = json.as_object_mut() {
+        o.remove("pollAfterMs");
+    }
+    (status, headers, json)
+}
+
+/// The session cookie a router's enter sets, as a `Cookie` header.
+async fn enter(h: &Harness) -> String {
+    let r = through_router(h, request(Method::POST, "/api/queue/enter?eventId=e", &[])).await;
+    assert_eq!(r.status(), StatusCode::OK);
+    r.headers()
+        .get_all(header::SET_COOKIE)
+        .iter()
+        .map(|v| v.to_str().unwrap().split(';').next().unwrap().to_owned())
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+async fn same_answer(
+    h: &Harness,
+    hot: &PublicHot,
+    uri: &str,
+    headers: &[(&str, &str)],
+) -> serde_json::Value {
+    let routed = seen(through_router(h, request(Method::GET, uri, headers)).await).await;
+    let direct = through_hot(hot, request(Method::GET, uri, headers))
+        .await
+        .unwrap_or_else(|| panic!("the hot route declined GET {uri}"));
+    let direct = seen(direct).await;
+    assert_eq!(direct, routed, "GET {uri} with {headers:?}");
+    direct.2
+}
+
+#[tokio::test]
+async fn a_hot_poll_is_answered_as_the_router_answers_it() {
+    // Both ways ask the same sessions many times: no rate limits.
+    let h = Harness::with_config("http://127.0.0.1:9", "max_active = 1", |c| c.no_limits()).await;
+    let hot = PublicHot::new(h.state.clone(), None).unwrap();
+    let first = enter(&h).await;
+    let second = enter(&h).await;
+    let url = "/api/queue/position?eventId=e";
+
+    // Both waiting (nobody admitted yet), in French and in English.
+    let w = same_answer(
+        &h,
+        &hot,
+        url,
+        &[("cookie", &second), ("accept-language", "fr")],
+    )
+    .await;
+    assert_eq!(w["status"], "WAITING", "{w}");
+    same_answer(&h, &hot, url, &[("cookie", &first)]).await;
+    // The first is admitted: the same token and redeem link both ways.
+    h.tick().await;
+    let a = same_answer(
+        &h,
+        &hot,
+        &format!("{url}&return=%2Fshop%2Fcart"),
+        &[("cookie", &first)],
+    )
+    .await;
+    assert_eq!(a["status"], "ADMITTED", "{a}");
+    assert!(
+        a["redirect"]
+            .as_str()
+            .unwrap()
+            .contains("return=%2Fshop%2Fcart"),
+        "{a}"
+    );
+    // No session, an unknown event, a garbage cookie, the only event implied.
+    let n = same_answer(&h, &hot, url, &[]).await;
+    assert_eq!(n["status"], "NONE", "{n}");
+    let u = same_answer(
+        &h,
+        &hot,
+        "/api/queue/position?eventId=nope",
+        &[("cookie", &first)],
+    )
+    .await;
+    assert_eq!(u["error"], "unknown_event", "{u}");
+    same_answer(&h, &hot, url, &[("cookie", "__Host-anteroom_sid=garbage")]).await;
+    same_answer(&h, &hot, "/api/queue/position", &[("cookie", &second)]).await;
+    // A head past the 32 KiB guard is refused alike.
+    let big = "x".repeat(40 * 1024);
+    let t = same_answer(&h, &hot, url, &[("cookie", &second), ("x-padding", &big)]).await;
+    assert_eq!(t["error"], "headers_too_large", "{t}");
+}
+
+#[tokio::test]
+async fn the_hot_route_sets_hsts_and_leaves_everything_else_to_the_router() {
+    let h = Harness::new("max_active = 1").await;
+    let hsts = HeaderValue::from_static("max-age=31536000");
+    let hot = PublicHot::new(h.state.clone(), Some(hsts.clone())).unwrap();
+    let url = "/api/queue/position?eventId=e";
+    let r = through_hot(&hot, request(Method::GET, url, &[]))
+        .await
+        .unwrap();
+    assert_eq!(
+        r.headers().get(header::STRICT_TRANSPORT_SECURITY),
+        Some(&hsts)
+    );
+
+    // Other methods (HEAD is the router's GET without a body, POST a 405),
+    // other spellings of the path and other routes are not the hot route's.
+    for (method, uri) in [
+        (Method::HEAD, url),
+        (Method::POST, url),
+        (Method::GET, "/api/queue/position/?eventId=e"),
+        (Method::GET, "/api/queue//position?eventId=e"),
+        (Method::GET, "/api/queue/stream?eventId=e"),
+        (Method::GET, "/queue/e"),
+        (Method::GET, "/shop/"),
+    ] {
+        assert!(
+            through_hot(&hot, request(method.clone(), uri, &[]))
+                .await
+                .is_none(),
+            "{method} {uri} was taken by the hot route"
+        );
+    }
+}
+
+#[tokio::test]
+async fn with_the_access_log_on_every_request_goes_through_the_router() {
+    // The access log is the router's middleware: no request may skip it.
+    let h = Harness::with_config("http://127.0.0.1:9", "max_active = 1", |c| {
+        c.server_line("access_log = true")
+    })
+    .await;
+    assert!(PublicHot::new(h.state.clone(), None).is_none());
+}
+
+#[tokio::test]
+async fn a_rate_limited_hot_poll_is_refused_as_the_router_refuses_it() {
+    let h = Harness::new("max_active = 1").await;
+    let hot = PublicHot::new(h.state.clone(), None).unwrap();
+    let v = enter(&h).await;
+    let url = "/api/queue/position?eventId=e";
+    let mut limited = false;
+    for _ in 0..1_000 {
+        let r = through_hot(&hot, request(Method::GET, url, &[("cookie", &v)]))
+            .await
+            .unwrap();
+        if r.status() == StatusCode::TOO_MANY_REQUESTS {
+            limited = true;
+            break;
+        }
+    }
+    assert!(limited, "a thousand polls in a row were never limited");
+    let r = same_answer(&h, &hot, url, &[("cookie", &v)]).await;
+    assert_eq!(r["error"], "rate_limited", "{r}");
+}
