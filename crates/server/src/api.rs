@@ -8,6 +8,7 @@ pub mod page;
 pub mod redeem;
 pub mod stream;
 
+use std::borrow::Cow;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 
@@ -20,7 +21,7 @@ use axum::response::Response;
 use axum::routing::{get, post};
 use percent_encoding::percent_decode_str;
 
-use anteroom_store::{EventId, MemberState};
+use anteroom_store::MemberState;
 
 use crate::error::ApiError;
 use crate::position::Answer;
@@ -86,23 +87,36 @@ pub fn router() -> Router<Arc<AppState>> {
 
 /// The value of query parameter `name`, percent- and `+`-decoded.
 pub fn query_param(uri: &Uri, name: &str) -> Option<String> {
+    query_value(uri, name).map(Cow::into_owned)
+}
+
+/// [`query_param`], borrowed from the URI when it needs no decoding (an
+/// event id always does not).
+pub fn query_value<'u>(uri: &'u Uri, name: &str) -> Option<Cow<'u, str>> {
     uri.query()?.split('&').find_map(|pair| {
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
         (k == name).then(|| {
-            percent_decode_str(&v.replace('+', " "))
-                .decode_utf8_lossy()
-                .into_owned()
+            if !v.contains(['%', '+']) {
+                return Cow::Borrowed(v);
+            }
+            Cow::Owned(
+                percent_decode_str(&v.replace('+', " "))
+                    .decode_utf8_lossy()
+                    .into_owned(),
+            )
         })
     })
 }
 
 /// The event a queue API call is about: `eventId`, or the only event.
 pub fn resolve_event(state: &AppState, uri: &Uri) -> Result<Arc<EventRuntime>, ApiError> {
-    match query_param(uri, "eventId") {
-        Some(id) => {
-            let id = EventId::new(&id).map_err(|_| ApiError::UnknownEvent)?;
-            state.event(&id).ok_or(ApiError::UnknownEvent)
-        }
+    match query_value(uri, "eventId") {
+        // Any id that is not an event's is unknown, well-formed or not.
+        Some(id) => state
+            .events()
+            .get_str(&id)
+            .cloned()
+            .ok_or(ApiError::UnknownEvent),
         None => state.events().only().cloned().ok_or_else(|| {
             ApiError::BadRequest("eventId is required when several events are configured".into())
         }),

@@ -149,6 +149,11 @@ impl Events {
         self.by_id.get(id)
     }
 
+    /// The event whose id is `id` as a request spelled it.
+    pub fn get_str(&self, id: &str) -> Option<&Arc<EventRuntime>> {
+        self.by_id.get(id)
+    }
+
     /// The only event, when exactly one is configured.
     pub fn only(&self) -> Option<&Arc<EventRuntime>> {
         (self.order.len() == 1)

@@ -55,6 +55,15 @@ impl EventId {
     }
 }
 
+/// Maps keyed by event id can be searched with the id as sent (`&str`),
+/// before any copy of it is made: the derived `Hash` and `Eq` are the
+/// string's.
+impl std::borrow::Borrow<str> for EventId {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
 impl fmt::Display for EventId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
