@@ -464,7 +464,7 @@ impl From<BotRejection> for ApiError {
                 challenge: serde_json::json!({
                     "challenge": challenge,
                     "difficulty": difficulty,
-                    "expiresAt": rfc3339_ms(expires_at_ms),
+                    "expiresAt": crate::clock::rfc3339_ms(expires_at_ms),
                     "reason": reason,
                 }),
             },
@@ -496,10 +496,4 @@ fn unix_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
-
-/// `2026-12-01T10:03:12.412Z`.
-fn rfc3339_ms(ms: i64) -> String {
-    let t = std::time::UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0));
-    humantime::format_rfc3339_millis(t).to_string()
 }

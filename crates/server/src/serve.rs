@@ -60,7 +60,9 @@ pub trait HotRoutes: Send + Sync + 'static {
 
     /// The answer to a request [`HotRoutes::takes`] took. `peer` is the TCP
     /// peer, `scheme` how the client came. The request's body is dropped
-    /// unread, so a hot route must be one whose handler never reads a body.
+    /// unread, so a hot route must be one whose handler never reads a body;
+    /// and its answer must be a whole buffer (never a stream): the
+    /// connection counts as idle again once the answer is made.
     fn answer(
         &self,
         head: http::request::Parts,
@@ -228,11 +230,16 @@ async fn serve_connection<S>(
                 (app.router.clone(), req)
             });
             async move {
-                let response = match route {
-                    Ok(hot) => hot.await,
-                    Err((router, req)) => router.oneshot(req).await?,
-                };
-                Ok::<_, Infallible>(track(response, busy))
+                match route {
+                    // A hot answer is a whole buffer, written at once: the
+                    // connection is busy until it is made.
+                    Ok(hot) => {
+                        let response = hot.await;
+                        drop(busy);
+                        Ok::<_, Infallible>(response)
+                    }
+                    Err((router, req)) => Ok(track(router.oneshot(req).await?, busy)),
+                }
             }
         })
     };
