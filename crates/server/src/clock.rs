@@ -115,8 +115,8 @@ fn civil_from_days(days: i64) -> (i64, i64, i64) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
     use proptest::prelude::*;
+    use std::time::Duration;
 
     fn humantime_ms(ms: i64) -> String {
         let t = UNIX_EPOCH + Duration::from_millis(u64::try_from(ms.max(0)).unwrap());
