@@ -7,6 +7,7 @@
 #![forbid(unsafe_code)]
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
+pub mod decimal;
 pub mod eta;
 pub mod phase;
 pub mod policy;

@@ -36,22 +36,11 @@ impl PowError {
 /// `SHA-256` of the UTF-8 string `"<challenge>:<nonce>"`, nonce in decimal.
 pub fn hash(challenge: &str, nonce: u64) -> [u8; 32] {
     // Formatting the nonce on the stack keeps verification allocation-free.
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    let mut n = nonce;
-    loop {
-        at -= 1;
-        // n % 10 < 10, so the cast is lossless.
-        digits[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
+    let mut buf = [0u8; crate::decimal::U64_DIGITS];
     Sha256::new()
         .chain_update(challenge.as_bytes())
         .chain_update(b":")
-        .chain_update(&digits[at..])
+        .chain_update(crate::decimal::digits(nonce, &mut buf))
         .finalize()
         .into()
 }

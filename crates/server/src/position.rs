@@ -1,6 +1,7 @@
 //! QueuePosition: what a visitor is told about their place, built from the
 //! store's answer, the event's phase and the last stats snapshot.
 
+use anteroom_core::decimal;
 use anteroom_core::eta::{self, Estimate, Lang};
 use anteroom_core::phase::{Phase, phase};
 use anteroom_core::token::{Claims, TokenKind, session_tag};
@@ -251,18 +252,8 @@ impl<'o> JsonObject<'o> {
         match n {
             None => self.out.extend_from_slice(b"null"),
             Some(n) => {
-                let mut digits = [0u8; 20];
-                let mut i = digits.len();
-                let mut n = n;
-                loop {
-                    i -= 1;
-                    digits[i] = b'0' + (n % 10) as u8;
-                    n /= 10;
-                    if n == 0 {
-                        break;
-                    }
-                }
-                self.out.extend_from_slice(&digits[i..]);
+                let mut buf = [0u8; decimal::U64_DIGITS];
+                self.out.extend_from_slice(decimal::digits(n, &mut buf));
             }
         }
     }

@@ -59,16 +59,11 @@ pub trait HotRoutes: Send + Sync + 'static {
     fn takes(&self, method: &http::Method, uri: &http::Uri) -> bool;
 
     /// The answer to a request [`HotRoutes::takes`] took. `peer` is the TCP
-    /// peer, `scheme` how the client came. The request's body is dropped
+    /// peer. The request's body is dropped
     /// unread, so a hot route must be one whose handler never reads a body;
     /// and its answer must be a whole buffer (never a stream): the
     /// connection counts as idle again once the answer is made.
-    fn answer(
-        &self,
-        head: http::request::Parts,
-        peer: SocketAddr,
-        scheme: ClientScheme,
-    ) -> HotAnswer;
+    fn answer(&self, head: http::request::Parts, peer: SocketAddr) -> HotAnswer;
 }
 
 /// A hot route's answer, still to be awaited.
@@ -218,7 +213,7 @@ async fn serve_connection<S>(
                 .as_ref()
                 .filter(|hot| hot.takes(req.method(), req.uri()));
             let route = match hot {
-                Some(hot) => Ok(hot.answer(req.into_parts().0, peer, scheme)),
+                Some(hot) => Ok(hot.answer(req.into_parts().0, peer)),
                 None => Err(req),
             };
             let route = route.map_err(|req| {

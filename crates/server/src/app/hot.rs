@@ -15,7 +15,7 @@ use axum::http::{HeaderValue, Method, Uri, header};
 use axum::response::IntoResponse as _;
 
 use crate::error::ApiError;
-use crate::serve::{ClientScheme, HotAnswer, HotRoutes};
+use crate::serve::{HotAnswer, HotRoutes};
 use crate::state::AppState;
 use crate::{api, gate};
 
@@ -40,7 +40,7 @@ impl HotRoutes for PublicHot {
         method == Method::GET && uri.path() == POSITION
     }
 
-    fn answer(&self, head: Parts, peer: SocketAddr, _scheme: ClientScheme) -> HotAnswer {
+    fn answer(&self, head: Parts, peer: SocketAddr) -> HotAnswer {
         let state = self.state.clone();
         let hsts = self.hsts.clone();
         Box::pin(async move {

@@ -7,8 +7,8 @@
 
 use std::net::SocketAddr;
 
+use anteroom::HotRoutes;
 use anteroom::app::hot::PublicHot;
-use anteroom::{ClientScheme, HotRoutes};
 use axum::body::Body;
 use axum::response::Response;
 use http::{HeaderValue, Method, Request, StatusCode, header};
@@ -39,7 +39,7 @@ async fn through_hot(hot: &PublicHot, req: Request<Body>) -> Option<Response> {
     }
     let (head, _) = req.into_parts();
     let peer: SocketAddr = PEER.parse().unwrap();
-    Some(hot.answer(head, peer, ClientScheme::Http).await)
+    Some(hot.answer(head, peer).await)
 }
 
 /// Status, headers (without `Retry-After`'s value, and without
