@@ -53,11 +53,15 @@ async fn crowd_through(loops: u32) {
     let dir = Arc::new(tempfile::tempdir().unwrap());
     let mut node = Node::start(&config(&origin.url(), dir.path(), loops), dir.clone()).await;
     let expected: Vec<String> = (0..loops).map(|i| format!("anteroom-io-{i}")).collect();
-    assert_eq!(
-        loop_threads(node.pid().unwrap()),
-        expected,
-        "event_loops = {loops}"
-    );
+    // The admin listener can answer the readiness probe before the public
+    // listener's task has started its loops: wait for them to appear.
+    let pid = node.pid().unwrap();
+    crate::support::wait_for("the event loops", Duration::from_secs(10), || {
+        let expected = expected.clone();
+        async move { loop_threads(pid) == expected }
+    })
+    .await;
+    assert_eq!(loop_threads(pid), expected, "event_loops = {loops}");
 
     let gate = Arc::new(Public(node.public));
     let mut crowd = tokio::task::JoinSet::new();
