@@ -20,6 +20,7 @@ mod index;
 mod load;
 mod state;
 mod table;
+mod upgrade;
 mod writes;
 
 use std::collections::HashMap;

@@ -156,6 +156,89 @@ async fn an_older_format_is_named_as_such() {
     }
 }
 
+/// A format-3 event file (sessions keyed by member, used nonces by nonce)
+/// is rewritten in place when opened, keeping its session, its redeemed
+/// token's record and its still-admitted member, and stays so on the next
+/// open.
+#[tokio::test]
+async fn a_format_3_event_file_is_upgraded_in_place() {
+    let dir = tempfile::tempdir().unwrap();
+    drop(open(dir.path()).await);
+    let ev = EventId::new("old").unwrap();
+    let far = 4_000_000_000_000_000i64;
+    let (a, b) = ([7u8; 16], [9u8; 16]);
+    {
+        let db = redb::Database::create(dir.path().join("events").join("old.redb")).unwrap();
+        let w = db.begin_write().unwrap();
+        {
+            let meta: redb::TableDefinition<&str, &[u8]> = redb::TableDefinition::new("meta");
+            let mut t = w.open_table(meta).unwrap();
+            t.insert("magic", b"anteroom-event/3".as_slice()).unwrap();
+            t.insert("last_us", 1_000i64.to_le_bytes().as_slice())
+                .unwrap();
+            t.insert("admitted_total", 2u64.to_le_bytes().as_slice())
+                .unwrap();
+            t.insert("redeemed_total", 1u64.to_le_bytes().as_slice())
+                .unwrap();
+            // One grant of two: "in" redeemed (its nonce used, its session
+            // active), "out" still admitted.
+            let grants: redb::TableDefinition<u64, &[u8]> = redb::TableDefinition::new("grants");
+            let mut row = far.to_le_bytes().to_vec();
+            for (nonce, m) in [(a, "in"), (b, "out")] {
+                row.extend_from_slice(&nonce);
+                row.push(m.len() as u8 - 1);
+                row.extend_from_slice(m.as_bytes());
+            }
+            w.open_table(grants)
+                .unwrap()
+                .insert(0, row.as_slice())
+                .unwrap();
+            let active: redb::TableDefinition<&str, i64> = redb::TableDefinition::new("active");
+            w.open_table(active).unwrap().insert("in", far).unwrap();
+            let used: redb::TableDefinition<&[u8], i64> = redb::TableDefinition::new("used");
+            let mut key = vec![0u8];
+            key.extend_from_slice(&a);
+            w.open_table(used)
+                .unwrap()
+                .insert(key.as_slice(), far)
+                .unwrap();
+        }
+        w.commit().unwrap();
+    }
+    for round in ["upgraded", "reopened"] {
+        let s = open(dir.path()).await;
+        assert_eq!(
+            s.status(&ev, "in", Touch::Peek).await.unwrap(),
+            MemberState::Active { expires_at_us: far },
+            "{round}"
+        );
+        assert_eq!(
+            s.status(&ev, "out", Touch::Peek).await.unwrap(),
+            MemberState::Admitted {
+                nonce: b,
+                expires_at_us: far
+            },
+            "{round}"
+        );
+        assert_eq!(
+            s.redeem(&ev, "in", &a, far).await.unwrap(),
+            anteroom_store::RedeemOutcome::AlreadyUsed,
+            "{round}"
+        );
+        let st = s.stats(&ev).await.unwrap();
+        assert_eq!(
+            (
+                st.active,
+                st.outstanding,
+                st.admitted_total,
+                st.redeemed_total
+            ),
+            (1, 1, 2, 1),
+            "{round}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn foreign_or_damaged_data_is_refused() {
     let dir = tempfile::tempdir().unwrap();

@@ -24,15 +24,26 @@ pub(crate) const WAITING: TableDefinition<&[u8], i64> = TableDefinition::new("wa
 /// admitted until the row goes (its tokens expired) or its nonce appears in
 /// `used` as redeemed ([`USED_TOKEN`]) or cancelled ([`USED_CANCELLED`]).
 pub(crate) const GRANTS: TableDefinition<u64, &[u8]> = TableDefinition::new("grants");
-pub(crate) const ACTIVE: TableDefinition<&str, i64> = TableDefinition::new("active");
-pub(crate) const USED: TableDefinition<&[u8], i64> = TableDefinition::new("used");
+/// Active sessions keyed by (session end, member): the end comes first
+/// (ordered bytes, [`ordered_i64`]) because a redeem's session ends
+/// "session length from now", so redeems append at the tail of the B-tree
+/// instead of each dirtying a random leaf, and sessions ending together sit
+/// together. No value: the key says it all.
+pub(crate) const ACTIVE: TableDefinition<&[u8], ()> = TableDefinition::new("active_by_end");
+/// Used nonces keyed by (kept until, kind, nonce), for the same reason:
+/// a redeemed token is kept until its grant's expiry, which rises with
+/// time, so these rows too are appended and expire from the head.
+pub(crate) const USED: TableDefinition<&[u8], ()> = TableDefinition::new("used_by_end");
 pub(crate) const REVOKED: TableDefinition<u64, &[u8]> = TableDefinition::new("revoked");
 pub(crate) const ADMIN: TableDefinition<&str, u8> = TableDefinition::new("admin");
 pub(crate) const CONFIGS: TableDefinition<&str, &str> = TableDefinition::new("configs");
 /// Admin audit trail: (event, sequence) → entry JSON, per event in order.
 pub(crate) const AUDIT: TableDefinition<(&str, u64), &str> = TableDefinition::new("audit");
 
-pub(crate) const EVENT_MAGIC: &[u8] = b"anteroom-event/3";
+pub(crate) const EVENT_MAGIC: &[u8] = b"anteroom-event/4";
+/// The format before [`ACTIVE`] and [`USED`] were keyed by their end: read
+/// and rewritten in place when opened ([`super::upgrade`]).
+pub(crate) const EVENT_MAGIC_3: &[u8] = b"anteroom-event/3";
 pub(crate) const META_MAGIC: &[u8] = b"anteroom-meta/1";
 
 /// Nonce namespaces in the `used` table.
@@ -122,6 +133,10 @@ pub(crate) fn open_file(path: &Path, magic: &[u8], o: &FileOpts) -> Result<Datab
     };
     match found {
         Some(m) if m == magic => Ok(db),
+        Some(m) if m == EVENT_MAGIC_3 && magic == EVENT_MAGIC => {
+            super::upgrade::from_3(&db, path)?;
+            Ok(db)
+        }
         Some(m) if same_kind(&m, magic) => Err(StoreError::Corrupt(format!(
             "{}: data format {} is not {} (written by another Anteroom version; \
              this build cannot read it)",
@@ -166,9 +181,7 @@ fn has_tables(db: &Database) -> bool {
 
 /// The inverse of the waiting key of [`super::writes::Writes::waiting`].
 pub(crate) fn split_waiting_key(k: &[u8]) -> Option<(i64, &str)> {
-    let mut b = [0u8; 8];
-    b.copy_from_slice(k.get(..8)?);
-    let score = (u64::from_be_bytes(b) ^ (1 << 63)) as i64;
+    let score = ordered_i64_at(k)?;
     Some((score, std::str::from_utf8(&k[8..]).ok()?))
 }
 
@@ -178,11 +191,49 @@ pub(crate) fn i64_at(b: &[u8], at: usize) -> Option<i64> {
     Some(i64::from_le_bytes(x))
 }
 
-pub(crate) fn used_key(kind: u8, n: &Nonce) -> [u8; 17] {
-    let mut k = [0u8; 17];
-    k[0] = kind;
-    k[1..].copy_from_slice(n);
+/// `x` big-endian with the sign bit flipped, so bytes sort like numbers.
+pub(crate) fn ordered_i64(x: i64) -> [u8; 8] {
+    ((x as u64) ^ (1 << 63)).to_be_bytes()
+}
+
+/// The inverse of [`ordered_i64`] on the first 8 bytes of `k`.
+pub(crate) fn ordered_i64_at(k: &[u8]) -> Option<i64> {
+    let mut b = [0u8; 8];
+    b.copy_from_slice(k.get(..8)?);
+    Some((u64::from_be_bytes(b) ^ (1 << 63)) as i64)
+}
+
+/// An [`ACTIVE`] key.
+pub(crate) fn active_key(member: &str, ends_at_us: i64) -> Vec<u8> {
+    let mut k = Vec::with_capacity(8 + member.len());
+    k.extend_from_slice(&ordered_i64(ends_at_us));
+    k.extend_from_slice(member.as_bytes());
     k
+}
+
+/// The inverse of [`active_key`]: (member, session end).
+pub(crate) fn split_active_key(k: &[u8]) -> Option<(&str, i64)> {
+    let end = ordered_i64_at(k)?;
+    Some((std::str::from_utf8(&k[8..]).ok()?, end))
+}
+
+/// A [`USED`] key.
+pub(crate) fn used_key(kind: u8, n: &Nonce, kept_until_us: i64) -> [u8; 25] {
+    let mut k = [0u8; 25];
+    k[..8].copy_from_slice(&ordered_i64(kept_until_us));
+    k[8] = kind;
+    k[9..].copy_from_slice(n);
+    k
+}
+
+/// The inverse of [`used_key`]: (kind, nonce, kept until).
+pub(crate) fn split_used_key(k: &[u8]) -> Option<(u8, Nonce, i64)> {
+    if k.len() != 25 {
+        return None;
+    }
+    let mut n: Nonce = [0; 16];
+    n.copy_from_slice(&k[9..]);
+    Some((k[8], n, ordered_i64_at(k)?))
 }
 
 /// Calls `f(key, value)` for every row of a `&str → &[u8]` table.

@@ -57,18 +57,19 @@ pub(crate) fn load(db: &Database, path: &Path) -> Result<EventState, StoreError>
         }
     }
     st.table.build_index();
-    for (m, exp) in disk::scan(db, path, ACTIVE, |m, exp| Some((Box::<str>::from(m), exp)))? {
-        st.active.insert(m, exp);
-    }
-    for (k, exp) in disk::scan(db, path, USED, |k, exp| {
-        let mut nonce: Nonce = [0; 16];
-        if k.len() != 17 {
-            return None;
-        }
-        nonce.copy_from_slice(&k[1..]);
-        Some((Used { kind: k[0], nonce }, exp))
+    // One row per session and per used nonce; were there two for one (a
+    // row left behind by a bug), the later end is the one kept.
+    for row in disk::scan(db, path, ACTIVE, |k, ()| {
+        Some(disk::split_active_key(k).map(|(m, end)| (Box::<str>::from(m), end)))
     })? {
-        st.used.insert(k, exp);
+        let (m, end) = row.ok_or_else(|| corrupt(path, "session"))?;
+        let e = st.active.entry(m).or_insert(end);
+        *e = (*e).max(end);
+    }
+    for row in disk::scan(db, path, USED, |k, ()| Some(disk::split_used_key(k)))? {
+        let (kind, nonce, until) = row.ok_or_else(|| corrupt(path, "used nonce"))?;
+        let e = st.used.entry(Used { kind, nonce }).or_insert(until);
+        *e = (*e).max(until);
     }
     // Admitted: every member of a grant row whose token was neither
     // redeemed nor cancelled (`used` is loaded first for that).

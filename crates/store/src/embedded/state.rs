@@ -296,30 +296,56 @@ impl EventState {
             Some(t) if t.nonce == *nonce && t.expires_at_us > now_us => t.expires_at_us,
             _ => return Ok(RedeemOutcome::NotAdmitted),
         };
-        let m: Box<str> = member.into();
         self.admitted.remove(member);
-        self.active.insert(m.clone(), session_expires_at_us);
+        self.set_active(member, session_expires_at_us);
         // Kept until the token would have expired anyway: after that the
         // token itself is refused, so the record has done its job.
-        self.used.insert(used, token_exp);
+        self.mark_used(used, token_exp);
         self.counters.redeemed_total += 1;
-        self.writes.active(&m, session_expires_at_us);
-        self.writes.used(USED_TOKEN, nonce, token_exp);
         Ok(RedeemOutcome::Redeemed)
     }
 
     pub(crate) fn extend(&mut self, member: &str, expires_at_us: i64) -> Result<bool, StoreError> {
         check_member(member)?;
-        match self.active.get_mut(member) {
-            Some(exp) => {
-                if expires_at_us > *exp {
-                    *exp = expires_at_us;
-                    self.writes.active(member, expires_at_us);
+        match self.active.get(member) {
+            Some(&exp) => {
+                if expires_at_us > exp {
+                    self.set_active(member, expires_at_us);
                 }
                 Ok(true)
             }
             None => Ok(false),
         }
+    }
+
+    /// Sets a member's session end in memory and on disk, where the row is
+    /// keyed by the end: a row under an older end is removed.
+    fn set_active(&mut self, member: &str, ends_at_us: i64) {
+        let old = match self.active.get_mut(member) {
+            Some(e) => Some(std::mem::replace(e, ends_at_us)),
+            None => {
+                self.active.insert(member.into(), ends_at_us);
+                None
+            }
+        };
+        match old {
+            Some(o) if o == ends_at_us => return,
+            Some(o) => self.writes.deactivate(member, o),
+            None => {}
+        }
+        self.writes.active(member, ends_at_us);
+    }
+
+    /// Records a used nonce until `kept_until_us`, in memory and on disk,
+    /// where the row is keyed by that instant: a row under an older one
+    /// (an expired record not swept yet) is removed.
+    fn mark_used(&mut self, k: Used, kept_until_us: i64) {
+        match self.used.insert(k, kept_until_us) {
+            Some(o) if o == kept_until_us => return,
+            Some(o) => self.writes.unuse(k.kind, &k.nonce, o),
+            None => {}
+        }
+        self.writes.used(k.kind, &k.nonce, kept_until_us);
     }
 
     /// Takes a member out of the queue (not out of admitted/active).
@@ -353,12 +379,11 @@ impl EventState {
                 kind: USED_CANCELLED,
                 nonce: t.nonce,
             };
-            self.used.insert(cancelled, t.expires_at_us);
-            self.writes.used(USED_CANCELLED, &t.nonce, t.expires_at_us);
+            self.mark_used(cancelled, t.expires_at_us);
             present = true;
         }
-        if self.active.remove(member).is_some() {
-            self.writes.deactivate(member);
+        if let Some(ends) = self.active.remove(member) {
+            self.writes.deactivate(member, ends);
             present = true;
         }
         if present {
@@ -381,8 +406,7 @@ impl EventState {
                 continue;
             }
             self.unwait(m);
-            self.active.insert(m.as_str().into(), *exp);
-            self.writes.active(m, *exp);
+            self.set_active(m, *exp);
             n += 1;
         }
         Ok(n)
@@ -441,26 +465,26 @@ impl EventState {
             }
             g.expires_at_us > now_us
         });
-        let sessions: Vec<Box<str>> = self
+        let sessions: Vec<(Box<str>, i64)> = self
             .active
             .iter()
             .filter(|(_, exp)| **exp <= now_us)
-            .map(|(m, _)| m.clone())
+            .map(|(m, exp)| (m.clone(), *exp))
             .collect();
-        for m in sessions.iter().cloned() {
+        for (m, ends) in sessions.iter().cloned() {
             self.active.remove(&m);
-            self.writes.deactivate(&m);
+            self.writes.deactivate(&m, ends);
             self.revoke(m, now_us);
         }
-        let stale: Vec<Used> = self
+        let stale: Vec<(Used, i64)> = self
             .used
             .iter()
             .filter(|(_, e)| **e <= now_us)
-            .map(|(k, _)| *k)
+            .map(|(k, e)| (*k, *e))
             .collect();
-        for k in stale {
+        for (k, kept_until) in stale {
             self.used.remove(&k);
-            self.writes.unuse(k.kind, &k.nonce);
+            self.writes.unuse(k.kind, &k.nonce, kept_until);
         }
         while let Some(r) = self.revocations.front() {
             if r.at_us >= now_us - REVOCATION_KEEP_US {
@@ -499,8 +523,7 @@ impl EventState {
         match self.used.get(&pow) {
             Some(exp) if *exp > now_us => false,
             _ => {
-                self.used.insert(pow, expires_at_us);
-                self.writes.used(USED_POW, nonce, expires_at_us);
+                self.mark_used(pow, expires_at_us);
                 true
             }
         }

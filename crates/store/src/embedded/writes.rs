@@ -9,7 +9,7 @@ use std::path::Path;
 
 use redb::{Database, Durability};
 
-use super::disk::{ACTIVE, Counters, GRANTS, META, REVOKED, USED, WAITING, storage, used_key};
+use super::disk::{ACTIVE, Counters, GRANTS, META, REVOKED, USED, WAITING, ordered_i64, storage};
 use crate::{Nonce, StoreError};
 
 /// Which table a change goes to, and whether it inserts or removes.
@@ -67,7 +67,7 @@ impl Writes {
     /// order: post-open joins, whose scores rise, append at the tail of the
     /// B-tree, and a start-up scan reads rank order.
     pub(crate) fn waiting(&mut self, score: i64, member: &str, seen: i64) {
-        let s = waiting_score(score);
+        let s = ordered_i64(score);
         self.push(
             Kind::Waiting,
             &[&s, member.as_bytes()],
@@ -76,11 +76,7 @@ impl Writes {
     }
 
     pub(crate) fn unwait(&mut self, score: i64, member: &str) {
-        self.push(
-            Kind::Unwait,
-            &[&waiting_score(score), member.as_bytes()],
-            &[],
-        );
+        self.push(Kind::Unwait, &[&ordered_i64(score), member.as_bytes()], &[]);
     }
 
     /// One admit call's grant row; `entries` as [`super::disk::GRANTS`] says.
@@ -96,28 +92,39 @@ impl Writes {
         self.push(Kind::Ungrant, &[&id.to_le_bytes()], &[]);
     }
 
-    pub(crate) fn active(&mut self, member: &str, expires_at_us: i64) {
+    /// A session row, keyed as [`super::disk::active_key`] says; a session
+    /// whose end moves is removed under its old end and written anew.
+    pub(crate) fn active(&mut self, member: &str, ends_at_us: i64) {
         self.push(
             Kind::Active,
-            &[member.as_bytes()],
-            &[&expires_at_us.to_le_bytes()],
+            &[&ordered_i64(ends_at_us), member.as_bytes()],
+            &[],
         );
     }
 
-    pub(crate) fn deactivate(&mut self, member: &str) {
-        self.push(Kind::Deactivate, &[member.as_bytes()], &[]);
+    pub(crate) fn deactivate(&mut self, member: &str, ends_at_us: i64) {
+        self.push(
+            Kind::Deactivate,
+            &[&ordered_i64(ends_at_us), member.as_bytes()],
+            &[],
+        );
     }
 
-    pub(crate) fn used(&mut self, kind: u8, nonce: &Nonce, expires_at_us: i64) {
+    /// A used nonce, keyed as [`super::disk::used_key`] says.
+    pub(crate) fn used(&mut self, kind: u8, nonce: &Nonce, kept_until_us: i64) {
         self.push(
             Kind::Used,
-            &[&used_key(kind, nonce)],
-            &[&expires_at_us.to_le_bytes()],
+            &[&ordered_i64(kept_until_us), &[kind], nonce],
+            &[],
         );
     }
 
-    pub(crate) fn unuse(&mut self, kind: u8, nonce: &Nonce) {
-        self.push(Kind::Unuse, &[&used_key(kind, nonce)], &[]);
+    pub(crate) fn unuse(&mut self, kind: u8, nonce: &Nonce, kept_until_us: i64) {
+        self.push(
+            Kind::Unuse,
+            &[&ordered_i64(kept_until_us), &[kind], nonce],
+            &[],
+        );
     }
 
     pub(crate) fn revoked(&mut self, seq: u64, at_us: i64, member: &str) {
@@ -133,23 +140,11 @@ impl Writes {
     }
 }
 
-/// `score` big-endian with the sign bit flipped, so bytes sort like numbers.
-pub(crate) fn waiting_score(score: i64) -> [u8; 8] {
-    ((score as u64) ^ (1 << 63)).to_be_bytes()
-}
-
 fn le_i64(b: &[u8]) -> i64 {
     let mut x = [0u8; 8];
     let n = b.len().min(8);
     x[..n].copy_from_slice(&b[..n]);
     i64::from_le_bytes(x)
-}
-
-/// Keys of the `&str` tables were copied from `&str`s; this only guards
-/// against a bug turning into a panic.
-fn text<'a>(path: &Path, b: &'a [u8]) -> Result<&'a str, StoreError> {
-    std::str::from_utf8(b)
-        .map_err(|_| StoreError::Storage(format!("{}: non-UTF-8 member", path.display())))
 }
 
 /// Writes one batch and the counters in ONE durable transaction.
@@ -160,7 +155,6 @@ pub(crate) fn commit(
     c: Counters,
 ) -> Result<(), StoreError> {
     let e = |e: redb::Error| storage(path, e);
-    let text = |b| text(path, b);
     let mut w = db.begin_write().map_err(|x| e(x.into()))?;
     w.set_durability(Durability::Immediate)
         .map_err(|x| e(x.into()))?;
@@ -185,9 +179,9 @@ pub(crate) fn commit(
                 Kind::Unwait => waiting.remove(k).map(drop),
                 Kind::Grant => grants.insert(le_i64(k) as u64, v).map(drop),
                 Kind::Ungrant => grants.remove(le_i64(k) as u64).map(drop),
-                Kind::Active => active.insert(text(k)?, le_i64(v)).map(drop),
-                Kind::Deactivate => active.remove(text(k)?).map(drop),
-                Kind::Used => used.insert(k, le_i64(v)).map(drop),
+                Kind::Active => active.insert(k, ()).map(drop),
+                Kind::Deactivate => active.remove(k).map(drop),
+                Kind::Used => used.insert(k, ()).map(drop),
                 Kind::Unuse => used.remove(k).map(drop),
                 Kind::Revoked => revoked.insert(le_i64(k) as u64, v).map(drop),
                 Kind::Unrevoke => revoked.remove(le_i64(k) as u64).map(drop),
