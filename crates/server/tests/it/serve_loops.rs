@@ -48,13 +48,11 @@ fn loop_threads(pid: u32) -> Vec<String> {
     names
 }
 
-async fn crowd_through(loops: u32) {
-    let origin = process::origin().await;
-    let dir = Arc::new(tempfile::tempdir().unwrap());
-    let mut node = Node::start(&config(&origin.url(), dir.path(), loops), dir.clone()).await;
+/// The process runs exactly `loops` event loops, named in order. The admin
+/// listener can answer the readiness probe before the public listener's
+/// task has started its loops, so this waits for them to appear first.
+async fn assert_loops(node: &Node, loops: u32) {
     let expected: Vec<String> = (0..loops).map(|i| format!("anteroom-io-{i}")).collect();
-    // The admin listener can answer the readiness probe before the public
-    // listener's task has started its loops: wait for them to appear.
     let pid = node.pid().unwrap();
     crate::support::wait_for("the event loops", Duration::from_secs(10), || {
         let expected = expected.clone();
@@ -62,6 +60,13 @@ async fn crowd_through(loops: u32) {
     })
     .await;
     assert_eq!(loop_threads(pid), expected, "event_loops = {loops}");
+}
+
+async fn crowd_through(loops: u32) {
+    let origin = process::origin().await;
+    let dir = Arc::new(tempfile::tempdir().unwrap());
+    let mut node = Node::start(&config(&origin.url(), dir.path(), loops), dir.clone()).await;
+    assert_loops(&node, loops).await;
 
     let gate = Arc::new(Public(node.public));
     let mut crowd = tokio::task::JoinSet::new();
@@ -117,7 +122,7 @@ async fn more_loops_than_cores_serve_the_whole_journey_and_stop_gracefully() {
     let origin = process::origin().await;
     let dir = Arc::new(tempfile::tempdir().unwrap());
     let mut node = Node::start(&config(&origin.url(), dir.path(), 5), dir.clone()).await;
-    assert_eq!(loop_threads(node.pid().unwrap()).len(), 5);
+    assert_loops(&node, 5).await;
     let mut v = Visitor::default();
     v.enter(&node, EVENT).await;
     v.until_active(&node, EVENT, Duration::from_secs(30), &mut Vec::new())
