@@ -64,6 +64,17 @@ pub trait HotRoutes: Send + Sync + 'static {
     /// and its answer must be a whole buffer (never a stream): the
     /// connection counts as idle again once the answer is made.
     fn answer(&self, head: http::request::Parts, peer: SocketAddr) -> HotAnswer;
+
+    /// Whether a request for `uri` with `method` is one the hot routes take
+    /// whole: body and all, with an answer that may stream (a proxied one).
+    /// It must be a request the router would hand to its fallback.
+    fn takes_whole(&self, method: &http::Method, uri: &http::Uri) -> bool;
+
+    /// The answer to a request [`HotRoutes::takes_whole`] took, given as the
+    /// router's fallback would see it: the peer, the connection slot and
+    /// the scheme attached, the body timing out. The connection stays busy
+    /// until the answer's body is sent.
+    fn answer_whole(&self, req: axum::extract::Request) -> HotAnswer;
 }
 
 /// A hot route's answer, still to be awaited.
@@ -208,32 +219,34 @@ async fn serve_connection<S>(
         let activity = activity.clone();
         tower::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
             let busy = activity.begin();
-            let hot = app
-                .hot
-                .as_ref()
-                .filter(|hot| hot.takes(req.method(), req.uri()));
-            let route = match hot {
-                Some(hot) => Ok(hot.answer(req.into_parts().0, peer)),
-                None => Err(req),
-            };
-            let route = route.map_err(|req| {
+            let prepared = |req| {
                 let mut req = prepare(req, peer, limits.body_read_timeout, &slot);
                 // Only TLS is marked: an absent mark reads as plain `http`.
                 if scheme == ClientScheme::Https {
                     req.extensions_mut().insert(ClientScheme::Https);
                 }
-                (app.router.clone(), req)
-            });
+                req
+            };
+            let route = match &app.hot {
+                Some(hot) if hot.takes(req.method(), req.uri()) => {
+                    Served::Head(hot.answer(req.into_parts().0, peer))
+                }
+                Some(hot) if hot.takes_whole(req.method(), req.uri()) => {
+                    Served::Whole(hot.answer_whole(prepared(req)))
+                }
+                _ => Served::Router(app.router.clone(), prepared(req)),
+            };
             async move {
                 match route {
-                    // A hot answer is a whole buffer, written at once: the
-                    // connection is busy until it is made.
-                    Ok(hot) => {
+                    // A head-only hot answer is a whole buffer, written at
+                    // once: the connection is busy until it is made.
+                    Served::Head(hot) => {
                         let response = hot.await;
                         drop(busy);
                         Ok::<_, Infallible>(response)
                     }
-                    Err((router, req)) => Ok(track(router.oneshot(req).await?, busy)),
+                    Served::Whole(hot) => Ok(track(hot.await, busy)),
+                    Served::Router(router, req) => Ok(track(router.oneshot(req).await?, busy)),
                 }
             }
         })
@@ -279,6 +292,17 @@ async fn serve_connection<S>(
             }
         }
     }
+}
+
+/// Who answers a request: a hot route from its head alone, a hot route
+/// with the whole request, or the router.
+// The value is moved once, into the request's future, which holds the
+// request either way; boxing it would cost an allocation per routed request.
+#[allow(clippy::large_enum_variant)]
+enum Served {
+    Head(HotAnswer),
+    Whole(HotAnswer),
+    Router(Router, axum::extract::Request),
 }
 
 /// A request as the router sees it: the peer address and the connection

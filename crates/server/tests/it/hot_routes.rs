@@ -216,3 +216,131 @@ async fn a_rate_limited_hot_poll_is_refused_as_the_router_refuses_it() {
     let r = same_answer(&h, &hot, url, &[("cookie", &v)]).await;
     assert_eq!(r["error"], "rate_limited", "{r}");
 }
+
+async fn through_hot_whole(hot: &PublicHot, req: Request<Body>) -> Option<Response> {
+    if !hot.takes_whole(req.method(), req.uri()) {
+        return None;
+    }
+    Some(hot.answer_whole(req).await)
+}
+
+/// Status, headers (`Content-Length` included: the gate's hot route writes
+/// it as the router does; `Retry-After`'s value left out) and the body as
+/// text, with the JSON's `pollAfterMs` left out when the body is JSON.
+async fn seen_raw(r: Response) -> (StatusCode, Vec<(String, String)>, String) {
+    let status = r.status();
+    let mut headers: Vec<(String, String)> = r
+        .headers()
+        .iter()
+        .map(|(k, v)| {
+            let v = if k == header::RETRY_AFTER {
+                "[seconds]".to_owned()
+            } else {
+                v.to_str().unwrap().to_owned()
+            };
+            (k.as_str().to_owned(), v)
+        })
+        .collect();
+    headers.sort();
+    let bytes = axum::body::to_bytes(r.into_body(), 1 << 20).await.unwrap();
+    let body = match serde_json::from_slice::<serde_json::Value>(&bytes) {
+        Ok(mut json) => {
+            if let Some(o) = json.as_object_mut() {
+                o.remove("pollAfterMs");
+            }
+            json.to_string()
+        }
+        Err(_) => String::from_utf8_lossy(&bytes).into_owned(),
+    };
+    (status, headers, body)
+}
+
+#[tokio::test]
+async fn the_gate_is_taken_whole_only_outside_the_routers_paths() {
+    let h = Harness::new("max_active = 1").await;
+    let hot = PublicHot::new(h.state.clone(), None).unwrap();
+    for (method, uri) in [
+        (Method::GET, "/shop/"),
+        (Method::POST, "/shop/cart"),
+        (Method::PUT, "/"),
+        (Method::DELETE, "/elsewhere?x=1"),
+        // The router's paths are case-sensitive: this one is its fallback's.
+        (Method::GET, "/API/queue/position?eventId=e"),
+    ] {
+        assert!(
+            hot.takes_whole(&method, &uri.parse().unwrap()),
+            "{method} {uri} was left to the router"
+        );
+    }
+    for (method, uri) in [
+        (Method::HEAD, "/shop/"),
+        (Method::CONNECT, "/shop/"),
+        (Method::POST, "/api/queue/enter?eventId=e"),
+        (Method::GET, "/api/queue/stream?eventId=e"),
+        (Method::GET, "/api/elsewhere"),
+        (Method::GET, "/queue/e"),
+        (Method::GET, "/queue/e/more"),
+        (Method::GET, "/_anteroom/app.js"),
+    ] {
+        assert!(
+            !hot.takes_whole(&method, &uri.parse().unwrap()),
+            "{method} {uri} was taken by the gate's hot route"
+        );
+    }
+}
+
+/// A method, a target and the request's headers.
+type GateCase<'a> = (Method, &'a str, Vec<(&'a str, &'a str)>);
+
+#[tokio::test]
+async fn a_gated_request_is_answered_as_the_router_answers_it() {
+    let h = Harness::new("max_active = 1").await;
+    let hsts = HeaderValue::from_static("max-age=31536000");
+    let hot = PublicHot::new(h.state.clone(), Some(hsts.clone())).unwrap();
+    let router = tls_router(&h, hsts);
+    let v = enter(&h).await;
+    let big = "x".repeat(40 * 1024);
+    let cases: [GateCase; 6] = [
+        // An API client without a pass: 429 with the queue's JSON.
+        (
+            Method::GET,
+            "/shop/item?id=1",
+            vec![("accept", "application/json")],
+        ),
+        (Method::POST, "/shop/cart", vec![("cookie", &v)]),
+        // A browser navigation: 302 to the waiting page.
+        (Method::GET, "/shop/", vec![("accept", "text/html")]),
+        // A path that does not normalise: 400.
+        (Method::GET, "/shop/%2e%2e/x", vec![]),
+        // An unprotected path with no origin to send it to.
+        (Method::GET, "/elsewhere", vec![]),
+        (Method::GET, "/shop/", vec![("x-padding", &big)]),
+    ];
+    for (method, uri, headers) in cases {
+        let routed = seen_raw(
+            router
+                .clone()
+                .oneshot(request(method.clone(), uri, &headers))
+                .await
+                .unwrap(),
+        )
+        .await;
+        let direct = through_hot_whole(&hot, request(method.clone(), uri, &headers))
+            .await
+            .unwrap_or_else(|| panic!("the gate's hot route declined {method} {uri}"));
+        let direct = seen_raw(direct).await;
+        assert_eq!(direct, routed, "{method} {uri}");
+        assert!(
+            direct
+                .1
+                .iter()
+                .any(|(k, _)| k == "strict-transport-security"),
+            "{method} {uri}: no HSTS"
+        );
+    }
+}
+
+/// The public router as the HTTPS listener builds it (the HSTS layer on).
+fn tls_router(h: &Harness, hsts: HeaderValue) -> axum::Router {
+    anteroom::tls::with_hsts(anteroom::public_router(h.state.clone()), Some(hsts))
+}
