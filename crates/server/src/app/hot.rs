@@ -16,7 +16,7 @@ use std::sync::Arc;
 use axum::extract::State;
 use axum::http::request::Parts;
 use axum::http::{HeaderValue, Method, Uri, header};
-use axum::response::IntoResponse as _;
+use axum::response::{IntoResponse as _, Response};
 
 use crate::error::ApiError;
 use crate::serve::{HotAnswer, HotRoutes};
@@ -78,12 +78,7 @@ impl HotRoutes for PublicHot {
                     .headers_mut()
                     .insert(header::CONTENT_LENGTH, HeaderValue::from(size));
             }
-            if let Some(v) = hsts {
-                response
-                    .headers_mut()
-                    .insert(header::STRICT_TRANSPORT_SECURITY, v);
-            }
-            response
+            with_hsts(response, hsts)
         })
     }
 
@@ -91,7 +86,7 @@ impl HotRoutes for PublicHot {
         let state = self.state.clone();
         let hsts = self.hsts.clone();
         Box::pin(async move {
-            let mut response = if gate::headers_too_large(&head.headers) {
+            let response = if gate::headers_too_large(&head.headers) {
                 ApiError::HeadersTooLarge.into_response()
             } else {
                 match api::enter::poll(&state, &head, peer.ip()).await {
@@ -99,12 +94,18 @@ impl HotRoutes for PublicHot {
                     Err(e) => e.into_response(),
                 }
             };
-            if let Some(v) = hsts {
-                response
-                    .headers_mut()
-                    .insert(header::STRICT_TRANSPORT_SECURITY, v);
-            }
-            response
+            with_hsts(response, hsts)
         })
     }
+}
+
+/// The answer with the `Strict-Transport-Security` header the router's HSTS
+/// layer would set, when HTTPS sets one.
+fn with_hsts(mut response: Response, hsts: Option<HeaderValue>) -> Response {
+    if let Some(v) = hsts {
+        response
+            .headers_mut()
+            .insert(header::STRICT_TRANSPORT_SECURITY, v);
+    }
+    response
 }

@@ -48,10 +48,22 @@ async fn through_hot(hot: &PublicHot, req: Request<Body>) -> Option<Response> {
 /// the JSON body without `pollAfterMs`.
 async fn seen(r: Response) -> (StatusCode, Vec<(String, String)>, serde_json::Value) {
     let status = r.status();
+    let headers = headers_of(&r, false);
+    let bytes = axum::body::to_bytes(r.into_body(), 1 << 20).await.unwrap();
+    let mut json: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+    if let Some(o) = json.as_object_mut() {
+        o.remove("pollAfterMs");
+    }
+    (status, headers, json)
+}
+
+/// The answer's headers, sorted, with `Retry-After`'s value left out and
+/// `Content-Length` only when `with_length`.
+fn headers_of(r: &Response, with_length: bool) -> Vec<(String, String)> {
     let mut headers: Vec<(String, String)> = r
         .headers()
         .iter()
-        .filter(|(k, _)| *k != header::CONTENT_LENGTH)
+        .filter(|(k, _)| with_length || *k != header::CONTENT_LENGTH)
         .map(|(k, v)| {
             let v = if k == header::RETRY_AFTER {
                 "[seconds]".to_owned()
@@ -62,12 +74,7 @@ async fn seen(r: Response) -> (StatusCode, Vec<(String, String)>, serde_json::Va
         })
         .collect();
     headers.sort();
-    let bytes = axum::body::to_bytes(r.into_body(), 1 << 20).await.unwrap();
-    let mut json: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
-    if let Some(o) = json.as_object_mut() {
-        o.remove("pollAfterMs");
-    }
-    (status, headers, json)
+    headers
 }
 
 /// The session cookie a router's enter sets, as a `Cookie` header.
@@ -229,19 +236,7 @@ async fn through_hot_whole(hot: &PublicHot, req: Request<Body>) -> Option<Respon
 /// text, with the JSON's `pollAfterMs` left out when the body is JSON.
 async fn seen_raw(r: Response) -> (StatusCode, Vec<(String, String)>, String) {
     let status = r.status();
-    let mut headers: Vec<(String, String)> = r
-        .headers()
-        .iter()
-        .map(|(k, v)| {
-            let v = if k == header::RETRY_AFTER {
-                "[seconds]".to_owned()
-            } else {
-                v.to_str().unwrap().to_owned()
-            };
-            (k.as_str().to_owned(), v)
-        })
-        .collect();
-    headers.sort();
+    let headers = headers_of(&r, true);
     let bytes = axum::body::to_bytes(r.into_body(), 1 << 20).await.unwrap();
     let body = match serde_json::from_slice::<serde_json::Value>(&bytes) {
         Ok(mut json) => {
