@@ -13,6 +13,7 @@
 //! the point where the stream is handed to hyper.
 
 pub mod connections;
+mod door;
 pub mod workers;
 
 use std::convert::Infallible;
@@ -178,7 +179,7 @@ async fn accept_loop(
         let serve = move |stream: tokio::net::TcpStream| async move {
             match tls {
                 None => {
-                    serve_connection(stream, peer, ClientScheme::Http, app, limits, permit, stop)
+                    serve_http1_first(stream, peer, ClientScheme::Http, app, limits, permit, stop)
                         .await;
                 }
                 Some(tls) => {
@@ -186,7 +187,22 @@ async fn accept_loop(
                     let Some(stream) = tls.accept(stream, limits.header_read_timeout).await else {
                         return;
                     };
-                    serve_connection(stream, peer, ClientScheme::Https, app, limits, permit, stop)
+                    // A client that chose HTTP/2 goes straight to hyper.
+                    if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
+                        let stream = door::Prefixed::new(bytes::Bytes::new(), stream);
+                        serve_connection(
+                            stream,
+                            peer,
+                            ClientScheme::Https,
+                            app,
+                            limits,
+                            permit,
+                            stop,
+                        )
+                        .await;
+                        return;
+                    }
+                    serve_http1_first(stream, peer, ClientScheme::Https, app, limits, permit, stop)
                         .await;
                 }
             }
@@ -200,8 +216,36 @@ async fn accept_loop(
     }
 }
 
-/// One client connection, from accept to close. The permit is held until
-/// the socket is closed (by an upgraded tunnel, if the connection upgrades).
+/// A connection whose first requests the door may answer (see [`door`]):
+/// with head-only hot routes, the door serves it until a request is not
+/// one of theirs, then hyper serves it from that request on.
+#[allow(clippy::too_many_arguments)]
+async fn serve_http1_first<S>(
+    stream: S,
+    peer: SocketAddr,
+    scheme: ClientScheme,
+    app: App,
+    limits: Limits,
+    permit: OwnedSemaphorePermit,
+    mut stop: watch::Receiver<bool>,
+) where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let stream = match &app.hot {
+        Some(hot) => {
+            match door::serve(stream, peer, hot, limits.header_read_timeout, &mut stop).await {
+                door::Left::Closed => return,
+                door::Left::ToHyper(stream) => stream,
+            }
+        }
+        None => door::Prefixed::new(bytes::Bytes::new(), stream),
+    };
+    serve_connection(stream, peer, scheme, app, limits, permit, stop).await;
+}
+
+/// One client connection, from accept (or the door's hand-off) to close.
+/// The permit is held until the socket is closed (by an upgraded tunnel, if
+/// the connection upgrades).
 async fn serve_connection<S>(
     stream: S,
     peer: SocketAddr,

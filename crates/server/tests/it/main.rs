@@ -26,6 +26,7 @@ mod browser_prewindow;
 mod browser_stream;
 mod browser_tls;
 mod conn_flood;
+mod door;
 mod drain_share;
 mod drain_slow_store;
 mod durability_restart;

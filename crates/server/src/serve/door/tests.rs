@@ -1,0 +1,353 @@
+//! The door on an in-memory connection, with a hot route of its own: what it
+//! answers, what it hands to hyper (byte for byte), and when it closes.
+
+use std::time::Duration;
+
+use axum::response::IntoResponse as _;
+use http::header;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _, DuplexStream};
+
+use super::*;
+use crate::serve::HotAnswer;
+
+/// Takes `GET /hot` (any query); answers its query and `Cookie` back.
+struct Echo;
+
+impl HotRoutes for Echo {
+    fn takes(&self, method: &Method, uri: &Uri) -> bool {
+        method == Method::GET && uri.path() == "/hot"
+    }
+
+    fn answer(&self, head: http::request::Parts, _peer: SocketAddr) -> HotAnswer {
+        let cookie = head
+            .headers
+            .get(header::COOKIE)
+            .map(|v| v.to_str().unwrap_or("?").to_owned())
+            .unwrap_or_default();
+        let query = head.uri.query().unwrap_or("").to_owned();
+        Box::pin(async move {
+            (
+                [(header::CONTENT_TYPE, "application/json")],
+                format!("{{\"q\":\"{query}\",\"cookie\":\"{cookie}\"}}"),
+            )
+                .into_response()
+        })
+    }
+
+    fn takes_whole(&self, _: &Method, _: &Uri) -> bool {
+        false
+    }
+
+    fn answer_whole(&self, _: axum::extract::Request) -> HotAnswer {
+        unreachable!("the door never takes a whole request")
+    }
+}
+
+fn hot() -> Arc<dyn HotRoutes> {
+    Arc::new(Echo)
+}
+
+fn parsed(head: &str) -> Parsed {
+    parse(head.as_bytes(), &Echo)
+}
+
+fn is_hot(p: &Parsed) -> Option<bool> {
+    match p {
+        Parsed::Hot(h) => Some(h.close),
+        _ => None,
+    }
+}
+
+#[test]
+fn only_a_plain_http11_get_for_a_hot_route_is_the_doors() {
+    let hot = |h: &str| is_hot(&parsed(h));
+    assert_eq!(hot("GET /hot HTTP/1.1\r\nHost: a\r\n\r\n"), Some(false));
+    assert_eq!(hot("GET /hot?x=1 HTTP/1.1\r\n\r\n"), Some(false));
+    assert_eq!(hot("GET http://a/hot HTTP/1.1\r\n\r\n"), Some(false));
+    assert_eq!(
+        hot("GET /hot HTTP/1.1\r\nContent-Length: 0\r\n\r\n"),
+        Some(false)
+    );
+    assert_eq!(
+        hot("GET /hot HTTP/1.1\r\nConnection: keep-alive\r\n\r\n"),
+        Some(false)
+    );
+    assert_eq!(
+        hot("GET /hot HTTP/1.1\r\nConnection: Close\r\n\r\n"),
+        Some(true)
+    );
+    // Leading empty lines are skipped, as hyper skips them.
+    assert_eq!(hot("\r\nGET /hot HTTP/1.1\r\n\r\n"), Some(false));
+
+    let other = |h: &str| matches!(parsed(h), Parsed::Other);
+    assert!(other("GET /cold HTTP/1.1\r\n\r\n"));
+    assert!(other("POST /hot HTTP/1.1\r\n\r\n"));
+    assert!(other("HEAD /hot HTTP/1.1\r\n\r\n"));
+    assert!(other("GET /hot HTTP/1.0\r\n\r\n"));
+    assert!(other("GET /hot HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc"));
+    assert!(other(
+        "GET /hot HTTP/1.1\r\nContent-Length: 0\r\nContent-Length: 5\r\n\r\n"
+    ));
+    assert!(other(
+        "GET /hot HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+    ));
+    assert!(other("GET /hot HTTP/1.1\r\nUpgrade: websocket\r\n\r\n"));
+    assert!(other("GET /hot HTTP/1.1\r\nConnection: Upgrade\r\n\r\n"));
+    assert!(other("GET /hot HTTP/1.1\r\nExpect: 100-continue\r\n\r\n"));
+    assert!(other("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"));
+    assert!(other("GET /hot HTTP/1.1\r\nBad Header: x\r\n\r\n"));
+    assert!(other("GET /hot HTTP/1.1\r\n folded: x\r\n\r\n"));
+    // A TLS hello on the plain port.
+    assert!(matches!(
+        parse(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", &Echo),
+        Parsed::Other
+    ));
+    // More fields than hyper parses: hyper's to refuse.
+    let many: String = (0..MAX_HEADERS + 1)
+        .map(|i| format!("x-{i}: v\r\n"))
+        .collect();
+    assert!(other(&format!("GET /hot HTTP/1.1\r\n{many}\r\n")));
+
+    let partial = |h: &str| matches!(parsed(h), Parsed::Partial);
+    assert!(partial(""));
+    assert!(partial("GET /hot HTTP/1.1\r\nHost: a\r\n"));
+    assert!(partial("GE"));
+}
+
+/// Starts the door on one end of an in-memory connection; the other end
+/// and the door's task (which ends with how the door left it) come back.
+fn door(
+    timeout: Duration,
+) -> (
+    DuplexStream,
+    watch::Sender<bool>,
+    tokio::task::JoinHandle<Option<Vec<u8>>>,
+) {
+    let (client, server) = tokio::io::duplex(1 << 20);
+    let (stop_tx, mut stop) = watch::channel(false);
+    let hot = hot();
+    let task = tokio::spawn(async move {
+        let peer: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        match serve(server, peer, &hot, timeout, &mut stop).await {
+            Left::Closed => None,
+            Left::ToHyper(mut rest) => {
+                // What hyper would read first: the bytes the door gave back.
+                let mut prefix = vec![0u8; 1 << 16];
+                let n = rest.read(&mut prefix).await.unwrap();
+                prefix.truncate(n);
+                Some(prefix)
+            }
+        }
+    });
+    (client, stop_tx, task)
+}
+
+/// Reads `n` answers (by `content-length`) and returns their heads and bodies.
+async fn answers(client: &mut DuplexStream, n: usize) -> Vec<(String, String)> {
+    let mut buf = Vec::new();
+    let mut out = Vec::new();
+    while out.len() < n {
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8(buf[..end].to_vec()).unwrap();
+            let len: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length: "))
+                .unwrap()
+                .parse()
+                .unwrap();
+            if buf.len() >= end + 4 + len {
+                let body = String::from_utf8(buf[end + 4..end + 4 + len].to_vec()).unwrap();
+                buf.drain(..end + 4 + len);
+                out.push((head, body));
+                continue;
+            }
+        }
+        let mut chunk = [0u8; 4096];
+        let k = client.read(&mut chunk).await.unwrap();
+        assert!(k > 0, "closed after {} answers", out.len());
+        buf.extend_from_slice(&chunk[..k]);
+    }
+    assert!(buf.is_empty(), "more than {n} answers");
+    out
+}
+
+#[tokio::test]
+async fn kept_alive_and_pipelined_requests_are_answered_in_order() {
+    let (mut client, _stop, task) = door(Duration::from_secs(10));
+    client
+        .write_all(b"GET /hot?n=1 HTTP/1.1\r\nCookie: a=1\r\n\r\n")
+        .await
+        .unwrap();
+    let first = answers(&mut client, 1).await;
+    assert_eq!(first[0].1, r#"{"q":"n=1","cookie":"a=1"}"#);
+    let head = &first[0].0;
+    assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}");
+    assert!(
+        head.contains("\r\ncontent-type: application/json"),
+        "{head}"
+    );
+    assert!(head.contains("\r\ndate: "), "{head}");
+    assert!(!head.contains("connection"), "{head}");
+
+    // Two in one write, then one split across writes.
+    client
+        .write_all(b"GET /hot?n=2 HTTP/1.1\r\n\r\nGET /hot?n=3 HTTP/1.1\r\n\r\nGET /hot?n=4 HTT")
+        .await
+        .unwrap();
+    let two = answers(&mut client, 2).await;
+    assert_eq!(two[0].1, r#"{"q":"n=2","cookie":""}"#);
+    assert_eq!(two[1].1, r#"{"q":"n=3","cookie":""}"#);
+    client.write_all(b"P/1.1\r\n\r\n").await.unwrap();
+    assert_eq!(
+        answers(&mut client, 1).await[0].1,
+        r#"{"q":"n=4","cookie":""}"#
+    );
+
+    drop(client);
+    assert_eq!(task.await.unwrap(), None, "a closed client ends the door");
+}
+
+#[tokio::test]
+async fn the_first_request_it_does_not_answer_goes_to_hyper_whole_after_the_answers_before_it() {
+    let (mut client, _stop, task) = door(Duration::from_secs(10));
+    let rest = "POST /cold HTTP/1.1\r\nContent-Length: 2\r\n\r\nhiGET /hot HTTP/1.1\r\n\r\n";
+    client
+        .write_all(format!("GET /hot?n=1 HTTP/1.1\r\n\r\n{rest}").as_bytes())
+        .await
+        .unwrap();
+    assert_eq!(
+        answers(&mut client, 1).await[0].1,
+        r#"{"q":"n=1","cookie":""}"#
+    );
+    let given_back = task.await.unwrap().expect("handed to hyper");
+    assert_eq!(String::from_utf8(given_back).unwrap(), rest);
+}
+
+#[tokio::test]
+async fn connection_close_is_answered_then_closed() {
+    let (mut client, _stop, task) = door(Duration::from_secs(10));
+    client
+        .write_all(b"GET /hot HTTP/1.1\r\nConnection: close\r\n\r\nGET /hot HTTP/1.1\r\n\r\n")
+        .await
+        .unwrap();
+    let answer = answers(&mut client, 1).await;
+    assert!(
+        answer[0].0.contains("\r\nconnection: close"),
+        "{}",
+        answer[0].0
+    );
+    let mut rest = Vec::new();
+    client.read_to_end(&mut rest).await.unwrap();
+    assert!(rest.is_empty(), "nothing after the close: {rest:?}");
+    assert_eq!(task.await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn a_head_that_never_completes_is_closed_at_the_header_timeout() {
+    let timeout = Duration::from_millis(300);
+    let (mut client, _stop, task) = door(timeout);
+    let started = std::time::Instant::now();
+    client.write_all(b"GET /hot HTTP/1.1\r\nHo").await.unwrap();
+    assert_eq!(task.await.unwrap(), None);
+    let took = started.elapsed();
+    assert!(took >= timeout, "closed after {took:?}");
+    assert!(took < Duration::from_secs(5), "closed only after {took:?}");
+}
+
+#[tokio::test]
+async fn each_later_head_has_its_own_header_timeout() {
+    // Three answers, each asked for just inside the timeout: 3 × 200 ms is
+    // past one timeout, but every head came within its own.
+    let timeout = Duration::from_millis(400);
+    let (mut client, _stop, task) = door(timeout);
+    for n in 0..3 {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        client
+            .write_all(format!("GET /hot?n={n} HTTP/1.1\r\n\r\n").as_bytes())
+            .await
+            .unwrap();
+        answers(&mut client, 1).await;
+    }
+    // Then silence: closed by the timeout.
+    assert_eq!(task.await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn a_graceful_stop_closes_a_waiting_connection() {
+    let (mut client, stop, task) = door(Duration::from_secs(60));
+    client
+        .write_all(b"GET /hot HTTP/1.1\r\n\r\n")
+        .await
+        .unwrap();
+    answers(&mut client, 1).await;
+    stop.send(true).unwrap();
+    let left = tokio::time::timeout(Duration::from_secs(5), task)
+        .await
+        .expect("the stop closes a waiting connection at once");
+    assert_eq!(left.unwrap(), None);
+}
+
+#[tokio::test]
+async fn a_head_past_the_read_buffer_goes_to_hyper() {
+    let (mut client, _stop, task) = door(Duration::from_secs(10));
+    let big = format!("GET /hot HTTP/1.1\r\nx-big: {}", "a".repeat(MAX_BUF));
+    // Written from a task: the door stops reading once it has its limit.
+    let writer = tokio::spawn(async move {
+        let _ = client.write_all(big.as_bytes()).await;
+        client
+    });
+    let given_back = task.await.unwrap().expect("handed to hyper");
+    assert!(given_back.starts_with(b"GET /hot HTTP/1.1\r\nx-big: aaa"));
+    drop(writer.await.unwrap());
+}
+
+#[tokio::test]
+async fn the_answer_is_written_as_hyper_writes_it() {
+    let mut out = Vec::new();
+    let response = (
+        StatusCode::TOO_MANY_REQUESTS,
+        [(header::RETRY_AFTER, "3")],
+        "{}",
+    )
+        .into_response();
+    encode(response, false, &mut out).await;
+    let text = String::from_utf8(out).unwrap();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap();
+    assert_eq!(body, "{}");
+    let mut lines = head.split("\r\n");
+    assert_eq!(lines.next(), Some("HTTP/1.1 429 Too Many Requests"));
+    let mut fields: Vec<&str> = lines.collect();
+    fields.sort_unstable();
+    let date = fields.iter().find(|f| f.starts_with("date: ")).unwrap();
+    assert!(
+        httpdate::parse_http_date(&date["date: ".len()..]).is_ok(),
+        "{date}"
+    );
+    fields.retain(|f| !f.starts_with("date: "));
+    assert_eq!(
+        fields,
+        [
+            "content-length: 2",
+            "content-type: text/plain; charset=utf-8",
+            "retry-after: 3"
+        ]
+    );
+
+    let mut out = Vec::new();
+    encode(StatusCode::NO_CONTENT.into_response(), true, &mut out).await;
+    let text = String::from_utf8(out).unwrap();
+    assert!(text.starts_with("HTTP/1.1 204 No Content\r\n"), "{text}");
+    assert!(!text.contains("content-length"), "{text}");
+    assert!(text.ends_with("connection: close\r\n\r\n"), "{text}");
+}
+
+#[tokio::test]
+async fn prefixed_bytes_are_read_before_the_stream() {
+    let (mut a, b) = tokio::io::duplex(64);
+    a.write_all(b" world").await.unwrap();
+    drop(a);
+    let mut p = Prefixed::new(Bytes::from_static(b"hello"), b);
+    let mut all = String::new();
+    p.read_to_string(&mut all).await.unwrap();
+    assert_eq!(all, "hello world");
+}
