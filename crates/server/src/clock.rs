@@ -94,7 +94,8 @@ pub fn rfc3339_ms(ms: i64) -> String {
     ] {
         out[at] = b;
     }
-    out.iter().map(|&b| char::from(b)).collect()
+    // Every byte is ASCII.
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// (year, month, day) of the `days`-th day after 1970-01-01 (proleptic

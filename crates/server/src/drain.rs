@@ -84,6 +84,9 @@ pub fn restore(state: &AppState, rt: &EventRuntime) -> Result<usize, String> {
                 token_expires_at_ms,
             } => {
                 inner.by_member.insert(member.clone(), nonce);
+                drain
+                    .any_local
+                    .store(true, std::sync::atomic::Ordering::Release);
                 inner.local.insert(
                     nonce,
                     LocalAdmission {

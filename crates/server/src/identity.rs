@@ -162,14 +162,26 @@ pub(crate) fn is_session_id(s: &str) -> bool {
 
 /// The value of cookie `name` across every `Cookie` header.
 pub fn cookie<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
+    // Every poll and every gated request reads one or two cookies: a scan
+    // of the bytes for `name=` at the start of a pair, and only the value
+    // found checked as text, instead of the whole header split into
+    // trimmed strings first.
+    let name = name.as_bytes();
     headers
         .get_all(header::COOKIE)
         .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(k, _)| *k == name)
-        .map(|(_, v)| v.trim_matches('"'))
+        .filter(|v| v.to_str().is_ok())
+        .find_map(|v| cookie_in(v.as_bytes(), name))
+        .and_then(|v| std::str::from_utf8(v).ok())
+        .map(|v| v.trim_matches('"'))
+}
+
+/// The value of the first pair named `name` in one `Cookie` header: pairs
+/// split at `;`, each trimmed, the name the part before the pair's first `=`.
+fn cookie_in<'v>(value: &'v [u8], name: &[u8]) -> Option<&'v [u8]> {
+    value
+        .split(|b| *b == b';')
+        .find_map(|pair| pair.trim_ascii().strip_prefix(name)?.strip_prefix(b"="))
 }
 
 #[cfg(test)]
@@ -193,6 +205,26 @@ mod tests {
             HeaderValue::from_static("anteroom_sid=nothex"),
         );
         assert_eq!(session_id(&h, &c), None);
+    }
+
+    proptest::proptest! {
+        /// The byte scan finds what splitting the header into trimmed
+        /// `name=value` strings finds.
+        #[test]
+        fn the_cookie_scan_reads_as_the_split_pairs_do(
+            pairs in proptest::collection::vec("[ a-c=;\"]{0,6}", 0..6),
+            name in "[a-c]{1,2}",
+        ) {
+            let header = pairs.join(";");
+            let split = header
+                .split(';')
+                .filter_map(|pair| pair.trim().split_once('='))
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| v.trim_matches('"'));
+            let mut h = HeaderMap::new();
+            h.insert(header::COOKIE, HeaderValue::from_str(&header).unwrap());
+            proptest::prop_assert_eq!(cookie(&h, &name), split);
+        }
     }
 
     #[test]

@@ -262,7 +262,14 @@ impl<'o> JsonObject<'o> {
         self.key(key);
         match s {
             None => self.out.extend_from_slice(b"null"),
-            // serde_json's own escaping; writing to a Vec cannot fail.
+            // Most strings here need no escaping (ids, times, digits);
+            // anything else gets serde_json's own (writing to a Vec cannot
+            // fail). serde_json escapes exactly `"`, `\\` and controls.
+            Some(s) if !s.bytes().any(|b| b == b'"' || b == b'\\' || b < 0x20) => {
+                self.out.push(b'"');
+                self.out.extend_from_slice(s.as_bytes());
+                self.out.push(b'"');
+            }
             Some(s) => {
                 let _ = serde_json::to_writer(&mut *self.out, s);
             }

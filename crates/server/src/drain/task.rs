@@ -193,6 +193,9 @@ async fn leave(state: &AppState, rt: &EventRuntime) {
         l.token_expires_at_ms > now || l.redeemed_until_ms.is_some_and(|until| until > now)
     });
     by_member.retain(|_, n| local.contains_key(n));
+    drain
+        .any_local
+        .store(!local.is_empty(), std::sync::atomic::Ordering::Release);
     let lasted = inner.since_ms.take().map(|s| now - s);
     drain
         .draining
@@ -312,6 +315,11 @@ fn admit_locally(state: &AppState, rt: &EventRuntime) {
     for (nonce, local) in admitted {
         inner.by_member.insert(local.member.clone(), nonce);
         inner.local.insert(nonce, local);
+    }
+    if n > 0 {
+        drain
+            .any_local
+            .store(true, std::sync::atomic::Ordering::Release);
     }
     metrics::counter!("anteroom_drain_admissions_total", "event" => rt.id().to_string())
         .increment(n);

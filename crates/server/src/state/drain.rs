@@ -27,6 +27,10 @@ pub struct DrainState {
     pub(crate) draining: AtomicBool,
     /// Set from entry until the reconcile succeeded: the scheduler is held.
     pub(crate) holding: AtomicBool,
+    /// Whether `inner.local` holds anything (set under the lock as it
+    /// changes): almost always false, and then a request's reads of the drain
+    /// records take no lock and hash no member id.
+    pub(crate) any_local: AtomicBool,
     /// A request saw the store fail: probe now instead of at the next tick,
     /// so a refused connection drains within milliseconds.
     pub(crate) wake: tokio::sync::Notify,
@@ -99,6 +103,9 @@ impl DrainState {
     }
 
     pub fn local_answer(&self, member: &str, now_ms: i64) -> Option<MemberState> {
+        if !self.any_local.load(Ordering::Acquire) {
+            return None;
+        }
         let inner = lock(&self.inner);
         let nonce = inner.by_member.get(member)?;
         let local = inner.local.get(nonce)?;
@@ -119,6 +126,9 @@ impl DrainState {
 impl DrainState {
     /// Whether `member` redeemed a token this node signed while draining.
     pub fn redeemed_locally(&self, member: &str) -> bool {
+        if !self.any_local.load(Ordering::Acquire) {
+            return false;
+        }
         let inner = lock(&self.inner);
         inner
             .by_member

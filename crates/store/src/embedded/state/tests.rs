@@ -1,6 +1,7 @@
 //! The idle sweep in bounded steps: each step removes at most its budget,
 //! the repack it triggers goes in slices, and between any two of them every
-//! waiter left has its exact rank.
+//! waiter left has its exact rank. And polls' seen marks: written once per
+//! commit however often a waiter polls, never lost.
 
 use anteroom_core::score::JoinScoring;
 
@@ -66,4 +67,42 @@ fn the_idle_sweep_goes_in_bounded_steps_and_ranks_stay_exact_between_them() {
     // Joins after the sweep still rank after everyone.
     st.join("late", &s, 300_000).unwrap();
     assert_eq!(st.rank("late"), Some(kept.len() as u64));
+}
+
+#[test]
+fn a_waiter_polled_many_times_between_commits_is_written_once_and_again_after() {
+    let mut st = EventState::new();
+    let s = JoinScoring {
+        opens_at_us: 0,
+        prewindow_score: -1,
+        tiebreak: 0,
+        behind: false,
+    };
+    let (a, b) = (format!("{:032x}", 1), format!("{:032x}", 2));
+    st.join(&a, &s, 10).unwrap();
+    st.join(&b, &s, 11).unwrap();
+    st.counters.last_us = 11;
+    st.flush_seen();
+    // Batch 1: `a` polls a hundred times, `b` once.
+    for t in 100..200 {
+        st.status(&a, Touch::Seen, t).unwrap();
+    }
+    st.status(&b, Touch::Seen, 150).unwrap();
+    assert_eq!(st.dirty_seen.len(), 2, "each waiter once");
+    st.flush_seen();
+    // Batch 2 has no tick of its own (nothing joined): the polls after the
+    // commit are still written, with their latest time.
+    for t in 300..310 {
+        st.status(&a, Touch::Seen, t).unwrap();
+    }
+    assert_eq!(st.dirty_seen.len(), 1);
+    st.flush_seen();
+    assert_eq!(st.table.seen(st.table.find(&a).unwrap()), 309);
+    st.status(&a, Touch::Seen, 400).unwrap();
+    st.status(&b, Touch::Seen, 400).unwrap();
+    assert_eq!(st.dirty_seen.len(), 2);
+    // A look is not a visit: nothing to write.
+    st.flush_seen();
+    st.status(&a, Touch::Peek, 500).unwrap();
+    assert!(st.dirty_seen.is_empty());
 }
