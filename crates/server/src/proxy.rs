@@ -21,6 +21,7 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 
 mod error;
 mod headers;
+mod origin;
 pub mod upgrade;
 
 /// Marked by the listener; read here for the forwarded scheme.
@@ -37,6 +38,7 @@ pub use upgrade::{SESSION_WATCH_EVERY, SessionEnd, SessionWatch};
 #[derive(Clone, Debug)]
 pub struct Proxy {
     clients: std::sync::Arc<[Client<HttpConnector, Body>]>,
+    connect_timeout: Duration,
     response_timeout: Duration,
 }
 
@@ -83,6 +85,7 @@ impl Proxy {
         };
         Self {
             clients: (0..=loops).map(|_| client()).collect(),
+            connect_timeout: connect,
             response_timeout: response,
         }
     }
@@ -150,6 +153,23 @@ impl Proxy {
             upgrade: upgrade.clone(),
         };
         headers::rewrite_request(&mut parts.headers, forwarding, extra);
+        if upgrade.is_none()
+            && hyper::body::Body::is_end_stream(&body)
+            && origin::eligible(&parts.method, &parts.headers)
+        {
+            // A bodiless GET or HEAD on an event loop: the lean client.
+            let response = origin::send(
+                parts.method,
+                &target,
+                &parts.headers,
+                self.connect_timeout,
+                self.response_timeout,
+            )
+            .await?;
+            let (mut parts, body) = response.into_parts();
+            headers::rewrite_response(&mut parts.headers, parts.status);
+            return Ok(Response::from_parts(parts, Body::new(body)));
+        }
         let mut outgoing = Request::new(body);
         *outgoing.method_mut() = parts.method;
         *outgoing.uri_mut() = target;

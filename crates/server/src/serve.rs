@@ -190,13 +190,14 @@ async fn accept_loop(
                     // A client that chose HTTP/2 goes straight to hyper.
                     if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
                         let stream = door::Prefixed::new(bytes::Bytes::new(), stream);
+                        let slot = ConnectionSlot::new(permit);
                         serve_connection(
                             stream,
                             peer,
                             ClientScheme::Https,
                             app,
                             limits,
-                            permit,
+                            slot,
                             stop,
                         )
                         .await;
@@ -231,16 +232,23 @@ async fn serve_http1_first<S>(
 ) where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
+    let slot = ConnectionSlot::new(permit);
     let stream = match &app.hot {
         Some(hot) => {
-            match door::serve(stream, peer, hot, limits.header_read_timeout, &mut stop).await {
+            let visit = door::Visit {
+                peer,
+                scheme,
+                slot: &slot,
+                header_read_timeout: limits.header_read_timeout,
+            };
+            match door::serve(stream, hot, visit, &mut stop).await {
                 door::Left::Closed => return,
                 door::Left::ToHyper(stream) => stream,
             }
         }
         None => door::Prefixed::new(bytes::Bytes::new(), stream),
     };
-    serve_connection(stream, peer, scheme, app, limits, permit, stop).await;
+    serve_connection(stream, peer, scheme, app, limits, slot, stop).await;
 }
 
 /// One client connection, from accept (or the door's hand-off) to close.
@@ -252,12 +260,11 @@ async fn serve_connection<S>(
     scheme: ClientScheme,
     app: App,
     limits: Limits,
-    permit: OwnedSemaphorePermit,
+    slot: ConnectionSlot,
     mut stop: watch::Receiver<bool>,
 ) where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
-    let slot = ConnectionSlot::new(permit);
     let activity = Activity::new();
     let service = {
         let activity = activity.clone();

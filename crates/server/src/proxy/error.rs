@@ -22,6 +22,10 @@ pub enum ProxyError {
     BadOrigin,
     #[error("the origin could not be reached")]
     Unreachable(#[source] hyper_util::client::legacy::Error),
+    /// The lean client's (see `proxy::origin`): refused, reset, or an
+    /// answer that breaks HTTP/1.1.
+    #[error("the origin could not be reached")]
+    Origin(#[source] io::Error),
     #[error("the origin did not answer in time")]
     Timeout,
     #[error("the origin switched protocols unasked")]

@@ -1,6 +1,7 @@
-//! The door: a public connection's HTTP/1.1 requests for the head-only hot
-//! routes (a waiting crowd's position polls) read, answered and written by
-//! hand, before hyper is involved at all.
+//! The door: a public connection's plain HTTP/1.1 `GET`s for the hot routes
+//! (a waiting crowd's position polls, and the gate's requests: an admitted
+//! crowd's pages) read, answered and written by hand, before hyper is
+//! involved at all.
 //!
 //! Why: a poll's own work is a few microseconds, and on top of it hyper's
 //! dispatcher (its service future, the request body channel, a boxed header
@@ -10,9 +11,14 @@
 //! else, so the door answers exactly those requests with one parse
 //! (httparse, as hyper itself uses), one handler call and one write.
 //!
+//! A gated request's answer may stream (a proxied page): the door writes
+//! it with its `content-length` when the length is known and chunked
+//! otherwise, as hyper would, and closes the connection if the body fails
+//! half-way.
+//!
 //! The door only ever takes the simplest case, and hands the connection to
 //! hyper for everything else: the moment a request is anything but a
-//! complete HTTP/1.1 `GET` for a head-only hot route, with no body framing
+//! complete HTTP/1.1 `GET` for a hot route, with no body framing
 //! (`Content-Length` other than `0`, `Transfer-Encoding`), no `Upgrade` or
 //! `Expect` and no `Connection` token but `keep-alive` and `close`, the
 //! bytes read so far are given back to hyper in front of the socket
@@ -42,7 +48,7 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt as _, ReadBuf};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::{HotRoutes, MAX_BUF};
+use super::{ClientScheme, ConnectionSlot, HotRoutes, MAX_BUF};
 
 /// Header fields a head may have on the door's path: hyper's own default,
 /// so a head the door cannot hold is one hyper refuses too (it is handed to
@@ -61,18 +67,27 @@ pub(super) enum Left<S> {
     ToHyper(Prefixed<S>),
 }
 
-/// Serves `stream`'s head-only hot requests until one is not, then hands
-/// the connection on. The first head is waited for from now.
+/// Who is at the door: what a gated request carries to the gate as the
+/// router's fallback would see it.
+pub(super) struct Visit<'a> {
+    pub peer: SocketAddr,
+    pub scheme: ClientScheme,
+    pub slot: &'a ConnectionSlot,
+    pub header_read_timeout: Duration,
+}
+
+/// Serves `stream`'s hot requests until one is not, then hands the
+/// connection on. The first head is waited for from now.
 pub(super) async fn serve<S>(
     mut stream: S,
-    peer: SocketAddr,
     hot: &Arc<dyn HotRoutes>,
-    header_read_timeout: Duration,
+    visit: Visit<'_>,
     stop: &mut watch::Receiver<bool>,
 ) -> Left<S>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
+    let (peer, header_read_timeout) = (visit.peer, visit.header_read_timeout);
     let started = Instant::now();
     // One wait for the stop for the connection's life (a wait made per
     // request would join and leave the watch's waiter list each time).
@@ -90,19 +105,35 @@ where
             match parse(&buf, &**hot) {
                 Parsed::Hot(request) => {
                     first = false;
-                    let close = request.close;
+                    let (close, whole) = (request.close, request.whole);
                     let head = buf.split_to(request.len).freeze();
-                    let Some(parts) = request.parts(&head) else {
+                    let Some(mut parts) = request.parts(&head) else {
                         // A field hyper would take but `http` refuses: put
                         // the head back for hyper (the door cannot split it).
                         let mut back = BytesMut::from(&head[..]);
                         back.extend_from_slice(&buf);
                         return hand_off(stream, back, &out).await;
                     };
-                    let response = hot.answer(parts, peer).await;
-                    encode(response, close, &mut out).await;
-                    if close {
-                        if stream.write_all(&out).await.is_ok() {
+                    let kept = if whole {
+                        parts.extensions.insert(axum::extract::ConnectInfo(peer));
+                        parts.extensions.insert(visit.slot.clone());
+                        if visit.scheme == ClientScheme::Https {
+                            parts.extensions.insert(ClientScheme::Https);
+                        }
+                        let req =
+                            axum::extract::Request::from_parts(parts, axum::body::Body::empty());
+                        let response = hot.answer_whole(req).await;
+                        match write_streamed(&mut stream, response, close, &mut out).await {
+                            Ok(kept) => kept,
+                            Err(_) => return Left::Closed,
+                        }
+                    } else {
+                        let response = hot.answer(parts, peer).await;
+                        encode(response, close, &mut out).await;
+                        !close
+                    };
+                    if !kept {
+                        if write_out(&mut stream, &out).await.is_ok() {
                             let _ = stream.shutdown().await;
                         }
                         return Left::Closed;
@@ -237,6 +268,8 @@ enum Parsed {
 struct HotHead {
     len: usize,
     close: bool,
+    /// A request the hot routes take whole (the gate's), not head-only.
+    whole: bool,
     uri: Uri,
     fields: Vec<((usize, usize), (usize, usize))>,
 }
@@ -292,9 +325,13 @@ fn parse(buf: &[u8], hot: &dyn HotRoutes) -> Parsed {
     let Ok(uri) = target.parse::<Uri>() else {
         return Parsed::Other;
     };
-    if !hot.takes(&Method::GET, &uri) {
+    let whole = if hot.takes(&Method::GET, &uri) {
+        false
+    } else if hot.takes_whole(&Method::GET, &uri) {
+        true
+    } else {
         return Parsed::Other;
-    }
+    };
     let mut close = false;
     let mut spans = Vec::with_capacity(req.headers.len());
     for h in req.headers.iter() {
@@ -323,6 +360,7 @@ fn parse(buf: &[u8], hot: &dyn HotRoutes) -> Parsed {
     Parsed::Hot(HotHead {
         len,
         close,
+        whole,
         uri,
         fields: spans,
     })
@@ -335,17 +373,8 @@ async fn encode(response: axum::response::Response, close: bool, out: &mut Vec<u
     let (parts, body) = response.into_parts();
     let body = whole_body(body).await;
     let status = parts.status;
-    out.extend_from_slice(b"HTTP/1.1 ");
-    out.extend_from_slice(status.as_str().as_bytes());
-    out.push(b' ');
-    out.extend_from_slice(status.canonical_reason().unwrap_or("<none>").as_bytes());
-    out.extend_from_slice(b"\r\n");
-    for (name, value) in &parts.headers {
-        out.extend_from_slice(name.as_str().as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(value.as_bytes());
-        out.extend_from_slice(b"\r\n");
-    }
+    status_line(status, out);
+    fields(&parts.headers, out);
     // A 204 and a 304 carry no body and no length (as hyper writes them).
     let bodiless = status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED;
     if !bodiless && !parts.headers.contains_key(CONTENT_LENGTH) {
@@ -353,7 +382,33 @@ async fn encode(response: axum::response::Response, close: bool, out: &mut Vec<u
         out.extend_from_slice(itoa::Buffer::new().format(body.len()).as_bytes());
         out.extend_from_slice(b"\r\n");
     }
-    if !parts.headers.contains_key(DATE) {
+    end_head(&parts.headers, close, out);
+    if !bodiless {
+        out.extend_from_slice(&body);
+    }
+}
+
+fn status_line(status: StatusCode, out: &mut Vec<u8>) {
+    out.extend_from_slice(b"HTTP/1.1 ");
+    out.extend_from_slice(status.as_str().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(status.canonical_reason().unwrap_or("<none>").as_bytes());
+    out.extend_from_slice(b"\r\n");
+}
+
+fn fields(headers: &HeaderMap, out: &mut Vec<u8>) {
+    for (name, value) in headers {
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+}
+
+/// `date` unless the answer has one, `connection: close` when closing,
+/// and the blank line.
+fn end_head(headers: &HeaderMap, close: bool, out: &mut Vec<u8>) {
+    if !headers.contains_key(DATE) {
         out.extend_from_slice(b"date: ");
         http_date(out);
         out.extend_from_slice(b"\r\n");
@@ -362,9 +417,114 @@ async fn encode(response: axum::response::Response, close: bool, out: &mut Vec<u
         out.extend_from_slice(b"connection: close\r\n");
     }
     out.extend_from_slice(b"\r\n");
-    if !bodiless {
-        out.extend_from_slice(&body);
+}
+
+/// Data frames up to this size are copied behind the head (one write for
+/// a small answer); a larger one is written on its own, uncopied.
+const COPY_FRAME: usize = 16 * 1024;
+
+/// Writes `response`, whose body may stream, after the answers already in
+/// `out`: framed by its `content-length` (the one it carries, or its exact
+/// size), chunked when its length is unknown. `Ok(false)` when the
+/// connection must close after it: asked to, or the body failed or broke
+/// its length half-way (the client then sees the close, as hyper would
+/// leave it).
+async fn write_streamed<S>(
+    stream: &mut S,
+    response: axum::response::Response,
+    close: bool,
+    out: &mut Vec<u8>,
+) -> io::Result<bool>
+where
+    S: AsyncWrite + Unpin,
+{
+    use http_body_util::BodyExt as _;
+    let (parts, mut body) = response.into_parts();
+    let status = parts.status;
+    let bodiless = status.is_informational()
+        || status == StatusCode::NO_CONTENT
+        || status == StatusCode::NOT_MODIFIED;
+    let declared = parts
+        .headers
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.trim().parse::<u64>().ok());
+    let exact = hyper::body::Body::size_hint(&body).exact();
+    let length = if bodiless {
+        Some(0)
+    } else {
+        declared.or(exact)
+    };
+    status_line(status, out);
+    fields(&parts.headers, out);
+    if !bodiless && declared.is_none() {
+        match exact {
+            Some(n) => {
+                out.extend_from_slice(b"content-length: ");
+                out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+                out.extend_from_slice(b"\r\n");
+            }
+            None => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
+        }
     }
+    end_head(&parts.headers, close, out);
+    if bodiless {
+        return Ok(!close);
+    }
+    let mut sent: u64 = 0;
+    let mut failed = false;
+    loop {
+        // What the body has now goes behind the head without a wait; only
+        // when it must wait is what is ready written first.
+        let ready = {
+            let mut cx = Context::from_waker(std::task::Waker::noop());
+            hyper::body::Body::poll_frame(Pin::new(&mut body), &mut cx)
+        };
+        let frame = match ready {
+            Poll::Ready(frame) => frame,
+            Poll::Pending => {
+                write_out(stream, out).await?;
+                out.clear();
+                body.frame().await
+            }
+        };
+        let data = match frame {
+            None => break,
+            Some(Err(_)) => {
+                failed = true;
+                break;
+            }
+            Some(Ok(frame)) => match frame.into_data() {
+                Ok(data) if !data.is_empty() => data,
+                _ => continue,
+            },
+        };
+        sent += data.len() as u64;
+        if length.is_some_and(|n| sent > n) {
+            failed = true;
+            break;
+        }
+        if length.is_none() {
+            out.extend_from_slice(format!("{:x}\r\n", data.len()).as_bytes());
+        }
+        if data.len() > COPY_FRAME {
+            write_out(stream, out).await?;
+            out.clear();
+            write_out(stream, &data).await?;
+        } else {
+            out.extend_from_slice(&data);
+        }
+        if length.is_none() {
+            out.extend_from_slice(b"\r\n");
+        }
+    }
+    if failed || length.is_some_and(|n| sent != n) {
+        // A body cut short: what was sent stands, the connection closes.
+        return Ok(false);
+    }
+    if length.is_none() {
+        out.extend_from_slice(b"0\r\n\r\n");
+    }
+    Ok(!close)
 }
 
 /// A hot answer's body, which is a whole buffer: taken in one poll, without

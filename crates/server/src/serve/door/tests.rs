@@ -34,13 +34,64 @@ impl HotRoutes for Echo {
         })
     }
 
-    fn takes_whole(&self, _: &Method, _: &Uri) -> bool {
-        false
+    fn takes_whole(&self, _: &Method, uri: &Uri) -> bool {
+        uri.path() == "/whole"
     }
 
-    fn answer_whole(&self, _: axum::extract::Request) -> HotAnswer {
-        unreachable!("the door never takes a whole request")
+    /// Streams its answer: `?chunks` of unknown length, `?sized` of known
+    /// length, `?broken` failing after its first piece; the peer and the
+    /// scheme the request carried come back as fields.
+    fn answer_whole(&self, req: axum::extract::Request) -> HotAnswer {
+        let peer = req
+            .extensions()
+            .get::<axum::extract::ConnectInfo<SocketAddr>>()
+            .map(|c| c.0.to_string())
+            .unwrap_or_default();
+        let https = req.extensions().get::<ClientScheme>() == Some(&ClientScheme::Https);
+        let slot = req.extensions().get::<ConnectionSlot>().is_some();
+        let query = req.uri().query().unwrap_or("").to_owned();
+        Box::pin(async move {
+            let pieces: Vec<Result<Bytes, std::io::Error>> = match query.as_str() {
+                "broken" => vec![
+                    Ok(Bytes::from_static(b"half")),
+                    Err(std::io::Error::other("origin gone")),
+                ],
+                _ => vec![
+                    Ok(Bytes::from_static(b"one,")),
+                    Ok(Bytes::from(vec![b'x'; 20_000])),
+                    Ok(Bytes::from_static(b",three")),
+                ],
+            };
+            let body = if query == "sized" {
+                let all: Vec<u8> = pieces
+                    .into_iter()
+                    .flat_map(|p| p.unwrap().to_vec())
+                    .collect();
+                axum::body::Body::from(all)
+            } else {
+                axum::body::Body::from_stream(futures::stream::iter(pieces))
+            };
+            let mut r = axum::response::Response::new(body);
+            let h = r.headers_mut();
+            h.insert("x-peer", HeaderValue::from_str(&peer).unwrap());
+            h.insert(
+                "x-https",
+                HeaderValue::from_static(if https { "yes" } else { "no" }),
+            );
+            h.insert(
+                "x-slot",
+                HeaderValue::from_static(if slot { "yes" } else { "no" }),
+            );
+            r
+        })
     }
+}
+
+/// A connection slot of a listener of one.
+fn slot() -> (Arc<tokio::sync::Semaphore>, ConnectionSlot) {
+    let semaphore = Arc::new(tokio::sync::Semaphore::new(1));
+    let permit = semaphore.clone().try_acquire_owned().unwrap();
+    (semaphore, ConnectionSlot::new(permit))
 }
 
 fn hot() -> Arc<dyn HotRoutes> {
@@ -127,8 +178,14 @@ fn door(
     let (stop_tx, mut stop) = watch::channel(false);
     let hot = hot();
     let task = tokio::spawn(async move {
-        let peer: SocketAddr = "127.0.0.1:1".parse().unwrap();
-        match serve(server, peer, &hot, timeout, &mut stop).await {
+        let (_semaphore, slot) = slot();
+        let visit = Visit {
+            peer: "127.0.0.1:1".parse().unwrap(),
+            scheme: ClientScheme::Http,
+            slot: &slot,
+            header_read_timeout: timeout,
+        };
+        match serve(server, &hot, visit, &mut stop).await {
             Left::Closed => None,
             Left::ToHyper(mut rest) => {
                 // What hyper would read first: the bytes the door gave back.
@@ -350,4 +407,112 @@ async fn prefixed_bytes_are_read_before_the_stream() {
     let mut all = String::new();
     p.read_to_string(&mut all).await.unwrap();
     assert_eq!(all, "hello world");
+}
+
+/// One answer's head and its body decoded from chunked or sized framing.
+async fn streamed(client: &mut DuplexStream) -> (String, Vec<u8>) {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 65536];
+    loop {
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8(buf[..end].to_vec()).unwrap();
+            let mut rest = buf[end + 4..].to_vec();
+            if let Some(len) = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length: "))
+            {
+                let len: usize = len.parse().unwrap();
+                while rest.len() < len {
+                    let k = client.read(&mut chunk).await.unwrap();
+                    assert!(k > 0, "closed inside the body");
+                    rest.extend_from_slice(&chunk[..k]);
+                }
+                return (head, rest[..len].to_vec());
+            }
+            assert!(head.contains("\r\ntransfer-encoding: chunked"), "{head}");
+            let mut body = Vec::new();
+            loop {
+                let Some(eol) = rest.windows(2).position(|w| w == b"\r\n") else {
+                    let k = client.read(&mut chunk).await.unwrap();
+                    assert!(k > 0, "closed inside the body");
+                    rest.extend_from_slice(&chunk[..k]);
+                    continue;
+                };
+                let size =
+                    usize::from_str_radix(std::str::from_utf8(&rest[..eol]).unwrap(), 16).unwrap();
+                while rest.len() < eol + 2 + size + 2 {
+                    let k = client.read(&mut chunk).await.unwrap();
+                    assert!(k > 0, "closed inside the body");
+                    rest.extend_from_slice(&chunk[..k]);
+                }
+                if size == 0 {
+                    return (head, body);
+                }
+                body.extend_from_slice(&rest[eol + 2..eol + 2 + size]);
+                rest.drain(..eol + 2 + size + 2);
+            }
+        }
+        let k = client.read(&mut chunk).await.unwrap();
+        assert!(k > 0, "closed before the answer");
+        buf.extend_from_slice(&chunk[..k]);
+    }
+}
+
+#[tokio::test]
+async fn a_whole_request_is_answered_streaming_with_the_routers_extensions() {
+    let (mut client, _stop, task) = door(Duration::from_secs(10));
+    let expected: Vec<u8> = [&b"one,"[..], &vec![b'x'; 20_000], b",three"].concat();
+    // Unknown length: chunked.
+    client
+        .write_all(b"GET /whole?chunks HTTP/1.1\r\n\r\n")
+        .await
+        .unwrap();
+    let (head, body) = streamed(&mut client).await;
+    assert_eq!(body, expected);
+    assert!(head.contains("\r\nx-peer: 127.0.0.1:1"), "{head}");
+    assert!(head.contains("\r\nx-https: no"), "{head}");
+    assert!(head.contains("\r\nx-slot: yes"), "{head}");
+    // Known length: content-length, on the same connection.
+    client
+        .write_all(b"GET /whole?sized HTTP/1.1\r\n\r\n")
+        .await
+        .unwrap();
+    let (head, body) = streamed(&mut client).await;
+    assert!(
+        head.contains(&format!("content-length: {}", expected.len())),
+        "{head}"
+    );
+    assert_eq!(body, expected);
+    // Then a head-only hot route, still kept alive.
+    client
+        .write_all(b"GET /hot HTTP/1.1\r\n\r\n")
+        .await
+        .unwrap();
+    assert_eq!(
+        answers(&mut client, 1).await[0].1,
+        r#"{"q":"","cookie":""}"#
+    );
+    drop(client);
+    assert_eq!(task.await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn a_body_that_fails_half_way_closes_the_connection() {
+    let (mut client, _stop, task) = door(Duration::from_secs(10));
+    client
+        .write_all(b"GET /whole?broken HTTP/1.1\r\n\r\nGET /hot HTTP/1.1\r\n\r\n")
+        .await
+        .unwrap();
+    let mut all = Vec::new();
+    client.read_to_end(&mut all).await.unwrap();
+    let text = String::from_utf8_lossy(&all);
+    assert!(text.starts_with("HTTP/1.1 200 OK\r\n"), "{text}");
+    assert!(text.contains("\r\n\r\n4\r\nhalf\r\n"), "{text}");
+    assert!(!text.contains("0\r\n\r\n"), "no end of body: {text}");
+    assert_eq!(
+        text.matches("HTTP/1.1").count(),
+        1,
+        "nothing after the cut: {text}"
+    );
+    assert_eq!(task.await.unwrap(), None);
 }

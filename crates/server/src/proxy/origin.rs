@@ -1,0 +1,684 @@
+//! A lean HTTP/1.1 client to the origins, for the gate's bodiless `GET` and
+//! `HEAD` requests made on an event loop: the bulk of an admitted crowd's
+//! traffic (its pages and their assets).
+//!
+//! Why not hyper's pooled client for these: there each request is handed
+//! over a channel to a connection task, the pool is a shared map behind a
+//! lock, and the request and response heads are built and parsed through
+//! generic machinery; together that was about as much CPU as the rest of
+//! a proxied request. Here the visitor's own task drives the origin
+//! connection: it takes an idle connection from its event loop's pool (a
+//! thread-local list per origin, so no lock and no other thread), writes
+//! the head in one write, parses the answer's head with httparse, and
+//! streams the body back as [`OriginBody`], which returns the connection to
+//! the pool when the body is done. Everything else (bodies, upgrades, the
+//! shared runtime) stays on hyper's client.
+//!
+//! The contract is the proxy's: the same timeouts (connect, answer head),
+//! the same `502`/`504` answers, one retry on a fresh connection when a kept
+//! connection turns out closed before anything of the answer arrived (safe:
+//! these methods are idempotent), bodies streamed and never buffered.
+//! Framing follows RFC 9112 6.3: no body for `HEAD`, `1xx`, `204` and
+//! `304`; `Transfer-Encoding` ending in `chunked` decoded (any other coding
+//! read to the close); one `Content-Length`, or several that agree; else the
+//! body runs to the close. An answer that breaks these rules is a `502`.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+use std::time::Duration;
+
+use bytes::{Buf as _, Bytes, BytesMut};
+use http::header::{CONNECTION, CONTENT_LENGTH, TRANSFER_ENCODING};
+use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri, Version};
+use hyper::body::Frame;
+use tokio::io::AsyncWriteExt as _;
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+
+use super::ProxyError;
+
+/// An idle pooled connection is closed after this (before an origin's own
+/// keep-alive timeout would close it under a request).
+const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+/// Idle connections kept per origin on each event loop.
+const MAX_IDLE_PER_ORIGIN: usize = 512;
+/// An answer head larger than this is a `502`.
+const MAX_HEAD: usize = 256 * 1024;
+/// Fields an answer head may have.
+const MAX_HEADERS: usize = 128;
+/// A chunk-size line (with its extensions) longer than this is a `502`.
+const MAX_CHUNK_LINE: usize = 1024;
+/// Trailer fields after the last chunk are read and dropped, up to this.
+const MAX_TRAILERS: usize = 16 * 1024;
+/// Each read makes room for this much.
+const READ_CHUNK: usize = 16 * 1024;
+
+/// Whether a request goes by this client: `GET` or `HEAD`, no body framing,
+/// and on an event loop (whose thread owns the pool).
+pub(super) fn eligible(method: &Method, headers: &HeaderMap) -> bool {
+    (method == Method::GET || method == Method::HEAD)
+        && !headers.contains_key(TRANSFER_ENCODING)
+        && headers
+            .get_all(CONTENT_LENGTH)
+            .iter()
+            .all(|v| v.as_bytes() == b"0")
+        && crate::serve::workers::current_loop().is_some()
+}
+
+/// One connection to an origin with what was read past the last answer.
+struct Conn {
+    stream: TcpStream,
+    buf: BytesMut,
+}
+
+struct Idle {
+    conn: Conn,
+    since: Instant,
+}
+
+thread_local! {
+    /// This event loop's idle connections, by origin authority.
+    static POOL: RefCell<HashMap<String, Vec<Idle>>> = RefCell::new(HashMap::new());
+}
+
+/// The newest idle connection to `key` that has not idled out.
+fn checkout(key: &str) -> Option<Conn> {
+    POOL.with(|pool| {
+        let mut pool = pool.borrow_mut();
+        let idle = pool.get_mut(key)?;
+        let now = Instant::now();
+        // The oldest sit at the front: drop the ones past the timeout.
+        let stale = idle
+            .iter()
+            .take_while(|i| now.duration_since(i.since) >= POOL_IDLE_TIMEOUT)
+            .count();
+        idle.drain(..stale);
+        idle.pop().map(|i| i.conn)
+    })
+}
+
+/// Gives a connection whose last answer was read whole back to the pool.
+fn checkin(key: &str, conn: Conn) {
+    POOL.with(|pool| {
+        let mut pool = pool.borrow_mut();
+        let idle = pool.entry(key.to_owned()).or_default();
+        if idle.len() >= MAX_IDLE_PER_ORIGIN {
+            idle.remove(0);
+        }
+        idle.push(Idle {
+            conn,
+            since: Instant::now(),
+        });
+    });
+}
+
+/// Sends a bodiless request to `target` (an `http://` URI with the origin's
+/// authority) with `headers` (already rewritten for the origin) and answers
+/// with the origin's response head and a streaming body.
+pub(super) async fn send(
+    method: Method,
+    target: &Uri,
+    headers: &HeaderMap,
+    connect_timeout: Duration,
+    response_timeout: Duration,
+) -> Result<http::Response<OriginBody>, ProxyError> {
+    let authority = target.authority().ok_or(ProxyError::BadOrigin)?;
+    let key = authority.as_str();
+    let head = request_head(&method, target, headers);
+    let head_only = method == Method::HEAD;
+    let exchange = async {
+        // Kept connections first; one that fails before any byte of the
+        // answer was closed by the origin while idle: the next one is tried.
+        while let Some(conn) = checkout(key) {
+            match exchange(conn, &head, head_only, key).await {
+                Ok(response) => return Ok(response),
+                Err(Failed::Stale) => continue,
+                Err(Failed::Proxy(e)) => return Err(e),
+            }
+        }
+        let conn = connect(key, connect_timeout).await?;
+        match exchange(conn, &head, head_only, key).await {
+            Ok(response) => Ok(response),
+            Err(Failed::Stale) => Err(ProxyError::Origin(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "the origin closed the connection without answering",
+            ))),
+            Err(Failed::Proxy(e)) => Err(e),
+        }
+    };
+    tokio::time::timeout(response_timeout, exchange)
+        .await
+        .map_err(|_| ProxyError::Timeout)?
+}
+
+/// The request line and fields, as one buffer.
+fn request_head(method: &Method, target: &Uri, headers: &HeaderMap) -> Vec<u8> {
+    let path = target.path_and_query().map_or("/", |pq| pq.as_str());
+    let mut head = Vec::with_capacity(256 + headers.len() * 48);
+    head.extend_from_slice(method.as_str().as_bytes());
+    head.push(b' ');
+    head.extend_from_slice(path.as_bytes());
+    head.extend_from_slice(b" HTTP/1.1\r\n");
+    for (name, value) in headers {
+        head.extend_from_slice(name.as_str().as_bytes());
+        head.extend_from_slice(b": ");
+        head.extend_from_slice(value.as_bytes());
+        head.extend_from_slice(b"\r\n");
+    }
+    head.extend_from_slice(b"\r\n");
+    head
+}
+
+/// A new connection to `authority` (`host:port`, port 80 by default),
+/// trying each address within `timeout` in all.
+async fn connect(authority: &str, timeout: Duration) -> Result<Conn, ProxyError> {
+    let connect = async {
+        let host_port = if authority
+            .rsplit_once(':')
+            .is_some_and(|(_, p)| p.parse::<u16>().is_ok())
+            && !authority.ends_with(']')
+        {
+            authority.to_owned()
+        } else {
+            format!("{authority}:80")
+        };
+        let mut last = None;
+        for addr in tokio::net::lookup_host(host_port.as_str()).await? {
+            match TcpStream::connect(addr).await {
+                Ok(stream) => {
+                    let _ = stream.set_nodelay(true);
+                    return Ok(stream);
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| io::Error::other("the origin's name has no address")))
+    };
+    match tokio::time::timeout(timeout, connect).await {
+        Ok(Ok(stream)) => Ok(Conn {
+            stream,
+            buf: BytesMut::with_capacity(READ_CHUNK),
+        }),
+        Ok(Err(e)) => Err(ProxyError::Origin(e)),
+        Err(_) => Err(ProxyError::Timeout),
+    }
+}
+
+/// Why one exchange failed.
+enum Failed {
+    /// The connection was closed (or reset) before any byte of the answer:
+    /// a kept connection the origin had dropped. Safe to send again.
+    Stale,
+    Proxy(ProxyError),
+}
+
+impl From<ProxyError> for Failed {
+    fn from(e: ProxyError) -> Self {
+        Self::Proxy(e)
+    }
+}
+
+fn is_closed(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::ConnectionReset
+            | io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::BrokenPipe
+            | io::ErrorKind::UnexpectedEof
+    )
+}
+
+/// Writes the request head and reads the answer's head on `conn`.
+async fn exchange(
+    mut conn: Conn,
+    head: &[u8],
+    head_only: bool,
+    key: &str,
+) -> Result<http::Response<OriginBody>, Failed> {
+    if !conn.buf.is_empty() {
+        // Bytes nobody asked for: the connection is out of step.
+        return Err(Failed::Stale);
+    }
+    if let Err(e) = conn.stream.write_all(head).await {
+        return Err(if is_closed(&e) {
+            Failed::Stale
+        } else {
+            Failed::Proxy(ProxyError::Origin(e))
+        });
+    }
+    let mut received = false;
+    loop {
+        match parse_head(&mut conn.buf, head_only)? {
+            Some(parsed) => return Ok(parsed.into_response(conn, key)),
+            None if conn.buf.len() >= MAX_HEAD => {
+                return Err(bad("the answer's head is too large"));
+            }
+            None => {}
+        }
+        conn.buf.reserve(READ_CHUNK);
+        match std::future::poll_fn(|cx| {
+            tokio_util::io::poll_read_buf(Pin::new(&mut conn.stream), cx, &mut conn.buf)
+        })
+        .await
+        {
+            Ok(0) if !received => return Err(Failed::Stale),
+            Ok(0) => {
+                return Err(bad(
+                    "the origin closed the connection inside the answer's head",
+                ));
+            }
+            Ok(_) => received = true,
+            Err(e) if !received && is_closed(&e) => return Err(Failed::Stale),
+            Err(e) => return Err(Failed::Proxy(ProxyError::Origin(e))),
+        }
+    }
+}
+
+fn bad(why: &'static str) -> Failed {
+    Failed::Proxy(ProxyError::Origin(io::Error::new(
+        io::ErrorKind::InvalidData,
+        why,
+    )))
+}
+
+/// An answer head read off the buffer.
+struct Head {
+    status: StatusCode,
+    headers: HeaderMap,
+    framing: Framing,
+    keep_alive: bool,
+}
+
+impl Head {
+    fn into_response(self, conn: Conn, key: &str) -> http::Response<OriginBody> {
+        let body = OriginBody::new(conn, key, self.framing, self.keep_alive);
+        let mut response = http::Response::new(body);
+        *response.status_mut() = self.status;
+        *response.version_mut() = Version::HTTP_11;
+        *response.headers_mut() = self.headers;
+        response
+    }
+}
+
+/// Parses the answer head at the start of `buf` (skipping `1xx` answers
+/// other than `101`), consuming it; `None` when it is not all there yet.
+fn parse_head(buf: &mut BytesMut, head_only: bool) -> Result<Option<Head>, Failed> {
+    loop {
+        let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        let mut response = httparse::Response::new(&mut fields);
+        let len = match response.parse(buf) {
+            Ok(httparse::Status::Complete(len)) => len,
+            Ok(httparse::Status::Partial) => return Ok(None),
+            Err(httparse::Error::TooManyHeaders) => return Err(bad("too many answer fields")),
+            Err(_) => return Err(bad("a malformed answer head")),
+        };
+        let code = response.code.unwrap_or(0);
+        let status = StatusCode::from_u16(code).map_err(|_| bad("an invalid status code"))?;
+        if status == StatusCode::SWITCHING_PROTOCOLS {
+            return Err(Failed::Proxy(ProxyError::UnexpectedUpgrade));
+        }
+        if status.is_informational() {
+            // `100 Continue`, `103 Early Hints`: not for this request.
+            buf.advance(len);
+            continue;
+        }
+        let http11 = response.version == Some(1);
+        let mut headers = HeaderMap::with_capacity(response.headers.len());
+        let mut close = !http11;
+        let mut keep_alive_asked = false;
+        let mut length: Option<u64> = None;
+        let mut lengths_disagree = false;
+        let mut coding: Option<bool> = None; // Some(ends in chunked)
+        for h in response.headers.iter() {
+            let name = HeaderName::from_bytes(h.name.as_bytes())
+                .map_err(|_| bad("an invalid answer field name"))?;
+            let value = HeaderValue::from_bytes(h.value)
+                .map_err(|_| bad("an invalid answer field value"))?;
+            if name == CONNECTION {
+                for token in h.value.split(|b| *b == b',') {
+                    let token = token.trim_ascii();
+                    if token.eq_ignore_ascii_case(b"close") {
+                        close = true;
+                    } else if token.eq_ignore_ascii_case(b"keep-alive") {
+                        keep_alive_asked = true;
+                    }
+                }
+            } else if name == TRANSFER_ENCODING {
+                let last = h
+                    .value
+                    .rsplit(|b| *b == b',')
+                    .next()
+                    .unwrap_or(b"")
+                    .trim_ascii();
+                coding = Some(last.eq_ignore_ascii_case(b"chunked"));
+            } else if name == CONTENT_LENGTH {
+                for part in h.value.split(|b| *b == b',') {
+                    let n = parse_length(part.trim_ascii())
+                        .ok_or_else(|| bad("an invalid Content-Length"))?;
+                    if length.is_some_and(|l| l != n) {
+                        lengths_disagree = true;
+                    }
+                    length = Some(n);
+                }
+            }
+            headers.append(name, value);
+        }
+        if !http11 && keep_alive_asked {
+            close = false;
+        }
+        buf.advance(len);
+        let bodiless =
+            head_only || status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED;
+        let framing = if bodiless {
+            Framing::Length(0)
+        } else if let Some(chunked) = coding {
+            // RFC 9112 6.3: a transfer coding overrides any length.
+            headers.remove(CONTENT_LENGTH);
+            if chunked {
+                Framing::Chunked(Chunked::Size {
+                    value: 0,
+                    digits: 0,
+                    line: 0,
+                    in_ext: false,
+                })
+            } else {
+                close = true;
+                Framing::Eof
+            }
+        } else if lengths_disagree {
+            return Err(bad("Content-Length values that disagree"));
+        } else if let Some(n) = length {
+            Framing::Length(n)
+        } else {
+            close = true;
+            Framing::Eof
+        };
+        return Ok(Some(Head {
+            status,
+            headers,
+            framing,
+            keep_alive: !close,
+        }));
+    }
+}
+
+fn parse_length(digits: &[u8]) -> Option<u64> {
+    if digits.is_empty() || digits.len() > 19 || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(digits).ok()?.parse().ok()
+}
+
+/// How the answer's body ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Framing {
+    /// This many bytes are left.
+    Length(u64),
+    Chunked(Chunked),
+    /// At the close.
+    Eof,
+}
+
+/// Where the chunked decoder is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Chunked {
+    /// In a chunk-size line: the size so far, its digits, the line's
+    /// length, whether past the size (in extensions or spaces).
+    Size {
+        value: u64,
+        digits: u8,
+        line: usize,
+        in_ext: bool,
+    },
+    /// In a chunk's data, this many bytes left.
+    Data(u64),
+    /// The CRLF after a chunk's data (`true` once the CR is read).
+    DataEnd(bool),
+    /// Trailer fields after the last chunk: bytes read so far, and whether
+    /// the current line is empty so far.
+    Trailers {
+        read: usize,
+        line_empty: bool,
+    },
+    Done,
+}
+
+/// An origin answer's body, read from its connection as it is sent on; the
+/// connection goes back to this loop's pool once the body was read whole
+/// (and is closed if the body is dropped before that).
+pub struct OriginBody {
+    conn: Option<Conn>,
+    key: String,
+    framing: Framing,
+    keep_alive: bool,
+}
+
+impl OriginBody {
+    fn new(conn: Conn, key: &str, framing: Framing, keep_alive: bool) -> Self {
+        let mut body = Self {
+            conn: Some(conn),
+            key: key.to_owned(),
+            framing,
+            keep_alive,
+        };
+        body.finish_if_done();
+        body
+    }
+
+    fn done(&self) -> bool {
+        matches!(
+            self.framing,
+            Framing::Length(0) | Framing::Chunked(Chunked::Done)
+        )
+    }
+
+    /// Back to the pool when the body is whole, the connection may be kept
+    /// and nothing unasked-for follows it.
+    fn finish_if_done(&mut self) {
+        if self.done()
+            && let Some(conn) = self.conn.take()
+            && self.keep_alive
+            && conn.buf.is_empty()
+        {
+            checkin(&self.key, conn);
+        }
+    }
+}
+
+fn body_error(why: &'static str) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, why)
+}
+
+impl hyper::body::Body for OriginBody {
+    type Data = Bytes;
+    type Error = io::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
+        let this = self.get_mut();
+        loop {
+            if this.done() {
+                this.finish_if_done();
+                return Poll::Ready(None);
+            }
+            let Some(conn) = this.conn.as_mut() else {
+                return Poll::Ready(None);
+            };
+            match decode(&mut this.framing, &mut conn.buf) {
+                Ok(Some(data)) => {
+                    if this.done() {
+                        this.finish_if_done();
+                    }
+                    return Poll::Ready(Some(Ok(Frame::data(data))));
+                }
+                Ok(None)
+                    if matches!(
+                        this.framing,
+                        Framing::Length(0) | Framing::Chunked(Chunked::Done)
+                    ) =>
+                {
+                    continue;
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    this.conn = None;
+                    return Poll::Ready(Some(Err(e)));
+                }
+            }
+            conn.buf.reserve(READ_CHUNK);
+            match ready!(tokio_util::io::poll_read_buf(
+                Pin::new(&mut conn.stream),
+                cx,
+                &mut conn.buf
+            )) {
+                Ok(0) if this.framing == Framing::Eof => {
+                    this.conn = None;
+                    this.framing = Framing::Length(0);
+                    return Poll::Ready(None);
+                }
+                Ok(0) => {
+                    this.conn = None;
+                    return Poll::Ready(Some(Err(body_error(
+                        "the origin closed the connection inside the body",
+                    ))));
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    this.conn = None;
+                    return Poll::Ready(Some(Err(e)));
+                }
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.done()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        match self.framing {
+            Framing::Length(n) => hyper::body::SizeHint::with_exact(n),
+            _ => hyper::body::SizeHint::default(),
+        }
+    }
+}
+
+/// Takes the next piece of body data out of `buf`, moving `framing` on;
+/// `None` when `buf` holds no data yet (or only framing, now consumed).
+fn decode(framing: &mut Framing, buf: &mut BytesMut) -> io::Result<Option<Bytes>> {
+    match framing {
+        Framing::Length(left) => {
+            if buf.is_empty() || *left == 0 {
+                return Ok(None);
+            }
+            let n = usize::try_from(*left).unwrap_or(usize::MAX).min(buf.len());
+            *left -= n as u64;
+            Ok(Some(buf.split_to(n).freeze()))
+        }
+        Framing::Eof => {
+            if buf.is_empty() {
+                return Ok(None);
+            }
+            Ok(Some(buf.split().freeze()))
+        }
+        Framing::Chunked(state) => decode_chunked(state, buf),
+    }
+}
+
+fn decode_chunked(state: &mut Chunked, buf: &mut BytesMut) -> io::Result<Option<Bytes>> {
+    loop {
+        if buf.is_empty() {
+            return Ok(None);
+        }
+        match state {
+            Chunked::Size {
+                value,
+                digits,
+                line,
+                in_ext,
+            } => {
+                let b = buf[0];
+                buf.advance(1);
+                *line += 1;
+                if *line > MAX_CHUNK_LINE {
+                    return Err(body_error("a chunk-size line too long"));
+                }
+                match b {
+                    b'\n' => {
+                        if *digits == 0 {
+                            return Err(body_error("a chunk without a size"));
+                        }
+                        *state = if *value == 0 {
+                            Chunked::Trailers {
+                                read: 0,
+                                line_empty: true,
+                            }
+                        } else {
+                            Chunked::Data(*value)
+                        };
+                    }
+                    b'\r' => {}
+                    _ if *in_ext => {}
+                    b';' | b' ' | b'\t' => *in_ext = true,
+                    _ => {
+                        let d = (b as char)
+                            .to_digit(16)
+                            .ok_or_else(|| body_error("an invalid chunk size"))?;
+                        if *digits >= 16 {
+                            return Err(body_error("a chunk size too large"));
+                        }
+                        *value = (*value << 4) | u64::from(d);
+                        *digits += 1;
+                    }
+                }
+            }
+            Chunked::Data(left) => {
+                let n = usize::try_from(*left).unwrap_or(usize::MAX).min(buf.len());
+                *left -= n as u64;
+                if *left == 0 {
+                    *state = Chunked::DataEnd(false);
+                }
+                return Ok(Some(buf.split_to(n).freeze()));
+            }
+            Chunked::DataEnd(cr) => {
+                let b = buf[0];
+                buf.advance(1);
+                match (b, *cr) {
+                    (b'\r', false) => *cr = true,
+                    (b'\n', _) => {
+                        *state = Chunked::Size {
+                            value: 0,
+                            digits: 0,
+                            line: 0,
+                            in_ext: false,
+                        }
+                    }
+                    _ => return Err(body_error("no line end after a chunk")),
+                }
+            }
+            Chunked::Trailers { read, line_empty } => {
+                let b = buf[0];
+                buf.advance(1);
+                *read += 1;
+                if *read > MAX_TRAILERS {
+                    return Err(body_error("trailers too large"));
+                }
+                match b {
+                    b'\n' if *line_empty => *state = Chunked::Done,
+                    b'\n' => *line_empty = true,
+                    b'\r' => {}
+                    _ => *line_empty = false,
+                }
+            }
+            Chunked::Done => return Ok(None),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,411 @@
+//! The lean origin client: its framing against RFC 9112 (bodies split at
+//! every point a socket may split them), and its connections against a
+//! scripted origin on loopback: kept and reused, a kept one the origin
+//! closed retried on a fresh one, timeouts and refusals mapped as hyper's
+//! client's are.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use http_body_util::BodyExt as _;
+use proptest::prelude::*;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::TcpListener;
+
+use super::*;
+
+/// Parses `answer` as one answer head plus whatever follows, fed in pieces
+/// of `cut` bytes, and decodes its body: (status, fields, body, framing
+/// left when the bytes ran out).
+fn read_all(
+    answer: &[u8],
+    cut: usize,
+    head_only: bool,
+) -> Result<(Head, Vec<u8>, Framing), String> {
+    let mut buf = BytesMut::new();
+    let mut fed = 0;
+    let head = loop {
+        match parse_head(&mut buf, head_only) {
+            Ok(Some(head)) => break head,
+            Ok(None) if fed < answer.len() => {
+                let end = (fed + cut).min(answer.len());
+                buf.extend_from_slice(&answer[fed..end]);
+                fed = end;
+            }
+            Ok(None) => return Err("head incomplete".into()),
+            Err(Failed::Stale) => return Err("stale".into()),
+            Err(Failed::Proxy(e)) => return Err(format!("{e:?}")),
+        }
+    };
+    let mut framing = head.framing;
+    let mut body = Vec::new();
+    loop {
+        match decode(&mut framing, &mut buf) {
+            Ok(Some(data)) => body.extend_from_slice(&data),
+            Ok(None) if fed < answer.len() => {
+                let end = (fed + cut).min(answer.len());
+                buf.extend_from_slice(&answer[fed..end]);
+                fed = end;
+            }
+            Ok(None) => break,
+            Err(e) => return Err(e.to_string()),
+        }
+        if matches!(
+            framing,
+            Framing::Length(0) | Framing::Chunked(Chunked::Done)
+        ) {
+            break;
+        }
+    }
+    assert!(buf.is_empty() || fed == answer.len());
+    Ok((head, body, framing))
+}
+
+fn chunked(pieces: &[Vec<u8>], ext: bool, trailers: bool) -> Vec<u8> {
+    let mut out = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+    for p in pieces.iter().filter(|p| !p.is_empty()) {
+        out.extend_from_slice(format!("{:X}", p.len()).as_bytes());
+        if ext {
+            out.extend_from_slice(b";name=\"v\"");
+        }
+        out.extend_from_slice(b"\r\n");
+        out.extend_from_slice(p);
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"0\r\n");
+    if trailers {
+        out.extend_from_slice(b"X-Checksum: 1\r\nX-More: 2\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+    out
+}
+
+proptest! {
+    /// A chunked body decodes to its bytes however the socket splits it,
+    /// with or without extensions and trailers, and ends exactly.
+    #[test]
+    fn a_chunked_body_decodes_at_any_split(
+        pieces in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..300), 0..8),
+        cut in 1usize..64,
+        ext in any::<bool>(),
+        trailers in any::<bool>(),
+    ) {
+        let answer = chunked(&pieces, ext, trailers);
+        let (head, body, framing) = read_all(&answer, cut, false).unwrap();
+        prop_assert_eq!(head.status, StatusCode::OK);
+        prop_assert!(head.keep_alive);
+        prop_assert_eq!(body, pieces.concat());
+        prop_assert_eq!(framing, Framing::Chunked(Chunked::Done));
+    }
+
+    /// A body of known length is exactly that many bytes at any split.
+    #[test]
+    fn a_sized_body_decodes_at_any_split(
+        data in proptest::collection::vec(any::<u8>(), 0..2000),
+        cut in 1usize..128,
+    ) {
+        let mut answer = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", data.len()).into_bytes();
+        answer.extend_from_slice(&data);
+        let (head, body, _) = read_all(&answer, cut, false).unwrap();
+        prop_assert_eq!(body, data);
+        prop_assert!(head.keep_alive);
+    }
+}
+
+#[test]
+fn framing_follows_rfc_9112() {
+    let frame = |answer: &str, head_only: bool| {
+        read_all(answer.as_bytes(), 7, head_only)
+            .map(|(h, body, _)| (h.status.as_u16(), h.keep_alive, body))
+    };
+    // Informational answers are skipped.
+    assert_eq!(
+        frame(
+            "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+            false
+        ),
+        Ok((200, true, b"ok".to_vec()))
+    );
+    // No body for HEAD, 204 and 304, whatever their length says.
+    assert_eq!(
+        frame("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n", true),
+        Ok((200, true, vec![]))
+    );
+    assert_eq!(
+        frame("HTTP/1.1 204 No Content\r\n\r\n", false),
+        Ok((204, true, vec![]))
+    );
+    assert_eq!(
+        frame(
+            "HTTP/1.1 304 Not Modified\r\nContent-Length: 9\r\n\r\n",
+            false
+        ),
+        Ok((304, true, vec![]))
+    );
+    // Repeated lengths that agree are one length; disagreeing ones are a 502.
+    assert_eq!(
+        frame(
+            "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\nok",
+            false
+        ),
+        Ok((200, true, b"ok".to_vec()))
+    );
+    assert!(
+        frame(
+            "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nok",
+            false
+        )
+        .is_err()
+    );
+    assert!(frame("HTTP/1.1 200 OK\r\nContent-Length: 2, 3\r\n\r\nok", false).is_err());
+    assert!(frame("HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n", false).is_err());
+    assert!(frame("HTTP/1.1 200 OK\r\nContent-Length: +2\r\n\r\nok", false).is_err());
+    // A transfer coding wins over a length, and its length field is dropped.
+    let (head, body, _) = read_all(
+        b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n",
+        5,
+        false,
+    )
+    .unwrap();
+    assert_eq!(body, b"ok");
+    assert!(!head.headers.contains_key(CONTENT_LENGTH));
+    // A coding that does not end in chunked, or no length at all: read to
+    // the close, and the connection is not kept.
+    let (head, _, framing) = read_all(
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\nzz",
+        4,
+        false,
+    )
+    .unwrap();
+    assert!(!head.keep_alive);
+    assert_eq!(framing, Framing::Eof);
+    let (head, _, framing) = read_all(b"HTTP/1.1 200 OK\r\n\r\nall of it", 4, false).unwrap();
+    assert!(!head.keep_alive);
+    assert_eq!(framing, Framing::Eof);
+    // `Connection: close`, and HTTP/1.0 unless it asks to be kept.
+    assert_eq!(
+        frame(
+            "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 0\r\n\r\n",
+            false
+        ),
+        Ok((200, false, vec![]))
+    );
+    assert_eq!(
+        frame("HTTP/1.0 200 OK\r\nContent-Length: 0\r\n\r\n", false),
+        Ok((200, false, vec![]))
+    );
+    assert_eq!(
+        frame(
+            "HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 0\r\n\r\n",
+            false
+        ),
+        Ok((200, true, vec![]))
+    );
+    // An upgrade nobody asked for, a malformed head, a broken chunk.
+    assert!(
+        frame(
+            "HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\n\r\n",
+            false
+        )
+        .is_err()
+    );
+    assert!(frame("HTTP/1.1 2000 Huh\r\n\r\n", false).is_err());
+    assert!(frame("HTTP/1.1 200 OK\r\nBad Name: v\r\n\r\n", false).is_err());
+    assert!(
+        frame(
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+            false
+        )
+        .is_err()
+    );
+    assert!(
+        frame(
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nokX\r\n",
+            false
+        )
+        .is_err()
+    );
+    assert!(
+        frame(
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n11111111111111111\r\n",
+            false
+        )
+        .is_err()
+    );
+}
+
+/// A scripted origin: answers each request head it reads with `answer`
+/// (then closes if `close_after` requests were answered on the
+/// connection); counts the connections it accepted.
+async fn origin(answer: &'static [u8], close_after: usize) -> (Uri, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let counter = accepted.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut s, _)) = listener.accept().await else {
+                return;
+            };
+            counter.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut answered = 0;
+                loop {
+                    let mut chunk = [0u8; 4096];
+                    let n = s.read(&mut chunk).await.unwrap_or(0);
+                    if n == 0 {
+                        return;
+                    }
+                    buf.extend_from_slice(&chunk[..n]);
+                    while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                        buf.drain(..end + 4);
+                        if s.write_all(answer).await.is_err() {
+                            return;
+                        }
+                        answered += 1;
+                        if answered == close_after {
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    (format!("http://{addr}/page?x=1").parse().unwrap(), accepted)
+}
+
+async fn get(target: &Uri) -> Result<(StatusCode, Vec<u8>), ProxyError> {
+    let mut headers = HeaderMap::new();
+    headers.insert(http::header::HOST, HeaderValue::from_static("origin"));
+    let response = send(
+        Method::GET,
+        target,
+        &headers,
+        Duration::from_secs(2),
+        Duration::from_millis(500),
+    )
+    .await?;
+    let status = response.status();
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    Ok((status, body.to_vec()))
+}
+
+#[tokio::test]
+async fn kept_connections_are_reused() {
+    let (target, accepted) = origin(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", 0).await;
+    for _ in 0..5 {
+        assert_eq!(
+            get(&target).await.unwrap(),
+            (StatusCode::OK, b"ok".to_vec())
+        );
+    }
+    assert_eq!(
+        accepted.load(Ordering::SeqCst),
+        1,
+        "one connection for all five"
+    );
+}
+
+#[tokio::test]
+async fn a_kept_connection_the_origin_closed_is_retried_on_a_fresh_one() {
+    // The origin answers once per connection, then closes it: every later
+    // request finds its kept connection dead and must not fail for it.
+    let (target, accepted) = origin(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", 1).await;
+    for _ in 0..4 {
+        assert_eq!(
+            get(&target).await.unwrap(),
+            (StatusCode::OK, b"ok".to_vec())
+        );
+    }
+    assert_eq!(accepted.load(Ordering::SeqCst), 4);
+}
+
+#[tokio::test]
+async fn chunked_and_close_delimited_answers_stream_whole() {
+    let (target, accepted) = origin(
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n",
+        0,
+    )
+    .await;
+    assert_eq!(get(&target).await.unwrap().1, b"abcde");
+    assert_eq!(get(&target).await.unwrap().1, b"abcde");
+    assert_eq!(
+        accepted.load(Ordering::SeqCst),
+        1,
+        "a chunked answer keeps the connection"
+    );
+
+    let (target, accepted) = origin(b"HTTP/1.1 200 OK\r\n\r\nto the end", 1).await;
+    assert_eq!(get(&target).await.unwrap().1, b"to the end");
+    assert_eq!(get(&target).await.unwrap().1, b"to the end");
+    assert_eq!(
+        accepted.load(Ordering::SeqCst),
+        2,
+        "read to the close: never kept"
+    );
+}
+
+#[tokio::test]
+async fn a_silent_origin_is_a_timeout_and_a_closed_port_unreachable() {
+    // Accepts and never answers.
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let held = tokio::spawn(async move {
+        let mut kept = Vec::new();
+        while let Ok((s, _)) = listener.accept().await {
+            kept.push(s);
+        }
+    });
+    let target: Uri = format!("http://{addr}/").parse().unwrap();
+    assert!(matches!(get(&target).await, Err(ProxyError::Timeout)));
+    held.abort();
+
+    let closed = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = closed.local_addr().unwrap();
+    drop(closed);
+    let target: Uri = format!("http://{addr}/").parse().unwrap();
+    let err = get(&target).await.unwrap_err();
+    assert!(matches!(err, ProxyError::Origin(_)), "{err:?}");
+    assert_eq!(err.status(), StatusCode::BAD_GATEWAY);
+}
+
+#[tokio::test]
+async fn a_body_cut_short_is_an_error_and_its_connection_is_not_kept() {
+    let (target, accepted) = origin(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nonly5", 1).await;
+    let response = send(
+        Method::GET,
+        &target,
+        &HeaderMap::new(),
+        Duration::from_secs(2),
+        Duration::from_secs(2),
+    )
+    .await
+    .unwrap();
+    assert!(response.into_body().collect().await.is_err());
+    let response = send(
+        Method::GET,
+        &target,
+        &HeaderMap::new(),
+        Duration::from_secs(2),
+        Duration::from_secs(2),
+    )
+    .await
+    .unwrap();
+    drop(response);
+    assert_eq!(accepted.load(Ordering::SeqCst), 2);
+}
+
+#[test]
+fn the_request_head_is_written_as_asked() {
+    let mut headers = HeaderMap::new();
+    headers.insert(http::header::HOST, HeaderValue::from_static("o:9"));
+    headers.append("x-a", HeaderValue::from_static("1"));
+    headers.append("x-a", HeaderValue::from_static("2"));
+    let target: Uri = "http://o:9/a/b?c=d".parse().unwrap();
+    let head = request_head(&Method::GET, &target, &headers);
+    assert_eq!(
+        String::from_utf8(head).unwrap(),
+        "GET /a/b?c=d HTTP/1.1\r\nhost: o:9\r\nx-a: 1\r\nx-a: 2\r\n\r\n"
+    );
+}
