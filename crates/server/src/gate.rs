@@ -352,7 +352,7 @@ async fn timed_forward(
     let client = ClientHop::read(&req, ip, &state.server.trusted_proxies);
     let started = Instant::now();
     let response = state.proxy.forward(req, origin, &client, extra).await;
-    metrics::histogram!("anteroom_proxy_latency_seconds").record(started.elapsed().as_secs_f64());
+    crate::metrics::proxy_latency().record(started.elapsed().as_secs_f64());
     response
 }
 
@@ -397,5 +397,5 @@ fn header_value(s: &str) -> HeaderValue {
 }
 
 fn count(outcome: &'static str) {
-    metrics::counter!("anteroom_gate_requests_total", "outcome" => outcome).increment(1);
+    crate::metrics::count_gate(outcome);
 }

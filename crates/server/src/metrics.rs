@@ -164,6 +164,34 @@ fn hot_store_latency(op: &str) -> Option<&'static Histogram> {
     hot.get(i)
 }
 
+/// The gate's outcomes counted on every gated request
+/// (`anteroom_gate_requests_total{outcome}`), their handles looked up once.
+const GATE_OUTCOMES: [&str; 3] = ["forwarded", "queued", "unprotected"];
+
+/// Counts one gated request under `outcome`.
+pub fn count_gate(outcome: &'static str) {
+    static HOT: OnceLock<[Counter; GATE_OUTCOMES.len()]> = OnceLock::new();
+    let hot = HOT.get_or_init(|| {
+        install();
+        GATE_OUTCOMES.map(|o| metrics::counter!("anteroom_gate_requests_total", "outcome" => o))
+    });
+    match GATE_OUTCOMES.iter().position(|o| *o == outcome) {
+        Some(i) => hot[i].increment(1),
+        None => {
+            metrics::counter!("anteroom_gate_requests_total", "outcome" => outcome).increment(1)
+        }
+    }
+}
+
+/// The proxy's latency to the origin's answer head, its handle looked up once.
+pub fn proxy_latency() -> &'static Histogram {
+    static HOT: OnceLock<Histogram> = OnceLock::new();
+    HOT.get_or_init(|| {
+        install();
+        metrics::histogram!("anteroom_proxy_latency_seconds")
+    })
+}
+
 /// One event's request counters, registered when the event is built so the
 /// request path only increments them.
 #[derive(Clone)]

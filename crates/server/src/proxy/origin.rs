@@ -307,9 +307,17 @@ impl Head {
 /// other than `101`), consuming it; `None` when it is not all there yet.
 fn parse_head(buf: &mut BytesMut, head_only: bool) -> Result<Option<Head>, Failed> {
     loop {
-        let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
-        let mut response = httparse::Response::new(&mut fields);
-        let len = match response.parse(buf) {
+        if buf.is_empty() {
+            return Ok(None);
+        }
+        // Left uninitialised for the parser to fill (see `serve::door`).
+        let mut fields = [const { std::mem::MaybeUninit::uninit() }; MAX_HEADERS];
+        let mut response = httparse::Response::new(&mut []);
+        let len = match httparse::ParserConfig::default().parse_response_with_uninit_headers(
+            &mut response,
+            buf,
+            &mut fields,
+        ) {
             Ok(httparse::Status::Complete(len)) => len,
             Ok(httparse::Status::Partial) => return Ok(None),
             Err(httparse::Error::TooManyHeaders) => return Err(bad("too many answer fields")),

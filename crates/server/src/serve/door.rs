@@ -301,9 +301,11 @@ fn parse(buf: &[u8], hot: &dyn HotRoutes) -> Parsed {
     if buf.is_empty() {
         return Parsed::Partial;
     }
-    let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
-    let mut req = httparse::Request::new(&mut fields);
-    let len = match req.parse(buf) {
+    // Left uninitialised for the parser to fill: writing out a hundred
+    // empty fields per request would cost as much as the parse.
+    let mut fields = [const { std::mem::MaybeUninit::uninit() }; MAX_HEADERS];
+    let mut req = httparse::Request::new(&mut []);
+    let len = match req.parse_with_uninit_headers(buf, &mut fields) {
         Ok(httparse::Status::Complete(len)) => len,
         Ok(httparse::Status::Partial) => return Parsed::Partial,
         Err(_) => return Parsed::Other,
