@@ -68,7 +68,8 @@ pub trait HotRoutes: Send + Sync + 'static {
 
     /// Whether a request for `uri` with `method` is one the hot routes take
     /// whole: body and all, with an answer that may stream (a proxied one).
-    /// It must be a request the router would hand to its fallback.
+    /// It must be a request the router would hand to its fallback, or to a
+    /// route whose handler the hot routes call as the router would.
     fn takes_whole(&self, method: &http::Method, uri: &http::Uri) -> bool;
 
     /// The answer to a request [`HotRoutes::takes_whole`] took, given as the

@@ -1,10 +1,12 @@
 //! The public listener's hot routes, matched before the router: a waiting
-//! crowd's position polls, and the gate (every request the router would
-//! hand to its fallback: the admitted crowd's pages). See
-//! [`serve::HotRoutes`] for why.
+//! crowd's position polls, its joins, redeems and releases (`POST`), and
+//! the gate (every request the router would hand to its fallback: the
+//! admitted crowd's pages). See [`serve::HotRoutes`] for why.
 //!
 //! The answers are the router's: the same handlers ([`api::enter::poll`],
-//! [`gate::gate`]), after the same header-size guard as the router's
+//! [`api::enter::enter`], [`api::redeem::redeem_json`],
+//! [`api::redeem::release`], [`gate::gate`]), after the same header-size
+//! guard as the router's
 //! middleware, with the same `Strict-Transport-Security` header when HTTPS
 //! sets one. Anything else (another method, another spelling of the poll's
 //! path, a path under one of the router's prefixes, the access log on: it
@@ -25,6 +27,13 @@ use crate::{api, gate};
 
 /// The path of the poll's hot route (`GET` only).
 const POSITION: &str = "/api/queue/position";
+
+/// The queue calls taken whole (`POST` only, body and all), each to its
+/// route's own handler: a crowd's joins and redeems, and the releases of
+/// those leaving.
+const ENTER: &str = "/api/queue/enter";
+const REDEEM: &str = "/api/queue/redeem";
+const RELEASE: &str = "/api/queue/release";
 
 /// Every route of the public router lies under one of these; a path under
 /// none of them can only be the router's fallback, the gate. Declining a
@@ -51,12 +60,7 @@ impl HotRoutes for PublicHot {
     }
 
     fn takes_whole(&self, method: &Method, uri: &Uri) -> bool {
-        // HEAD is left to the router, which strips the body from the answer
-        // (the gate's `429` has one); CONNECT too, the router refuses it.
-        let path = uri.path();
-        method != Method::HEAD
-            && method != Method::CONNECT
-            && !ROUTER_PREFIXES.iter().any(|p| path.starts_with(p))
+        Whole::of(method, uri.path()).is_some()
     }
 
     fn answer_whole(&self, req: axum::extract::Request) -> HotAnswer {
@@ -66,7 +70,21 @@ impl HotRoutes for PublicHot {
             let mut response = if gate::headers_too_large(req.headers()) {
                 ApiError::HeadersTooLarge.into_response()
             } else {
-                gate::gate(State(state), req).await
+                match Whole::of(req.method(), req.uri().path()) {
+                    Some(Whole::Enter) => {
+                        api::enter::enter(State(state), req).await.into_response()
+                    }
+                    Some(Whole::Redeem) => api::redeem::redeem_json(State(state), req)
+                        .await
+                        .into_response(),
+                    Some(Whole::Release) => api::redeem::release(State(state), req)
+                        .await
+                        .into_response(),
+                    // Taken as the gate (what `takes_whole` said), or asked
+                    // directly: the gate answers what the router's
+                    // fallback would.
+                    Some(Whole::Gate) | None => gate::gate(State(state), req).await,
+                }
             };
             // As the router's route does: a body of known size is announced
             // in the head, so the answer is written as the router writes it
@@ -96,6 +114,36 @@ impl HotRoutes for PublicHot {
             };
             with_hsts(response, hsts)
         })
+    }
+}
+
+/// Who answers a request taken whole.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Whole {
+    /// Every method but `HEAD` and `CONNECT` on a path outside the router's
+    /// prefixes. `HEAD` is left to the router, which strips the body from
+    /// the answer (the gate's `429` has one); `CONNECT` too, the router
+    /// refuses it.
+    Gate,
+    Enter,
+    Redeem,
+    Release,
+}
+
+impl Whole {
+    fn of(method: &Method, path: &str) -> Option<Self> {
+        if method == Method::POST {
+            match path {
+                ENTER => return Some(Self::Enter),
+                REDEEM => return Some(Self::Redeem),
+                RELEASE => return Some(Self::Release),
+                _ => {}
+            }
+        }
+        (method != Method::HEAD
+            && method != Method::CONNECT
+            && !ROUTER_PREFIXES.iter().any(|p| path.starts_with(p)))
+        .then_some(Self::Gate)
     }
 }
 

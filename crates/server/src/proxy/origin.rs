@@ -101,7 +101,11 @@ fn checkout(key: &str) -> Option<Conn> {
 }
 
 /// Gives a connection whose last answer was read whole back to the pool.
-fn checkin(key: &str, conn: Conn) {
+fn checkin(key: &str, mut conn: Conn) {
+    if conn.buf.capacity() > 2 * READ_CHUNK {
+        // A large answer grew the buffer: an idle connection keeps a small one.
+        conn.buf = BytesMut::with_capacity(READ_CHUNK);
+    }
     POOL.with(|pool| {
         let mut pool = pool.borrow_mut();
         let idle = pool.entry(key.to_owned()).or_default();

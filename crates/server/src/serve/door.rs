@@ -1,7 +1,7 @@
-//! The door: a public connection's plain HTTP/1.1 `GET`s for the hot routes
-//! (a waiting crowd's position polls, and the gate's requests: an admitted
-//! crowd's pages) read, answered and written by hand, before hyper is
-//! involved at all.
+//! The door: a public connection's plain HTTP/1.1 requests for the hot
+//! routes (a waiting crowd's position polls, its joins and redeems, and the
+//! gate's `GET`s: an admitted crowd's pages) read, answered and written by
+//! hand, before hyper is involved at all.
 //!
 //! Why: a poll's own work is a few microseconds, and on top of it hyper's
 //! dispatcher (its service future, the request body channel, a boxed header
@@ -18,17 +18,19 @@
 //!
 //! The door only ever takes the simplest case, and hands the connection to
 //! hyper for everything else: the moment a request is anything but a
-//! complete HTTP/1.1 `GET` for a hot route, with no body framing
-//! (`Content-Length` other than `0`, `Transfer-Encoding`), no `Upgrade` or
-//! `Expect` and no `Connection` token but `keep-alive` and `close`, the
+//! complete HTTP/1.1 `GET` for a hot route with no body, or `POST` for one
+//! whose whole body (one plain `Content-Length`, at most 16 KiB) arrived
+//! with its head, with no `Transfer-Encoding`, `Upgrade` or `Expect` and no
+//! `Connection` token but `keep-alive` and `close`, the
 //! bytes read so far are given back to hyper in front of the socket
 //! ([`Prefixed`]) and hyper serves the connection from then on, from that
 //! very request, as if the door had never been there. So every parse error,
 //! limit and protocol feature is hyper's, answered as before: a head over
 //! 100 fields or over the read buffer (hyper's `431`), a malformed head
 //! (hyper's `400`), an HTTP/2 preface, HTTP/1.0, pipelined requests behind
-//! an uncommon one. The one thing the door owns is the wait for a request
-//! head, which it bounds as hyper does: the first head within
+//! an uncommon one, a body still on its way (hyper's body timeouts wait for
+//! it). The one thing the door owns is the wait for a request head, which
+//! it bounds as hyper does: the first head within
 //! `server.header_read_timeout` of the connection's start, each later one
 //! within that of the previous answer, and a graceful stop closes a
 //! connection that waits.
@@ -56,6 +58,9 @@ use super::{ClientScheme, ConnectionSlot, HotRoutes, MAX_BUF};
 const MAX_HEADERS: usize = 100;
 /// The read buffer's first size and what each read makes room for.
 const READ_CHUNK: usize = 8 * 1024;
+/// The largest request body the door reads with its head (the queue API's
+/// are a few hundred bytes); a larger one is hyper's, with its limits.
+const MAX_BODY: usize = 16 * 1024;
 
 /// How the door left a connection.
 pub(super) enum Left<S> {
@@ -107,10 +112,12 @@ where
                     first = false;
                     let (close, whole) = (request.close, request.whole);
                     let head = buf.split_to(request.len).freeze();
+                    let body = buf.split_to(request.body).freeze();
                     let Some(mut parts) = request.parts(&head) else {
                         // A field hyper would take but `http` refuses: put
                         // the head back for hyper (the door cannot split it).
                         let mut back = BytesMut::from(&head[..]);
+                        back.extend_from_slice(&body);
                         back.extend_from_slice(&buf);
                         return hand_off(stream, back, &out).await;
                     };
@@ -120,8 +127,12 @@ where
                         if visit.scheme == ClientScheme::Https {
                             parts.extensions.insert(ClientScheme::Https);
                         }
-                        let req =
-                            axum::extract::Request::from_parts(parts, axum::body::Body::empty());
+                        let body = if body.is_empty() {
+                            axum::body::Body::empty()
+                        } else {
+                            axum::body::Body::from(body)
+                        };
+                        let req = axum::extract::Request::from_parts(parts, body);
                         let response = hot.answer_whole(req).await;
                         match write_streamed(&mut stream, response, close, &mut out).await {
                             Ok(kept) => kept,
@@ -267,9 +278,14 @@ enum Parsed {
 /// close, and where its target and fields lie in the head.
 struct HotHead {
     len: usize,
+    /// The body's length (`Content-Length`), all of it in the buffer
+    /// behind the head; 0 for a `GET`.
+    body: usize,
     close: bool,
-    /// A request the hot routes take whole (the gate's), not head-only.
+    /// A request the hot routes take whole (the gate's, a queue call
+    /// with a body), not head-only.
     whole: bool,
+    method: Method,
     uri: Uri,
     fields: Vec<((usize, usize), (usize, usize))>,
 }
@@ -287,7 +303,7 @@ impl HotHead {
             headers.append(name, value);
         }
         let mut request = http::Request::new(());
-        *request.method_mut() = Method::GET;
+        *request.method_mut() = self.method;
         *request.uri_mut() = self.uri;
         *request.version_mut() = Version::HTTP_11;
         *request.headers_mut() = headers;
@@ -310,7 +326,12 @@ fn parse(buf: &[u8], hot: &dyn HotRoutes) -> Parsed {
         Ok(httparse::Status::Partial) => return Parsed::Partial,
         Err(_) => return Parsed::Other,
     };
-    if req.method != Some("GET") || req.version != Some(1) {
+    let method = match req.method {
+        Some("GET") => Method::GET,
+        Some("POST") => Method::POST,
+        _ => return Parsed::Other,
+    };
+    if req.version != Some(1) {
         return Parsed::Other;
     }
     let Some(target) = req.path else {
@@ -327,20 +348,28 @@ fn parse(buf: &[u8], hot: &dyn HotRoutes) -> Parsed {
     let Ok(uri) = target.parse::<Uri>() else {
         return Parsed::Other;
     };
-    let whole = if hot.takes(&Method::GET, &uri) {
+    let whole = if method == Method::GET && hot.takes(&method, &uri) {
         false
-    } else if hot.takes_whole(&Method::GET, &uri) {
+    } else if hot.takes_whole(&method, &uri) {
         true
     } else {
         return Parsed::Other;
     };
     let mut close = false;
+    let mut body: Option<usize> = None;
     let mut spans = Vec::with_capacity(req.headers.len());
     for h in req.headers.iter() {
         let name = h.name.as_bytes();
         if name.eq_ignore_ascii_case(b"content-length") {
-            if h.value != b"0" {
-                return Parsed::Other;
+            // One plain length, small enough to be read with the head; a
+            // list, a repeat or anything else is hyper's to judge.
+            let n = std::str::from_utf8(h.value)
+                .ok()
+                .filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()))
+                .and_then(|v| v.parse::<usize>().ok());
+            match (body, n) {
+                (None, Some(n)) if n <= MAX_BODY => body = Some(n),
+                _ => return Parsed::Other,
             }
         } else if name.eq_ignore_ascii_case(b"transfer-encoding")
             || name.eq_ignore_ascii_case(b"upgrade")
@@ -359,10 +388,21 @@ fn parse(buf: &[u8], hot: &dyn HotRoutes) -> Parsed {
         }
         spans.push((at(name), at(h.value)));
     }
+    let body = body.unwrap_or(0);
+    if method == Method::GET && body > 0 {
+        return Parsed::Other;
+    }
+    if buf.len() < len + body {
+        // The body is not all here yet: waiting for it is hyper's (with its
+        // body timeouts), from this very request.
+        return Parsed::Other;
+    }
     Parsed::Hot(HotHead {
         len,
+        body,
         close,
         whole,
+        method,
         uri,
         fields: spans,
     })
@@ -612,6 +652,11 @@ impl<S: AsyncRead + Unpin> AsyncRead for Prefixed<S> {
             let n = this.prefix.len().min(buf.remaining());
             buf.put_slice(&this.prefix[..n]);
             this.prefix.advance(n);
+            if this.prefix.is_empty() {
+                // Let go of the door's read buffer: a connection hyper
+                // serves for long (a push stream) must not keep it.
+                this.prefix = Bytes::new();
+            }
             return Poll::Ready(Ok(()));
         }
         Pin::new(&mut this.inner).poll_read(cx, buf)

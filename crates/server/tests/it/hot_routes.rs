@@ -267,10 +267,25 @@ async fn the_gate_is_taken_whole_only_outside_the_routers_paths() {
             "{method} {uri} was left to the router"
         );
     }
+    // The queue calls with a body are taken whole too, each to its own
+    // route's handler (see the test below), by exact method and path.
+    for uri in [
+        "/api/queue/enter?eventId=e",
+        "/api/queue/redeem?eventId=e",
+        "/api/queue/release",
+    ] {
+        assert!(
+            hot.takes_whole(&Method::POST, &uri.parse().unwrap()),
+            "POST {uri}"
+        );
+    }
     for (method, uri) in [
         (Method::HEAD, "/shop/"),
         (Method::CONNECT, "/shop/"),
-        (Method::POST, "/api/queue/enter?eventId=e"),
+        (Method::GET, "/api/queue/enter?eventId=e"),
+        (Method::PUT, "/api/queue/redeem?eventId=e"),
+        (Method::POST, "/api/queue/enter/"),
+        (Method::POST, "/api/queue/position?eventId=e"),
         (Method::GET, "/api/queue/stream?eventId=e"),
         (Method::GET, "/api/elsewhere"),
         (Method::GET, "/queue/e"),
@@ -338,4 +353,66 @@ async fn a_gated_request_is_answered_as_the_router_answers_it() {
 /// The public router as the HTTPS listener builds it (the HSTS layer on).
 fn tls_router(h: &Harness, hsts: HeaderValue) -> axum::Router {
     anteroom::tls::with_hsts(anteroom::public_router(h.state.clone()), Some(hsts))
+}
+
+/// A queue call's target, headers and body.
+type QueueCase<'a> = (&'a str, Vec<(&'a str, &'a str)>, String);
+
+#[tokio::test]
+async fn a_queue_call_taken_whole_is_answered_as_the_router_answers_it() {
+    // Both ways ask for the same visitor: no rate limits.
+    let h = Harness::with_config("http://127.0.0.1:9", "max_active = 1", |c| c.no_limits()).await;
+    let hot = PublicHot::new(h.state.clone(), None).unwrap();
+    let v = enter(&h).await;
+    let too_big = format!("{{\"token\":\"{}\"}}", "t".repeat(200 * 1024));
+    let json = [("content-type", "application/json"), ("cookie", v.as_str())];
+    let cases: [QueueCase; 7] = [
+        // The same visitor again: insert-if-absent, the same answer.
+        (
+            "/api/queue/enter?eventId=e",
+            vec![("cookie", &v)],
+            String::new(),
+        ),
+        (
+            "/api/queue/enter?eventId=nope",
+            vec![("cookie", &v)],
+            String::new(),
+        ),
+        (
+            "/api/queue/enter?eventId=e",
+            json.to_vec(),
+            "{not json".to_owned(),
+        ),
+        (
+            "/api/queue/redeem?eventId=e",
+            json.to_vec(),
+            r#"{"token":"forged"}"#.to_owned(),
+        ),
+        ("/api/queue/redeem?eventId=e", json.to_vec(), String::new()),
+        ("/api/queue/redeem?eventId=e", json.to_vec(), too_big),
+        // Without a session (a release changes state: asked twice with
+        // one, the second answer would differ by design).
+        ("/api/queue/release?eventId=e", vec![], String::new()),
+    ];
+    for (uri, headers, body) in cases {
+        let ask = || {
+            let mut b = Request::builder().method(Method::POST).uri(uri);
+            for (k, v) in &headers {
+                b = b.header(*k, *v);
+            }
+            b.body(Body::from(body.clone())).unwrap()
+        };
+        let routed = seen_raw(
+            anteroom::public_router(h.state.clone())
+                .oneshot(ask())
+                .await
+                .unwrap(),
+        )
+        .await;
+        let direct = through_hot_whole(&hot, ask())
+            .await
+            .unwrap_or_else(|| panic!("POST {uri} was left to the router"));
+        let direct = seen_raw(direct).await;
+        assert_eq!(direct, routed, "POST {uri} {}", &body[..body.len().min(40)]);
+    }
 }

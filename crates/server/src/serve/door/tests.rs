@@ -51,6 +51,12 @@ impl HotRoutes for Echo {
         let slot = req.extensions().get::<ConnectionSlot>().is_some();
         let query = req.uri().query().unwrap_or("").to_owned();
         Box::pin(async move {
+            if query == "echo" {
+                let body = axum::body::to_bytes(req.into_body(), 1 << 20)
+                    .await
+                    .unwrap();
+                return axum::response::Response::new(axum::body::Body::from(body));
+            }
             let pieces: Vec<Result<Bytes, std::io::Error>> = match query.as_str() {
                 "broken" => vec![
                     Ok(Bytes::from_static(b"half")),
@@ -158,6 +164,33 @@ fn only_a_plain_http11_get_for_a_hot_route_is_the_doors() {
         .map(|i| format!("x-{i}: v\r\n"))
         .collect();
     assert!(other(&format!("GET /hot HTTP/1.1\r\n{many}\r\n")));
+
+    // A POST whose whole body came with its head; any doubt about the
+    // body, or a body still on its way, is hyper's.
+    let whole = |h: &str| matches!(parsed(h), Parsed::Hot(HotHead { whole: true, .. }));
+    assert!(whole(
+        "POST /whole HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc"
+    ));
+    assert!(whole("POST /whole HTTP/1.1\r\n\r\n"));
+    assert!(whole("GET /whole HTTP/1.1\r\n\r\n"));
+    assert!(other("POST /whole HTTP/1.1\r\nContent-Length: 3\r\n\r\nab"));
+    assert!(other(
+        "POST /whole HTTP/1.1\r\nContent-Length: 99999\r\n\r\n"
+    ));
+    assert!(other(
+        "POST /whole HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\nx"
+    ));
+    assert!(other(
+        "POST /whole HTTP/1.1\r\nContent-Length: +3\r\n\r\nabc"
+    ));
+    assert!(other(
+        "POST /whole HTTP/1.1\r\nContent-Length: 1,1\r\n\r\nx"
+    ));
+    assert!(other(
+        "POST /whole HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"
+    ));
+    assert!(other("GET /whole HTTP/1.1\r\nContent-Length: 1\r\n\r\nx"));
+    assert!(other("PUT /whole HTTP/1.1\r\nContent-Length: 0\r\n\r\n"));
 
     let partial = |h: &str| matches!(parsed(h), Parsed::Partial);
     assert!(partial(""));
@@ -514,5 +547,26 @@ async fn a_body_that_fails_half_way_closes_the_connection() {
         1,
         "nothing after the cut: {text}"
     );
+    assert_eq!(task.await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn a_post_body_that_came_with_its_head_reaches_the_route_and_the_next_request_follows() {
+    let (mut client, _stop, task) = door(Duration::from_secs(10));
+    client
+        .write_all(b"POST /whole?echo HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello")
+        .await
+        .unwrap();
+    let (_, body) = streamed(&mut client).await;
+    assert_eq!(body, b"hello");
+    client
+        .write_all(b"GET /hot?n=2 HTTP/1.1\r\n\r\n")
+        .await
+        .unwrap();
+    assert_eq!(
+        answers(&mut client, 1).await[0].1,
+        r#"{"q":"n=2","cookie":""}"#
+    );
+    drop(client);
     assert_eq!(task.await.unwrap(), None);
 }
