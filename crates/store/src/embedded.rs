@@ -283,7 +283,7 @@ impl EmbeddedStore {
         let path = self.event_path(id);
         let files = self.files();
         let db = disk::open_file(&path, disk::EVENT_MAGIC, &files)?;
-        let mut st = load::load(&db, &path)?;
+        let mut st = load::load(&db, &path, self.clock_us())?;
         st.admin = locked(&self.inner.admin)
             .get(id)
             .copied()

@@ -338,3 +338,67 @@ async fn kill_9_loses_no_acknowledged_join() {
     }
     assert!(s.queue_length(&ev).await.unwrap() >= acked.len() as u64);
 }
+
+/// A waiter's last-seen time lives in memory: after a restart (or a rebuild
+/// from the file) every waiter counts as seen at that moment, so the node's
+/// downtime never idles the line out, and one that stays silent after it
+/// is swept as usual.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_restart_every_waiter_counts_as_seen_then() {
+    use std::sync::atomic::{AtomicI64, Ordering};
+    const HOUR_US: i64 = 3_600_000_000;
+    let dir = tempfile::tempdir().unwrap();
+    let ev = EventId::new("grace").unwrap();
+    let clock = Arc::new(AtomicI64::new(1_900_000_000_000_000));
+    let opts = || {
+        let c = clock.clone();
+        EmbeddedOptions {
+            clock: Arc::new(move || c.load(Ordering::SeqCst)),
+            ..EmbeddedOptions::default()
+        }
+    };
+    let t0 = clock.load(Ordering::SeqCst);
+    {
+        let s = EmbeddedStore::open(dir.path(), opts()).await.unwrap();
+        let sc = JoinScoring {
+            opens_at_us: t0 - 1,
+            prewindow_score: -1,
+            tiebreak: 0,
+            behind: false,
+        };
+        s.join(&ev, "early", &sc).await.unwrap();
+        s.join(&ev, "polled", &sc).await.unwrap();
+        clock.store(t0 + 60_000_000, Ordering::SeqCst);
+        s.status(&ev, "polled", Touch::Seen).await.unwrap();
+    }
+    // Down for an hour, far past any idle timeout.
+    let back = t0 + HOUR_US;
+    clock.store(back, Ordering::SeqCst);
+    let s = EmbeddedStore::open(dir.path(), opts()).await.unwrap();
+    let idle_before = |cutoff| anteroom_store::ExpireRequest {
+        waiting_seen_before_us: cutoff,
+    };
+    let e = s.expire(&ev, &idle_before(back - 1)).await.unwrap();
+    assert_eq!(
+        e.idle_waiters, 0,
+        "nobody idled out while the node was down"
+    );
+    for m in ["early", "polled"] {
+        assert!(
+            matches!(
+                s.status(&ev, m, Touch::Peek).await.unwrap(),
+                MemberState::Waiting { .. }
+            ),
+            "{m}"
+        );
+    }
+    // Silent since the restart: swept once the cutoff passes it.
+    clock.store(back + HOUR_US, Ordering::SeqCst);
+    s.status(&ev, "polled", Touch::Seen).await.unwrap();
+    let e = s.expire(&ev, &idle_before(back + 1)).await.unwrap();
+    assert_eq!(e.idle_waiters, 1);
+    assert_eq!(
+        s.status(&ev, "early", Touch::Peek).await.unwrap(),
+        MemberState::None
+    );
+}

@@ -233,7 +233,13 @@ impl Actor {
         // the commit in progress, which bounds both memory and how far
         // memory can be ahead of the disk.
         let (to_disk, from_actor) = std::sync::mpsc::sync_channel::<Batch>(0);
-        let committer = Committer::new(self.db, self.path, self.files, self.state.clone());
+        let committer = Committer::new(
+            self.db,
+            self.path,
+            self.files,
+            self.state.clone(),
+            self.clock.clone(),
+        );
         let thread = std::thread::Builder::new()
             .name("event-commit".into())
             .spawn(move || committer.run(from_actor));
@@ -403,7 +409,6 @@ impl Applier {
             }
         }
         drop(commands);
-        st.flush_seen();
         if answers.is_empty() && st.writes.is_empty() {
             return None;
         }

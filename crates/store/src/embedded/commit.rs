@@ -47,6 +47,9 @@ pub(crate) struct Committer {
     path: PathBuf,
     files: FileOpts,
     state: Arc<Mutex<EventState>>,
+    /// The node's clock: memory rebuilt from the file counts every waiter
+    /// as seen at the rebuild (see `load`).
+    clock: super::actor::Clock,
     /// Wait before the next reopen; it grows while writes keep failing
     /// (a still-full disk reopens fine and fails the next commit) and is
     /// reset by a commit that succeeds.
@@ -59,12 +62,14 @@ impl Committer {
         path: PathBuf,
         files: FileOpts,
         state: Arc<Mutex<EventState>>,
+        clock: super::actor::Clock,
     ) -> Self {
         Self {
             db: Some(db),
             path,
             files,
             state,
+            clock,
             backoff: RETRY_FIRST,
         }
     }
@@ -171,7 +176,7 @@ impl Committer {
 
     fn reopen(&self) -> Result<(Database, EventState), StoreError> {
         let db = disk::open_file(&self.path, disk::EVENT_MAGIC, &self.files)?;
-        let fresh = load::load(&db, &self.path)?;
+        let fresh = load::load(&db, &self.path, (self.clock)())?;
         Ok((db, fresh))
     }
 }

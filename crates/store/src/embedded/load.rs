@@ -22,7 +22,13 @@ fn waiting_count(db: &Database, path: &Path) -> Result<u64, StoreError> {
     }
 }
 
-pub(crate) fn load(db: &Database, path: &Path) -> Result<EventState, StoreError> {
+/// An event's memory from its file, at `now_us` on the node's clock. A
+/// waiter's last-seen time is kept in memory only (a poll writes nothing):
+/// the file holds the time of its join, and a waiter counts as seen no
+/// earlier than now, so the time the node was down (or its disk refused
+/// writes) is never the visitors' absence; one that left for good before
+/// it is swept one `queue_idle_timeout` after.
+pub(crate) fn load(db: &Database, path: &Path, now_us: i64) -> Result<EventState, StoreError> {
     let mut st = EventState::new();
     disk::scan_bytes(db, path, META, |k, v| {
         let num = || disk::i64_at(v, 0).ok_or_else(|| corrupt(path, "meta"));
@@ -46,7 +52,7 @@ pub(crate) fn load(db: &Database, path: &Path) -> Result<EventState, StoreError>
                         .ok_or_else(|| corrupt(path, "waiting"))?;
                     let slot = st
                         .table
-                        .push_unindexed(m, score, seen.value())
+                        .push_unindexed(m, score, seen.value().max(now_us))
                         .map_err(|_| corrupt(path, "waiting"))?;
                     // Disk order is rank order, so these are appends.
                     st.order.insert(&mut st.table, slot);

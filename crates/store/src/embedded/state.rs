@@ -88,13 +88,6 @@ pub(crate) struct EventState {
     admit_log: VecDeque<Tally>,
     churn_log: VecDeque<Tally>,
     noshow_log: VecDeque<Tally>,
-    /// Members whose last-seen moved by a status poll, persisted with the next commit.
-    pub(crate) dirty_seen: Vec<Box<str>>,
-    /// The canonical time of the last [`Self::flush_seen`]: a waiter seen
-    /// after it is in `dirty_seen` already (or had its row written by a
-    /// join in the same batch), so a visitor that polls many times between
-    /// two commits is written once, not once per poll.
-    pub(crate) seen_flushed_us: i64,
     /// Changes of the batch being applied, not yet committed.
     pub(crate) writes: Writes,
     /// Set from a failed commit until memory has been rebuilt from the
@@ -122,8 +115,6 @@ impl EventState {
             admit_log: VecDeque::new(),
             churn_log: VecDeque::new(),
             noshow_log: VecDeque::new(),
-            dirty_seen: Vec::new(),
-            seen_flushed_us: i64::MIN,
             writes: Writes::default(),
             down: None,
             generation: 0,
@@ -212,30 +203,13 @@ impl EventState {
     ) -> Result<MemberState, StoreError> {
         check_member(member)?;
         if let Some(slot) = self.table.find(member) {
+            // Memory only: see `load` for why a poll writes nothing.
             if touch == Touch::Seen {
-                if self.table.seen(slot) <= self.seen_flushed_us {
-                    self.dirty_seen.push(member.into());
-                }
                 self.table.set_seen(slot, now_us);
             }
             return Ok(self.waiting_state(slot));
         }
         Ok(self.non_waiting(member).unwrap_or(MemberState::None))
-    }
-
-    /// Persists the last-seen times moved by status polls since the last commit.
-    pub(crate) fn flush_seen(&mut self) {
-        // At or past every last-seen time persisted so far, so a waiter whose
-        // time is past it was seen since and is in `dirty_seen`.
-        let mut mark = self.seen_flushed_us.max(self.counters.last_us);
-        for m in std::mem::take(&mut self.dirty_seen) {
-            if let Some(slot) = self.table.find(&m) {
-                let (score, seen) = (self.table.score(slot), self.table.seen(slot));
-                self.writes.waiting(score, &m, seen);
-                mark = mark.max(seen);
-            }
-        }
-        self.seen_flushed_us = mark;
     }
 
     pub(crate) fn admit(&mut self, req: &AdmitRequest, now_us: i64) -> Vec<Admission> {
