@@ -178,19 +178,21 @@ pub fn cookie<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
 
 /// The value of the first pair named `name` in one `Cookie` header: pairs
 /// split at `;`, each trimmed, the name the part before the pair's first `=`.
-/// Found by searching for the name (a pass cookie makes the header a few
+/// The pairs are found with `memchr` (a pass cookie makes the header a few
 /// hundred bytes, and each request reads two to four names from it).
 fn cookie_in<'v>(value: &'v [u8], name: &[u8]) -> Option<&'v [u8]> {
-    memchr::memmem::find_iter(value, name).find_map(|at| {
-        // A pair starts here: only blanks since the last `;` (or the start).
-        let before = value[..at].trim_ascii_end();
-        if !(before.is_empty() || before.ends_with(b";")) {
+    let mut rest = value;
+    loop {
+        let end = memchr::memchr(b';', rest).unwrap_or(rest.len());
+        let pair = rest[..end].trim_ascii();
+        if let Some(v) = pair.strip_prefix(name).and_then(|p| p.strip_prefix(b"=")) {
+            return Some(v);
+        }
+        if end == rest.len() {
             return None;
         }
-        let rest = value[at + name.len()..].strip_prefix(b"=")?;
-        let end = memchr::memchr(b';', rest).unwrap_or(rest.len());
-        Some(rest[..end].trim_ascii_end())
-    })
+        rest = &rest[end + 1..];
+    }
 }
 
 #[cfg(test)]

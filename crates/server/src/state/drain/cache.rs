@@ -2,20 +2,24 @@
 //! while the store is unreachable it can still admit the visitors it knows to
 //! be at the front.
 //!
-//! Bounded because every position answer feeds it: when full, the visitor
-//! furthest back is forgotten first, since drain admissions start at the
-//! front and would reach that visitor last anyway.
+//! Every position answer feeds it, so noting a visitor is one hash lookup
+//! and a store of the new rank, in place: the order by rank is only made
+//! when a drain takes the front, which is rare and can afford a pass over
+//! the cache. (A set kept ordered by rank cost every poll a removal and an
+//! insertion, with two copies of the member id.) Bounded: past twice its
+//! limit, the visitors furthest back are forgotten down to the limit, since
+//! drain admissions start at the front and would reach them last anyway.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 
-/// Most visitors remembered per event and node (about 100 bytes each).
+/// Most visitors remembered per event and node (about 100 bytes each; up
+/// to twice as many between two prunings).
 pub const MAX_REMEMBERED: usize = 100_000;
 
-/// Last known rank per waiting visitor, ordered by rank.
+/// Last known rank per waiting visitor.
 #[derive(Debug)]
 pub struct RankCache {
-    by_member: HashMap<String, u64>,
-    by_rank: BTreeSet<(u64, String)>,
+    by_member: HashMap<Box<str>, u64>,
     limit: usize,
 }
 
@@ -29,51 +33,52 @@ impl RankCache {
     pub fn with_limit(limit: usize) -> Self {
         Self {
             by_member: HashMap::new(),
-            by_rank: BTreeSet::new(),
             limit: limit.max(1),
         }
     }
 
     /// Remembers `member` at `rank` (its latest answer replaces older ones).
     pub fn note(&mut self, member: &str, rank: u64) {
-        if let Some(old) = self.by_member.get(member).copied() {
-            if old == rank {
-                return;
-            }
-            self.by_rank.remove(&(old, member.to_owned()));
-        } else if self.by_member.len() >= self.limit {
-            // Full: keep the front of the queue, which drain admits first.
-            match self.by_rank.last() {
-                Some((back, _)) if *back > rank => {
-                    if let Some((_, evicted)) = self.by_rank.pop_last() {
-                        self.by_member.remove(&evicted);
-                    }
-                }
-                _ => return,
-            }
+        if let Some(known) = self.by_member.get_mut(member) {
+            *known = rank;
+            return;
         }
-        self.by_member.insert(member.to_owned(), rank);
-        self.by_rank.insert((rank, member.to_owned()));
+        self.by_member.insert(member.into(), rank);
+        if self.by_member.len() > 2 * self.limit {
+            self.prune();
+        }
+    }
+
+    /// Keeps the `limit` front-most visitors.
+    fn prune(&mut self) {
+        let mut ranks: Vec<u64> = self.by_member.values().copied().collect();
+        let (_, &mut cut, _) = ranks.select_nth_unstable(self.limit - 1);
+        // Ties at the cut may keep a few more than the limit: harmless.
+        self.by_member.retain(|_, rank| *rank <= cut);
     }
 
     /// Forgets `member` (admitted, active, gone).
     pub fn forget(&mut self, member: &str) {
-        if let Some(rank) = self.by_member.remove(member) {
-            self.by_rank.remove(&(rank, member.to_owned()));
-        }
+        self.by_member.remove(member);
     }
 
-    /// Takes the `n` front-most remembered visitors out of the cache.
+    /// Takes the `n` front-most remembered visitors out of the cache, front
+    /// first (ties in member order, so the answer is the same every time).
     pub fn take_front(&mut self, n: usize) -> Vec<String> {
-        let mut out = Vec::with_capacity(n.min(self.by_member.len()));
-        while out.len() < n {
-            let Some((_, member)) = self.by_rank.pop_first() else {
-                break;
-            };
-            self.by_member.remove(&member);
-            out.push(member);
+        if n == 0 || self.by_member.is_empty() {
+            return Vec::new();
         }
-        out
+        let mut all: Vec<(u64, &str)> = self.by_member.iter().map(|(m, r)| (*r, &**m)).collect();
+        if n < all.len() {
+            all.select_nth_unstable(n - 1);
+            all.truncate(n);
+        }
+        all.sort_unstable();
+        let front: Vec<String> = all.into_iter().map(|(_, m)| m.to_owned()).collect();
+        for m in &front {
+            self.by_member.remove(m.as_str());
+        }
+        front
     }
 
     pub fn len(&self) -> usize {
@@ -95,16 +100,48 @@ mod tests {
         c.note("c", 2);
         c.note("a", 0);
         c.note("b", 1);
-        // Full: a visitor further back than everyone is not remembered...
+        // Room up to twice the limit; past it, the back is forgotten down
+        // to the limit.
+        c.note("y", 8);
+        c.note("x", 7);
+        c.note("w", 6);
+        assert_eq!(c.len(), 6);
         c.note("z", 9);
         assert_eq!(c.len(), 3);
-        // ...one further forward evicts the back.
-        c.note("a2", 0);
-        assert_eq!(c.len(), 3);
         // A newer answer moves a visitor.
+        c.note("a2", 0);
         c.note("b", 0);
         c.forget("a2");
-        assert_eq!(c.take_front(5), vec!["a".to_owned(), "b".to_owned()]);
+        assert_eq!(c.take_front(2), vec!["a".to_owned(), "b".to_owned()]);
+        assert_eq!(c.take_front(5), vec!["c".to_owned()]);
         assert!(c.is_empty());
+    }
+
+    proptest::proptest! {
+        /// Whatever is noted and forgotten, the front taken is the visitors
+        /// with the lowest latest ranks, in rank order.
+        #[test]
+        fn the_front_is_the_lowest_latest_ranks(
+            steps in proptest::collection::vec((0u8..40, 0u64..100, proptest::bool::weighted(0.1)), 0..300),
+            n in 0usize..50,
+        ) {
+            let mut c = RankCache::with_limit(1000);
+            let mut model: std::collections::BTreeMap<String, u64> = Default::default();
+            for (m, rank, forget) in steps {
+                let m = format!("m{m}");
+                if forget {
+                    c.forget(&m);
+                    model.remove(&m);
+                } else {
+                    c.note(&m, rank);
+                    model.insert(m, rank);
+                }
+            }
+            let mut expected: Vec<(u64, String)> = model.into_iter().map(|(m, r)| (r, m)).collect();
+            expected.sort();
+            expected.truncate(n);
+            let expected: Vec<String> = expected.into_iter().map(|(_, m)| m).collect();
+            proptest::prop_assert_eq!(c.take_front(n), expected);
+        }
     }
 }
