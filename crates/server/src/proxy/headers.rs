@@ -150,6 +150,12 @@ fn connection_tokens(headers: &HeaderMap) -> impl Iterator<Item = &str> {
 
 /// Removes the hop-by-hop headers and those the `Connection` header names.
 fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    // Most requests and answers carry none of them (or only `Connection`):
+    // one pass over the names that are there is cheaper than looking each
+    // of the nine up.
+    if !headers.keys().any(|name| HOP_BY_HOP.contains(name)) {
+        return;
+    }
     let listed: Vec<HeaderName> = connection_tokens(headers)
         .filter_map(|t| HeaderName::from_bytes(t.as_bytes()).ok())
         .collect();
@@ -159,6 +165,24 @@ fn strip_hop_by_hop(headers: &mut HeaderMap) {
     // Names made once: a `&str` would be parsed and checked on every call.
     for name in &HOP_BY_HOP {
         headers.remove(name);
+    }
+}
+
+/// An address as a header value, IPv4 written directly (every proxied
+/// request carries one; `Display` goes through the formatter).
+fn ip_value(ip: IpAddr) -> Option<HeaderValue> {
+    match ip {
+        IpAddr::V4(v4) => {
+            let mut out = Vec::with_capacity(15);
+            for (i, octet) in v4.octets().iter().enumerate() {
+                if i > 0 {
+                    out.push(b'.');
+                }
+                out.extend_from_slice(itoa::Buffer::new().format(*octet).as_bytes());
+            }
+            HeaderValue::from_bytes(&out).ok()
+        }
+        IpAddr::V6(_) => HeaderValue::from_str(&ip.to_string()).ok(),
     }
 }
 
@@ -248,7 +272,7 @@ pub(super) fn rewrite_request(
 
     let client = fwd.client;
     // An address always makes a valid header value.
-    if let Ok(ip) = HeaderValue::from_str(&client.ip.to_string()) {
+    if let Some(ip) = ip_value(client.ip) {
         headers.insert(X_FORWARDED_FOR, ip);
     }
     headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(client.proto));

@@ -205,3 +205,14 @@ fn response_hop_by_hop_headers_are_dropped() {
     rewrite_response(&mut h, StatusCode::SWITCHING_PROTOCOLS);
     assert_eq!(h["upgrade"], "websocket");
 }
+
+proptest::proptest! {
+    /// The address written directly reads as `Display` writes it.
+    #[test]
+    fn an_address_value_is_its_display(bits in proptest::num::u32::ANY, six in proptest::num::u128::ANY) {
+        for ip in [IpAddr::from(bits.to_be_bytes()), IpAddr::from(six.to_be_bytes())] {
+            let value = ip_value(ip).unwrap();
+            proptest::prop_assert_eq!(value.to_str().unwrap(), ip.to_string());
+        }
+    }
+}
