@@ -187,17 +187,21 @@ impl Protected<'_> {
         let cookies = cookie_headers(req.headers());
         let mut req = req;
         // An upgraded connection (WebSocket) outlives this request: the proxy
-        // closes it when this session ends.
-        req.extensions_mut().insert(passes::session_watch(
-            state,
-            rt,
-            member,
-            pass.session_start_us,
-        ));
+        // closes it when this session ends. Only a request with an `Upgrade`
+        // field can be upgraded (the proxy asks the same field), so a plain
+        // page does not pay for the watch.
+        if req.headers().contains_key(header::UPGRADE) {
+            req.extensions_mut().insert(passes::session_watch(
+                state,
+                rt,
+                member,
+                pass.session_start_us,
+            ));
+        }
         let extra = vec![
             (
                 HeaderName::from_static("x-anteroom-event"),
-                header_value(rt.id().as_str()),
+                rt.id_header.clone(),
             ),
             (
                 HeaderName::from_static("x-anteroom-session"),

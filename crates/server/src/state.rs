@@ -94,6 +94,9 @@ pub struct EventRuntime {
     pub live: Arc<Live>,
     /// The event's request counters, registered once.
     pub counters: crate::metrics::EventCounters,
+    /// The event's id as the `X-Anteroom-Event` value the gate sends the
+    /// origin with every admitted request, made once.
+    pub id_header: axum::http::HeaderValue,
 }
 
 impl EventRuntime {
@@ -103,12 +106,16 @@ impl EventRuntime {
             Identity::Cookie => None,
         };
         let counters = crate::metrics::EventCounters::new(config.id.as_str());
+        // Event ids are checked to be letters, digits, `-` and `_`.
+        let id_header = axum::http::HeaderValue::from_str(config.id.as_str())
+            .map_err(|_| anyhow::anyhow!("event {}: not a header value", config.id))?;
         Ok(Self {
             config,
             anchor_us,
             jwt,
             live,
             counters,
+            id_header,
         })
     }
 

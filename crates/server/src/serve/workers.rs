@@ -17,7 +17,7 @@
 //! The cost: a connection cannot move to an idle core. Connections are
 //! spread evenly as they arrive, and a request's work is microseconds, so
 //! in practice the loops stay level; an operator who prefers work stealing
-//! sets `server.connections.event_loops = 0`.
+//! sets `server.event_loops = 0`.
 
 use std::cell::Cell;
 use std::future::Future;
