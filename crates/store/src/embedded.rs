@@ -15,6 +15,7 @@ mod commit;
 mod disk;
 #[cfg(test)]
 pub(crate) mod faults;
+mod handoff;
 mod huge;
 mod index;
 mod load;

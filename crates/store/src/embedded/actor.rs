@@ -5,16 +5,17 @@
 //! (its encoded changes and its answers) to a committer thread, which writes
 //! it in ONE durable redb transaction and only then answers every caller: an
 //! acknowledged change is on disk. The two threads form a pipeline: while
-//! batch k waits for its fsync, batch k+1 is applied and encoded, so with
-//! enough callers in flight throughput is bound by the CPU, not by the fsync
-//! latency. If a commit fails, the event is down until the committer has
+//! batch k waits for its fsync, batch k+1 is applied and encoded, and
+//! whatever is applied before the committer is free joins it (see
+//! [`super::handoff`]), so with enough callers in flight throughput is
+//! bound by the CPU, not by the fsync latency. If a commit fails, the event is down until the committer has
 //! reopened its file and rebuilt memory from it (see [`super::commit`]):
 //! every caller of that batch, of any batch applied before the rebuild and of
 //! anything asked meanwhile is told the store is unavailable, so nothing
 //! unacknowledged is ever visible as durable.
 
 use std::path::PathBuf;
-use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -111,7 +112,7 @@ pub(crate) struct Held<T> {
 }
 
 impl<T> Held<T> {
-    fn new(reply: ReplyTo<T>, result: Result<T, StoreError>) -> Self {
+    pub(super) fn new(reply: ReplyTo<T>, result: Result<T, StoreError>) -> Self {
         Self { reply, result }
     }
 
@@ -227,12 +228,25 @@ pub(crate) struct Batch {
     pub(crate) answers: Vec<Answer>,
 }
 
+impl Batch {
+    /// Joins `later`, applied after this batch to the same memory: one
+    /// commit writes both and then answers both.
+    pub(crate) fn absorb(&mut self, later: Batch) {
+        debug_assert_eq!(self.generation, later.generation);
+        self.writes.append(later.writes);
+        // Each batch carries the counters as they stood after it.
+        self.counters = later.counters;
+        self.answers.extend(later.answers);
+    }
+}
+
 impl Actor {
     pub(crate) fn run(self, rx: Receiver<Op>) {
-        // A rendezvous channel: the actor runs at most one batch ahead of
-        // the commit in progress, which bounds both memory and how far
-        // memory can be ahead of the disk.
-        let (to_disk, from_actor) = std::sync::mpsc::sync_channel::<Batch>(0);
+        // The actor runs at most one bounded batch ahead of the commit in
+        // progress, which bounds both memory and how far memory can be
+        // ahead of the disk; what it applies meanwhile joins that batch
+        // (see `handoff`).
+        let (to_disk, from_actor) = super::handoff::handoff(self.max_batch);
         let committer = Committer::new(
             self.db,
             self.path,
@@ -314,7 +328,7 @@ impl Applier {
         lock(&self.state)
     }
 
-    fn run(&self, rx: &Receiver<Op>, to_disk: &SyncSender<Batch>) {
+    fn run(&self, rx: &Receiver<Op>, to_disk: &super::handoff::Sender) {
         let mut batch: Vec<Op> = Vec::with_capacity(self.max_batch);
         loop {
             let last = match rx.recv_timeout(FLUSH_EVERY) {

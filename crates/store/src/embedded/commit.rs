@@ -11,7 +11,7 @@
 //! anybody was told is kept.
 
 use std::path::PathBuf;
-use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::mpsc::RecvTimeoutError;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -19,6 +19,7 @@ use redb::Database;
 
 use super::actor::{Batch, lock};
 use super::disk::{self, FileOpts};
+use super::handoff::Receiver;
 use super::load;
 use super::state::EventState;
 use super::writes;
@@ -74,8 +75,8 @@ impl Committer {
         }
     }
 
-    pub(crate) fn run(mut self, rx: Receiver<Batch>) {
-        while let Ok(b) = rx.recv() {
+    pub(crate) fn run(mut self, rx: Receiver) {
+        while let Some(b) = rx.recv() {
             if let Err(why) = self.step(b)
                 && !self.recover(&rx, &why)
             {
@@ -134,7 +135,7 @@ impl Committer {
     /// Reopens the file and rebuilds memory from it, retrying with backoff;
     /// batches that arrive meanwhile (applied before the failure) are
     /// refused. `false` if the actor stopped first.
-    fn recover(&mut self, rx: &Receiver<Batch>, why: &Unavailable) -> bool {
+    fn recover(&mut self, rx: &Receiver, why: &Unavailable) -> bool {
         tracing::error!(path = %self.path.display(), error = %why,
             "event write failed; the event drains until its file is reopened");
         // Only a fresh Database reads the file again; the old one must be

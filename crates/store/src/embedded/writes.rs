@@ -47,6 +47,24 @@ impl Writes {
         self.changes.is_empty()
     }
 
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.changes.len()
+    }
+
+    /// `later`'s changes after these, in their order (a commit applies
+    /// them in order, so a later change of a key wins, as in memory).
+    pub(crate) fn append(&mut self, later: Writes) {
+        let shift = self.buf.len();
+        self.buf.extend_from_slice(&later.buf);
+        self.changes
+            .extend(later.changes.into_iter().map(|c| Change {
+                kind: c.kind,
+                key: c.key.start + shift..c.key.end + shift,
+                value: c.value.start + shift..c.value.end + shift,
+            }));
+    }
+
     fn push(&mut self, kind: Kind, key: &[&[u8]], value: &[&[u8]]) {
         let k0 = self.buf.len();
         for part in key {

@@ -1,0 +1,238 @@
+//! The hand-off of applied batches from an event's actor to its committer.
+//!
+//! A batch applied while the committer is busy with the last one waits
+//! here, and whatever the actor applies after it, until the committer is
+//! free, joins it: the next commit takes everything that arrived during
+//! the last one. A rendezvous channel instead sealed the waiting batch at
+//! once, so a caller that arrived during commit k waited for k+1 to be
+//! written before its own batch was: with a fixed number of callers in
+//! flight (a crowd's connections), each waited about two and a half
+//! commits instead of one and a half, and the event's joins went at the
+//! fsync's pace divided by that.
+//!
+//! The waiting batch is bounded (`cap` answers): past it the actor waits
+//! for the committer, so memory stays at most one bounded batch ahead of
+//! the disk, as before. Batches applied to different memory generations
+//! (a failed commit in between) are never joined: the committer refuses
+//! the older one whole.
+
+use std::collections::VecDeque;
+use std::sync::mpsc::RecvTimeoutError;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use super::actor::Batch;
+
+struct Slot {
+    waiting: VecDeque<Batch>,
+    /// The actor's side is gone: nothing more will come.
+    sender_gone: bool,
+    /// The committer's side is gone: nothing more is taken.
+    receiver_gone: bool,
+}
+
+struct Shared {
+    slot: Mutex<Slot>,
+    /// Signalled on every change of the slot (a batch in, a batch out, a
+    /// side gone); the two sides wait on it for opposite things.
+    changed: Condvar,
+    cap: usize,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Slot> {
+        self.slot.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// The actor's side.
+pub(crate) struct Sender(Arc<Shared>);
+
+/// The committer's side.
+pub(crate) struct Receiver(Arc<Shared>);
+
+/// A hand-off whose waiting batch holds at most `cap` answers before the
+/// actor waits (at least one batch always goes in).
+pub(crate) fn handoff(cap: usize) -> (Sender, Receiver) {
+    let shared = Arc::new(Shared {
+        slot: Mutex::new(Slot {
+            waiting: VecDeque::new(),
+            sender_gone: false,
+            receiver_gone: false,
+        }),
+        changed: Condvar::new(),
+        cap: cap.max(1),
+    });
+    (Sender(shared.clone()), Receiver(shared))
+}
+
+impl Sender {
+    /// Hands `b` on, joined to the batch already waiting when both were
+    /// applied to the same memory; then waits while the waiting batch is
+    /// over its bound. `Err` with the batch if the committer is gone.
+    pub(crate) fn send(&self, b: Batch) -> Result<(), Batch> {
+        let shared = &*self.0;
+        let mut slot = shared.lock();
+        if slot.receiver_gone {
+            return Err(b);
+        }
+        match slot.waiting.back_mut() {
+            Some(last) if last.generation == b.generation => last.absorb(b),
+            _ => slot.waiting.push_back(b),
+        }
+        shared.changed.notify_all();
+        while !slot.receiver_gone
+            && slot.waiting.iter().map(|b| b.answers.len()).sum::<usize>() > shared.cap
+        {
+            slot = shared
+                .changed
+                .wait(slot)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Sender {
+    fn drop(&mut self) {
+        self.0.lock().sender_gone = true;
+        self.0.changed.notify_all();
+    }
+}
+
+impl Receiver {
+    /// The oldest waiting batch, waiting for one; `None` once the actor is
+    /// gone and nothing waits.
+    pub(crate) fn recv(&self) -> Option<Batch> {
+        let shared = &*self.0;
+        let mut slot = shared.lock();
+        loop {
+            if let Some(b) = slot.waiting.pop_front() {
+                shared.changed.notify_all();
+                return Some(b);
+            }
+            if slot.sender_gone {
+                return None;
+            }
+            slot = shared
+                .changed
+                .wait(slot)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+
+    /// As [`Self::recv`], waiting at most `timeout`.
+    pub(crate) fn recv_timeout(&self, timeout: Duration) -> Result<Batch, RecvTimeoutError> {
+        let shared = &*self.0;
+        let until = Instant::now() + timeout;
+        let mut slot = shared.lock();
+        loop {
+            if let Some(b) = slot.waiting.pop_front() {
+                shared.changed.notify_all();
+                return Ok(b);
+            }
+            if slot.sender_gone {
+                return Err(RecvTimeoutError::Disconnected);
+            }
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(RecvTimeoutError::Timeout);
+            }
+            slot = shared
+                .changed
+                .wait_timeout(slot, left)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+    }
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        self.0.lock().receiver_gone = true;
+        self.0.changed.notify_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::embedded::actor::Answer;
+    use crate::embedded::disk::Counters;
+    use crate::embedded::writes::Writes;
+
+    fn batch(generation: u64) -> Batch {
+        Batch {
+            generation,
+            writes: Writes::default(),
+            counters: Counters::default(),
+            answers: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn batches_of_one_generation_wait_as_one_and_others_apart() {
+        let (tx, rx) = handoff(16);
+        let mut a = batch(1);
+        a.writes.unwait(1, "a");
+        let mut b = batch(1);
+        b.writes.unwait(2, "b");
+        let mut c = batch(2);
+        c.writes.unwait(3, "c");
+        tx.send(a).ok().unwrap();
+        tx.send(b).ok().unwrap();
+        tx.send(c).ok().unwrap();
+        let first = rx.recv().unwrap();
+        assert_eq!((first.generation, first.writes.len()), (1, 2));
+        let second = rx.recv().unwrap();
+        assert_eq!((second.generation, second.writes.len()), (2, 1));
+        assert!(matches!(
+            rx.recv_timeout(Duration::from_millis(1)),
+            Err(RecvTimeoutError::Timeout)
+        ));
+        drop(tx);
+        assert!(rx.recv().is_none());
+    }
+
+    /// A batch of `n` answers to callers that already left.
+    fn answered(generation: u64, n: usize) -> Batch {
+        let mut b = batch(generation);
+        for _ in 0..n {
+            let (reply, _) = tokio::sync::oneshot::channel();
+            b.answers
+                .push(Answer::Bool(crate::embedded::actor::Held::new(
+                    reply,
+                    Ok(true),
+                )));
+        }
+        b
+    }
+
+    #[test]
+    fn the_actor_waits_while_the_waiting_batch_is_over_its_bound() {
+        let (tx, rx) = handoff(4);
+        tx.send(answered(1, 3)).ok().unwrap();
+        let (sent, done) = std::sync::mpsc::channel();
+        let actor = std::thread::spawn(move || {
+            // 3 + 3 answers: over the bound of 4 until the committer takes them.
+            tx.send(answered(1, 3)).ok().unwrap();
+            sent.send(()).unwrap();
+        });
+        assert!(
+            done.recv_timeout(Duration::from_millis(200)).is_err(),
+            "the send returned with 6 answers waiting against a bound of 4"
+        );
+        let taken = rx.recv().unwrap();
+        assert_eq!(taken.answers.len(), 6);
+        done.recv_timeout(Duration::from_secs(10))
+            .expect("the send still waits after the committer took the batch");
+        actor.join().unwrap();
+    }
+
+    #[test]
+    fn a_send_after_the_committer_is_gone_gives_the_batch_back() {
+        let (tx, rx) = handoff(16);
+        drop(rx);
+        assert!(tx.send(batch(1)).is_err());
+    }
+}
