@@ -7,6 +7,16 @@ use anteroom_core::score::JoinScoring;
 use super::{EventState, Sweep};
 use crate::Touch;
 
+/// Scoring for joins after the event opened: each ranks by its arrival.
+fn after_opening() -> JoinScoring {
+    JoinScoring {
+        opens_at_us: 0,
+        prewindow_score: -1,
+        tiebreak: 0,
+        behind: false,
+    }
+}
+
 fn check(st: &EventState, waiting: &[String]) {
     assert_eq!(st.order.len(), waiting.len());
     for (i, m) in waiting.iter().enumerate() {
@@ -17,12 +27,7 @@ fn check(st: &EventState, waiting: &[String]) {
 #[test]
 fn the_idle_sweep_goes_in_bounded_steps_and_ranks_stay_exact_between_them() {
     let mut st = EventState::new();
-    let s = JoinScoring {
-        opens_at_us: 0,
-        prewindow_score: -1,
-        tiebreak: 0,
-        behind: false,
-    };
+    let s = after_opening();
     let mut members = Vec::new();
     // Seen at 1..=6000 µs after opening; every fifth one polls later.
     for i in 0..6000i64 {
@@ -70,12 +75,7 @@ fn the_idle_sweep_goes_in_bounded_steps_and_ranks_stay_exact_between_them() {
 #[test]
 fn a_poll_moves_the_seen_mark_in_memory_and_writes_nothing() {
     let mut st = EventState::new();
-    let s = JoinScoring {
-        opens_at_us: 0,
-        prewindow_score: -1,
-        tiebreak: 0,
-        behind: false,
-    };
+    let s = after_opening();
     let a = format!("{:032x}", 1);
     st.join(&a, &s, 10).unwrap();
     let _ = std::mem::take(&mut st.writes);
