@@ -22,6 +22,7 @@ mod load;
 mod state;
 mod table;
 mod upgrade;
+mod wal;
 mod writes;
 
 use std::collections::HashMap;
@@ -235,6 +236,12 @@ impl EmbeddedStore {
         let mut found = Vec::new();
         for entry in std::fs::read_dir(&events_dir).map_err(|e| io_error(&events_dir, e))? {
             let p = entry.map_err(|e| io_error(&events_dir, e))?.path();
+            // An event's write-ahead log sits beside its file and is opened
+            // with it; one without a file is a deleted event's, which the
+            // next file of that id never reads (see `wal::open_event`).
+            if p.extension().is_some_and(|x| x == "wal") {
+                continue;
+            }
             let id = p
                 .file_name()
                 .and_then(|n| n.to_str())
@@ -283,7 +290,7 @@ impl EmbeddedStore {
     fn start_event(&self, id: &EventId) -> Result<Arc<EventHandle>> {
         let path = self.event_path(id);
         let files = self.files();
-        let db = disk::open_file(&path, disk::EVENT_MAGIC, &files)?;
+        let (db, wal) = wal::open_event(&path, &files, None)?;
         let mut st = load::load(&db, &path, self.clock_us())?;
         st.admin = locked(&self.inner.admin)
             .get(id)
@@ -293,6 +300,7 @@ impl EmbeddedStore {
         let (tx, rx) = std::sync::mpsc::channel();
         let actor = Actor {
             db,
+            wal,
             path,
             files,
             state: state.clone(),
@@ -666,11 +674,17 @@ impl QueueStore for EmbeddedStore {
                     let _ = t.join();
                 }
             }
-            match std::fs::remove_file(&file) {
-                Ok(()) => Ok(()),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-                Err(e) => Err(io_error(&file, e)),
+            // The log first: a file whose log went is only behind by the
+            // changes since its last checkpoint (the actor's last one was
+            // made as it stopped); a log whose file went is never read.
+            for f in [wal::path_for(&file), file] {
+                match std::fs::remove_file(&f) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(io_error(&f, e)),
+                }
             }
+            Ok(())
         })
         .await
         .map_err(|e| stopped("delete task failed", e))??;

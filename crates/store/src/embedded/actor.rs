@@ -212,6 +212,7 @@ fn apply(st: &mut EventState, op: Op, now_us: i64) -> Answer {
 
 pub(crate) struct Actor {
     pub(crate) db: Database,
+    pub(crate) wal: super::wal::Wal,
     pub(crate) path: PathBuf,
     pub(crate) files: FileOpts,
     pub(crate) state: Arc<Mutex<EventState>>,
@@ -249,6 +250,7 @@ impl Actor {
         let (to_disk, from_actor) = super::handoff::handoff(self.max_batch);
         let committer = Committer::new(
             self.db,
+            self.wal,
             self.path,
             self.files,
             self.state.clone(),

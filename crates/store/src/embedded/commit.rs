@@ -18,11 +18,12 @@ use std::time::{Duration, Instant};
 use redb::Database;
 
 use super::actor::{Batch, lock};
-use super::disk::{self, FileOpts};
+use super::disk::{Counters, FileOpts};
 use super::handoff::Receiver;
 use super::load;
 use super::state::EventState;
-use super::writes;
+use super::wal::{self, Wal};
+use super::writes::{self, Writes};
 use crate::{StoreError, Unavailable, UnavailableKind};
 
 /// First wait before reopening a file whose write failed: a disk that just
@@ -42,9 +43,20 @@ const RETRY_MAX: Duration = if cfg!(test) {
     Duration::from_secs(5)
 };
 
+/// A checkpoint is due when this long has passed since the last one with
+/// changes waiting...
+const CHECKPOINT_EVERY: Duration = Duration::from_millis(100);
+/// ...or this many changes wait...
+const CHECKPOINT_CHANGES: usize = 8 << 10;
+/// ...or the log's round has grown this large. The three bound how much
+/// memory the changes not yet in the redb file hold, how long a
+/// checkpoint keeps the next batch waiting, and how much a start-up
+/// replays.
+const CHECKPOINT_BYTES: u64 = 4 << 20;
+
 pub(crate) struct Committer {
     /// `None` only while a reopen is being tried.
-    db: Option<Database>,
+    db: Option<(Database, Wal)>,
     path: PathBuf,
     files: FileOpts,
     state: Arc<Mutex<EventState>>,
@@ -55,23 +67,32 @@ pub(crate) struct Committer {
     /// (a still-full disk reopens fine and fails the next commit) and is
     /// reset by a commit that succeeds.
     backoff: Duration,
+    /// Changes durable in the log but not yet in the redb file, in order,
+    /// with the counters as the last of them left them.
+    pending: Writes,
+    pending_counters: Option<Counters>,
+    last_checkpoint: Instant,
 }
 
 impl Committer {
     pub(crate) fn new(
         db: Database,
+        wal: Wal,
         path: PathBuf,
         files: FileOpts,
         state: Arc<Mutex<EventState>>,
         clock: super::actor::Clock,
     ) -> Self {
         Self {
-            db: Some(db),
+            db: Some((db, wal)),
             path,
             files,
             state,
             clock,
             backoff: RETRY_FIRST,
+            pending: Writes::default(),
+            pending_counters: None,
+            last_checkpoint: Instant::now(),
         }
     }
 
@@ -83,6 +104,55 @@ impl Committer {
                 return;
             }
         }
+        // Stopping: the log would be replayed at the next start anyway,
+        // but a file that holds everything starts faster.
+        if let Err(why) = self.checkpoint() {
+            tracing::warn!(path = %self.path.display(), error = %why,
+                "last checkpoint failed; the write-ahead log is replayed at the next start");
+        }
+    }
+
+    /// Writes the changes the log holds into the redb file, if any wait,
+    /// and starts the log's next round.
+    fn checkpoint(&mut self) -> Result<(), Unavailable> {
+        let Some(c) = self.pending_counters else {
+            return Ok(());
+        };
+        let Some((db, wal)) = &mut self.db else {
+            return Ok(());
+        };
+        let seq = wal.seq();
+        writes::commit(db, &self.path, &self.pending, c, seq).map_err(|e| {
+            Unavailable::new(
+                UnavailableKind::Disk,
+                format!("event store checkpoint failed: {e}"),
+            )
+            .with_source(e)
+        })?;
+        wal.restart(seq);
+        self.pending = Writes::default();
+        self.pending_counters = None;
+        self.last_checkpoint = Instant::now();
+        Ok(())
+    }
+
+    fn checkpoint_due(&self) -> bool {
+        self.pending_counters.is_some()
+            && (self.pending.len() >= CHECKPOINT_CHANGES
+                || self.last_checkpoint.elapsed() >= CHECKPOINT_EVERY
+                || self
+                    .db
+                    .as_ref()
+                    .is_some_and(|(_, w)| w.len() >= CHECKPOINT_BYTES))
+    }
+
+    /// Goes down after a failed write: memory shows batches (maybe more,
+    /// already applied) that the disk does not have, so nobody reads it
+    /// until it is rebuilt.
+    fn down(&self, why: &Unavailable) {
+        let mut st = lock(&self.state);
+        st.down = Some(why.clone());
+        st.generation += 1;
     }
 
     /// Commits and answers one batch; `Err` if the write failed.
@@ -100,8 +170,10 @@ impl Committer {
             return Ok(());
         }
         if !b.writes.is_empty() {
-            let done = match &self.db {
-                Some(db) => writes::commit(db, &self.path, &b.writes, b.counters),
+            let done = match &mut self.db {
+                Some((_, wal)) => wal
+                    .append(&b.writes, b.counters)
+                    .map_err(|e| StoreError::Storage(format!("{}: {e}", wal.path().display()))),
                 None => Err(StoreError::unavailable(
                     UnavailableKind::Disk,
                     "event file not open",
@@ -113,21 +185,24 @@ impl Committer {
                     format!("event store write failed: {e}"),
                 )
                 .with_source(e);
-                {
-                    // Memory shows this batch (and maybe the next, already
-                    // applied) that the disk does not have: nobody reads it
-                    // until it is rebuilt.
-                    let mut st = lock(&self.state);
-                    st.down = Some(why.clone());
-                    st.generation += 1;
-                }
+                self.down(&why);
                 refuse(b, &why);
                 return Err(why);
             }
             self.backoff = RETRY_FIRST;
+            self.pending.append(b.writes);
+            self.pending_counters = Some(b.counters);
         }
         for a in b.answers {
             a.send();
+        }
+        if self.checkpoint_due()
+            && let Err(why) = self.checkpoint()
+        {
+            // Everything answered is in the log, and the reopen replays
+            // it: only the event's service stops meanwhile.
+            self.down(&why);
+            return Err(why);
         }
         Ok(())
     }
@@ -139,8 +214,12 @@ impl Committer {
         tracing::error!(path = %self.path.display(), error = %why,
             "event write failed; the event drains until its file is reopened");
         // Only a fresh Database reads the file again; the old one must be
-        // gone first, as it holds the file's lock.
-        self.db = None;
+        // gone first, as it holds the file's lock. The log's last record
+        // that was synced is the last one the reopen may bring back: a
+        // record whose sync failed was refused to its callers.
+        let upto = self.db.take().map(|(_, wal)| wal.seq());
+        self.pending = Writes::default();
+        self.pending_counters = None;
         loop {
             let until = Instant::now() + self.backoff;
             loop {
@@ -155,7 +234,7 @@ impl Committer {
                 }
             }
             self.backoff = (self.backoff * 2).min(RETRY_MAX);
-            match self.reopen() {
+            match self.reopen(upto) {
                 Ok((db, fresh)) => {
                     let mut st = lock(&self.state);
                     let (admin, generation) = (st.admin, st.generation);
@@ -164,6 +243,7 @@ impl Committer {
                     st.generation = generation;
                     drop(st);
                     self.db = Some(db);
+                    self.last_checkpoint = Instant::now();
                     tracing::info!(path = %self.path.display(), "event file reopened; the event serves again");
                     return true;
                 }
@@ -175,10 +255,10 @@ impl Committer {
         }
     }
 
-    fn reopen(&self) -> Result<(Database, EventState), StoreError> {
-        let db = disk::open_file(&self.path, disk::EVENT_MAGIC, &self.files)?;
+    fn reopen(&self, upto: Option<u64>) -> Result<((Database, Wal), EventState), StoreError> {
+        let (db, wal) = wal::open_event(&self.path, &self.files, upto)?;
         let fresh = load::load(&db, &self.path, (self.clock)())?;
-        Ok((db, fresh))
+        Ok(((db, wal), fresh))
     }
 }
 

@@ -30,7 +30,7 @@ impl Faults {
         self.failed.load(Ordering::SeqCst)
     }
 
-    fn check(&self) -> Result<(), Error> {
+    pub(crate) fn check(&self) -> Result<(), Error> {
         if self.failing.load(Ordering::SeqCst) {
             self.failed.fetch_add(1, Ordering::SeqCst);
             return Err(Error::new(ErrorKind::StorageFull, "injected write failure"));

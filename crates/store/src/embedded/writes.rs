@@ -47,7 +47,6 @@ impl Writes {
         self.changes.is_empty()
     }
 
-    #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.changes.len()
     }
@@ -158,6 +157,69 @@ impl Writes {
     }
 }
 
+impl Kind {
+    const ALL: [Kind; 10] = [
+        Kind::Waiting,
+        Kind::Unwait,
+        Kind::Grant,
+        Kind::Ungrant,
+        Kind::Active,
+        Kind::Deactivate,
+        Kind::Used,
+        Kind::Unuse,
+        Kind::Revoked,
+        Kind::Unrevoke,
+    ];
+
+    fn code(self) -> u8 {
+        Kind::ALL.iter().position(|k| *k == self).unwrap_or(0) as u8
+    }
+}
+
+impl Writes {
+    /// Appends these changes to `out` as the write-ahead log stores them:
+    /// per change its kind (one byte), key and value lengths (u32 LE each),
+    /// then the key and the value.
+    pub(crate) fn encode(&self, out: &mut Vec<u8>) {
+        out.reserve(self.buf.len() + self.changes.len() * 9);
+        for c in &self.changes {
+            out.push(c.kind.code());
+            out.extend_from_slice(&(c.key.len() as u32).to_le_bytes());
+            out.extend_from_slice(&(c.value.len() as u32).to_le_bytes());
+            out.extend_from_slice(&self.buf[c.key.clone()]);
+            out.extend_from_slice(&self.buf[c.value.clone()]);
+        }
+    }
+
+    /// The changes [`Writes::encode`] wrote, appended to these; `None` if
+    /// `bytes` is not such an encoding (nothing is appended then).
+    pub(crate) fn decode_into(&mut self, mut bytes: &[u8]) -> Option<()> {
+        let mut changes = Vec::new();
+        let mut buf = Vec::with_capacity(bytes.len());
+        let shift = self.buf.len();
+        while let [code, rest @ ..] = bytes {
+            let kind = *Kind::ALL.get(*code as usize)?;
+            let klen = u32::from_le_bytes(rest.get(..4)?.try_into().ok()?) as usize;
+            let vlen = u32::from_le_bytes(rest.get(4..8)?.try_into().ok()?) as usize;
+            let body = rest.get(8..8usize.checked_add(klen)?.checked_add(vlen)?)?;
+            let k0 = shift + buf.len();
+            buf.extend_from_slice(body);
+            changes.push(Change {
+                kind,
+                key: k0..k0 + klen,
+                value: k0 + klen..k0 + klen + vlen,
+            });
+            bytes = &rest[8 + klen + vlen..];
+        }
+        self.buf.extend_from_slice(&buf);
+        self.changes.extend(changes);
+        Some(())
+    }
+}
+
+/// The meta key of the last write-ahead log record a checkpoint holds.
+pub(crate) const WAL_SEQ: &str = "wal_seq";
+
 fn le_i64(b: &[u8]) -> i64 {
     let mut x = [0u8; 8];
     let n = b.len().min(8);
@@ -165,12 +227,15 @@ fn le_i64(b: &[u8]) -> i64 {
     i64::from_le_bytes(x)
 }
 
-/// Writes one batch and the counters in ONE durable transaction.
+/// Writes `writes` and the counters in ONE durable transaction, with the
+/// sequence of the last write-ahead log record they include (a checkpoint:
+/// the log's records up to it are no longer needed).
 pub(crate) fn commit(
     db: &Database,
     path: &Path,
     writes: &Writes,
     c: Counters,
+    wal_seq: u64,
 ) -> Result<(), StoreError> {
     let e = |e: redb::Error| storage(path, e);
     let mut w = db.begin_write().map_err(|x| e(x.into()))?;
@@ -183,6 +248,8 @@ pub(crate) fn commit(
         meta.insert("admitted_total", c.admitted_total.to_le_bytes().as_slice())
             .map_err(|x| e(x.into()))?;
         meta.insert("redeemed_total", c.redeemed_total.to_le_bytes().as_slice())
+            .map_err(|x| e(x.into()))?;
+        meta.insert(WAL_SEQ, wal_seq.to_le_bytes().as_slice())
             .map_err(|x| e(x.into()))?;
         let mut waiting = w.open_table(WAITING).map_err(|x| e(x.into()))?;
         let mut grants = w.open_table(GRANTS).map_err(|x| e(x.into()))?;

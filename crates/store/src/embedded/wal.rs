@@ -1,0 +1,398 @@
+//! One event's write-ahead log: the durable record of every batch between
+//! two checkpoints of its redb file.
+//!
+//! A redb commit writes about ten pages scattered over the file (the
+//! changed leaves, their branches, the table tree, the freed tree, the
+//! header) and syncs them: each page is its own request to the disk, and
+//! the commit thread spent about a third of a join's CPU there. The log
+//! makes a batch durable with ONE sequential write and one `fdatasync`;
+//! the redb file is written only at checkpoints, every
+//! [`super::commit`]`::CHECKPOINT_*`, when thousands of batches' changes
+//! share one transaction's pages.
+//!
+//! Layout: records one after another from offset 0, each
+//! `[payload length u32][seq u64][crc32 of seq and payload u32][payload]`,
+//! the payload the batch's counters (three 8-byte words) and its changes as
+//! [`Writes::encode`] writes them. Sequences rise by one per record and
+//! never restart: a checkpoint stores the last one it holds (`wal_seq` in
+//! the meta table), and the log is then written again from offset 0, over
+//! the old records. Replay reads from offset 0 and stops at the first
+//! record that is not the next in sequence, whose checksum fails or that
+//! is cut short: a record left from an earlier round has a sequence at or
+//! below the checkpoint's, and a torn write was never acknowledged (its
+//! `fdatasync` had not returned). The file is never shrunk, so after the
+//! first round a record overwrites blocks the file already has and its
+//! sync carries no change of size.
+
+use std::fs::{File, OpenOptions};
+use std::io::{Error, ErrorKind};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use redb::Database;
+
+use super::disk::{self, Counters, FileOpts};
+use super::writes::{self, Writes};
+use crate::StoreError;
+
+const HEADER: usize = 4 + 8 + 4;
+const COUNTERS: usize = 24;
+
+pub(crate) struct Wal {
+    file: File,
+    path: PathBuf,
+    /// Where the next record goes.
+    end: u64,
+    /// The last sequence written; the next record is `seq + 1`.
+    seq: u64,
+    /// The record being written, reused.
+    buf: Vec<u8>,
+    #[cfg(test)]
+    faults: Option<std::sync::Arc<super::faults::Faults>>,
+}
+
+/// What a replay found after the checkpoint.
+pub(crate) struct Replayed {
+    /// Every change of the records read, in order.
+    pub(crate) writes: Writes,
+    /// The counters as the last record read left them.
+    pub(crate) counters: Option<Counters>,
+    /// The last record read (the checkpoint's own sequence if none).
+    pub(crate) seq: u64,
+}
+
+/// The log beside an event's redb file.
+pub(crate) fn path_for(db_path: &Path) -> PathBuf {
+    db_path.with_extension("wal")
+}
+
+impl Wal {
+    /// Opens (creating) the log at `path`. Nothing is read yet: see
+    /// [`Wal::replay`].
+    pub(crate) fn open(
+        path: &Path,
+        #[cfg(test)] faults: Option<std::sync::Arc<super::faults::Faults>>,
+    ) -> Result<Wal, Error> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)?;
+        Ok(Wal {
+            file,
+            path: path.to_owned(),
+            end: 0,
+            seq: 0,
+            buf: Vec::new(),
+            #[cfg(test)]
+            faults,
+        })
+    }
+
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The records after `checkpoint` (and none after `upto`, when given:
+    /// after a failed write in this process, a record whose sync failed was
+    /// refused to its callers and is not brought back).
+    pub(crate) fn replay(&self, checkpoint: u64, upto: Option<u64>) -> Result<Replayed, Error> {
+        let len = self.file.metadata()?.len();
+        let mut bytes = vec![0u8; usize::try_from(len).map_err(Error::other)?];
+        self.file.read_exact_at(&mut bytes, 0)?;
+        let mut out = Replayed {
+            writes: Writes::default(),
+            counters: None,
+            seq: checkpoint,
+        };
+        let mut at = 0usize;
+        while let Some(head) = bytes.get(at..at + HEADER) {
+            let n = u32::from_le_bytes(word(head, 0)) as usize;
+            let seq = u64::from_le_bytes(word(head, 4));
+            let crc = u32::from_le_bytes(word(head, 12));
+            if seq != out.seq + 1 || upto.is_some_and(|u| seq > u) {
+                break;
+            }
+            let Some(payload) = bytes.get(at + HEADER..at + HEADER + n) else {
+                break;
+            };
+            if checksum(seq, payload) != crc || payload.len() < COUNTERS {
+                break;
+            }
+            let counters = Counters {
+                last_us: i64::from_le_bytes(word(payload, 0)),
+                admitted_total: u64::from_le_bytes(word(payload, 8)),
+                redeemed_total: u64::from_le_bytes(word(payload, 16)),
+            };
+            if out.writes.decode_into(&payload[COUNTERS..]).is_none() {
+                // The checksum held, so this is no torn write: the record
+                // was written by something that is not this format.
+                return Err(Error::new(
+                    ErrorKind::InvalidData,
+                    format!("malformed record {seq} in the write-ahead log"),
+                ));
+            }
+            out.counters = Some(counters);
+            out.seq = seq;
+            at += HEADER + n;
+        }
+        Ok(out)
+    }
+
+    /// Starts a new round: the next record is `seq + 1`, written at offset
+    /// 0 (everything up to `seq` is in the redb file).
+    pub(crate) fn restart(&mut self, seq: u64) {
+        self.seq = seq;
+        self.end = 0;
+    }
+
+    /// Bytes written in this round.
+    pub(crate) fn len(&self) -> u64 {
+        self.end
+    }
+
+    /// Writes one batch as the next record and syncs it; its sequence once
+    /// it is durable.
+    pub(crate) fn append(&mut self, writes: &Writes, c: Counters) -> Result<u64, Error> {
+        #[cfg(test)]
+        if let Some(f) = &self.faults {
+            f.check()?;
+        }
+        let seq = self.seq + 1;
+        self.buf.clear();
+        self.buf.extend_from_slice(&[0u8; HEADER]);
+        self.buf.extend_from_slice(&c.last_us.to_le_bytes());
+        self.buf.extend_from_slice(&c.admitted_total.to_le_bytes());
+        self.buf.extend_from_slice(&c.redeemed_total.to_le_bytes());
+        writes.encode(&mut self.buf);
+        let n = u32::try_from(self.buf.len() - HEADER)
+            .map_err(|_| Error::new(ErrorKind::InvalidInput, "batch too large for one record"))?;
+        let crc = checksum(seq, &self.buf[HEADER..]);
+        self.buf[0..4].copy_from_slice(&n.to_le_bytes());
+        self.buf[4..12].copy_from_slice(&seq.to_le_bytes());
+        self.buf[12..16].copy_from_slice(&crc.to_le_bytes());
+        self.file.write_all_at(&self.buf, self.end)?;
+        self.file.sync_data()?;
+        self.end += self.buf.len() as u64;
+        self.seq = seq;
+        Ok(seq)
+    }
+
+    /// The last sequence written.
+    pub(crate) fn seq(&self) -> u64 {
+        self.seq
+    }
+}
+
+fn checksum(seq: u64, payload: &[u8]) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    h.update(&seq.to_le_bytes());
+    h.update(payload);
+    h.finalize()
+}
+
+fn word<const N: usize>(b: &[u8], at: usize) -> [u8; N] {
+    let mut w = [0u8; N];
+    w.copy_from_slice(&b[at..at + N]);
+    w
+}
+
+/// Opens an event's redb file and its log, and brings the file up to date
+/// with the log: the records after the file's checkpoint are written into
+/// it in one durable transaction, and the log starts its next round. Memory
+/// is then loaded from the file alone ([`super::load`]).
+///
+/// A file that did not exist starts with no log either: a log left by a
+/// deleted event of the same id (its file went first) is not this one's.
+pub(crate) fn open_event(
+    path: &Path,
+    files: &FileOpts,
+    upto: Option<u64>,
+) -> Result<(Database, Wal), StoreError> {
+    let log = path_for(path);
+    if !path.exists() {
+        match std::fs::remove_file(&log) {
+            Ok(()) => {}
+            Err(e) if e.kind() == ErrorKind::NotFound => {}
+            Err(e) => return Err(io(&log, e)),
+        }
+    }
+    let db = disk::open_file(path, disk::EVENT_MAGIC, files)?;
+    let mut wal = Wal::open(
+        &log,
+        #[cfg(test)]
+        files.faults.clone(),
+    )
+    .map_err(|e| io(&log, e))?;
+    let checkpoint = checkpoint_seq(&db, path)?;
+    let found = wal.replay(checkpoint, upto).map_err(|e| io(&log, e))?;
+    if let Some(c) = found.counters {
+        writes::commit(&db, path, &found.writes, c, found.seq)?;
+    }
+    wal.restart(found.seq);
+    Ok((db, wal))
+}
+
+/// The last log record the redb file holds (0 for a file never checkpointed).
+fn checkpoint_seq(db: &Database, path: &Path) -> Result<u64, StoreError> {
+    let mut seq = 0;
+    disk::scan_bytes(db, path, disk::META, |k, v| {
+        if k == writes::WAL_SEQ {
+            seq = disk::i64_at(v, 0).ok_or_else(|| {
+                StoreError::Corrupt(format!("{}: malformed meta record", path.display()))
+            })? as u64;
+        }
+        Ok(())
+    })?;
+    Ok(seq)
+}
+
+fn io(path: &Path, e: Error) -> StoreError {
+    if e.kind() == ErrorKind::InvalidData {
+        StoreError::Corrupt(format!("{}: {e}", path.display()))
+    } else {
+        StoreError::Storage(format!("{}: {e}", path.display()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts() -> FileOpts {
+        FileOpts {
+            cache_bytes: 1 << 20,
+            faults: None,
+        }
+    }
+
+    fn batch(members: &[&str], first_score: i64) -> Writes {
+        let mut w = Writes::default();
+        for (i, m) in members.iter().enumerate() {
+            w.waiting(first_score + i as i64, m, 7);
+        }
+        w
+    }
+
+    fn counters(last_us: i64) -> Counters {
+        Counters {
+            last_us,
+            admitted_total: 3,
+            redeemed_total: 2,
+        }
+    }
+
+    fn waiting(db: &Database, path: &Path) -> Vec<String> {
+        let st = super::super::load::load(db, path, 0).unwrap();
+        let out = disk::scan(db, path, disk::WAITING, |k, _| {
+            Some(disk::split_waiting_key(k).unwrap().1.to_owned())
+        })
+        .unwrap();
+        assert_eq!(
+            st.table.len(),
+            out.len(),
+            "memory loads what the file holds"
+        );
+        out
+    }
+
+    #[test]
+    fn records_are_replayed_in_order_up_to_a_torn_tail() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("e.wal");
+        let mut wal = Wal::open(&path, None).unwrap();
+        assert_eq!(wal.append(&batch(&["a", "b"], 1), counters(10)).unwrap(), 1);
+        assert_eq!(wal.append(&batch(&["c"], 3), counters(20)).unwrap(), 2);
+        assert_eq!(wal.append(&batch(&["d"], 4), counters(30)).unwrap(), 3);
+        // A fourth record whose write was cut short by a crash: its header
+        // is whole, its payload is not.
+        let mut torn = Vec::new();
+        torn.extend_from_slice(&100u32.to_le_bytes());
+        torn.extend_from_slice(&4u64.to_le_bytes());
+        torn.extend_from_slice(&0u32.to_le_bytes());
+        torn.extend_from_slice(&[1, 2, 3]);
+        wal.file.write_all_at(&torn, wal.len()).unwrap();
+
+        let r = Wal::open(&path, None).unwrap().replay(0, None).unwrap();
+        assert_eq!(r.seq, 3);
+        assert_eq!(r.writes.len(), 4);
+        assert_eq!(r.counters.unwrap().last_us, 30);
+        // A checkpoint holds a whole round: once it holds 3, the round's
+        // first record (1) is not the next, and nothing is replayed.
+        let r = Wal::open(&path, None).unwrap().replay(3, None).unwrap();
+        assert_eq!((r.seq, r.writes.len()), (3, 0));
+        // In-process recovery brings back no record past the last synced.
+        let r = Wal::open(&path, None).unwrap().replay(0, Some(1)).unwrap();
+        assert_eq!((r.seq, r.writes.len()), (1, 2));
+    }
+
+    #[test]
+    fn a_flipped_bit_ends_the_replay_before_its_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("e.wal");
+        let mut wal = Wal::open(&path, None).unwrap();
+        wal.append(&batch(&["a"], 1), counters(10)).unwrap();
+        let second = wal.len();
+        wal.append(&batch(&["b"], 2), counters(20)).unwrap();
+        wal.append(&batch(&["c"], 3), counters(30)).unwrap();
+        // One bit of the second record's member id.
+        let at = second + (HEADER + COUNTERS + 9 + 8) as u64;
+        let mut b = [0u8];
+        wal.file.read_exact_at(&mut b, at).unwrap();
+        wal.file.write_all_at(&[b[0] ^ 1], at).unwrap();
+        let r = Wal::open(&path, None).unwrap().replay(0, None).unwrap();
+        assert_eq!((r.seq, r.writes.len()), (1, 1));
+    }
+
+    #[test]
+    fn a_new_round_over_a_longer_old_one_stops_where_the_new_one_ends() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("e.wal");
+        let mut wal = Wal::open(&path, None).unwrap();
+        for i in 0..5 {
+            wal.append(&batch(&["old"], i), counters(i)).unwrap();
+        }
+        wal.restart(5);
+        assert_eq!(wal.len(), 0);
+        assert_eq!(wal.append(&batch(&["new"], 9), counters(99)).unwrap(), 6);
+        let r = Wal::open(&path, None).unwrap().replay(5, None).unwrap();
+        assert_eq!((r.seq, r.writes.len()), (6, 1));
+        assert_eq!(r.counters.unwrap().last_us, 99);
+    }
+
+    #[test]
+    fn changes_only_in_the_log_reach_the_file_and_memory_at_the_next_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("e.redb");
+        {
+            let (db, mut wal) = open_event(&path, &opts(), None).unwrap();
+            writes::commit(&db, &path, &batch(&["a"], 1), counters(1), 0).unwrap();
+            // Acknowledged after these syncs; the process dies before any
+            // checkpoint.
+            wal.append(&batch(&["b", "c"], 2), counters(2)).unwrap();
+            wal.append(&batch(&["d"], 4), counters(4)).unwrap();
+        }
+        let (db, wal) = open_event(&path, &opts(), None).unwrap();
+        assert_eq!(waiting(&db, &path), ["a", "b", "c", "d"]);
+        assert_eq!(checkpoint_seq(&db, &path).unwrap(), 2);
+        assert_eq!((wal.seq(), wal.len()), (2, 0), "the next round starts");
+        drop((db, wal));
+        // Opened again with nothing new: the same, nothing replayed twice.
+        let (db, _) = open_event(&path, &opts(), None).unwrap();
+        assert_eq!(waiting(&db, &path), ["a", "b", "c", "d"]);
+    }
+
+    #[test]
+    fn a_log_left_by_a_deleted_event_is_not_read_by_a_new_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("e.redb");
+        {
+            let (_db, mut wal) = open_event(&path, &opts(), None).unwrap();
+            wal.append(&batch(&["ghost"], 1), counters(1)).unwrap();
+        }
+        std::fs::remove_file(&path).unwrap();
+        let (db, _) = open_event(&path, &opts(), None).unwrap();
+        assert!(waiting(&db, &path).is_empty());
+    }
+}
