@@ -1,14 +1,19 @@
 //! The embedded backend: a durable single-node queue store on local disk.
 //!
-//! Every event has one single-writer actor (see [`actor`]) owning the event's
-//! memory (an order-statistic index, see [`index`]) and its redb file (see
-//! [`disk`]); durable operations go through the actor and are acknowledged
-//! only after their group commit. Reads (status, length, stats, revocations)
-//! lock the event's memory directly, so a position poll never waits for a
-//! commit. Architecture invariant: memory never shows a change the actor has
-//! not committed or is not about to commit in the current batch; if a commit
-//! fails, the event answers unavailable (drain) until its file is reopened
-//! and memory rebuilt from it (see [`commit`]; the tests in `faults.rs`).
+//! Every event has one memory (an order-statistic index, see [`index`])
+//! changed by one writer at a time under its lock, an actor thread (see
+//! [`actor`]) for the operations that touch many members, and a committer
+//! that makes each batch of changes durable in the event's write-ahead log
+//! (see [`wal`]) and checkpoints them into its redb file (see [`disk`]).
+//! Single-member operations (join, redeem, release…) are applied on their
+//! caller's thread, the rest by the actor; either way they are acknowledged
+//! only after their group commit. Reads (status, length, stats,
+//! revocations) lock the event's memory directly, so a position poll never
+//! waits for a commit. Architecture invariant: memory never shows a change
+//! that is not committed or handed to the committer in the batch waiting
+//! for it; if a write fails, the event answers unavailable (drain) until its
+//! file is reopened and memory rebuilt from it (see [`commit`]; the tests in
+//! `faults.rs`).
 
 mod actor;
 mod commit;
@@ -39,6 +44,7 @@ use redb::Database;
 use tokio::sync::oneshot;
 
 use self::actor::{Actor, Op, ReplyTo, lock};
+use self::handoff::Pusher;
 use self::state::EventState;
 use crate::{
     Admission, AdmitRequest, EventId, EventStats, ExpireRequest, Expired, JoinOutcome, MemberState,
@@ -120,6 +126,9 @@ impl QueueView<'_> {
 /// One live event: its memory and the way to its actor.
 struct EventHandle {
     state: Arc<Mutex<EventState>>,
+    /// Where operations applied on their callers' threads hand their
+    /// changes to the committer (see `actor::apply_inline`).
+    to_disk: Pusher,
     tx: Mutex<Option<Sender<Op>>>,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
@@ -298,14 +307,19 @@ impl EmbeddedStore {
             .unwrap_or_default();
         let state = Arc::new(Mutex::new(st));
         let (tx, rx) = std::sync::mpsc::channel();
+        let max_batch = self.inner.opts.max_batch.max(1);
+        let (to_disk, from_actor) = handoff::handoff(max_batch);
+        let pusher = to_disk.pusher();
         let actor = Actor {
             db,
             wal,
+            to_disk,
+            from_actor,
             path,
             files,
             state: state.clone(),
             clock: self.inner.opts.clock.clone(),
-            max_batch: self.inner.opts.max_batch.max(1),
+            max_batch,
         };
         let thread = std::thread::Builder::new()
             .name(format!("event-{id}"))
@@ -313,6 +327,7 @@ impl EmbeddedStore {
             .map_err(|e| StoreError::Storage(format!("cannot start event actor: {e}")))?;
         Ok(Arc::new(EventHandle {
             state,
+            to_disk: pusher,
             tx: Mutex::new(Some(tx)),
             thread: Mutex::new(Some(thread)),
         }))
@@ -338,6 +353,10 @@ impl EmbeddedStore {
         let h = self.event(id)?;
         let (tx, rx) = oneshot::channel();
         let op = op(tx);
+        let op = match actor::apply_inline(&h.state, &self.inner.opts.clock, &h.to_disk, op) {
+            Ok(()) => return rx.await.map_err(|_| actor_stopped(id))?,
+            Err(op) => op,
+        };
         let sent = locked(&h.tx).as_ref().map(|s| s.send(op).is_ok());
         if sent != Some(true) {
             return Err(actor_stopped(id));

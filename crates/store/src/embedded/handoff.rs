@@ -12,7 +12,11 @@
 //!
 //! The waiting batch is bounded (`cap` answers): past it the actor waits
 //! for the committer, so memory stays at most one bounded batch ahead of
-//! the disk, as before. Batches applied to different memory generations
+//! the disk, as before. An operation applied on its caller's thread (see
+//! [`super::actor::apply_inline`]) joins the waiting batch the same way but
+//! never waits: over the bound it goes to the actor instead. Every batch is
+//! handed on while the event's state is locked, so the committer writes
+//! changes in the order memory took them, whichever thread applied them. Batches applied to different memory generations
 //! (a failed commit in between) are never joined: the committer refuses
 //! the older one whole.
 
@@ -29,12 +33,25 @@ struct Slot {
     sender_gone: bool,
     /// The committer's side is gone: nothing more is taken.
     receiver_gone: bool,
+    /// The committer waits for a batch / the actor waits for room: a side
+    /// wakes the other only then, as a `Condvar` notification is a system
+    /// call even when nobody waits, and operations applied on the callers'
+    /// threads hand on one batch each.
+    receiver_waits: bool,
+    sender_waits: bool,
+}
+
+impl Slot {
+    fn answers(&self) -> usize {
+        self.waiting.iter().map(|b| b.answers.len()).sum()
+    }
 }
 
 struct Shared {
     slot: Mutex<Slot>,
-    /// Signalled on every change of the slot (a batch in, a batch out, a
-    /// side gone); the two sides wait on it for opposite things.
+    /// Signalled when a side that waits has something to see (a batch in,
+    /// a batch out, a side gone); the two sides wait on it for opposite
+    /// things.
     changed: Condvar,
     cap: usize,
 }
@@ -43,10 +60,33 @@ impl Shared {
     fn lock(&self) -> MutexGuard<'_, Slot> {
         self.slot.lock().unwrap_or_else(PoisonError::into_inner)
     }
+
+    /// Hands `b` on, joined to the batch already waiting when both were
+    /// applied to the same memory; never waits. `Err` with the batch if
+    /// either side is gone.
+    fn push(&self, b: Batch) -> Result<(), Batch> {
+        let mut slot = self.lock();
+        if slot.receiver_gone || slot.sender_gone {
+            return Err(b);
+        }
+        match slot.waiting.back_mut() {
+            Some(last) if last.generation == b.generation => last.absorb(b),
+            _ => slot.waiting.push_back(b),
+        }
+        if slot.receiver_waits {
+            self.changed.notify_all();
+        }
+        Ok(())
+    }
 }
 
 /// The actor's side.
 pub(crate) struct Sender(Arc<Shared>);
+
+/// A side that only hands batches on, for operations applied on their
+/// callers' threads: unlike the [`Sender`] it does not keep the committer
+/// running (the actor's going ends it), and it never waits.
+pub(crate) struct Pusher(Arc<Shared>);
 
 /// The committer's side.
 pub(crate) struct Receiver(Arc<Shared>);
@@ -59,6 +99,8 @@ pub(crate) fn handoff(cap: usize) -> (Sender, Receiver) {
             waiting: VecDeque::new(),
             sender_gone: false,
             receiver_gone: false,
+            receiver_waits: false,
+            sender_waits: false,
         }),
         changed: Condvar::new(),
         cap: cap.max(1),
@@ -67,29 +109,51 @@ pub(crate) fn handoff(cap: usize) -> (Sender, Receiver) {
 }
 
 impl Sender {
-    /// Hands `b` on, joined to the batch already waiting when both were
-    /// applied to the same memory; then waits while the waiting batch is
-    /// over its bound. `Err` with the batch if the committer is gone.
+    /// Hands `b` on, then waits while the waiting batch is over its bound.
+    #[cfg(test)]
     pub(crate) fn send(&self, b: Batch) -> Result<(), Batch> {
+        self.push(b)?;
+        self.wait_room();
+        Ok(())
+    }
+
+    /// Hands `b` on without waiting (see [`Self::wait_room`]).
+    pub(crate) fn push(&self, b: Batch) -> Result<(), Batch> {
+        self.0.push(b)
+    }
+
+    /// Waits while the waiting batch is over its bound (the actor calls it
+    /// before applying its next batch, with the event's state unlocked).
+    pub(crate) fn wait_room(&self) {
         let shared = &*self.0;
         let mut slot = shared.lock();
-        if slot.receiver_gone {
-            return Err(b);
-        }
-        match slot.waiting.back_mut() {
-            Some(last) if last.generation == b.generation => last.absorb(b),
-            _ => slot.waiting.push_back(b),
-        }
-        shared.changed.notify_all();
-        while !slot.receiver_gone
-            && slot.waiting.iter().map(|b| b.answers.len()).sum::<usize>() > shared.cap
-        {
+        while !slot.receiver_gone && slot.answers() > shared.cap {
+            slot.sender_waits = true;
             slot = shared
                 .changed
                 .wait(slot)
                 .unwrap_or_else(PoisonError::into_inner);
         }
-        Ok(())
+        slot.sender_waits = false;
+    }
+
+    pub(crate) fn pusher(&self) -> Pusher {
+        Pusher(self.0.clone())
+    }
+}
+
+impl Pusher {
+    /// Is the waiting batch within its bound? An operation applied on its
+    /// caller's thread goes to the actor instead when it is not, so that
+    /// only the actor ever waits for the committer.
+    pub(crate) fn has_room(&self) -> bool {
+        let slot = self.0.lock();
+        !slot.receiver_gone && !slot.sender_gone && slot.answers() <= self.0.cap
+    }
+
+    /// As [`Sender::push`].
+    pub(crate) fn push(&self, b: Batch) -> Result<(), Batch> {
+        self.0.push(b)
     }
 }
 
@@ -108,12 +172,16 @@ impl Receiver {
         let mut slot = shared.lock();
         loop {
             if let Some(b) = slot.waiting.pop_front() {
-                shared.changed.notify_all();
+                slot.receiver_waits = false;
+                if slot.sender_waits {
+                    shared.changed.notify_all();
+                }
                 return Some(b);
             }
             if slot.sender_gone {
                 return None;
             }
+            slot.receiver_waits = true;
             slot = shared
                 .changed
                 .wait(slot)
@@ -128,16 +196,22 @@ impl Receiver {
         let mut slot = shared.lock();
         loop {
             if let Some(b) = slot.waiting.pop_front() {
-                shared.changed.notify_all();
+                slot.receiver_waits = false;
+                if slot.sender_waits {
+                    shared.changed.notify_all();
+                }
                 return Ok(b);
             }
             if slot.sender_gone {
+                slot.receiver_waits = false;
                 return Err(RecvTimeoutError::Disconnected);
             }
             let left = until.saturating_duration_since(Instant::now());
             if left.is_zero() {
+                slot.receiver_waits = false;
                 return Err(RecvTimeoutError::Timeout);
             }
+            slot.receiver_waits = true;
             slot = shared
                 .changed
                 .wait_timeout(slot, left)
@@ -227,6 +301,27 @@ mod tests {
         done.recv_timeout(Duration::from_secs(10))
             .expect("the send still waits after the committer took the batch");
         actor.join().unwrap();
+    }
+
+    #[test]
+    fn a_pusher_never_waits_and_has_no_room_past_the_bound_or_after_the_actor() {
+        let (tx, rx) = handoff(4);
+        let p = tx.pusher();
+        assert!(p.has_room());
+        p.push(answered(1, 3)).ok().unwrap();
+        assert!(p.has_room(), "3 answers are within a bound of 4");
+        // Past the bound the push still returns at once (only the actor
+        // waits), and the next caller is sent to the actor.
+        p.push(answered(1, 3)).ok().unwrap();
+        assert!(!p.has_room());
+        assert_eq!(rx.recv().unwrap().answers.len(), 6, "joined as one batch");
+        assert!(p.has_room());
+        // The actor's going ends the committer's input, pushers' included:
+        // a pusher does not keep the committer running.
+        drop(tx);
+        assert!(!p.has_room());
+        assert!(p.push(batch(1)).is_err());
+        assert!(rx.recv().is_none());
     }
 
     #[test]

@@ -116,6 +116,11 @@ impl Order {
         }
     }
 
+    /// Is a repack due or under way?
+    pub(crate) fn repack_pending(&self) -> bool {
+        self.repack_due || self.moving.is_some()
+    }
+
     /// Moves up to `budget` members of a due repack; `true` while more is
     /// left. The caller may let reads in between two steps.
     pub(crate) fn repack_step(&mut self, t: &mut MemberTable, budget: usize) -> bool {

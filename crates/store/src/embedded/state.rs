@@ -97,6 +97,10 @@ pub(crate) struct EventState {
     /// Bumped each time a commit fails, so a batch applied to the memory
     /// before the rebuild is never committed after it.
     pub(crate) generation: u64,
+    /// The actor let reads in between two steps of one of its operations
+    /// (a sweep, a repack): operations applied on callers' threads go to
+    /// the actor meanwhile, so a step's writes are never split by another's.
+    pub(crate) actor_paused: bool,
 }
 
 impl EventState {
@@ -118,6 +122,7 @@ impl EventState {
             writes: Writes::default(),
             down: None,
             generation: 0,
+            actor_paused: false,
         }
     }
 
