@@ -248,7 +248,7 @@ impl EmbeddedStore {
             // An event's write-ahead log sits beside its file and is opened
             // with it; one without a file is a deleted event's, which the
             // next file of that id never reads (see `wal::open_event`).
-            if p.extension().is_some_and(|x| x == "wal") {
+            if wal::is_log_file(&p) {
                 continue;
             }
             let id = p
@@ -696,7 +696,8 @@ impl QueueStore for EmbeddedStore {
             // The log first: a file whose log went is only behind by the
             // changes since its last checkpoint (the actor's last one was
             // made as it stopped); a log whose file went is never read.
-            for f in [wal::path_for(&file), file] {
+            let [log0, log1] = wal::paths_for(&file);
+            for f in [log0, log1, file] {
                 match std::fs::remove_file(&f) {
                     Ok(()) => {}
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}

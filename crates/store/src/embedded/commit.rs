@@ -47,16 +47,22 @@ const RETRY_MAX: Duration = if cfg!(test) {
 /// changes waiting...
 const CHECKPOINT_EVERY: Duration = Duration::from_millis(100);
 /// ...or this many changes wait...
-const CHECKPOINT_CHANGES: usize = 8 << 10;
+const CHECKPOINT_CHANGES: usize = 2 << 10;
 /// ...or the log's round has grown this large. The three bound how much
-/// memory the changes not yet in the redb file hold, how long a
-/// checkpoint keeps the next batch waiting, and how much a start-up
-/// replays.
+/// memory the changes not yet in the redb file hold and how much a
+/// start-up replays. Small checkpoints cost the joins least: a checkpoint's
+/// CPU burst competes with the callers on a small box (2 Ki changes against
+/// 8 Ki and 32 Ki: see docs/benchmarks.md).
 const CHECKPOINT_BYTES: u64 = 4 << 20;
 
+/// A checkpoint running beside the committer.
+type Checkpointing = std::thread::JoinHandle<Result<(), StoreError>>;
+
 pub(crate) struct Committer {
-    /// `None` only while a reopen is being tried.
-    db: Option<(Database, Wal)>,
+    /// `None` only while a reopen is being tried. The `Database` is shared
+    /// with the checkpoint running, if any.
+    db: Option<(Arc<Database>, Wal)>,
+    checkpointing: Option<Checkpointing>,
     path: PathBuf,
     files: FileOpts,
     state: Arc<Mutex<EventState>>,
@@ -84,7 +90,8 @@ impl Committer {
         clock: super::actor::Clock,
     ) -> Self {
         Self {
-            db: Some((db, wal)),
+            db: Some((Arc::new(db), wal)),
+            checkpointing: None,
             path,
             files,
             state,
@@ -106,33 +113,86 @@ impl Committer {
         }
         // Stopping: the log would be replayed at the next start anyway,
         // but a file that holds everything starts faster.
-        if let Err(why) = self.checkpoint() {
+        if let Err(why) = self
+            .finish_checkpoint()
+            .and_then(|()| self.checkpoint_now())
+        {
             tracing::warn!(path = %self.path.display(), error = %why,
                 "last checkpoint failed; the write-ahead log is replayed at the next start");
         }
     }
 
-    /// Writes the changes the log holds into the redb file, if any wait,
-    /// and starts the log's next round.
+    /// Waits for the checkpoint running, if any; its failure if it failed.
+    fn finish_checkpoint(&mut self) -> Result<(), Unavailable> {
+        let Some(t) = self.checkpointing.take() else {
+            return Ok(());
+        };
+        let done = t
+            .join()
+            .unwrap_or_else(|_| Err(StoreError::Storage("the checkpoint thread panicked".into())));
+        done.map_err(|e| {
+            Unavailable::new(
+                UnavailableKind::Disk,
+                format!("event store checkpoint failed: {e}"),
+            )
+            .with_source(e)
+        })
+    }
+
+    /// Hands the changes the log holds to a checkpoint beside the
+    /// committer, when one is due and the last one has finished; the log
+    /// goes on in its other file meanwhile, so batches never wait for a
+    /// checkpoint (one of thousands of changes takes milliseconds: on the
+    /// committer's thread every caller in flight waited for it).
     fn checkpoint(&mut self) -> Result<(), Unavailable> {
-        let Some(c) = self.pending_counters else {
+        if self.checkpointing.as_ref().is_some_and(|t| t.is_finished()) {
+            self.finish_checkpoint()?;
+        }
+        if self.checkpointing.is_some() || !self.checkpoint_due() {
+            return Ok(());
+        }
+        let (Some(c), Some((db, wal))) = (self.pending_counters, &mut self.db) else {
             return Ok(());
         };
-        let Some((db, wal)) = &mut self.db else {
+        let (db, path, seq) = (db.clone(), self.path.clone(), wal.seq());
+        let changes = std::mem::take(&mut self.pending);
+        self.pending_counters = None;
+        self.last_checkpoint = Instant::now();
+        // Everything in the other file is in the redb file: the checkpoint
+        // before this one has finished.
+        wal.switch();
+        let job = move || writes::commit(&db, &path, &changes, c, seq);
+        match std::thread::Builder::new()
+            .name("event-checkpoint".into())
+            .spawn(job)
+        {
+            Ok(t) => self.checkpointing = Some(t),
+            Err(e) => {
+                return Err(Unavailable::new(
+                    UnavailableKind::Disk,
+                    format!("cannot start a checkpoint: {e}"),
+                )
+                .with_source(e));
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes the changes the log holds into the redb file now, on this
+    /// thread (as the committer stops).
+    fn checkpoint_now(&mut self) -> Result<(), Unavailable> {
+        let (Some(c), Some((db, wal))) = (self.pending_counters, &mut self.db) else {
             return Ok(());
         };
-        let seq = wal.seq();
-        writes::commit(db, &self.path, &self.pending, c, seq).map_err(|e| {
+        writes::commit(db, &self.path, &self.pending, c, wal.seq()).map_err(|e| {
             Unavailable::new(
                 UnavailableKind::Disk,
                 format!("event store checkpoint failed: {e}"),
             )
             .with_source(e)
         })?;
-        wal.restart(seq);
         self.pending = Writes::default();
         self.pending_counters = None;
-        self.last_checkpoint = Instant::now();
         Ok(())
     }
 
@@ -196,9 +256,7 @@ impl Committer {
         for a in b.answers {
             a.send();
         }
-        if self.checkpoint_due()
-            && let Err(why) = self.checkpoint()
-        {
+        if let Err(why) = self.checkpoint() {
             // Everything answered is in the log, and the reopen replays
             // it: only the event's service stops meanwhile.
             self.down(&why);
@@ -217,6 +275,9 @@ impl Committer {
         // gone first, as it holds the file's lock. The log's last record
         // that was synced is the last one the reopen may bring back: a
         // record whose sync failed was refused to its callers.
+        // The checkpoint running shares the `Database`: it ends first
+        // (what it failed to write is in the log, which the reopen replays).
+        let _ = self.finish_checkpoint();
         let upto = self.db.take().map(|(_, wal)| wal.seq());
         self.pending = Writes::default();
         self.pending_counters = None;
@@ -242,7 +303,7 @@ impl Committer {
                     st.admin = admin;
                     st.generation = generation;
                     drop(st);
-                    self.db = Some(db);
+                    self.db = Some((Arc::new(db.0), db.1));
                     self.last_checkpoint = Instant::now();
                     tracing::info!(path = %self.path.display(), "event file reopened; the event serves again");
                     return true;

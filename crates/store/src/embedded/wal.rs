@@ -10,19 +10,25 @@
 //! [`super::commit`]`::CHECKPOINT_*`, when thousands of batches' changes
 //! share one transaction's pages.
 //!
-//! Layout: records one after another from offset 0, each
+//! Layout: two files (`<id>.wal0`, `<id>.wal1`), each records one after
+//! another from offset 0, each
 //! `[payload length u32][seq u64][crc32 of seq and payload u32][payload]`,
 //! the payload the batch's counters (three 8-byte words) and its changes as
 //! [`Writes::encode`] writes them. Sequences rise by one per record and
 //! never restart: a checkpoint stores the last one it holds (`wal_seq` in
-//! the meta table), and the log is then written again from offset 0, over
-//! the old records. Replay reads from offset 0 and stops at the first
-//! record that is not the next in sequence, whose checksum fails or that
-//! is cut short: a record left from an earlier round has a sequence at or
-//! below the checkpoint's, and a torn write was never acknowledged (its
-//! `fdatasync` had not returned). The file is never shrunk, so after the
-//! first round a record overwrites blocks the file already has and its
-//! sync carries no change of size.
+//! the meta table). A checkpoint runs beside the committer, so as it
+//! starts the records go on in the other file, from its start, over
+//! records that the previous checkpoint (finished, or this one would not
+//! start) holds. Replay takes the file whose first record is the next after
+//! the checkpoint, and then the other if its first record follows on (a
+//! checkpoint that had not finished), each up to the first record that is
+//! not the next in sequence, whose checksum fails or that is cut short: a
+//! record left from an earlier round has a sequence at or below the
+//! checkpoint's, and a torn write was never acknowledged (its `fdatasync`
+//! had not returned). Opening an event empties both files once their
+//! records are in the redb file; after that a file is never shrunk, so
+//! after its first round a record overwrites blocks the file already has
+//! and its sync carries no change of size.
 
 use std::fs::{File, OpenOptions};
 use std::io::{Error, ErrorKind};
@@ -39,9 +45,13 @@ const HEADER: usize = 4 + 8 + 4;
 const COUNTERS: usize = 24;
 
 pub(crate) struct Wal {
-    file: File,
-    path: PathBuf,
-    /// Where the next record goes.
+    /// Two files: records go to the active one, and a checkpoint, which
+    /// runs beside the committer, switches it to the other (see
+    /// [`Wal::switch`]).
+    files: [File; 2],
+    paths: [PathBuf; 2],
+    active: usize,
+    /// Where the next record goes in the active file.
     end: u64,
     /// The last sequence written; the next record is `seq + 1`.
     seq: u64,
@@ -61,27 +71,38 @@ pub(crate) struct Replayed {
     pub(crate) seq: u64,
 }
 
-/// The log beside an event's redb file.
-pub(crate) fn path_for(db_path: &Path) -> PathBuf {
-    db_path.with_extension("wal")
+/// The log's two files beside an event's redb file.
+pub(crate) fn paths_for(db_path: &Path) -> [PathBuf; 2] {
+    [
+        db_path.with_extension("wal0"),
+        db_path.with_extension("wal1"),
+    ]
+}
+
+/// Is `p` one of an event's log files?
+pub(crate) fn is_log_file(p: &Path) -> bool {
+    p.extension().is_some_and(|x| x == "wal0" || x == "wal1")
 }
 
 impl Wal {
-    /// Opens (creating) the log at `path`. Nothing is read yet: see
+    /// Opens (creating) the log's two files. Nothing is read yet: see
     /// [`Wal::replay`].
     pub(crate) fn open(
-        path: &Path,
+        paths: [PathBuf; 2],
         #[cfg(test)] faults: Option<std::sync::Arc<super::faults::Faults>>,
     ) -> Result<Wal, Error> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(path)?;
+        let open = |p: &Path| {
+            OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(p)
+        };
         Ok(Wal {
-            file,
-            path: path.to_owned(),
+            files: [open(&paths[0])?, open(&paths[1])?],
+            paths,
+            active: 0,
             end: 0,
             seq: 0,
             buf: Vec::new(),
@@ -91,58 +112,65 @@ impl Wal {
     }
 
     pub(crate) fn path(&self) -> &Path {
-        &self.path
+        &self.paths[self.active]
     }
 
     /// The records after `checkpoint` (and none after `upto`, when given:
     /// after a failed write in this process, a record whose sync failed was
-    /// refused to its callers and is not brought back).
+    /// refused to its callers and is not brought back): the file whose
+    /// first record is the next in sequence, then the other if its first
+    /// record follows on (a checkpoint that had not finished when the
+    /// records after it went to the other file).
     pub(crate) fn replay(&self, checkpoint: u64, upto: Option<u64>) -> Result<Replayed, Error> {
-        let len = self.file.metadata()?.len();
-        let mut bytes = vec![0u8; usize::try_from(len).map_err(Error::other)?];
-        self.file.read_exact_at(&mut bytes, 0)?;
         let mut out = Replayed {
             writes: Writes::default(),
             counters: None,
             seq: checkpoint,
         };
-        let mut at = 0usize;
-        while let Some(head) = bytes.get(at..at + HEADER) {
-            let n = u32::from_le_bytes(word(head, 0)) as usize;
-            let seq = u64::from_le_bytes(word(head, 4));
-            let crc = u32::from_le_bytes(word(head, 12));
-            if seq != out.seq + 1 || upto.is_some_and(|u| seq > u) {
-                break;
-            }
-            let Some(payload) = bytes.get(at + HEADER..at + HEADER + n) else {
-                break;
-            };
-            if checksum(seq, payload) != crc || payload.len() < COUNTERS {
-                break;
-            }
-            let counters = Counters {
-                last_us: i64::from_le_bytes(word(payload, 0)),
-                admitted_total: u64::from_le_bytes(word(payload, 8)),
-                redeemed_total: u64::from_le_bytes(word(payload, 16)),
-            };
-            if out.writes.decode_into(&payload[COUNTERS..]).is_none() {
-                // The checksum held, so this is no torn write: the record
-                // was written by something that is not this format.
-                return Err(Error::new(
-                    ErrorKind::InvalidData,
-                    format!("malformed record {seq} in the write-ahead log"),
-                ));
-            }
-            out.counters = Some(counters);
-            out.seq = seq;
-            at += HEADER + n;
+        let mut bytes = [Vec::new(), Vec::new()];
+        for (f, b) in self.files.iter().zip(bytes.iter_mut()) {
+            let len = f.metadata()?.len();
+            b.resize(usize::try_from(len).map_err(Error::other)?, 0);
+            f.read_exact_at(b, 0)?;
+        }
+        let mut read = [false; 2];
+        while let Some(i) = (0..2).find(|&i| {
+            !read[i]
+                && bytes[i]
+                    .get(4..12)
+                    .is_some_and(|s| u64::from_le_bytes(word(s, 0)) == out.seq + 1)
+        }) {
+            read[i] = true;
+            chain(&bytes[i], upto, &mut out)?;
         }
         Ok(out)
     }
 
-    /// Starts a new round: the next record is `seq + 1`, written at offset
-    /// 0 (everything up to `seq` is in the redb file).
-    pub(crate) fn restart(&mut self, seq: u64) {
+    /// Empties both files: after a replay whose records are now in the redb
+    /// file, nothing in them is needed, and a record refused to its callers
+    /// (its sync failed) must not be found again under a sequence that is
+    /// about to be reused.
+    pub(crate) fn clear(&mut self, seq: u64) -> Result<(), Error> {
+        for f in &self.files {
+            f.set_len(0)?;
+            f.sync_all()?;
+        }
+        self.active = 0;
+        self.restart(seq);
+        Ok(())
+    }
+
+    /// Sends the next records to the other file, from its start: the
+    /// caller has made sure everything in that file is in the redb file
+    /// (the checkpoint before the one now starting has finished).
+    pub(crate) fn switch(&mut self) {
+        self.active = 1 - self.active;
+        self.end = 0;
+    }
+
+    /// The next record is `seq + 1`, written at the start of the active
+    /// file.
+    fn restart(&mut self, seq: u64) {
         self.seq = seq;
         self.end = 0;
     }
@@ -172,8 +200,9 @@ impl Wal {
         self.buf[0..4].copy_from_slice(&n.to_le_bytes());
         self.buf[4..12].copy_from_slice(&seq.to_le_bytes());
         self.buf[12..16].copy_from_slice(&crc.to_le_bytes());
-        self.file.write_all_at(&self.buf, self.end)?;
-        self.file.sync_data()?;
+        let file = &self.files[self.active];
+        file.write_all_at(&self.buf, self.end)?;
+        file.sync_data()?;
         self.end += self.buf.len() as u64;
         self.seq = seq;
         Ok(seq)
@@ -183,6 +212,42 @@ impl Wal {
     pub(crate) fn seq(&self) -> u64 {
         self.seq
     }
+}
+
+/// Reads the records of one file's start that follow `out` in sequence.
+fn chain(bytes: &[u8], upto: Option<u64>, out: &mut Replayed) -> Result<(), Error> {
+    let mut at = 0usize;
+    while let Some(head) = bytes.get(at..at + HEADER) {
+        let n = u32::from_le_bytes(word(head, 0)) as usize;
+        let seq = u64::from_le_bytes(word(head, 4));
+        let crc = u32::from_le_bytes(word(head, 12));
+        if seq != out.seq + 1 || upto.is_some_and(|u| seq > u) {
+            break;
+        }
+        let Some(payload) = bytes.get(at + HEADER..at + HEADER + n) else {
+            break;
+        };
+        if checksum(seq, payload) != crc || payload.len() < COUNTERS {
+            break;
+        }
+        let counters = Counters {
+            last_us: i64::from_le_bytes(word(payload, 0)),
+            admitted_total: u64::from_le_bytes(word(payload, 8)),
+            redeemed_total: u64::from_le_bytes(word(payload, 16)),
+        };
+        if out.writes.decode_into(&payload[COUNTERS..]).is_none() {
+            // The checksum held, so this is no torn write: the record was
+            // written by something that is not this format.
+            return Err(Error::new(
+                ErrorKind::InvalidData,
+                format!("malformed record {seq} in the write-ahead log"),
+            ));
+        }
+        out.counters = Some(counters);
+        out.seq = seq;
+        at += HEADER + n;
+    }
+    Ok(())
 }
 
 fn checksum(seq: u64, payload: &[u8]) -> u32 {
@@ -210,27 +275,29 @@ pub(crate) fn open_event(
     files: &FileOpts,
     upto: Option<u64>,
 ) -> Result<(Database, Wal), StoreError> {
-    let log = path_for(path);
+    let logs = paths_for(path);
     if !path.exists() {
-        match std::fs::remove_file(&log) {
-            Ok(()) => {}
-            Err(e) if e.kind() == ErrorKind::NotFound => {}
-            Err(e) => return Err(io(&log, e)),
+        for log in &logs {
+            match std::fs::remove_file(log) {
+                Ok(()) => {}
+                Err(e) if e.kind() == ErrorKind::NotFound => {}
+                Err(e) => return Err(io(log, e)),
+            }
         }
     }
     let db = disk::open_file(path, disk::EVENT_MAGIC, files)?;
     let mut wal = Wal::open(
-        &log,
+        logs.clone(),
         #[cfg(test)]
         files.faults.clone(),
     )
-    .map_err(|e| io(&log, e))?;
+    .map_err(|e| io(&logs[0], e))?;
     let checkpoint = checkpoint_seq(&db, path)?;
-    let found = wal.replay(checkpoint, upto).map_err(|e| io(&log, e))?;
+    let found = wal.replay(checkpoint, upto).map_err(|e| io(&logs[0], e))?;
     if let Some(c) = found.counters {
         writes::commit(&db, path, &found.writes, c, found.seq)?;
     }
-    wal.restart(found.seq);
+    wal.clear(found.seq).map_err(|e| io(&logs[0], e))?;
     Ok((db, wal))
 }
 
@@ -297,11 +364,14 @@ mod tests {
         out
     }
 
+    fn log(dir: &Path) -> Wal {
+        Wal::open(paths_for(&dir.join("e.redb")), None).unwrap()
+    }
+
     #[test]
     fn records_are_replayed_in_order_up_to_a_torn_tail() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("e.wal");
-        let mut wal = Wal::open(&path, None).unwrap();
+        let mut wal = log(dir.path());
         assert_eq!(wal.append(&batch(&["a", "b"], 1), counters(10)).unwrap(), 1);
         assert_eq!(wal.append(&batch(&["c"], 3), counters(20)).unwrap(), 2);
         assert_eq!(wal.append(&batch(&["d"], 4), counters(30)).unwrap(), 3);
@@ -312,26 +382,24 @@ mod tests {
         torn.extend_from_slice(&4u64.to_le_bytes());
         torn.extend_from_slice(&0u32.to_le_bytes());
         torn.extend_from_slice(&[1, 2, 3]);
-        wal.file.write_all_at(&torn, wal.len()).unwrap();
+        wal.files[0].write_all_at(&torn, wal.len()).unwrap();
 
-        let r = Wal::open(&path, None).unwrap().replay(0, None).unwrap();
+        let r = log(dir.path()).replay(0, None).unwrap();
         assert_eq!(r.seq, 3);
         assert_eq!(r.writes.len(), 4);
         assert_eq!(r.counters.unwrap().last_us, 30);
-        // A checkpoint holds a whole round: once it holds 3, the round's
-        // first record (1) is not the next, and nothing is replayed.
-        let r = Wal::open(&path, None).unwrap().replay(3, None).unwrap();
+        // Once a checkpoint holds 3, nothing is replayed.
+        let r = log(dir.path()).replay(3, None).unwrap();
         assert_eq!((r.seq, r.writes.len()), (3, 0));
         // In-process recovery brings back no record past the last synced.
-        let r = Wal::open(&path, None).unwrap().replay(0, Some(1)).unwrap();
+        let r = log(dir.path()).replay(0, Some(1)).unwrap();
         assert_eq!((r.seq, r.writes.len()), (1, 2));
     }
 
     #[test]
     fn a_flipped_bit_ends_the_replay_before_its_record() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("e.wal");
-        let mut wal = Wal::open(&path, None).unwrap();
+        let mut wal = log(dir.path());
         wal.append(&batch(&["a"], 1), counters(10)).unwrap();
         let second = wal.len();
         wal.append(&batch(&["b"], 2), counters(20)).unwrap();
@@ -339,26 +407,37 @@ mod tests {
         // One bit of the second record's member id.
         let at = second + (HEADER + COUNTERS + 9 + 8) as u64;
         let mut b = [0u8];
-        wal.file.read_exact_at(&mut b, at).unwrap();
-        wal.file.write_all_at(&[b[0] ^ 1], at).unwrap();
-        let r = Wal::open(&path, None).unwrap().replay(0, None).unwrap();
+        wal.files[0].read_exact_at(&mut b, at).unwrap();
+        wal.files[0].write_all_at(&[b[0] ^ 1], at).unwrap();
+        let r = log(dir.path()).replay(0, None).unwrap();
         assert_eq!((r.seq, r.writes.len()), (1, 1));
     }
 
     #[test]
-    fn a_new_round_over_a_longer_old_one_stops_where_the_new_one_ends() {
+    fn a_replay_follows_records_into_the_other_file_and_stops_at_an_older_round() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("e.wal");
-        let mut wal = Wal::open(&path, None).unwrap();
-        for i in 0..5 {
-            wal.append(&batch(&["old"], i), counters(i)).unwrap();
-        }
-        wal.restart(5);
-        assert_eq!(wal.len(), 0);
-        assert_eq!(wal.append(&batch(&["new"], 9), counters(99)).unwrap(), 6);
-        let r = Wal::open(&path, None).unwrap().replay(5, None).unwrap();
-        assert_eq!((r.seq, r.writes.len()), (6, 1));
-        assert_eq!(r.counters.unwrap().last_us, 99);
+        let mut wal = log(dir.path());
+        wal.append(&batch(&["a"], 1), counters(1)).unwrap();
+        wal.append(&batch(&["b"], 2), counters(2)).unwrap();
+        // A checkpoint of 1–2 starts; the next records go to the other file.
+        wal.switch();
+        wal.append(&batch(&["c"], 3), counters(3)).unwrap();
+        wal.append(&batch(&["d"], 4), counters(4)).unwrap();
+        // The crash came before the checkpoint finished: 1–4.
+        let r = log(dir.path()).replay(0, None).unwrap();
+        assert_eq!((r.seq, r.writes.len()), (4, 4));
+        // It had finished: 3–4.
+        let r = log(dir.path()).replay(2, None).unwrap();
+        assert_eq!((r.seq, r.writes.len()), (2 + 2, 2));
+        // A checkpoint of 3–4 starts; 5 goes over record 1 of the first
+        // file, and record 2 behind it is from an older round.
+        wal.switch();
+        wal.append(&batch(&["e"], 5), counters(5)).unwrap();
+        let r = log(dir.path()).replay(4, None).unwrap();
+        assert_eq!((r.seq, r.writes.len()), (5, 1));
+        assert_eq!(r.counters.unwrap().last_us, 5);
+        let r = log(dir.path()).replay(2, None).unwrap();
+        assert_eq!((r.seq, r.writes.len()), (5, 3), "3–4 then 5");
     }
 
     #[test]
@@ -376,7 +455,7 @@ mod tests {
         let (db, wal) = open_event(&path, &opts(), None).unwrap();
         assert_eq!(waiting(&db, &path), ["a", "b", "c", "d"]);
         assert_eq!(checkpoint_seq(&db, &path).unwrap(), 2);
-        assert_eq!((wal.seq(), wal.len()), (2, 0), "the next round starts");
+        assert_eq!((wal.seq(), wal.len()), (2, 0), "the log starts empty");
         drop((db, wal));
         // Opened again with nothing new: the same, nothing replayed twice.
         let (db, _) = open_event(&path, &opts(), None).unwrap();
