@@ -127,16 +127,9 @@ impl Committer {
         let Some(t) = self.checkpointing.take() else {
             return Ok(());
         };
-        let done = t
-            .join()
-            .unwrap_or_else(|_| Err(StoreError::Storage("the checkpoint thread panicked".into())));
-        done.map_err(|e| {
-            Unavailable::new(
-                UnavailableKind::Disk,
-                format!("event store checkpoint failed: {e}"),
-            )
-            .with_source(e)
-        })
+        t.join()
+            .unwrap_or_else(|_| Err(StoreError::Storage("the checkpoint thread panicked".into())))
+            .map_err(checkpoint_failed)
     }
 
     /// Hands the changes the log holds to a checkpoint beside the
@@ -184,13 +177,7 @@ impl Committer {
         let (Some(c), Some((db, wal))) = (self.pending_counters, &mut self.db) else {
             return Ok(());
         };
-        writes::commit(db, &self.path, &self.pending, c, wal.seq()).map_err(|e| {
-            Unavailable::new(
-                UnavailableKind::Disk,
-                format!("event store checkpoint failed: {e}"),
-            )
-            .with_source(e)
-        })?;
+        writes::commit(db, &self.path, &self.pending, c, wal.seq()).map_err(checkpoint_failed)?;
         self.pending = Writes::default();
         self.pending_counters = None;
         Ok(())
@@ -272,11 +259,11 @@ impl Committer {
         tracing::error!(path = %self.path.display(), error = %why,
             "event write failed; the event drains until its file is reopened");
         // Only a fresh Database reads the file again; the old one must be
-        // gone first, as it holds the file's lock. The log's last record
-        // that was synced is the last one the reopen may bring back: a
-        // record whose sync failed was refused to its callers.
-        // The checkpoint running shares the `Database`: it ends first
-        // (what it failed to write is in the log, which the reopen replays).
+        // gone first, as it holds the file's lock; the checkpoint running
+        // shares it, so it ends first (what it failed to write is in the
+        // log, which the reopen replays). The log's last record that was
+        // synced is the last one the reopen may bring back: a record whose
+        // sync failed was refused to its callers.
         let _ = self.finish_checkpoint();
         let upto = self.db.take().map(|(_, wal)| wal.seq());
         self.pending = Writes::default();
@@ -321,6 +308,14 @@ impl Committer {
         let fresh = load::load(&db, &self.path, (self.clock)())?;
         Ok(((db, wal), fresh))
     }
+}
+
+fn checkpoint_failed(e: StoreError) -> Unavailable {
+    Unavailable::new(
+        UnavailableKind::Disk,
+        format!("event store checkpoint failed: {e}"),
+    )
+    .with_source(e)
 }
 
 /// Tells every caller of `b` that its change was not kept.

@@ -16,9 +16,9 @@
 //! [`super::actor::apply_inline`]) joins the waiting batch the same way but
 //! never waits: over the bound it goes to the actor instead. Every batch is
 //! handed on while the event's state is locked, so the committer writes
-//! changes in the order memory took them, whichever thread applied them. Batches applied to different memory generations
-//! (a failed commit in between) are never joined: the committer refuses
-//! the older one whole.
+//! changes in the order memory took them, whichever thread applied them.
+//! Batches applied to different memory generations (a failed commit in
+//! between) are never joined: the committer refuses the older one whole.
 
 use std::collections::VecDeque;
 use std::sync::mpsc::RecvTimeoutError;
