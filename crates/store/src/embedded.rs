@@ -352,7 +352,7 @@ impl EmbeddedStore {
     async fn call<T>(&self, id: &EventId, op: impl FnOnce(ReplyTo<T>) -> Op) -> Result<T> {
         let h = self.event(id)?;
         let (tx, rx) = oneshot::channel();
-        let op = op(tx);
+        let op = op(ReplyTo::here(tx));
         let op = match actor::apply_inline(&h.state, &self.inner.opts.clock, &h.to_disk, op) {
             Ok(()) => return rx.await.map_err(|_| actor_stopped(id))?,
             Err(op) => op,

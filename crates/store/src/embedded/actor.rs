@@ -46,8 +46,51 @@ const SWEEP_REMOVE: usize = 1 << 10;
 const REPACK_STEP: usize = 8 << 10;
 
 /// Where the answer to one operation goes. Each [`Op`] carries the sender of
-/// its own result type, so an operation cannot be answered with another's.
-pub(crate) type ReplyTo<T> = oneshot::Sender<Result<T, StoreError>>;
+/// its own result type, so an operation cannot be answered with another's,
+/// and where its caller waits (see [`deliver`]).
+pub(crate) struct ReplyTo<T> {
+    tx: oneshot::Sender<Result<T, StoreError>>,
+    home: Option<Home>,
+}
+
+impl<T> ReplyTo<T> {
+    /// The sender for a caller awaiting `tx`'s receiver on this thread.
+    pub(crate) fn here(tx: oneshot::Sender<Result<T, StoreError>>) -> Self {
+        Self {
+            tx,
+            home: Home::current(),
+        }
+    }
+
+    fn send(self, result: Result<T, StoreError>) {
+        // A caller that gave up (dropped its future) needs no answer.
+        let _ = self.tx.send(result);
+    }
+}
+
+/// The runtime a caller awaits its answer on, and a number naming the
+/// thread it called from: callers on one event loop are answered together
+/// from that loop (see [`deliver`]).
+#[derive(Clone)]
+pub(crate) struct Home {
+    thread: u64,
+    rt: tokio::runtime::Handle,
+}
+
+impl Home {
+    fn current() -> Option<Self> {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        thread_local! {
+            static THREAD: u64 = NEXT.fetch_add(1, Ordering::Relaxed);
+        }
+        let rt = tokio::runtime::Handle::try_current().ok()?;
+        Some(Self {
+            thread: THREAD.with(|t| *t),
+            rt,
+        })
+    }
+}
 
 /// A durable operation sent to the actor, with where its answer goes.
 pub(crate) enum Op {
@@ -118,13 +161,12 @@ impl<T> Held<T> {
     }
 
     fn refused(reply: ReplyTo<T>, e: StoreError) {
-        // A caller that gave up (dropped its future) needs no answer.
-        let _ = reply.send(Err(e));
+        reply.send(Err(e));
     }
 
     fn send(self) {
         // A caller that gave up still had its change committed.
-        let _ = self.reply.send(self.result);
+        self.reply.send(self.result);
     }
 }
 
@@ -139,6 +181,18 @@ pub(crate) enum Answer {
 }
 
 impl Answer {
+    /// Where its caller waits.
+    fn home(&self) -> Option<&Home> {
+        match self {
+            Answer::Join(h) => h.reply.home.as_ref(),
+            Answer::Admit(h) => h.reply.home.as_ref(),
+            Answer::Redeem(h) => h.reply.home.as_ref(),
+            Answer::Bool(h) => h.reply.home.as_ref(),
+            Answer::Count(h) => h.reply.home.as_ref(),
+            Answer::Expired(h) => h.reply.home.as_ref(),
+        }
+    }
+
     /// Sends the result: its batch is on disk.
     pub(crate) fn send(self) {
         match self {
@@ -161,6 +215,53 @@ impl Answer {
             Answer::Count(h) => Held::refused(h.reply, e),
             Answer::Expired(h) => Held::refused(h.reply, e),
         }
+    }
+}
+
+/// Sends a committed batch's answers, waking each event loop once.
+///
+/// Why: answering a caller on another thread wakes its task, and tokio
+/// wakes a runtime parked in `epoll_wait` from outside with a write to its
+/// eventfd on every such wake, whether or not the loop is already awake: a
+/// system call on the committer per answer, and the loop woken again and
+/// again while it works through them. So the answers to callers of one
+/// thread are handed to that thread's runtime as one task, which answers
+/// them there (a local wake costs no system call). A runtime that has shut
+/// down drops the task unrun, and [`Delivery`]'s drop answers them then,
+/// wherever that is: no caller is left without its answer.
+pub(crate) fn deliver(answers: Vec<Answer>) {
+    if answers.len() < 2 {
+        answers.into_iter().for_each(Answer::send);
+        return;
+    }
+    // A handful of event loops at most: a scan beats a map.
+    let mut groups: Vec<(u64, tokio::runtime::Handle, Vec<Answer>)> = Vec::new();
+    for a in answers {
+        let Some(home) = a.home() else {
+            a.send();
+            continue;
+        };
+        match groups.iter_mut().find(|g| g.0 == home.thread) {
+            Some(group) => group.2.push(a),
+            None => groups.push((home.thread, home.rt.clone(), vec![a])),
+        }
+    }
+    for (_, rt, answers) in groups {
+        if answers.len() == 1 {
+            answers.into_iter().for_each(Answer::send);
+        } else {
+            let delivery = Delivery(answers);
+            drop(rt.spawn(async move { drop(delivery) }));
+        }
+    }
+}
+
+/// Answers handed to a caller's runtime: sent when dropped, run or not.
+struct Delivery(Vec<Answer>);
+
+impl Drop for Delivery {
+    fn drop(&mut self) {
+        self.0.drain(..).for_each(Answer::send);
     }
 }
 
@@ -506,5 +607,67 @@ impl Applier {
         let r = to_disk.push(b).map_err(drop);
         drop(st);
         r
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `n` answers whose callers wait on the runtime current where this is
+    /// called, with their receivers.
+    fn answers(
+        n: usize,
+    ) -> (
+        Vec<Answer>,
+        Vec<oneshot::Receiver<Result<bool, StoreError>>>,
+    ) {
+        (0..n)
+            .map(|_| {
+                let (tx, rx) = oneshot::channel();
+                (Answer::Bool(Held::new(ReplyTo::here(tx), Ok(true))), rx)
+            })
+            .unzip()
+    }
+
+    #[test]
+    fn answers_delivered_on_their_callers_runtime_all_arrive() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let (batch, receivers) = rt.block_on(async { answers(5) });
+        assert!(batch.iter().all(|a| a.home().is_some()));
+        // Delivered from another thread, as the committer does.
+        std::thread::spawn(move || deliver(batch)).join().unwrap();
+        rt.block_on(async {
+            for rx in receivers {
+                assert!(rx.await.unwrap().unwrap());
+            }
+        });
+    }
+
+    #[test]
+    fn answers_for_a_runtime_that_shut_down_still_arrive() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let (batch, receivers) = rt.block_on(async { answers(3) });
+        drop(rt);
+        deliver(batch);
+        for mut rx in receivers {
+            assert!(rx.try_recv().unwrap().unwrap());
+        }
+    }
+
+    #[test]
+    fn answers_without_a_runtime_are_sent_at_once() {
+        let (batch, receivers) = answers(2);
+        assert!(batch.iter().all(|a| a.home().is_none()));
+        deliver(batch);
+        for mut rx in receivers {
+            assert!(rx.try_recv().unwrap().unwrap());
+        }
     }
 }

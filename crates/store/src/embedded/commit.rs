@@ -240,9 +240,7 @@ impl Committer {
             self.pending.append(b.writes);
             self.pending_counters = Some(b.counters);
         }
-        for a in b.answers {
-            a.send();
-        }
+        super::actor::deliver(b.answers);
         if let Err(why) = self.checkpoint() {
             // Everything answered is in the log, and the reopen replays
             // it: only the event's service stops meanwhile.

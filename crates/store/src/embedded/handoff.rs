@@ -36,7 +36,8 @@ struct Slot {
     /// The committer waits for a batch / the actor waits for room: a side
     /// wakes the other only then, as a `Condvar` notification is a system
     /// call even when nobody waits, and operations applied on the callers'
-    /// threads hand on one batch each.
+    /// threads hand on one batch each. The side that notifies clears the
+    /// flag; the waiter sets it again each time it goes back to waiting.
     receiver_waits: bool,
     sender_waits: bool,
 }
@@ -74,6 +75,9 @@ impl Shared {
             _ => slot.waiting.push_back(b),
         }
         if slot.receiver_waits {
+            // Once: the pushes that follow before the committer runs again
+            // (callers on every event loop) would each notify it anew.
+            slot.receiver_waits = false;
             self.changed.notify_all();
         }
         Ok(())
@@ -174,6 +178,7 @@ impl Receiver {
             if let Some(b) = slot.waiting.pop_front() {
                 slot.receiver_waits = false;
                 if slot.sender_waits {
+                    slot.sender_waits = false;
                     shared.changed.notify_all();
                 }
                 return Some(b);
@@ -198,6 +203,7 @@ impl Receiver {
             if let Some(b) = slot.waiting.pop_front() {
                 slot.receiver_waits = false;
                 if slot.sender_waits {
+                    slot.sender_waits = false;
                     shared.changed.notify_all();
                 }
                 return Ok(b);
@@ -275,7 +281,7 @@ mod tests {
             let (reply, _) = tokio::sync::oneshot::channel();
             b.answers
                 .push(Answer::Bool(crate::embedded::actor::Held::new(
-                    reply,
+                    crate::embedded::actor::ReplyTo::here(reply),
                     Ok(true),
                 )));
         }
