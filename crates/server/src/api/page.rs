@@ -57,7 +57,7 @@ pub async fn waiting_page(
     };
     let mut nonce = [0u8; 16];
     rand::rng().fill_bytes(&mut nonce);
-    let nonce: String = nonce.iter().map(|b| format!("{b:02x}")).collect();
+    let nonce = format!("{:032x}", u128::from_be_bytes(nonce));
     let ctx = PageContext {
         event_id: id.as_str().to_owned(),
         event_name: None,
