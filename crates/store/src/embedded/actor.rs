@@ -630,12 +630,17 @@ mod tests {
             .unzip()
     }
 
-    #[test]
-    fn answers_delivered_on_their_callers_runtime_all_arrive() {
-        let rt = tokio::runtime::Builder::new_current_thread()
+    /// A runtime as the server's event loops are: one thread.
+    fn event_loop() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
-            .unwrap();
+            .unwrap()
+    }
+
+    #[test]
+    fn answers_delivered_on_their_callers_runtime_all_arrive() {
+        let rt = event_loop();
         let (batch, receivers) = rt.block_on(async { answers(5) });
         assert!(batch.iter().all(|a| a.home().is_some()));
         // Delivered from another thread, as the committer does.
@@ -649,10 +654,7 @@ mod tests {
 
     #[test]
     fn answers_for_a_runtime_that_shut_down_still_arrive() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
+        let rt = event_loop();
         let (batch, receivers) = rt.block_on(async { answers(3) });
         drop(rt);
         deliver(batch);
