@@ -71,8 +71,7 @@ impl<T> ReplyTo<T> {
 /// The runtime a caller awaits its answer on, and a number naming the
 /// thread it called from: callers on one event loop are answered together
 /// from that loop (see [`deliver`]).
-#[derive(Clone)]
-pub(crate) struct Home {
+struct Home {
     thread: u64,
     rt: tokio::runtime::Handle,
 }
