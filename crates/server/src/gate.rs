@@ -41,6 +41,11 @@ use crate::proxy::ClientHop;
 use crate::queue::{Queue, Read};
 use crate::state::{AppState, EventRuntime};
 
+/// Only the gate speaks for Anteroom to the origin (made once: a name made
+/// from a `&str` is checked on every request).
+const X_ANTEROOM_EVENT: HeaderName = HeaderName::from_static("x-anteroom-event");
+const X_ANTEROOM_SESSION: HeaderName = HeaderName::from_static("x-anteroom-session");
+
 /// Where a request goes, from its method and target alone.
 pub enum Route {
     Protected(Arc<EventRuntime>),
@@ -198,20 +203,14 @@ impl Protected<'_> {
                 pass.session_start_us,
             ));
         }
-        let extra = vec![
-            (
-                HeaderName::from_static("x-anteroom-event"),
-                rt.id_header.clone(),
-            ),
-            (
-                HeaderName::from_static("x-anteroom-session"),
-                header_value(member),
-            ),
+        let extra = [
+            (X_ANTEROOM_EVENT, rt.id_header.clone()),
+            (X_ANTEROOM_SESSION, header_value(member)),
         ];
         // Adaptive admission reads the origin's latency and 5xx share
         // as the gate sees them, timed on the injected clock.
         let started_ms = state.now_ms();
-        let mut response = timed_forward(state, req, &rt.config.origin, self.ip, extra).await;
+        let mut response = timed_forward(state, req, &rt.config.origin, self.ip, &extra).await;
         let status = response.status().as_u16();
         rt.live
             .admission
@@ -339,7 +338,7 @@ async fn forward_unprotected(state: &AppState, req: Request, ip: IpAddr) -> Resp
         },
     };
     count("unprotected");
-    let mut response = timed_forward(state, req, &origin, ip, Vec::new()).await;
+    let mut response = timed_forward(state, req, &origin, ip, &[]).await;
     if commands::take(response.headers_mut()).release {
         commands::release_without_session();
     }
@@ -351,7 +350,7 @@ async fn timed_forward(
     req: Request,
     origin: &axum::http::Uri,
     ip: IpAddr,
-    extra: Vec<(HeaderName, HeaderValue)>,
+    extra: &[(HeaderName, HeaderValue)],
 ) -> Response {
     let client = ClientHop::read(&req, ip, &state.server.trusted_proxies);
     let started = Instant::now();

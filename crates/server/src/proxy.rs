@@ -13,7 +13,7 @@ use axum::body::Body;
 use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
 use http::uri::{PathAndQuery, Uri};
-use http::{HeaderName, HeaderValue, StatusCode, Version};
+use http::{HeaderName, HeaderValue, Method, StatusCode, Version};
 use hyper::upgrade::OnUpgrade;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -115,7 +115,7 @@ impl Proxy {
         req: Request,
         origin: &Uri,
         client: &ClientHop,
-        extra: Vec<(HeaderName, HeaderValue)>,
+        extra: &[(HeaderName, HeaderValue)],
     ) -> Response {
         match self.try_forward(req, origin, client, extra).await {
             Ok(response) => response,
@@ -131,12 +131,43 @@ impl Proxy {
         req: Request,
         origin: &Uri,
         client: &ClientHop,
-        extra: Vec<(HeaderName, HeaderValue)>,
+        extra: &[(HeaderName, HeaderValue)],
     ) -> Result<Response, ProxyError> {
         let (mut parts, body) = req.into_parts();
         let target = target_uri(origin, &parts.uri)?;
         upgrade::check_asked(&parts.headers)?;
         let upgrade = headers::upgrade_protocol(&parts.headers);
+        if upgrade.is_none()
+            && hyper::body::Body::is_end_stream(&body)
+            && origin::eligible(&parts.method, &parts.headers)
+        {
+            // A bodiless GET or HEAD on an event loop: the lean client, with
+            // the origin's head written straight from the visitor's fields
+            // (no rewritten map to build and then write out), and an answer
+            // whose hop-by-hop fields never entered its map.
+            let mut head = origin::request_line(&parts.method, &target, parts.headers.len());
+            let forwarding = headers::Forwarding {
+                client,
+                origin_authority: target.authority(),
+                upgrade: None,
+            };
+            headers::for_origin(
+                &parts.headers,
+                forwarding,
+                extra,
+                &mut headers::HeadSink(&mut head),
+            );
+            head.extend_from_slice(b"\r\n");
+            let response = origin::send_head(
+                parts.method == Method::HEAD,
+                &target,
+                head,
+                self.connect_timeout,
+                self.response_timeout,
+            )
+            .await?;
+            return Ok(response.map(Body::new));
+        }
         // Taken before the request is rebuilt: it is how the visitor's side
         // of an upgraded connection is reached once the origin agrees, with
         // the client connection's slot and the session it must end with.
@@ -150,26 +181,9 @@ impl Proxy {
         let forwarding = headers::Forwarding {
             client,
             origin_authority: target.authority(),
-            upgrade: upgrade.clone(),
+            upgrade,
         };
         headers::rewrite_request(&mut parts.headers, forwarding, extra);
-        if upgrade.is_none()
-            && hyper::body::Body::is_end_stream(&body)
-            && origin::eligible(&parts.method, &parts.headers)
-        {
-            // A bodiless GET or HEAD on an event loop: the lean client.
-            let response = origin::send(
-                parts.method,
-                &target,
-                &parts.headers,
-                self.connect_timeout,
-                self.response_timeout,
-            )
-            .await?;
-            let (mut parts, body) = response.into_parts();
-            headers::rewrite_response(&mut parts.headers, parts.status);
-            return Ok(Response::from_parts(parts, Body::new(body)));
-        }
         let mut outgoing = Request::new(body);
         *outgoing.method_mut() = parts.method;
         *outgoing.uri_mut() = target;

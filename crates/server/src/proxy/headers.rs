@@ -15,8 +15,9 @@ use crate::serve::ClientScheme;
 #[cfg(test)]
 mod tests;
 
-/// RFC 9110 7.6.1 connection-specific headers, plus the de-facto ones.
-const HOP_BY_HOP: [HeaderName; 9] = [
+/// RFC 9110 7.6.1 connection-specific headers, plus the de-facto ones. A
+/// `static`: a `const` array would be built (and dropped) at every use.
+static HOP_BY_HOP: [HeaderName; 9] = [
     http::header::CONNECTION,
     HeaderName::from_static("keep-alive"),
     HeaderName::from_static("proxy-connection"),
@@ -27,6 +28,23 @@ const HOP_BY_HOP: [HeaderName; 9] = [
     http::header::TRANSFER_ENCODING,
     http::header::UPGRADE,
 ];
+
+/// Whether `name` is one of [`HOP_BY_HOP`]: one comparison of the name's
+/// text, where looking it up in the list compares nine names.
+pub(super) fn is_hop_by_hop(name: &HeaderName) -> bool {
+    matches!(
+        name.as_str(),
+        "connection"
+            | "keep-alive"
+            | "proxy-connection"
+            | "proxy-authenticate"
+            | "proxy-authorization"
+            | "te"
+            | "trailer"
+            | "transfer-encoding"
+            | "upgrade"
+    )
+}
 
 /// Request headers a client must not set for the origin, compared after
 /// `_` is read as `-` (CGI, WSGI, PHP and nginx with
@@ -153,7 +171,7 @@ fn strip_hop_by_hop(headers: &mut HeaderMap) {
     // Most requests and answers carry none of them (or only `Connection`):
     // one pass over the names that are there is cheaper than looking each
     // of the nine up.
-    if !headers.keys().any(|name| HOP_BY_HOP.contains(name)) {
+    if !headers.keys().any(is_hop_by_hop) {
         return;
     }
     let listed: Vec<HeaderName> = connection_tokens(headers)
@@ -163,27 +181,32 @@ fn strip_hop_by_hop(headers: &mut HeaderMap) {
         headers.remove(name);
     }
     // Names made once: a `&str` would be parsed and checked on every call.
-    for name in &HOP_BY_HOP {
+    for name in HOP_BY_HOP.iter() {
         headers.remove(name);
     }
 }
 
-/// An address as a header value, IPv4 written directly (every proxied
-/// request carries one; `Display` goes through the formatter).
-fn ip_value(ip: IpAddr) -> Option<HeaderValue> {
+/// An address as a header value's text, IPv4 written directly (every
+/// proxied request carries one; `Display` goes through the formatter).
+fn ip_text(ip: IpAddr, out: &mut Vec<u8>) {
     match ip {
         IpAddr::V4(v4) => {
-            let mut out = Vec::with_capacity(15);
             for (i, octet) in v4.octets().iter().enumerate() {
                 if i > 0 {
                     out.push(b'.');
                 }
                 out.extend_from_slice(itoa::Buffer::new().format(*octet).as_bytes());
             }
-            HeaderValue::from_bytes(&out).ok()
         }
-        IpAddr::V6(_) => HeaderValue::from_str(&ip.to_string()).ok(),
+        IpAddr::V6(_) => out.extend_from_slice(ip.to_string().as_bytes()),
     }
+}
+
+#[cfg(test)]
+fn ip_value(ip: IpAddr) -> Option<HeaderValue> {
+    let mut out = Vec::with_capacity(15);
+    ip_text(ip, &mut out);
+    HeaderValue::from_bytes(&out).ok()
 }
 
 /// Whether a client-sent header claims something only Anteroom may say.
@@ -218,22 +241,20 @@ fn strip_prefix_ignore_case<'a>(s: &'a [u8], prefix: &[u8]) -> Option<&'a [u8]> 
         .then(|| &s[prefix.len()..])
 }
 
-/// Drops Anteroom's cookies from the `Cookie` headers and joins what is
-/// left into one header (RFC 9113 8.2.3: an HTTP/1.1 hop gets one), or none.
-fn strip_own_cookies(headers: &mut HeaderMap) {
-    if !headers.contains_key(COOKIE) {
-        return;
-    }
+/// The `Cookie` headers without Anteroom's cookies, joined into one value
+/// (RFC 9113 8.2.3: an HTTP/1.1 hop gets one); empty when nothing is left.
+fn kept_cookies(headers: &HeaderMap) -> Vec<u8> {
     let mut kept: Vec<u8> = Vec::new();
     for value in headers.get_all(COOKIE) {
-        for pair in value.as_bytes().split(|&b| b == b';') {
-            let pair = pair.trim_ascii();
-            let name = pair
-                .split(|&b| b == b'=')
-                .next()
-                .unwrap_or(pair)
-                .trim_ascii();
-            if pair.is_empty() || is_own_cookie(name) {
+        // Pairs found with `memchr`: a pass makes the header a few hundred
+        // bytes, and every proxied request of an admitted visitor has one.
+        let mut rest = value.as_bytes();
+        while !rest.is_empty() {
+            let end = memchr::memchr(b';', rest).unwrap_or(rest.len());
+            let pair = rest[..end].trim_ascii();
+            rest = rest.get(end + 1..).unwrap_or_default();
+            let name = memchr::memchr(b'=', pair).map_or(pair, |eq| &pair[..eq]);
+            if pair.is_empty() || is_own_cookie(name.trim_ascii()) {
                 continue;
             }
             if !kept.is_empty() {
@@ -242,60 +263,119 @@ fn strip_own_cookies(headers: &mut HeaderMap) {
             kept.extend_from_slice(pair);
         }
     }
-    headers.remove(COOKIE);
-    // The pieces came from valid header values, so the join is one too.
-    if let Ok(value) = HeaderValue::from_bytes(&kept)
-        && !kept.is_empty()
-    {
-        headers.insert(COOKIE, value);
+    kept
+}
+
+/// Where the origin's request fields go: a header map for hyper's client,
+/// or the request head itself for the lean client, which then never builds
+/// a map to write it out again.
+pub(super) trait FieldSink {
+    /// A visitor's field passed on.
+    fn field(&mut self, name: &HeaderName, value: &HeaderValue);
+    /// A value made here, valid by construction (it joins or formats
+    /// valid values).
+    fn made(&mut self, name: &HeaderName, value: &[u8]);
+}
+
+impl FieldSink for HeaderMap {
+    fn field(&mut self, name: &HeaderName, value: &HeaderValue) {
+        self.append(name.clone(), value.clone());
+    }
+
+    fn made(&mut self, name: &HeaderName, value: &[u8]) {
+        if let Ok(value) = HeaderValue::from_bytes(value) {
+            self.append(name.clone(), value);
+        }
     }
 }
 
-/// Rewrites a visitor's request headers for the origin.
+/// The fields written as an HTTP/1.1 head's field lines.
+pub(super) struct HeadSink<'a>(pub &'a mut Vec<u8>);
+
+impl FieldSink for HeadSink<'_> {
+    fn field(&mut self, name: &HeaderName, value: &HeaderValue) {
+        self.made(name, value.as_bytes());
+    }
+
+    fn made(&mut self, name: &HeaderName, value: &[u8]) {
+        let out = &mut *self.0;
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value);
+        out.extend_from_slice(b"\r\n");
+    }
+}
+
+/// The visitor's request fields as the origin gets them, in one pass over
+/// them, into `out`: the hop-by-hop fields and those `Connection` names
+/// stay on the visitor's hop; the forgeable ones, Anteroom's cookies,
+/// `Expect` (the visitor's `100-continue` was answered by our server
+/// already) and any field named in `extra` are dropped; then the rebuilt
+/// forwarding fields, `Host` (the origin's authority: name-based virtual
+/// hosting on the origin must see its own name; first, as RFC 9112 3.2
+/// asks), the upgrade the visitor asked for, and `extra`.
+pub(super) fn for_origin(
+    headers: &HeaderMap,
+    fwd: Forwarding<'_>,
+    extra: &[(HeaderName, HeaderValue)],
+    out: &mut impl FieldSink,
+) {
+    // Names the `Connection` field lists are this hop's too. (No
+    // allocation when there are none.)
+    let listed: Vec<&str> = connection_tokens(headers).collect();
+    let host = fwd.origin_authority;
+    if let Some(authority) = host {
+        out.made(&HOST, authority.as_str().as_bytes());
+    }
+    let mut cookies = false;
+    for (name, value) in headers {
+        if is_hop_by_hop(name)
+            || is_forgeable(name)
+            || name == EXPECT
+            || (host.is_some() && name == HOST)
+            || extra.iter().any(|(n, _)| n == name)
+            || listed.iter().any(|t| t.eq_ignore_ascii_case(name.as_str()))
+        {
+            continue;
+        }
+        if name == COOKIE {
+            cookies = true;
+            continue;
+        }
+        out.field(name, value);
+    }
+    if cookies {
+        let kept = kept_cookies(headers);
+        if !kept.is_empty() {
+            out.made(&COOKIE, &kept);
+        }
+    }
+    let client = fwd.client;
+    let mut ip = Vec::with_capacity(15);
+    ip_text(client.ip, &mut ip);
+    out.made(&X_FORWARDED_FOR, &ip);
+    out.made(&X_FORWARDED_PROTO, client.proto.as_bytes());
+    if let Some(host) = &client.host {
+        out.field(&X_FORWARDED_HOST, host);
+    }
+    if let Some(protocol) = &fwd.upgrade {
+        out.made(&CONNECTION, b"upgrade");
+        out.field(&UPGRADE, protocol);
+    }
+    for (name, value) in extra {
+        out.field(name, value);
+    }
+}
+
+/// Rewrites a visitor's request headers for the origin ([`for_origin`]).
 pub(super) fn rewrite_request(
     headers: &mut HeaderMap,
     fwd: Forwarding<'_>,
-    extra: Vec<(HeaderName, HeaderValue)>,
+    extra: &[(HeaderName, HeaderValue)],
 ) {
-    strip_hop_by_hop(headers);
-    let forged: Vec<HeaderName> = headers
-        .keys()
-        .filter(|name| is_forgeable(name))
-        .cloned()
-        .collect();
-    for name in forged {
-        headers.remove(name);
-    }
-    strip_own_cookies(headers);
-    // The visitor's `100-continue` was answered by our server already.
-    headers.remove(EXPECT);
-
-    let client = fwd.client;
-    // An address always makes a valid header value.
-    if let Some(ip) = ip_value(client.ip) {
-        headers.insert(X_FORWARDED_FOR, ip);
-    }
-    headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(client.proto));
-    if let Some(host) = &client.host {
-        headers.insert(X_FORWARDED_HOST, host.clone());
-    }
-    // Name-based virtual hosting on the origin must see its own name.
-    if let Some(authority) = fwd
-        .origin_authority
-        .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
-    {
-        headers.insert(HOST, authority);
-    }
-    if let Some(protocol) = fwd.upgrade {
-        headers.insert(CONNECTION, HeaderValue::from_static("upgrade"));
-        headers.insert(UPGRADE, protocol);
-    }
-    for (name, _) in &extra {
-        headers.remove(name);
-    }
-    for (name, value) in extra {
-        headers.append(name, value);
-    }
+    let visitor = std::mem::take(headers);
+    headers.reserve(visitor.len() + 4);
+    for_origin(&visitor, fwd, extra, headers);
 }
 
 /// Rewrites an origin's response headers for the visitor; a `101` keeps

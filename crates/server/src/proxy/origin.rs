@@ -122,6 +122,7 @@ fn checkin(key: &str, mut conn: Conn) {
 /// Sends a bodiless request to `target` (an `http://` URI with the origin's
 /// authority) with `headers` (already rewritten for the origin) and answers
 /// with the origin's response head and a streaming body.
+#[cfg(test)]
 pub(super) async fn send(
     method: Method,
     target: &Uri,
@@ -129,10 +130,33 @@ pub(super) async fn send(
     connect_timeout: Duration,
     response_timeout: Duration,
 ) -> Result<http::Response<OriginBody>, ProxyError> {
+    let mut head = request_line(&method, target, headers.len());
+    for (name, value) in headers {
+        super::headers::FieldSink::field(&mut super::headers::HeadSink(&mut head), name, value);
+    }
+    head.extend_from_slice(b"\r\n");
+    send_head(
+        method == Method::HEAD,
+        target,
+        head,
+        connect_timeout,
+        response_timeout,
+    )
+    .await
+}
+
+/// Sends `head` (a whole bodiless request head, `HEAD` if `head_only`) to
+/// `target`'s authority and answers with the origin's response head, its
+/// hop-by-hop fields left out, and a streaming body.
+pub(super) async fn send_head(
+    head_only: bool,
+    target: &Uri,
+    head: Vec<u8>,
+    connect_timeout: Duration,
+    response_timeout: Duration,
+) -> Result<http::Response<OriginBody>, ProxyError> {
     let authority = target.authority().ok_or(ProxyError::BadOrigin)?;
     let key = authority.as_str();
-    let head = request_head(&method, target, headers);
-    let head_only = method == Method::HEAD;
     let exchange = async {
         // Kept connections first; one that fails before any byte of the
         // answer was closed by the origin while idle: the next one is tried.
@@ -158,21 +182,15 @@ pub(super) async fn send(
         .map_err(|_| ProxyError::Timeout)?
 }
 
-/// The request line and fields, as one buffer.
-fn request_head(method: &Method, target: &Uri, headers: &HeaderMap) -> Vec<u8> {
+/// The request line, in a buffer with room for `fields` field lines after
+/// it.
+pub(super) fn request_line(method: &Method, target: &Uri, fields: usize) -> Vec<u8> {
     let path = target.path_and_query().map_or("/", |pq| pq.as_str());
-    let mut head = Vec::with_capacity(256 + headers.len() * 48);
+    let mut head = Vec::with_capacity(256 + fields * 48);
     head.extend_from_slice(method.as_str().as_bytes());
     head.push(b' ');
     head.extend_from_slice(path.as_bytes());
     head.extend_from_slice(b" HTTP/1.1\r\n");
-    for (name, value) in headers {
-        head.extend_from_slice(name.as_str().as_bytes());
-        head.extend_from_slice(b": ");
-        head.extend_from_slice(value.as_bytes());
-        head.extend_from_slice(b"\r\n");
-    }
-    head.extend_from_slice(b"\r\n");
     head
 }
 
@@ -344,6 +362,8 @@ fn parse_head(buf: &mut BytesMut, head_only: bool) -> Result<Option<Head>, Faile
         let mut length: Option<u64> = None;
         let mut lengths_disagree = false;
         let mut coding: Option<bool> = None; // Some(ends in chunked)
+        // Fields the `Connection` field names: the origin's hop only.
+        let mut listed: Vec<HeaderName> = Vec::new();
         for h in response.headers.iter() {
             let name = HeaderName::from_bytes(h.name.as_bytes())
                 .map_err(|_| bad("an invalid answer field name"))?;
@@ -356,6 +376,8 @@ fn parse_head(buf: &mut BytesMut, head_only: bool) -> Result<Option<Head>, Faile
                         close = true;
                     } else if token.eq_ignore_ascii_case(b"keep-alive") {
                         keep_alive_asked = true;
+                    } else if let Ok(name) = HeaderName::from_bytes(token) {
+                        listed.push(name);
                     }
                 }
             } else if name == TRANSFER_ENCODING {
@@ -376,7 +398,14 @@ fn parse_head(buf: &mut BytesMut, head_only: bool) -> Result<Option<Head>, Faile
                     length = Some(n);
                 }
             }
-            headers.append(name, value);
+            // The answer's hop-by-hop fields stay on the origin's hop: the
+            // visitor's hop gets its own framing and connection handling.
+            if !super::headers::is_hop_by_hop(&name) {
+                headers.append(name, value);
+            }
+        }
+        for name in listed {
+            headers.remove(name);
         }
         if !http11 && keep_alive_asked {
             close = false;

@@ -403,9 +403,38 @@ fn the_request_head_is_written_as_asked() {
     headers.append("x-a", HeaderValue::from_static("1"));
     headers.append("x-a", HeaderValue::from_static("2"));
     let target: Uri = "http://o:9/a/b?c=d".parse().unwrap();
-    let head = request_head(&Method::GET, &target, &headers);
+    let mut head = request_line(&Method::GET, &target, headers.len());
+    for (name, value) in &headers {
+        crate::proxy::headers::FieldSink::field(
+            &mut crate::proxy::headers::HeadSink(&mut head),
+            name,
+            value,
+        );
+    }
+    head.extend_from_slice(b"\r\n");
     assert_eq!(
         String::from_utf8(head).unwrap(),
         "GET /a/b?c=d HTTP/1.1\r\nhost: o:9\r\nx-a: 1\r\nx-a: 2\r\n\r\n"
     );
+}
+
+#[test]
+fn an_answers_hop_by_hop_fields_stay_on_the_origins_hop() {
+    let answer = b"HTTP/1.1 200 OK\r\nConnection: keep-alive, X-Private\r\n\
+        Keep-Alive: timeout=5\r\nX-Private: 1\r\nTransfer-Encoding: chunked\r\n\
+        Content-Length: 9\r\nTrailer: x-t\r\nX-Kept: yes\r\nSet-Cookie: a=1\r\n\r\n\
+        2\r\nok\r\n0\r\n\r\n";
+    let (head, body, _) = read_all(answer, 7, false).unwrap();
+    assert_eq!(body, b"ok");
+    assert!(head.keep_alive);
+    let mut names: Vec<&str> = head.headers.keys().map(HeaderName::as_str).collect();
+    names.sort_unstable();
+    // The framing is the visitor's hop's to choose; what the origin's
+    // `Connection` named goes with it.
+    assert_eq!(names, ["set-cookie", "x-kept"]);
+    // What `Connection` says about the origin's connection is still read.
+    let answer = b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 0\r\n\r\n";
+    let (head, _, _) = read_all(answer, 64, false).unwrap();
+    assert!(!head.keep_alive);
+    assert!(!head.headers.contains_key(CONNECTION) && head.headers.len() == 1);
 }

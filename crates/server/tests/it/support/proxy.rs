@@ -26,7 +26,7 @@ pub async fn start_gate(
             let (proxy, origin, extra) = (Arc::clone(&proxy), origin.clone(), extra.clone());
             async move {
                 let client = anteroom::proxy::ClientHop::read(&req, peer.ip(), &[]);
-                proxy.forward(req, &origin, &client, extra).await
+                proxy.forward(req, &origin, &client, &extra).await
             }
         },
     );
