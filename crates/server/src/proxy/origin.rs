@@ -108,7 +108,11 @@ fn checkin(key: &str, mut conn: Conn) {
     }
     POOL.with(|pool| {
         let mut pool = pool.borrow_mut();
-        let idle = pool.entry(key.to_owned()).or_default();
+        // The key is copied only for an origin's first connection.
+        let idle = match pool.get_mut(key) {
+            Some(idle) => idle,
+            None => pool.entry(key.to_owned()).or_default(),
+        };
         if idle.len() >= MAX_IDLE_PER_ORIGIN {
             idle.remove(0);
         }

@@ -2,7 +2,7 @@
 
 use proptest::prelude::*;
 
-use super::{NormalizeError, normalize_path};
+use super::{NormalizeError, is_already_normal, normalize_in_full, normalize_path};
 
 #[track_caller]
 fn check(raw: &str, expected: &str) {
@@ -148,5 +148,41 @@ proptest! {
     #[test]
     fn pathlike_strings_normalise_once(raw in pathish()) {
         assert_canonical(&raw);
+    }
+}
+
+proptest! {
+    /// The one-pass test for an already normal path never disagrees with
+    /// the full normalisation: what it lets through comes back unchanged.
+    #[test]
+    fn a_path_taken_as_normal_is_one(
+        pieces in proptest::collection::vec(proptest::sample::select(vec![
+            "/", "/", "a", "B", "9", ".", "..", "%2e", "%2F", "%25", "%41", "41", ";", "?",
+            "\\", "~", "!", "@", ":", "'", "%", "\u{7f}", "\t", "\u{e9}", "..;", "=",
+        ]), 0..10),
+    ) {
+        let raw: String = pieces.concat();
+        if is_already_normal(&raw) {
+            prop_assert_eq!(normalize_in_full(&raw), Ok(raw.clone()));
+        }
+        prop_assert_eq!(normalize_path(&raw), normalize_in_full(&raw));
+    }
+}
+
+#[test]
+fn common_paths_are_taken_as_normal() {
+    for raw in [
+        "/",
+        "/shop/",
+        "/tickets/row/1",
+        "/a-b_c.d~e/f?x=1&y=%2F",
+        "/x?",
+    ] {
+        assert!(is_already_normal(raw), "{raw}");
+    }
+    for raw in [
+        "", "shop", "//x", "/a/./b", "/a/..", "/a/.", "/%41", "/a;b", "/x?\u{7}",
+    ] {
+        assert!(!is_already_normal(raw), "{raw}");
     }
 }
