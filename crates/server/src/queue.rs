@@ -205,11 +205,25 @@ impl<'r> Queue<'r> {
     /// store. A session the store no longer has (released, evicted or
     /// expired since the pass check) is ended on this node at once, so the
     /// pass just issued does not work here either.
-    pub fn extend_in_background(&self, member: &str, session_start_us: i64, until_us: i64) {
+    ///
+    /// Within a quarter pass life of this node's last extension of the same
+    /// session, nothing is sent (`state::renewals`): a burst of requests
+    /// carrying one pass makes one durable write. Says whether it sent one.
+    pub fn extend_in_background(&self, member: &str, session_start_us: i64, until_us: i64) -> bool {
+        let window_ms = i64::try_from(self.rt.config.pass_ttl.as_millis() / 4).unwrap_or(i64::MAX);
+        let now_ms = self.state.now_ms();
+        if !crate::locks::lock(&self.rt.live.renewals).should_send(
+            member,
+            session_start_us,
+            now_ms,
+            window_ms,
+        ) {
+            return false;
+        }
         let store = self.state.store.clone();
         let event = self.rt.id().clone();
         let member = member.to_owned();
-        let now = self.state.now_ms();
+        let now = now_ms;
         let events = self.state.events();
         tokio::spawn(async move {
             match store.extend(&event, &member, until_us).await {
@@ -224,6 +238,7 @@ impl<'r> Queue<'r> {
                 }
             }
         });
+        true
     }
 
     /// The store's canonical time now, in µs.

@@ -9,6 +9,7 @@
 pub mod admission;
 pub mod drain;
 pub mod observed;
+pub mod renewals;
 pub mod revocations;
 
 use std::collections::HashMap;
@@ -52,6 +53,8 @@ pub struct Live {
     pub drain: drain::DrainState,
     /// Origin observations, capacity probe and ETA rate.
     pub admission: admission::AdmissionLive,
+    /// Session extensions this node sent lately (one write per burst).
+    pub renewals: Mutex<renewals::Renewals>,
 }
 
 /// What the scheduler keeps between ticks of one event.

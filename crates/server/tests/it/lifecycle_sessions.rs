@@ -95,3 +95,49 @@ async fn a_silent_waiter_loses_the_place_and_rejoins_at_the_back() {
         MemberState::Waiting { rank: 1, .. }
     ));
 }
+
+/// The session's end in the store, once it reads `expected` (an extension
+/// sent in the background), or what it reads after a few seconds.
+async fn active_until(h: &Harness, member: &str, expected: i64) -> i64 {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let MemberState::Active { expires_at_us } = h.status(member).await else {
+            panic!("{member} is not active");
+        };
+        if expires_at_us == expected || tokio::time::Instant::now() > deadline {
+            return expires_at_us;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_burst_of_renewals_of_one_session_is_one_store_write() {
+    // The default 60 s pass: extensions within 15 s of the last one sent
+    // for the same session are not sent again.
+    let h = Harness::new(EVENT).await;
+    h.join("a").await;
+    assert_eq!(h.tick().await, 1);
+    assert!(h.redeem("a").await);
+    let rt = h.rt();
+    let queue = anteroom::queue::Queue::new(&h.state, &rt);
+    let end =
+        |h: &Harness| anteroom::admission::lifecycle::session_end_us(&rt, h.now_ms(), h.now_ms());
+    let first = end(&h);
+    assert!(queue.extend_in_background("a", 7, first));
+    assert_eq!(active_until(&h, "a", first).await, first);
+    // The requests in flight with the same pass, up to 15 s later: the
+    // gate renews their passes, the store keeps the first extension.
+    for _ in 0..5 {
+        h.clock.advance(2_999);
+        assert!(!queue.extend_in_background("a", 7, end(&h)));
+    }
+    assert_eq!(active_until(&h, "a", first).await, first);
+    // A window later the next renewal moves the end again, and a new
+    // session of the member is never held back by the old one's.
+    h.clock.advance(6);
+    let later = end(&h);
+    assert!(queue.extend_in_background("a", 7, later));
+    assert_eq!(active_until(&h, "a", later).await, later);
+    assert!(queue.extend_in_background("a", 8, end(&h)));
+}
