@@ -241,7 +241,7 @@ fn renew(
     let start_ms = session_start_us.div_euclid(1000);
     let (pass, _) = passes::issue(&state.keyring, rt, member, now, session_start_us);
     let until_us = crate::admission::lifecycle::session_end_us(rt, start_ms, now);
-    let _sent = Queue::new(state, rt).extend_in_background(member, session_start_us, until_us);
+    Queue::new(state, rt).extend_in_background(member, session_start_us, until_us);
     passes::cookie(state, rt, headers, member, Some(&pass))
 }
 
