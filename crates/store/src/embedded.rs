@@ -16,6 +16,7 @@
 //! `faults.rs`).
 
 mod actor;
+mod batch_policy;
 mod commit;
 mod disk;
 #[cfg(test)]

@@ -8,7 +8,8 @@
 //! lose a member or leak a slot (`conformance::test_suite` and
 //! `model_check` on every backend; `tests/redis.rs`
 //! `two_gateway_nodes_racing_admit_never_double_admit`).
-// deny, not forbid: embedded/huge.rs holds the one allowed unsafe block.
+// deny, not forbid: embedded/huge.rs and embedded/batch_policy.rs hold the
+// two allowed unsafe blocks.
 #![deny(unsafe_code)]
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 

@@ -402,3 +402,39 @@ async fn after_a_restart_every_waiter_counts_as_seen_then() {
         MemberState::None
     );
 }
+
+/// The disk threads do not preempt the event loops that wake them: an
+/// event's committer runs under `SCHED_BATCH` (the reason is in
+/// `embedded/batch_policy.rs`).
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_events_committer_runs_under_sched_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = open(dir.path()).await;
+    let ev = EventId::new("batch-policy").unwrap();
+    let t = s.now_us(&ev).await.unwrap();
+    let sc = JoinScoring {
+        opens_at_us: t - 1,
+        prewindow_score: 0,
+        tiebreak: 0,
+        behind: false,
+    };
+    // An acknowledged join went through the committer, so it is running.
+    s.join(&ev, "m1", &sc).await.unwrap();
+    let mut policies = Vec::new();
+    for task in std::fs::read_dir("/proc/self/task").unwrap() {
+        let task = task.unwrap().path();
+        let Ok(name) = std::fs::read_to_string(task.join("comm")) else {
+            continue; // a thread that ended meanwhile
+        };
+        if name.trim() != "event-commit" {
+            continue;
+        }
+        let stat = std::fs::read_to_string(task.join("stat")).unwrap();
+        // Field 41 (the policy), counted after the `)` that ends the name.
+        let rest = &stat[stat.rfind(')').unwrap() + 2..];
+        policies.push(rest.split(' ').nth(41 - 3).unwrap().parse::<i32>().unwrap());
+    }
+    // SCHED_BATCH is policy 3.
+    assert_eq!(policies, vec![3], "one committer, under SCHED_BATCH");
+}

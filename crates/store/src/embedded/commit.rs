@@ -104,6 +104,9 @@ impl Committer {
     }
 
     pub(crate) fn run(mut self, rx: Receiver) {
+        // Woken by every hand-off: it must not preempt the loop that woke
+        // it (see `batch_policy`).
+        super::batch_policy::apply();
         while let Some(b) = rx.recv() {
             if let Err(why) = self.step(b)
                 && !self.recover(&rx, &why)
@@ -154,7 +157,10 @@ impl Committer {
         // Everything in the other file is in the redb file: the checkpoint
         // before this one has finished.
         wal.switch();
-        let job = move || writes::commit(&db, &path, &changes, c, seq);
+        let job = move || {
+            super::batch_policy::apply();
+            writes::commit(&db, &path, &changes, c, seq)
+        };
         match std::thread::Builder::new()
             .name("event-checkpoint".into())
             .spawn(job)
