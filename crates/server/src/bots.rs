@@ -298,7 +298,7 @@ impl BotDefence {
             RiskLevel::Medium => "medium",
             RiskLevel::High => "high",
         };
-        metrics::counter!("anteroom_bot_risk_total", "level" => label).increment(1);
+        crate::metrics::BOT_RISK.increment(label, 1);
         if risk.level > RiskLevel::Low {
             tracing::debug!(event = %event, ip = %req.ip, score = risk.score, reasons = ?risk.reasons, "risky arrival");
         }

@@ -302,7 +302,7 @@ impl Protected<'_> {
         {
             return ApiError::from(limited).into_response();
         }
-        metrics::counter!("anteroom_rejections_total", "reason" => "queued").increment(1);
+        crate::metrics::REJECTIONS.increment("queued", 1);
         let answer = crate::api::answer(req.headers(), target);
         let position = match member {
             Some(m) => {

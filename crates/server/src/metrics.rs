@@ -139,49 +139,130 @@ pub fn render() -> String {
 pub async fn timed_store<T, F: Future<Output = T>>(op: &'static str, call: F) -> T {
     let started = Instant::now();
     let out = call.await;
-    let seconds = started.elapsed().as_secs_f64();
-    match hot_store_latency(op) {
-        Some(h) => h.record(seconds),
-        None => metrics::histogram!("anteroom_store_latency_seconds", "op" => op).record(seconds),
-    }
+    STORE_LATENCY.record(op, started.elapsed().as_secs_f64());
     out
 }
 
-/// The store calls a request makes, whose histogram handles are looked up
-/// once: building a labelled key and finding it in the registry on every
-/// request costs more than recording the sample.
-const HOT_STORE_OPS: [&str; 4] = ["status", "join", "redeem", "release"];
-
-fn hot_store_latency(op: &str) -> Option<&'static Histogram> {
-    static HOT: OnceLock<[Histogram; HOT_STORE_OPS.len()]> = OnceLock::new();
-    let i = HOT_STORE_OPS.iter().position(|o| *o == op)?;
-    let hot = HOT.get_or_init(|| {
-        // The recorder must exist before a handle is taken, or the handle
-        // would record into nothing.
-        install();
-        HOT_STORE_OPS.map(|o| metrics::histogram!("anteroom_store_latency_seconds", "op" => o))
-    });
-    hot.get(i)
+/// A metric with one label, whose values on the request path are known: the
+/// handle of each is looked up once. Building a labelled key and finding it
+/// in the recorder's registry costs more than counting or recording the
+/// sample, on every request. A value not in the list still counts, the slow
+/// way.
+pub struct Labelled<H: 'static, const N: usize> {
+    name: &'static str,
+    label: &'static str,
+    values: [&'static str; N],
+    register: fn(&'static str, &'static str, &'static str) -> H,
+    handles: OnceLock<[H; N]>,
 }
 
-/// The gate's outcomes counted on every gated request
-/// (`anteroom_gate_requests_total{outcome}`), their handles looked up once.
-const GATE_OUTCOMES: [&str; 3] = ["forwarded", "queued", "unprotected"];
+impl<H, const N: usize> Labelled<H, N> {
+    /// The handle for `value`; `None` for a value not in the list.
+    fn get(&self, value: &str) -> Option<&H> {
+        let handles = self.handles.get_or_init(|| {
+            // The recorder must exist before a handle is taken, or the
+            // handle would count into nothing.
+            install();
+            self.values
+                .map(|v| (self.register)(self.name, self.label, v))
+        });
+        let i = self.values.iter().position(|v| *v == value)?;
+        handles.get(i)
+    }
+}
 
-/// Counts one gated request under `outcome`.
-pub fn count_gate(outcome: &'static str) {
-    static HOT: OnceLock<[Counter; GATE_OUTCOMES.len()]> = OnceLock::new();
-    let hot = HOT.get_or_init(|| {
-        install();
-        GATE_OUTCOMES.map(|o| metrics::counter!("anteroom_gate_requests_total", "outcome" => o))
-    });
-    match GATE_OUTCOMES.iter().position(|o| *o == outcome) {
-        Some(i) => hot[i].increment(1),
-        None => {
-            metrics::counter!("anteroom_gate_requests_total", "outcome" => outcome).increment(1)
+impl<const N: usize> Labelled<Counter, N> {
+    pub const fn counter(
+        name: &'static str,
+        label: &'static str,
+        values: [&'static str; N],
+    ) -> Self {
+        Self {
+            name,
+            label,
+            values,
+            register: |name, label, value| metrics::counter!(name, label => value),
+            handles: OnceLock::new(),
+        }
+    }
+
+    pub fn increment(&self, value: &'static str, by: u64) {
+        match self.get(value) {
+            Some(c) => c.increment(by),
+            None => metrics::counter!(self.name, self.label => value).increment(by),
         }
     }
 }
+
+impl<const N: usize> Labelled<Histogram, N> {
+    pub const fn histogram(
+        name: &'static str,
+        label: &'static str,
+        values: [&'static str; N],
+    ) -> Self {
+        Self {
+            name,
+            label,
+            values,
+            register: |name, label, value| metrics::histogram!(name, label => value),
+            handles: OnceLock::new(),
+        }
+    }
+
+    pub fn record(&self, value: &'static str, sample: f64) {
+        match self.get(value) {
+            Some(h) => h.record(sample),
+            None => metrics::histogram!(self.name, self.label => value).record(sample),
+        }
+    }
+}
+
+/// Every store call [`timed_store`] times.
+static STORE_LATENCY: Labelled<Histogram, 11> = Labelled::histogram(
+    "anteroom_store_latency_seconds",
+    "op",
+    [
+        "status",
+        "join",
+        "redeem",
+        "release",
+        "now",
+        "admit",
+        "claim_tick",
+        "stream_tick",
+        "stats",
+        "hold_share",
+        "admin_state",
+    ],
+);
+
+/// `anteroom_gate_requests_total{outcome}`: counted on every gated request.
+static GATE_OUTCOMES: Labelled<Counter, 3> = Labelled::counter(
+    "anteroom_gate_requests_total",
+    "outcome",
+    ["forwarded", "queued", "unprotected"],
+);
+
+/// Counts one gated request under `outcome`.
+pub fn count_gate(outcome: &'static str) {
+    GATE_OUTCOMES.increment(outcome, 1);
+}
+
+/// `anteroom_rejections_total{reason}` counted by the gate and the proxy: a
+/// waiting crowd is turned away at the gate on every page it asks for.
+/// (`error`, below this module, counts the API's refusals itself.)
+pub static REJECTIONS: Labelled<Counter, 2> = Labelled::counter(
+    "anteroom_rejections_total",
+    "reason",
+    ["queued", "upgrade_not_supported"],
+);
+
+/// `anteroom_bot_risk_total{level}`: one per join.
+pub static BOT_RISK: Labelled<Counter, 3> = Labelled::counter(
+    "anteroom_bot_risk_total",
+    "level",
+    ["low", "medium", "high"],
+);
 
 /// The proxy's latency to the origin's answer head, its handle looked up once.
 pub fn proxy_latency() -> &'static Histogram {
@@ -218,5 +299,44 @@ impl EventCounters {
 impl std::fmt::Debug for EventCounters {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("EventCounters").finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_labelled_counter_counts_listed_and_unlisted_values() {
+        static COUNTS: Labelled<Counter, 2> =
+            Labelled::counter("anteroom_test_labelled_total", "kind", ["a", "b"]);
+        COUNTS.increment("a", 2);
+        COUNTS.increment("unlisted", 1);
+        COUNTS.increment("a", 1);
+        let text = render();
+        assert!(
+            text.contains("anteroom_test_labelled_total{kind=\"a\"} 3"),
+            "{text}"
+        );
+        assert!(
+            text.contains("anteroom_test_labelled_total{kind=\"unlisted\"} 1"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("anteroom_test_labelled_total{kind=\"b\"} 1"),
+            "{text}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_timed_store_call_is_recorded_under_its_operation() {
+        let value = timed_store("now", async { 7 }).await;
+        assert_eq!(value, 7);
+        timed_store("unlisted_op", async {}).await;
+        let text = render();
+        for op in ["now", "unlisted_op"] {
+            let count = format!("anteroom_store_latency_seconds_count{{op=\"{op}\"}}");
+            assert!(text.contains(&count), "{op} not recorded:\n{text}");
+        }
     }
 }

@@ -73,7 +73,9 @@ pub struct Answer<'r> {
 const IDLE_POLL_MS: u64 = 5_000;
 
 impl QueuePosition {
-    fn bare(state: &AppState, rt: &EventRuntime, status: Status, poll_after_ms: u64) -> Self {
+    /// `now` is the request's one reading of the node's clock (each read
+    /// is a call into the vDSO, and a poll read it five times).
+    fn bare(rt: &EventRuntime, now: i64, status: Status, poll_after_ms: u64) -> Self {
         Self {
             event_id: rt.id().as_str().to_owned(),
             status,
@@ -86,7 +88,7 @@ impl QueuePosition {
             poll_after_ms,
             token: None,
             redirect: None,
-            timestamp: rfc3339_ms(state.now_ms()),
+            timestamp: rfc3339_ms(now),
             opens_at: None,
             pre_window_starts_at: None,
         }
@@ -94,7 +96,7 @@ impl QueuePosition {
 
     /// The answer while the store cannot be reached for this event.
     pub fn draining(state: &AppState, rt: &EventRuntime) -> Self {
-        Self::bare(state, rt, Status::Draining, IDLE_POLL_MS)
+        Self::bare(rt, state.now_ms(), Status::Draining, IDLE_POLL_MS)
     }
 
     /// The position of `member` whose store state is `member_state`.
@@ -111,7 +113,7 @@ impl QueuePosition {
         let pre_window = i64::try_from(rt.config.pre_window.as_millis()).unwrap_or(i64::MAX);
         let phase = phase(now, rt.config.opens_at_ms, pre_window, admin);
         match (phase, member_state) {
-            (Phase::Closed, _) => Self::bare(state, rt, Status::Closed, IDLE_POLL_MS * 6),
+            (Phase::Closed, _) => Self::bare(rt, now, Status::Closed, IDLE_POLL_MS * 6),
             (
                 _,
                 MemberState::Admitted {
@@ -119,7 +121,7 @@ impl QueuePosition {
                     expires_at_us,
                 },
             ) => {
-                let mut p = Self::bare(state, rt, Status::Admitted, 1_000);
+                let mut p = Self::bare(rt, now, Status::Admitted, 1_000);
                 let token = admission_token(state, rt, member, *nonce, *expires_at_us, now);
                 p.redirect = Some(format!(
                     "/api/queue/redeem?eventId={}&token={}&return={}",
@@ -130,9 +132,9 @@ impl QueuePosition {
                 p.token = Some(token);
                 p
             }
-            (_, MemberState::Active { .. }) => Self::bare(state, rt, Status::Active, IDLE_POLL_MS),
+            (_, MemberState::Active { .. }) => Self::bare(rt, now, Status::Active, IDLE_POLL_MS),
             (Phase::Scheduled | Phase::PreQueue, _) => {
-                let mut p = Self::bare(state, rt, Status::NotOpen, IDLE_POLL_MS);
+                let mut p = Self::bare(rt, now, Status::NotOpen, IDLE_POLL_MS);
                 p.opens_at = rt.config.opens_at_ms.map(rfc3339_ms);
                 p.pre_window_starts_at = rt
                     .config
@@ -146,9 +148,9 @@ impl QueuePosition {
                 } else {
                     Status::Waiting
                 };
-                waiting(state, rt, status, *rank, *queue_length, lang)
+                waiting(rt, now, status, *rank, *queue_length, lang)
             }
-            (_, MemberState::None) => Self::bare(state, rt, Status::None, IDLE_POLL_MS),
+            (_, MemberState::None) => Self::bare(rt, now, Status::None, IDLE_POLL_MS),
         }
     }
 
@@ -282,8 +284,8 @@ impl<'o> JsonObject<'o> {
 }
 
 fn waiting(
-    state: &AppState,
     rt: &EventRuntime,
+    now: i64,
     status: Status,
     rank: u64,
     len: u64,
@@ -297,15 +299,15 @@ fn waiting(
     let (estimate, poll_basis): (Option<Estimate>, Option<Estimate>) = if status == Status::Waiting
     {
         let feed = crate::locks::lock(&rt.live.admission.eta);
-        let e = feed.estimate(state.now_ms(), rank);
+        let e = feed.estimate(now, rank);
         (e, e.or_else(|| feed.poll_basis(rank)))
     } else {
         (None, None)
     };
     let jitter = rand::random::<f64>();
     let mut p = QueuePosition::bare(
-        state,
         rt,
+        now,
         status,
         eta::poll_after_ms(rank, poll_basis, jitter),
     );

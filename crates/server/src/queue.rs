@@ -92,7 +92,7 @@ impl<'r> Queue<'r> {
     /// ACTIVE), or DRAINING for everybody else while the event drains.
     pub fn drain_answer(&self, member: &str, answer: Answer<'_>) -> Option<QueuePosition> {
         let drain = self.drain();
-        if let Some(s) = drain.local_answer(member, self.state.now_ms()) {
+        if let Some(s) = drain.local_answer(member, || self.state.now_ms()) {
             return Some(QueuePosition::build(
                 self.state, self.rt, member, &s, answer,
             ));

@@ -191,17 +191,26 @@ impl RiskWindow {
     fn bucket(&self, event: &EventId, now_ms: i64, update: impl FnOnce(&mut Bucket)) {
         let second = now_ms.div_euclid(1000);
         let mut events = self.events.lock().unwrap_or_else(|p| p.into_inner());
-        let buckets = events
-            .entry(event.clone())
-            .or_insert([Bucket::default(); 60]);
-        let b = &mut buckets[slot(second)];
-        if b.second != second {
-            *b = Bucket {
-                second,
-                ..Bucket::default()
-            };
+        let touch = |buckets: &mut [Bucket; 60]| {
+            let b = &mut buckets[slot(second)];
+            if b.second != second {
+                *b = Bucket {
+                    second,
+                    ..Bucket::default()
+                };
+            }
+            update(b);
+        };
+        // The event is nearly always known: its id is copied once, not per
+        // first contact.
+        if let Some(buckets) = events.get_mut(event) {
+            return touch(buckets);
         }
-        update(b);
+        touch(
+            events
+                .entry(event.clone())
+                .or_insert([Bucket::default(); 60]),
+        );
     }
 
     /// `(total, risky, challenged)` first contacts in the 60 s up to `now_ms`.

@@ -268,7 +268,7 @@ fn admit_locally(state: &AppState, rt: &EventRuntime) {
     if room == 0 {
         return;
     }
-    let front: Vec<String> = inner
+    let front: Vec<String> = drain
         .ranks
         .take_front(room)
         .into_iter()
@@ -306,7 +306,7 @@ fn admit_locally(state: &AppState, rt: &EventRuntime) {
                 "drain journal write failed; admitting nobody");
             // Back to the front, in the same order, for the next try.
             for (i, (_, l)) in admitted.iter().enumerate() {
-                inner.ranks.note(&l.member, i as u64);
+                drain.ranks.note(&l.member, i as u64);
             }
             return;
         }

@@ -72,8 +72,7 @@ pub(super) fn check_asked(headers: &HeaderMap) -> Result<(), ProxyError> {
         [] => Ok(()),
         [one] if websocket(one) => Ok(()),
         _ => {
-            metrics::counter!("anteroom_rejections_total", "reason" => "upgrade_not_supported")
-                .increment(1);
+            crate::metrics::REJECTIONS.increment("upgrade_not_supported", 1);
             Err(ProxyError::UpgradeRefused)
         }
     }

@@ -35,13 +35,15 @@ pub struct DrainState {
     /// so a refused connection drains within milliseconds.
     pub(crate) wake: tokio::sync::Notify,
     pub(crate) inner: Mutex<Inner>,
+    /// The last known ranks (the front is taken under `inner`'s lock, so a
+    /// request's note takes only a shard of these, never `inner`).
+    pub(crate) ranks: cache::Ranks,
     /// Where this node's drain admissions go before they are answered.
     pub(crate) journal: OnceLock<EventJournal>,
 }
 
 #[derive(Debug, Default)]
 pub(crate) struct Inner {
-    pub(crate) ranks: cache::RankCache,
     /// Node time (ms) this drain started, for logs and figures.
     pub(crate) since_ms: Option<i64>,
     /// Capacity already taken at the last refresh: active + outstanding.
@@ -77,10 +79,9 @@ impl DrainState {
 
     /// Remembers what the store said about `member` (position/enter answers).
     pub fn note(&self, member: &str, state: &MemberState) {
-        let mut inner = lock(&self.inner);
         match state {
-            MemberState::Waiting { rank, .. } => inner.ranks.note(member, *rank),
-            _ => inner.ranks.forget(member),
+            MemberState::Waiting { rank, .. } => self.ranks.note(member, *rank),
+            _ => self.ranks.forget(member),
         }
     }
 
@@ -102,10 +103,12 @@ impl DrainState {
         lock(&self.inner).since_ms
     }
 
-    pub fn local_answer(&self, member: &str, now_ms: i64) -> Option<MemberState> {
+    /// `now_ms` is read only when this node holds drain admissions.
+    pub fn local_answer(&self, member: &str, now_ms: impl FnOnce() -> i64) -> Option<MemberState> {
         if !self.any_local.load(Ordering::Acquire) {
             return None;
         }
+        let now_ms = now_ms();
         let inner = lock(&self.inner);
         let nonce = inner.by_member.get(member)?;
         let local = inner.local.get(nonce)?;

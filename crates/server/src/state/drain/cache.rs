@@ -9,8 +9,16 @@
 //! insertion, with two copies of the member id.) Bounded: past twice its
 //! limit, the visitors furthest back are forgotten down to the limit, since
 //! drain admissions start at the front and would reach them last anyway.
+//!
+//! Kept in shards by member, each behind its own lock ([`Ranks`]): every
+//! poll and join of every event loop notes its visitor, and one lock shared
+//! by the loops moved its cache line from core to core on nearly every
+//! request (the unlock alone was about 1 % of a join's CPU in `perf`).
 
 use std::collections::HashMap;
+use std::sync::Mutex;
+
+use crate::locks::lock;
 
 /// Most visitors remembered per event and node (about 100 bytes each; up
 /// to twice as many between two prunings).
@@ -62,9 +70,9 @@ impl RankCache {
         self.by_member.remove(member);
     }
 
-    /// Takes the `n` front-most remembered visitors out of the cache, front
-    /// first (ties in member order, so the answer is the same every time).
-    pub fn take_front(&mut self, n: usize) -> Vec<String> {
+    /// The `n` front-most remembered visitors with their ranks, front first
+    /// (ties in member order, so the answer is the same every time).
+    pub fn front(&self, n: usize) -> Vec<(u64, String)> {
         if n == 0 || self.by_member.is_empty() {
             return Vec::new();
         }
@@ -74,11 +82,17 @@ impl RankCache {
             all.truncate(n);
         }
         all.sort_unstable();
-        let front: Vec<String> = all.into_iter().map(|(_, m)| m.to_owned()).collect();
-        for m in &front {
+        all.into_iter().map(|(r, m)| (r, m.to_owned())).collect()
+    }
+
+    /// Takes the `n` front-most remembered visitors out of the cache, front
+    /// first (see [`RankCache::front`]).
+    pub fn take_front(&mut self, n: usize) -> Vec<String> {
+        let front = self.front(n);
+        for (_, m) in &front {
             self.by_member.remove(m.as_str());
         }
-        front
+        front.into_iter().map(|(_, m)| m).collect()
     }
 
     pub fn len(&self) -> usize {
@@ -87,6 +101,79 @@ impl RankCache {
 
     pub fn is_empty(&self) -> bool {
         self.by_member.is_empty()
+    }
+}
+
+/// Shards of the rank cache; a visitor always lives in the same one.
+const SHARDS: usize = 16;
+
+/// The rank cache of one event on this node, in shards by member.
+#[derive(Debug)]
+pub struct Ranks {
+    shards: Box<[Mutex<RankCache>]>,
+}
+
+impl Default for Ranks {
+    fn default() -> Self {
+        Self::with_limit(MAX_REMEMBERED)
+    }
+}
+
+impl Ranks {
+    /// About `limit` visitors in all: each shard keeps its own front-most
+    /// share of them.
+    pub fn with_limit(limit: usize) -> Self {
+        let each = limit.div_ceil(SHARDS);
+        Self {
+            shards: (0..SHARDS)
+                .map(|_| Mutex::new(RankCache::with_limit(each)))
+                .collect(),
+        }
+    }
+
+    fn shard(&self, member: &str) -> &Mutex<RankCache> {
+        // Only spreads the visitors: each shard is a keyed hash map of its
+        // own, so a chosen id can crowd a shard but not slow its lookups.
+        let h = member.bytes().fold(0usize, |h, b| {
+            h.wrapping_mul(31).wrapping_add(usize::from(b))
+        });
+        &self.shards[h % SHARDS]
+    }
+
+    /// Remembers `member` at `rank` (its latest answer replaces older ones).
+    pub fn note(&self, member: &str, rank: u64) {
+        lock(self.shard(member)).note(member, rank);
+    }
+
+    /// Forgets `member` (admitted, active, gone).
+    pub fn forget(&self, member: &str) {
+        lock(self.shard(member)).forget(member);
+    }
+
+    /// Takes the `n` front-most remembered visitors out of the cache, front
+    /// first (ties in member order). The front of all is among the fronts
+    /// of the shards; a visitor noted anew meanwhile keeps the newer rank.
+    pub fn take_front(&self, n: usize) -> Vec<String> {
+        let mut all: Vec<(u64, String)> = Vec::new();
+        for shard in self.shards.iter() {
+            all.extend(lock(shard).front(n));
+        }
+        all.sort_unstable();
+        all.truncate(n);
+        all.into_iter()
+            .map(|(_, m)| {
+                self.forget(&m);
+                m
+            })
+            .collect()
+    }
+
+    pub fn len(&self) -> usize {
+        self.shards.iter().map(|s| lock(s).len()).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 }
 
@@ -117,6 +204,41 @@ mod tests {
         assert!(c.is_empty());
     }
 
+    #[test]
+    fn the_shards_together_keep_the_front_past_their_limit() {
+        let ranks = Ranks::with_limit(1600);
+        // Four times the limit, back to front: each shard prunes its back
+        // several times on the way.
+        for i in (0..6400u64).rev() {
+            ranks.note(&format!("m{i}"), i);
+        }
+        assert!(ranks.len() <= 2 * 1600, "{} remembered", ranks.len());
+        let expected: Vec<String> = (0..400).map(|i| format!("m{i}")).collect();
+        assert_eq!(ranks.take_front(400), expected);
+        // Taken out: the next front follows on.
+        assert_eq!(ranks.take_front(1), vec!["m400".to_owned()]);
+    }
+
+    #[test]
+    fn notes_from_many_threads_are_all_kept() {
+        let ranks = Ranks::with_limit(100_000);
+        std::thread::scope(|s| {
+            for t in 0..4u64 {
+                let ranks = &ranks;
+                s.spawn(move || {
+                    for i in 0..1000u64 {
+                        ranks.note(&format!("t{t}-{i}"), t * 1000 + i);
+                    }
+                });
+            }
+        });
+        assert_eq!(ranks.len(), 4000);
+        assert_eq!(
+            ranks.take_front(2),
+            vec!["t0-0".to_owned(), "t0-1".to_owned()]
+        );
+    }
+
     proptest::proptest! {
         /// Whatever is noted and forgotten, the front taken is the visitors
         /// with the lowest latest ranks, in rank order.
@@ -125,7 +247,7 @@ mod tests {
             steps in proptest::collection::vec((0u8..40, 0u64..100, proptest::bool::weighted(0.1)), 0..300),
             n in 0usize..50,
         ) {
-            let mut c = RankCache::with_limit(1000);
+            let c = Ranks::with_limit(16_000);
             let mut model: std::collections::BTreeMap<String, u64> = Default::default();
             for (m, rank, forget) in steps {
                 let m = format!("m{m}");
