@@ -40,6 +40,7 @@ use std::thread::JoinHandle;
 
 use anteroom_core::phase::AdminState;
 use anteroom_core::score::JoinScoring;
+use arc_swap::ArcSwap;
 use async_trait::async_trait;
 use redb::Database;
 use tokio::sync::oneshot;
@@ -141,7 +142,14 @@ struct Inner {
     /// call reopens it (redb refuses every call after an I/O error).
     meta: Mutex<Option<Database>>,
     meta_path: PathBuf,
+    /// The events' handles, changed under this lock (an event started or
+    /// deleted) and published to `published` as each change is made.
     events: Mutex<HashMap<EventId, Arc<EventHandle>>>,
+    /// What `events` holds, read without a lock: every store call of every
+    /// request finds its event here, and one lock shared by the event loops
+    /// (with a reference count taken and dropped per call) moved its cache
+    /// line from core to core on nearly every request.
+    published: ArcSwap<HashMap<EventId, Arc<EventHandle>>>,
     admin: Mutex<HashMap<EventId, AdminState>>,
     ticks: Mutex<HashMap<(EventId, u64), i64>>,
     /// Per event, the nodes' holds (`hold_share`). In memory: one
@@ -238,6 +246,7 @@ impl EmbeddedStore {
                 meta: Mutex::new(Some(meta)),
                 meta_path,
                 events: Mutex::new(HashMap::new()),
+                published: ArcSwap::default(),
                 admin: Mutex::new(admin),
                 ticks: Mutex::new(HashMap::new()),
                 shares: Mutex::new(HashMap::new()),
@@ -280,6 +289,7 @@ impl EmbeddedStore {
             let (id, h) = r?;
             events.insert(id, h);
         }
+        store.publish(&events);
         drop(events);
         Ok(store)
     }
@@ -336,6 +346,9 @@ impl EmbeddedStore {
 
     /// The event's handle, starting it on first use.
     fn event(&self, id: &EventId) -> Result<Arc<EventHandle>> {
+        if let Some(h) = self.inner.published.load().get(id) {
+            return Ok(h.clone());
+        }
         let mut events = locked(&self.inner.events);
         if let Some(h) = events.get(id) {
             return Ok(h.clone());
@@ -345,23 +358,45 @@ impl EmbeddedStore {
         // cannot take the new file now may later: the event drains meanwhile.
         let h = self.start_event(id).map_err(disk_down)?;
         events.insert(id.clone(), h.clone());
+        self.publish(&events);
         Ok(h)
+    }
+
+    /// Runs `f` on the event's handle, found without a lock or a reference
+    /// count taken in the common case (see `Inner::published`).
+    fn with_event<T>(&self, id: &EventId, f: impl FnOnce(&EventHandle) -> Result<T>) -> Result<T> {
+        let published = self.inner.published.load();
+        match published.get(id) {
+            Some(h) => f(h),
+            None => {
+                drop(published);
+                let h = self.event(id)?;
+                f(&h)
+            }
+        }
+    }
+
+    /// Makes `events` what readers find; called under its lock, after each
+    /// change.
+    fn publish(&self, events: &HashMap<EventId, Arc<EventHandle>>) {
+        self.inner.published.store(Arc::new(events.clone()));
     }
 
     /// Sends the event's actor the operation `op` builds around its reply
     /// sender, and awaits the answer (after the commit).
     async fn call<T>(&self, id: &EventId, op: impl FnOnce(ReplyTo<T>) -> Op) -> Result<T> {
-        let h = self.event(id)?;
         let (tx, rx) = oneshot::channel();
         let op = op(ReplyTo::here(tx));
-        let op = match actor::apply_inline(&h.state, &self.inner.opts.clock, &h.to_disk, op) {
-            Ok(()) => return rx.await.map_err(|_| actor_stopped(id))?,
-            Err(op) => op,
-        };
-        let sent = locked(&h.tx).as_ref().map(|s| s.send(op).is_ok());
-        if sent != Some(true) {
-            return Err(actor_stopped(id));
-        }
+        self.with_event(id, |h| {
+            let Err(op) = actor::apply_inline(&h.state, &self.inner.opts.clock, &h.to_disk, op)
+            else {
+                return Ok(());
+            };
+            match locked(&h.tx).as_ref().map(|s| s.send(op).is_ok()) {
+                Some(true) => Ok(()),
+                _ => Err(actor_stopped(id)),
+            }
+        })?;
         rx.await.map_err(|_| actor_stopped(id))?
     }
 
@@ -372,13 +407,14 @@ impl EmbeddedStore {
 
     /// Runs a read on the event's memory at the canonical time.
     fn read<T>(&self, id: &EventId, f: impl FnOnce(&mut EventState, i64) -> T) -> Result<T> {
-        let h = self.event(id)?;
-        let mut st = lock(&h.state);
-        if let Some(why) = &st.down {
-            return Err(StoreError::Unavailable(why.clone()));
-        }
-        let now_us = st.peek(self.clock_us());
-        Ok(f(&mut st, now_us))
+        self.with_event(id, |h| {
+            let mut st = lock(&h.state);
+            if let Some(why) = &st.down {
+                return Err(StoreError::Unavailable(why.clone()));
+            }
+            let now_us = st.peek(self.clock_us());
+            Ok(f(&mut st, now_us))
+        })
     }
 
     /// Runs `f` on a read-only view of the event's queue. The event's actor
@@ -432,6 +468,7 @@ impl Drop for Inner {
     fn drop(&mut self) {
         // Closing the channels lets each actor commit what it holds and exit;
         // joining them closes the files, so the directory can be reopened.
+        self.published.store(Arc::default());
         let events: Vec<_> = locked(&self.events).drain().map(|(_, h)| h).collect();
         for h in &events {
             locked(&h.tx).take();
@@ -685,7 +722,12 @@ impl QueueStore for EmbeddedStore {
 
     async fn delete_event(&self, event: &EventId) -> Result<()> {
         // The actor commits what it holds and stops before its file goes.
-        let handle = locked(&self.inner.events).remove(event);
+        let handle = {
+            let mut events = locked(&self.inner.events);
+            let handle = events.remove(event);
+            self.publish(&events);
+            handle
+        };
         let file = self.event_path(event);
         tokio::task::spawn_blocking(move || {
             if let Some(h) = handle {
