@@ -152,73 +152,66 @@ pub struct Labelled<H: 'static, const N: usize> {
     name: &'static str,
     label: &'static str,
     values: [&'static str; N],
-    register: fn(&'static str, &'static str, &'static str) -> H,
     handles: OnceLock<[H; N]>,
 }
 
-impl<H, const N: usize> Labelled<H, N> {
-    /// The handle for `value`; `None` for a value not in the list.
-    fn get(&self, value: &str) -> Option<&H> {
+/// A metric handle that can be registered under one label.
+pub trait Register: Sized + 'static {
+    fn register(name: &'static str, label: &'static str, value: &'static str) -> Self;
+}
+
+impl Register for Counter {
+    fn register(name: &'static str, label: &'static str, value: &'static str) -> Self {
+        metrics::counter!(name, label => value)
+    }
+}
+
+impl Register for Histogram {
+    fn register(name: &'static str, label: &'static str, value: &'static str) -> Self {
+        metrics::histogram!(name, label => value)
+    }
+}
+
+impl<H: Register, const N: usize> Labelled<H, N> {
+    pub const fn new(name: &'static str, label: &'static str, values: [&'static str; N]) -> Self {
+        Self {
+            name,
+            label,
+            values,
+            handles: OnceLock::new(),
+        }
+    }
+
+    /// Runs `f` on the handle of `value`: the one taken once for a listed
+    /// value, or one registered now for any other.
+    fn with(&self, value: &'static str, f: impl FnOnce(&H)) {
         let handles = self.handles.get_or_init(|| {
             // The recorder must exist before a handle is taken, or the
             // handle would count into nothing.
             install();
-            self.values
-                .map(|v| (self.register)(self.name, self.label, v))
+            self.values.map(|v| H::register(self.name, self.label, v))
         });
-        let i = self.values.iter().position(|v| *v == value)?;
-        handles.get(i)
+        match self.values.iter().position(|v| *v == value) {
+            Some(i) => f(&handles[i]),
+            None => f(&H::register(self.name, self.label, value)),
+        }
     }
 }
 
 impl<const N: usize> Labelled<Counter, N> {
-    pub const fn counter(
-        name: &'static str,
-        label: &'static str,
-        values: [&'static str; N],
-    ) -> Self {
-        Self {
-            name,
-            label,
-            values,
-            register: |name, label, value| metrics::counter!(name, label => value),
-            handles: OnceLock::new(),
-        }
-    }
-
     pub fn increment(&self, value: &'static str, by: u64) {
-        match self.get(value) {
-            Some(c) => c.increment(by),
-            None => metrics::counter!(self.name, self.label => value).increment(by),
-        }
+        self.with(value, |c| c.increment(by));
     }
 }
 
 impl<const N: usize> Labelled<Histogram, N> {
-    pub const fn histogram(
-        name: &'static str,
-        label: &'static str,
-        values: [&'static str; N],
-    ) -> Self {
-        Self {
-            name,
-            label,
-            values,
-            register: |name, label, value| metrics::histogram!(name, label => value),
-            handles: OnceLock::new(),
-        }
-    }
-
     pub fn record(&self, value: &'static str, sample: f64) {
-        match self.get(value) {
-            Some(h) => h.record(sample),
-            None => metrics::histogram!(self.name, self.label => value).record(sample),
-        }
+        self.with(value, |h| h.record(sample));
     }
 }
 
 /// Every store call [`timed_store`] times.
-static STORE_LATENCY: Labelled<Histogram, 11> = Labelled::histogram(
+static STORE_LATENCY: Labelled<Histogram, 11> = Labelled::new(
     "anteroom_store_latency_seconds",
     "op",
     [
@@ -237,7 +230,7 @@ static STORE_LATENCY: Labelled<Histogram, 11> = Labelled::histogram(
 );
 
 /// `anteroom_gate_requests_total{outcome}`: counted on every gated request.
-static GATE_OUTCOMES: Labelled<Counter, 3> = Labelled::counter(
+static GATE_OUTCOMES: Labelled<Counter, 3> = Labelled::new(
     "anteroom_gate_requests_total",
     "outcome",
     ["forwarded", "queued", "unprotected"],
@@ -251,14 +244,14 @@ pub fn count_gate(outcome: &'static str) {
 /// `anteroom_rejections_total{reason}` counted by the gate and the proxy: a
 /// waiting crowd is turned away at the gate on every page it asks for.
 /// (`error`, below this module, counts the API's refusals itself.)
-pub static REJECTIONS: Labelled<Counter, 2> = Labelled::counter(
+pub static REJECTIONS: Labelled<Counter, 2> = Labelled::new(
     "anteroom_rejections_total",
     "reason",
     ["queued", "upgrade_not_supported"],
 );
 
 /// `anteroom_bot_risk_total{level}`: one per join.
-pub static BOT_RISK: Labelled<Counter, 3> = Labelled::counter(
+pub static BOT_RISK: Labelled<Counter, 3> = Labelled::new(
     "anteroom_bot_risk_total",
     "level",
     ["low", "medium", "high"],
@@ -309,7 +302,7 @@ mod tests {
     #[test]
     fn a_labelled_counter_counts_listed_and_unlisted_values() {
         static COUNTS: Labelled<Counter, 2> =
-            Labelled::counter("anteroom_test_labelled_total", "kind", ["a", "b"]);
+            Labelled::new("anteroom_test_labelled_total", "kind", ["a", "b"]);
         COUNTS.increment("a", 2);
         COUNTS.increment("unlisted", 1);
         COUNTS.increment("a", 1);
