@@ -344,11 +344,9 @@ impl EmbeddedStore {
         }))
     }
 
-    /// The event's handle, starting it on first use.
+    /// The event's handle, starting it on first use; under the lock (the
+    /// request path looks in `published` first: see [`Self::with_event`]).
     fn event(&self, id: &EventId) -> Result<Arc<EventHandle>> {
-        if let Some(h) = self.inner.published.load().get(id) {
-            return Ok(h.clone());
-        }
         let mut events = locked(&self.inner.events);
         if let Some(h) = events.get(id) {
             return Ok(h.clone());

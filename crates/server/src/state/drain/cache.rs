@@ -152,7 +152,8 @@ impl Ranks {
 
     /// Takes the `n` front-most remembered visitors out of the cache, front
     /// first (ties in member order). The front of all is among the fronts
-    /// of the shards; a visitor noted anew meanwhile keeps the newer rank.
+    /// of the shards; a visitor noted anew between the look and the taking
+    /// is taken all the same (it was at the front a moment before).
     pub fn take_front(&self, n: usize) -> Vec<String> {
         let mut all: Vec<(u64, String)> = Vec::new();
         for shard in self.shards.iter() {
