@@ -249,7 +249,9 @@ pub async fn tick_once(
         max: room.min(nonces.len() as u64),
         max_active,
         nonces,
-        token_expires_at_us: now_us.saturating_add(micros(rt.config.token_ttl)),
+        // The store stamps the expiry at its pop: `now_us` is older by the
+        // round trips above, and another node may have admitted in between.
+        token_ttl_us: micros(rt.config.token_ttl),
     };
     let admitted = timed_store("admit", store.admit(id, &request)).await?.len() as u64;
     // Summed over the ticks of a second, reported at its full tick.

@@ -350,7 +350,7 @@ async fn settle(store: &Arc<dyn QueueStore>, event: &EventId) -> anyhow::Result<
 /// changes are settled first (see [`settle`]): the figure is admissions alone.
 async fn admits(store: &Arc<dyn QueueStore>, event: &EventId, total: u64) -> anyhow::Result<f64> {
     settle(store, event).await?;
-    let exp = store.now_us(event).await? + 3_600_000_000;
+    let ttl = 3_600_000_000;
     let left = Arc::new(AtomicU64::new(total));
     let start = Instant::now();
     let mut handles = Vec::new();
@@ -370,7 +370,7 @@ async fn admits(store: &Arc<dyn QueueStore>, event: &EventId, total: u64) -> any
                     max: step,
                     max_active: u64::MAX,
                     nonces: (0..step).map(|_| rand::random()).collect(),
-                    token_expires_at_us: exp,
+                    token_ttl_us: ttl,
                 };
                 let got = store.admit(&event, &req).await?.len() as u64;
                 if got != step {

@@ -150,8 +150,14 @@ pub struct AdmitRequest {
     pub max_active: u64,
     /// One fresh random nonce per possible admission; `nonces.len() >= max`.
     pub nonces: Vec<Nonce>,
-    /// Absolute expiry (canonical µs) of the tokens issued by this step.
-    pub token_expires_at_us: i64,
+    /// How long the tokens issued by this step last, counted from the
+    /// store's canonical clock at the moment it takes them from the queue.
+    /// The store stamps the expiry itself, so a token's issue time is its
+    /// admission's own instant: a step that reaches the store late (several
+    /// nodes' ticks overlapping, a slow round trip) must not give later ranks
+    /// an earlier issue time than the ranks another node admitted before them.
+    /// Negative: issued already expired (the sweep's tests).
+    pub token_ttl_us: i64,
 }
 
 /// What a gateway node asks of [`QueueStore::hold_share`].

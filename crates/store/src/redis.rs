@@ -254,7 +254,9 @@ impl QueueStore for RedisStore {
         let mut call = scripts::ADMIT.call(&keys);
         call.arg(max)
             .arg(req.max_active)
-            .arg(req.token_expires_at_us);
+            // Lua counts in doubles: kept where `now + ttl` stays exact
+            // (2^52 µs is 142 years).
+            .arg(req.token_ttl_us.clamp(-(1 << 52), 1 << 52));
         for nonce in &req.nonces[..take] {
             call.arg(&token_entry(nonce)[..]);
         }

@@ -73,7 +73,7 @@ async fn restart_restores_every_position() {
             max: 5,
             max_active: 10,
             nonces: (0..5u8).map(|i| [i; 16]).collect(),
-            token_expires_at_us: t + 3_600_000_000,
+            token_ttl_us: 3_600_000_000,
         };
         let got = s.admit(&ev, &req).await.unwrap();
         s.redeem(&ev, &got[0].member, &got[0].nonce, t + 3_600_000_000)

@@ -35,12 +35,12 @@ fn nonces(n: usize, seed: u8) -> Vec<Nonce> {
         .collect()
 }
 
-fn admit_req(max: u64, max_active: u64, expires: i64, seed: u8) -> AdmitRequest {
+fn admit_req(max: u64, max_active: u64, ttl_us: i64, seed: u8) -> AdmitRequest {
     AdmitRequest {
         max,
         max_active,
         nonces: nonces(max as usize, seed),
-        token_expires_at_us: expires,
+        token_ttl_us: ttl_us,
     }
 }
 
@@ -220,20 +220,27 @@ async fn admit_redeem_extend_release() {
         s.join(&e, m, &open()).await.unwrap();
     }
     let now = s.now_us(&e).await.unwrap();
-    let exp = now + 60_000_000;
+    let exp = 60_000_000;
     // max_active caps active + outstanding.
     let got = s.admit(&e, &admit_req(10, 2, exp, 1)).await.unwrap();
+    let after = s.now_us(&e).await.unwrap();
     assert_eq!(
         got.iter().map(|a| a.member.as_str()).collect::<Vec<_>>(),
         ["a", "b"]
     );
     assert_eq!(got[0].nonce, nonces(10, 1)[0]);
-    assert_eq!(
-        s.status(&e, "a", Touch::Peek).await.unwrap(),
-        MemberState::Admitted {
-            nonce: got[0].nonce,
-            expires_at_us: exp
-        }
+    // The tokens last their lifetime from Redis's clock at the pop.
+    let MemberState::Admitted {
+        nonce,
+        expires_at_us,
+    } = s.status(&e, "a", Touch::Peek).await.unwrap()
+    else {
+        panic!("a is admitted");
+    };
+    assert_eq!(nonce, got[0].nonce);
+    assert!(
+        (now + exp..=after + exp).contains(&expires_at_us),
+        "{now} + {exp} <= {expires_at_us} <= {after} + {exp}"
     );
     assert!(
         s.admit(&e, &admit_req(10, 2, exp, 2))
@@ -318,7 +325,7 @@ async fn paused_or_closed_never_admits() {
         s.set_admin_state(&e, state).await.unwrap();
         assert_eq!(s.admin_state(&e).await.unwrap(), state);
         assert!(
-            s.admit(&e, &admit_req(5, 5, i64::MAX / 2, 1))
+            s.admit(&e, &admit_req(5, 5, 3_600_000_000, 1))
                 .await
                 .unwrap()
                 .is_empty()
@@ -326,7 +333,7 @@ async fn paused_or_closed_never_admits() {
     }
     s.set_admin_state(&e, AdminState::Running).await.unwrap();
     assert_eq!(
-        s.admit(&e, &admit_req(5, 5, i64::MAX / 2, 1))
+        s.admit(&e, &admit_req(5, 5, 3_600_000_000, 1))
             .await
             .unwrap()
             .len(),
@@ -344,12 +351,9 @@ async fn expire_sweeps_idle_waiters_tokens_and_sessions() {
     }
     let now = s.now_us(&e).await.unwrap();
     // Tokens and sessions that end right away.
-    let t = s.admit(&e, &admit_req(1, 10, now + 1, 1)).await.unwrap(); // w1
+    let t = s.admit(&e, &admit_req(1, 10, 1, 1)).await.unwrap(); // w1
     assert_eq!(t[0].member, "w1");
-    let t2 = s
-        .admit(&e, &admit_req(1, 10, now + 200_000, 2))
-        .await
-        .unwrap(); // w2
+    let t2 = s.admit(&e, &admit_req(1, 10, 200_000, 2)).await.unwrap(); // w2
     assert_eq!(
         s.redeem(&e, "w2", &t2[0].nonce, now + 1).await.unwrap(),
         RedeemOutcome::Redeemed
@@ -419,9 +423,7 @@ async fn reconcile_records_drain_admissions() {
     s.join(&e, "waiting", &open()).await.unwrap();
     s.join(&e, "admitted", &open()).await.unwrap();
     let now = s.now_us(&e).await.unwrap();
-    s.admit(&e, &admit_req(1, 10, now + 60_000_000, 1))
-        .await
-        .unwrap(); // "waiting" joined first
+    s.admit(&e, &admit_req(1, 10, 60_000_000, 1)).await.unwrap(); // "waiting" joined first
     let later = now + 90_000_000;
     let members: Vec<(String, i64)> = ["waiting", "admitted", "stranger"]
         .iter()
@@ -501,9 +503,8 @@ async fn scripts_reload_after_script_flush() {
         .unwrap();
     assert_eq!(cached, [false]);
     assert!(s.join(&e, "b", &open()).await.unwrap().new);
-    let now = s.now_us(&e).await.unwrap();
     assert_eq!(
-        s.admit(&e, &admit_req(2, 2, now + 10_000_000, 1))
+        s.admit(&e, &admit_req(2, 2, 10_000_000, 1))
             .await
             .unwrap()
             .len(),
@@ -621,7 +622,7 @@ async fn exercise(s: &RedisStore, e: &EventId) {
         s.join(e, &format!("m{i}"), &open()).await.unwrap();
     }
     let now = s.now_us(e).await.unwrap();
-    let got = s.admit(e, &admit_req(5, 10, now + 1, 1)).await.unwrap();
+    let got = s.admit(e, &admit_req(5, 10, 1, 1)).await.unwrap();
     s.redeem(e, &got[0].member, &got[0].nonce, now + 1)
         .await
         .unwrap();
@@ -771,14 +772,13 @@ async fn two_gateway_nodes_racing_admit_never_double_admit() {
     for j in joins {
         assert!(j.await.unwrap().new);
     }
-    let now = nodes[0].now_us(&e).await.unwrap();
     let max_active = 150;
     let mut tasks = Vec::new();
     for t in 0..40u8 {
         let s = nodes[usize::from(t) % 2].clone();
         let e = e.clone();
         tasks.push(tokio::spawn(async move {
-            s.admit(&e, &admit_req(7, max_active, now + 60_000_000, t))
+            s.admit(&e, &admit_req(7, max_active, 60_000_000, t))
                 .await
                 .unwrap()
         }));
@@ -841,11 +841,7 @@ async fn batched_joins_behave_like_lone_joins() {
     let s = Arc::new(store(&server).await);
     let e = event("batched");
     assert!(s.join(&e, "holder", &open()).await.unwrap().new);
-    let now = s.now_us(&e).await.unwrap();
-    let admitted = s
-        .admit(&e, &admit_req(1, 10, now + 60_000_000, 3))
-        .await
-        .unwrap();
+    let admitted = s.admit(&e, &admit_req(1, 10, 60_000_000, 3)).await.unwrap();
     assert_eq!(admitted.len(), 1);
 
     let mut calls = Vec::new();
@@ -911,11 +907,7 @@ async fn idle_expiry_through_join_batches() {
         assert!(s.join(&e, m, &open()).await.unwrap().new);
     }
     assert!(s.release(&e, "released").await.unwrap());
-    let now = s.now_us(&e).await.unwrap();
-    let t = s
-        .admit(&e, &admit_req(1, 10, now + 1_000, 4))
-        .await
-        .unwrap();
+    let t = s.admit(&e, &admit_req(1, 10, 1_000, 4)).await.unwrap();
     assert_eq!(t[0].member, "admitted");
     tokio::time::sleep(Duration::from_millis(3)).await;
     // The token has expired: the sweep frees its slot (and marks the member).
@@ -1048,7 +1040,7 @@ async fn another_nodes_admission_is_news_and_a_nodes_own_is_not() {
     anteroom_store::testing::wait_for_news_listeners(&server.url(), 2)
         .await
         .unwrap();
-    let exp = a.now_us(&e1).await.unwrap() + 60_000_000;
+    let exp = 60_000_000;
     // An admit call that admits nobody is no news.
     assert!(
         a.admit(&e1, &admit_req(5, 10, exp, 1))
@@ -1083,7 +1075,7 @@ async fn admission_news_resumes_after_the_subscription_is_cut() {
     let (a, b) = (store(&server).await, store(&server).await);
     let e = event("news-cut");
     let mut hears = b.admissions_elsewhere().unwrap();
-    let exp = a.now_us(&e).await.unwrap() + 60_000_000;
+    let exp = 60_000_000;
     // Admits one more visitor every 100 ms until B hears of it; news sent
     // while B is not subscribed is lost (it is a hint), so one admission
     // alone could go unheard.

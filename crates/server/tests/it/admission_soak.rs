@@ -195,7 +195,7 @@ async fn soak(seed: u64, mode: Mode) {
                     max: d.admit,
                     max_active: MAX_ACTIVE,
                     nonces: (0..d.admit).map(|_| rng.nonce()).collect(),
-                    token_expires_at_us: now + TOKEN_TTL_US,
+                    token_ttl_us: TOKEN_TTL_US,
                 };
                 admitted += store.admit(&ev, &req).await.unwrap().len() as u64;
                 check_cap(&store, &ev, "admit").await;

@@ -28,6 +28,7 @@ pub(crate) fn all() -> Vec<(&'static str, Check)> {
     checks![
         join_is_insert_if_absent,
         rank_after_admits,
+        admit_stamps_expiry_at_its_pop,
         admit_respects_max_and_max_active,
         admit_never_while_paused_or_closed,
         redeem_is_single_use,
@@ -80,13 +81,13 @@ pub(super) async fn admit(
     ev: &EventId,
     max: u64,
     max_active: u64,
-    exp: i64,
+    ttl_us: i64,
 ) -> Vec<crate::Admission> {
     let req = AdmitRequest {
         max,
         max_active,
         nonces: (0..max).map(|_| nonce()).collect(),
-        token_expires_at_us: exp,
+        token_ttl_us: ttl_us,
     };
     s.admit(ev, &req).await.unwrap()
 }
@@ -125,8 +126,7 @@ async fn join_is_insert_if_absent(s: Store, c: Ctx) {
 async fn rank_after_admits(s: Store, c: Ctx) {
     let ev = c.event("rank");
     let ms = join_n(&s, &ev, "m", 5).await;
-    let exp = now(&s, &ev).await + HOUR_US;
-    let got = admit(&s, &ev, 2, 100, exp).await;
+    let got = admit(&s, &ev, 2, 100, HOUR_US).await;
     let who: Vec<&str> = got.iter().map(|a| a.member.as_str()).collect();
     assert_eq!(
         who,
@@ -148,12 +148,9 @@ async fn rank_after_admits(s: Store, c: Ctx) {
         }
     );
     let st = s.status(&ev, &ms[0], Touch::Peek).await.unwrap();
-    assert_eq!(
-        st,
-        MemberState::Admitted {
-            nonce: got[0].nonce,
-            expires_at_us: exp
-        }
+    assert!(
+        matches!(st, MemberState::Admitted { nonce, .. } if nonce == got[0].nonce),
+        "{st:?}"
     );
     let sc = open_scoring(&*s, &ev).await;
     let j = s.join(&ev, &ms[0], &sc).await.unwrap();
@@ -163,23 +160,60 @@ async fn rank_after_admits(s: Store, c: Ctx) {
     );
 }
 
+/// A token's expiry is its lifetime counted from the store's clock when the
+/// admit takes it from the queue, not from whenever the caller read the
+/// clock: an admit that reaches the store late (another node's tick went
+/// first, a slow round trip) must not give later ranks an earlier issue time
+/// than the ranks admitted before them.
+async fn admit_stamps_expiry_at_its_pop(s: Store, c: Ctx) {
+    let ev = c.event("stamp");
+    let ms = join_n(&s, &ev, "m", 2).await;
+    let read = now(&s, &ev).await;
+    // The caller's clock read ages before its admit arrives.
+    let mut before = now(&s, &ev).await;
+    while before < read + 5_000 {
+        tokio::task::yield_now().await;
+        before = now(&s, &ev).await;
+    }
+    let got = admit(&s, &ev, 1, 10, HOUR_US).await;
+    let after = now(&s, &ev).await;
+    assert_eq!(got.len(), 1);
+    let MemberState::Admitted { expires_at_us, .. } =
+        s.status(&ev, &ms[0], Touch::Peek).await.unwrap()
+    else {
+        panic!("the first member is admitted");
+    };
+    assert!(
+        (before + HOUR_US..=after + HOUR_US).contains(&expires_at_us),
+        "expiry {expires_at_us} not within [{before}, {after}] + {HOUR_US}"
+    );
+    // Already over when the lifetime is negative.
+    admit(&s, &ev, 1, 10, -1).await;
+    let MemberState::Admitted { expires_at_us, .. } =
+        s.status(&ev, &ms[1], Touch::Peek).await.unwrap()
+    else {
+        panic!("the second member is admitted");
+    };
+    assert!(expires_at_us < now(&s, &ev).await);
+}
+
 async fn admit_respects_max_and_max_active(s: Store, c: Ctx) {
     let ev = c.event("caps");
     join_n(&s, &ev, "m", 10).await;
-    let exp = now(&s, &ev).await + HOUR_US;
+    let ttl = HOUR_US;
     assert_eq!(
-        admit(&s, &ev, 3, 5, exp).await.len(),
+        admit(&s, &ev, 3, 5, ttl).await.len(),
         3,
         "max bounds the step"
     );
     assert_eq!(
-        admit(&s, &ev, 10, 5, exp).await.len(),
+        admit(&s, &ev, 10, 5, ttl).await.len(),
         2,
         "outstanding tokens count against max_active"
     );
-    assert!(admit(&s, &ev, 10, 5, exp).await.is_empty(), "full");
+    assert!(admit(&s, &ev, 10, 5, ttl).await.is_empty(), "full");
     assert!(
-        admit(&s, &ev, 0, 100, exp).await.is_empty(),
+        admit(&s, &ev, 0, 100, ttl).await.is_empty(),
         "max 0 admits nobody"
     );
     assert_eq!(s.queue_length(&ev).await.unwrap(), 5);
@@ -188,16 +222,16 @@ async fn admit_respects_max_and_max_active(s: Store, c: Ctx) {
 async fn admit_never_while_paused_or_closed(s: Store, c: Ctx) {
     let ev = c.event("pause");
     join_n(&s, &ev, "m", 3).await;
-    let exp = now(&s, &ev).await + HOUR_US;
+    let ttl = HOUR_US;
     for state in [AdminState::Paused, AdminState::Closed] {
         s.set_admin_state(&ev, state).await.unwrap();
         assert!(
-            admit(&s, &ev, 3, 10, exp).await.is_empty(),
+            admit(&s, &ev, 3, 10, ttl).await.is_empty(),
             "no admission while {state:?}"
         );
     }
     s.set_admin_state(&ev, AdminState::Running).await.unwrap();
-    assert_eq!(admit(&s, &ev, 3, 10, exp).await.len(), 3);
+    assert_eq!(admit(&s, &ev, 3, 10, ttl).await.len(), 3);
 }
 
 async fn repeated_calls_are_idempotent(s: Store, c: Ctx) {
@@ -244,8 +278,7 @@ async fn events_side_by_side(s: Store, c: Ctx) {
             }
         }
     }
-    let exp = now(&s, &evs[0]).await + HOUR_US;
-    assert_eq!(admit(&s, &evs[0], 5, 100, exp).await.len(), 5);
+    assert_eq!(admit(&s, &evs[0], 5, 100, HOUR_US).await.len(), 5);
     for (i, ev) in evs.iter().enumerate() {
         let want = if i == 0 { 0 } else { 5 * (i as u64 + 1) };
         assert_eq!(
@@ -300,8 +333,7 @@ async fn concurrent_joins_get_distinct_ranks(s: Store, c: Ctx) {
 async fn concurrent_polls_agree_with_lone_ones(s: Store, c: Ctx) {
     let ev = c.event("polls");
     let mut members = join_n(&s, &ev, "p", 40).await;
-    let t = now(&s, &ev).await;
-    let got = admit(&s, &ev, 3, 100, t + HOUR_US).await;
+    let got = admit(&s, &ev, 3, 100, HOUR_US).await;
     assert_eq!(got.len(), 3);
     assert!(s.release(&ev, &members[10]).await.unwrap());
     members.push("never-joined".into());
@@ -366,7 +398,7 @@ async fn prewindow_and_behind_order(s: Store, c: Ctx) {
             "{m}"
         );
     }
-    let got = admit(&s, &ev, 2, 10, t + HOUR_US).await;
+    let got = admit(&s, &ev, 2, 10, HOUR_US).await;
     assert_eq!(
         got.iter().map(|a| a.member.as_str()).collect::<Vec<_>>(),
         ["p1", "p2"]

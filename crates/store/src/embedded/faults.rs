@@ -252,7 +252,7 @@ mod tests {
             max,
             max_active: 100,
             nonces: (0..max).map(|i| [seed; 16].map(|b| b ^ i as u8)).collect(),
-            token_expires_at_us: crate::embedded::system_clock_us() + 3_600_000_000,
+            token_ttl_us: 3_600_000_000,
         }
     }
 

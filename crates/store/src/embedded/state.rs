@@ -237,7 +237,7 @@ impl EventState {
         let slots = self.order.pop_front(&mut self.table, n);
         let mut out = Vec::with_capacity(slots.len());
         let mut grant = Vec::with_capacity(slots.len() * 50);
-        let exp = req.token_expires_at_us;
+        let exp = now_us.saturating_add(req.token_ttl_us);
         for (slot, nonce) in slots.into_iter().zip(&req.nonces) {
             let name = self.table.member(slot);
             let member: &str = &name;

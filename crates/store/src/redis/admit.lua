@@ -1,7 +1,7 @@
 -- admit: release the best-ranked waiters with one outstanding token each.
 -- KEYS: 1 queue, 2 held, 3 token batches, 4 token batch members,
 --       5 admin state, 6 totals, 7 admissions per second
--- ARGV: 1 max, 2 max_active, 3 token expiry (us), 4.. one `held` token entry
+-- ARGV: 1 max, 2 max_active, 3 token lifetime (us), 4.. one `held` token entry
 --       per admission ('t' .. nonce, tagged by the caller)
 -- Returns the admitted members, best first; member i got ARGV[3 + i].
 local t = redis.call('TIME')
@@ -30,7 +30,10 @@ redis.call('ZREMRANGEBYRANK', KEYS[1], 0, #members - 1)
 -- carries its own expiry, so redeem and status need no other lookup, and
 -- the sweep drops a member only if its entry is still a token that expired.
 -- Chunks keep `unpack` well inside Lua's stack limit (~8000 values).
-local exp = ARGV[3]
+-- Stamped here, from the clock of the pop: the caller's clock read is a
+-- round trip or more older, and with several nodes that would let a later
+-- pop carry an earlier issue time than the ranks before it.
+local exp = string.format('%d', now + tonumber(ARGV[3]))
 local CHUNK = 1000
 for first = 1, #members, CHUNK do
   local last = math.min(first + CHUNK - 1, #members)

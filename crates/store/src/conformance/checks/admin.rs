@@ -3,7 +3,7 @@
 
 use anteroom_core::phase::AdminState;
 
-use super::{Store, admit, join_n, now};
+use super::{Store, admit, join_n};
 use crate::conformance::{Ctx, HOUR_US};
 use crate::{AUDIT_KEEP, MemberState, Touch};
 
@@ -36,8 +36,7 @@ pub(super) async fn audit_trail_is_kept_per_event(s: Store, c: Ctx) {
 pub(super) async fn delete_event_removes_all_but_the_audit(s: Store, c: Ctx) {
     let ev = c.event("delete");
     let ms = join_n(&s, &ev, "m", 3).await;
-    let t = now(&s, &ev).await;
-    admit(&s, &ev, 1, 10, t + HOUR_US).await;
+    admit(&s, &ev, 1, 10, HOUR_US).await;
     s.set_admin_state(&ev, AdminState::Closed).await.unwrap();
     s.put_event_config(&ev, "{}").await.unwrap();
     s.append_audit(&ev, r#"{"action":"delete"}"#).await.unwrap();

@@ -10,7 +10,7 @@ pub(super) async fn redeem_is_single_use(s: Store, c: Ctx) {
     let ev = c.event("redeem");
     let ms = join_n(&s, &ev, "m", 3).await;
     let t = now(&s, &ev).await;
-    let got = admit(&s, &ev, 2, 10, t + HOUR_US).await;
+    let got = admit(&s, &ev, 2, 10, HOUR_US).await;
     let (na, nb) = (got[0].nonce, got[1].nonce);
     let sess = t + HOUR_US;
     assert_eq!(
@@ -58,7 +58,7 @@ pub(super) async fn release_ends_every_presence(s: Store, c: Ctx) {
     let ev = c.event("release");
     let ms = join_n(&s, &ev, "m", 4).await;
     let t = now(&s, &ev).await;
-    let got = admit(&s, &ev, 2, 10, t + HOUR_US).await;
+    let got = admit(&s, &ev, 2, 10, HOUR_US).await;
     assert_eq!(
         s.redeem(&ev, &ms[1], &got[1].nonce, t + HOUR_US)
             .await
@@ -107,7 +107,7 @@ pub(super) async fn extend_moves_session_end(s: Store, c: Ctx) {
     let ev = c.event("extend");
     let ms = join_n(&s, &ev, "m", 2).await;
     let t = now(&s, &ev).await;
-    let got = admit(&s, &ev, 1, 10, t + HOUR_US).await;
+    let got = admit(&s, &ev, 1, 10, HOUR_US).await;
     s.redeem(&ev, &ms[0], &got[0].nonce, t + 1000)
         .await
         .unwrap();
@@ -187,7 +187,7 @@ pub(super) async fn expire_drops_tokens_and_sessions(s: Store, c: Ctx) {
     let ev = c.event("expiry");
     let ms = join_n(&s, &ev, "m", 4).await;
     let t = now(&s, &ev).await;
-    let stale = admit(&s, &ev, 2, 10, t - 1).await;
+    let stale = admit(&s, &ev, 2, 10, -1).await;
     assert_eq!(
         s.redeem(&ev, &ms[0], &stale[0].nonce, t + HOUR_US)
             .await
@@ -195,7 +195,7 @@ pub(super) async fn expire_drops_tokens_and_sessions(s: Store, c: Ctx) {
         RedeemOutcome::NotAdmitted,
         "expired token"
     );
-    let live = admit(&s, &ev, 2, 10, t + HOUR_US).await;
+    let live = admit(&s, &ev, 2, 10, HOUR_US).await;
     s.redeem(&ev, &ms[2], &live[0].nonce, t - 1).await.unwrap();
     s.redeem(&ev, &ms[3], &live[1].nonce, t + HOUR_US)
         .await
@@ -238,7 +238,7 @@ pub(super) async fn stats_count_admissions(s: Store, c: Ctx) {
     let ev = c.event("stats");
     let ms = join_n(&s, &ev, "m", 4).await;
     let t = now(&s, &ev).await;
-    let got = admit(&s, &ev, 3, 10, t + HOUR_US).await;
+    let got = admit(&s, &ev, 3, 10, HOUR_US).await;
     s.redeem(&ev, &ms[0], &got[0].nonce, t + HOUR_US)
         .await
         .unwrap();
@@ -312,7 +312,12 @@ pub(super) async fn reconcile_active_records_drained_sessions(s: Store, c: Ctx) 
     let ev = c.event("reconcile");
     let ms = join_n(&s, &ev, "m", 3).await;
     let t = now(&s, &ev).await;
-    let got = admit(&s, &ev, 1, 10, t + HOUR_US).await;
+    let got = admit(&s, &ev, 1, 10, HOUR_US).await;
+    let token = s.status(&ev, &ms[0], Touch::Peek).await.unwrap();
+    assert!(
+        matches!(token, MemberState::Admitted { nonce, .. } if nonce == got[0].nonce),
+        "{token:?}"
+    );
     let exp = t + HOUR_US;
     let members = vec![
         (ms[0].clone(), exp),
@@ -326,10 +331,8 @@ pub(super) async fn reconcile_active_records_drained_sessions(s: Store, c: Ctx) 
     );
     assert_eq!(
         s.status(&ev, &ms[0], Touch::Peek).await.unwrap(),
-        MemberState::Admitted {
-            nonce: got[0].nonce,
-            expires_at_us: exp
-        }
+        token,
+        "an admitted member keeps its token"
     );
     assert_eq!(
         s.status(&ev, &ms[1], Touch::Peek).await.unwrap(),
@@ -355,7 +358,7 @@ pub(super) async fn hold_share_keeps_every_node_within_max_active(s: Store, c: C
     let ms = join_n(&s, &ev, "m", 4).await;
     let t = now(&s, &ev).await;
     // One slot taken by an outstanding token: 5 of 6 are free.
-    admit(&s, &ev, 1, 10, t + HOUR_US).await;
+    admit(&s, &ev, 1, 10, HOUR_US).await;
     let ask = |node: &str, reserve: u64, pending: u64, ttl_ms: u64| crate::ShareRequest {
         node: node.to_owned(),
         max_active: 6,
@@ -379,7 +382,7 @@ pub(super) async fn hold_share_keeps_every_node_within_max_active(s: Store, c: C
     let a = s.hold_share(&ev, &ask("a", 1, 0, hour)).await.unwrap();
     assert_eq!((a.reserve, a.pending, a.others), (1, 0, 3));
     // Sessions and tokens count: a redeemed session still takes its slot.
-    let got = admit(&s, &ev, 1, 6 - a.others, t + HOUR_US).await;
+    let got = admit(&s, &ev, 1, 6 - a.others, HOUR_US).await;
     assert_eq!(got.len(), 1, "{got:?}");
     s.redeem(&ev, &got[0].member, &got[0].nonce, t + HOUR_US)
         .await
