@@ -752,6 +752,47 @@ async fn every_key_is_under_its_events_hash_tag_or_one_of_the_two_shared_keys() 
     }
 }
 
+/// Two nodes whose ticks overlap: node A reads the clock for its tick,
+/// node B admits the front meanwhile, and A's admit lands after B's. A pops
+/// the later rank, so its token must carry the later issue time (expiry
+/// less lifetime): the store stamps it at the pop, not from A's older read.
+#[tokio::test]
+async fn a_later_pop_from_another_node_never_carries_an_earlier_stamp() {
+    let server = RedisServer::start().unwrap();
+    let (a, b) = (store(&server).await, store(&server).await);
+    let e = event("overlap");
+    for m in ["first", "second"] {
+        a.join(&e, m, &open()).await.unwrap();
+    }
+    let ttl = 60_000_000;
+    let a_read = a.now_us(&e).await.unwrap();
+    let mut b_now = b.now_us(&e).await.unwrap();
+    while b_now < a_read + 5_000 {
+        tokio::task::yield_now().await;
+        b_now = b.now_us(&e).await.unwrap();
+    }
+    let by_b = b.admit(&e, &admit_req(1, 10, ttl, 1)).await.unwrap();
+    let by_a = a.admit(&e, &admit_req(1, 10, ttl, 2)).await.unwrap();
+    assert_eq!(
+        (by_b[0].member.as_str(), by_a[0].member.as_str()),
+        ("first", "second")
+    );
+    let issued = |st: MemberState| match st {
+        MemberState::Admitted { expires_at_us, .. } => expires_at_us - ttl,
+        other => panic!("not admitted: {other:?}"),
+    };
+    let first = issued(a.status(&e, "first", Touch::Peek).await.unwrap());
+    let second = issued(a.status(&e, "second", Touch::Peek).await.unwrap());
+    assert!(
+        first >= b_now,
+        "B's pop is stamped when it ran: {first} < {b_now}"
+    );
+    assert!(
+        second >= first,
+        "the later pop carries the earlier issue time: {second} < {first}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_gateway_nodes_racing_admit_never_double_admit() {
     let server = RedisServer::start().unwrap();
