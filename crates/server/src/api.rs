@@ -134,8 +134,13 @@ pub fn client_ip(state: &AppState, extensions: &Extensions, headers: &HeaderMap)
 }
 
 /// The request's `return` path, kept on this site ([`safe_return`]).
-pub fn return_path(uri: &Uri) -> String {
-    safe_return(query_param(uri, "return").as_deref())
+/// Borrowed from the URI when it needs no decoding, as a poll's usually
+/// does: every poll reads it, and most have none (`/`).
+pub fn return_path(uri: &Uri) -> Cow<'_, str> {
+    match query_value(uri, "return") {
+        Some(p) if is_safe_return(&p) => p,
+        _ => Cow::Borrowed("/"),
+    }
 }
 
 /// How a request wants its QueuePosition told: its `Accept-Language`, and
@@ -173,17 +178,19 @@ pub fn parse_json<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<Option
 /// becomes `/`, so the redeem redirect can never be an open redirect.
 pub fn safe_return(raw: Option<&str>) -> String {
     match raw {
-        Some(p)
-            if p.starts_with('/')
-                && !p.starts_with("//")
-                && !p.contains('\\')
-                && !p.chars().any(char::is_control)
-                && p.len() <= 2048 =>
-        {
-            p.to_owned()
-        }
+        Some(p) if is_safe_return(p) => p.to_owned(),
         _ => "/".to_owned(),
     }
+}
+
+/// A path on this site: absolute, not scheme-relative, no backslash (which
+/// browsers read as a slash), no control character, at most 2 KiB.
+fn is_safe_return(p: &str) -> bool {
+    p.starts_with('/')
+        && !p.starts_with("//")
+        && !p.contains('\\')
+        && !p.chars().any(char::is_control)
+        && p.len() <= 2048
 }
 
 /// Adds a `Set-Cookie` header when there is one.
@@ -223,6 +230,19 @@ mod tests {
         check(Some("/\\evil.example"), "/");
         check(Some("/a\nb"), "/");
         check(None, "/");
+    }
+
+    #[test]
+    fn a_return_path_is_borrowed_when_plain_and_safe_or_else_the_root() {
+        let path =
+            |q: &str| return_path(&format!("/p?eventId=e{q}").parse::<Uri>().unwrap()).into_owned();
+        let uri: Uri = "/p?eventId=e&return=/shop/cart".parse().unwrap();
+        assert!(matches!(return_path(&uri), Cow::Borrowed("/shop/cart")));
+        assert_eq!(path(""), "/");
+        assert_eq!(path("&return=%2Fshop%3Fa%3D1"), "/shop?a=1");
+        assert_eq!(path("&return=//evil.example"), "/");
+        assert_eq!(path("&return=%2F%5Cevil.example"), "/");
+        assert_eq!(path("&return=https://evil.example"), "/");
     }
 
     #[test]
