@@ -61,7 +61,7 @@ pub async fn waiting_page(
     let ctx = PageContext {
         event_id: id.as_str().to_owned(),
         event_name: None,
-        return_path: return_path.clone().into_owned(),
+        return_path: return_path.to_string(),
         lang,
         position,
         nonce: nonce.clone(),

@@ -200,20 +200,19 @@ async fn admit_stamps_expiry_at_its_pop(s: Store, c: Ctx) {
 async fn admit_respects_max_and_max_active(s: Store, c: Ctx) {
     let ev = c.event("caps");
     join_n(&s, &ev, "m", 10).await;
-    let ttl = HOUR_US;
     assert_eq!(
-        admit(&s, &ev, 3, 5, ttl).await.len(),
+        admit(&s, &ev, 3, 5, HOUR_US).await.len(),
         3,
         "max bounds the step"
     );
     assert_eq!(
-        admit(&s, &ev, 10, 5, ttl).await.len(),
+        admit(&s, &ev, 10, 5, HOUR_US).await.len(),
         2,
         "outstanding tokens count against max_active"
     );
-    assert!(admit(&s, &ev, 10, 5, ttl).await.is_empty(), "full");
+    assert!(admit(&s, &ev, 10, 5, HOUR_US).await.is_empty(), "full");
     assert!(
-        admit(&s, &ev, 0, 100, ttl).await.is_empty(),
+        admit(&s, &ev, 0, 100, HOUR_US).await.is_empty(),
         "max 0 admits nobody"
     );
     assert_eq!(s.queue_length(&ev).await.unwrap(), 5);
@@ -222,16 +221,15 @@ async fn admit_respects_max_and_max_active(s: Store, c: Ctx) {
 async fn admit_never_while_paused_or_closed(s: Store, c: Ctx) {
     let ev = c.event("pause");
     join_n(&s, &ev, "m", 3).await;
-    let ttl = HOUR_US;
     for state in [AdminState::Paused, AdminState::Closed] {
         s.set_admin_state(&ev, state).await.unwrap();
         assert!(
-            admit(&s, &ev, 3, 10, ttl).await.is_empty(),
+            admit(&s, &ev, 3, 10, HOUR_US).await.is_empty(),
             "no admission while {state:?}"
         );
     }
     s.set_admin_state(&ev, AdminState::Running).await.unwrap();
-    assert_eq!(admit(&s, &ev, 3, 10, ttl).await.len(), 3);
+    assert_eq!(admit(&s, &ev, 3, 10, HOUR_US).await.len(), 3);
 }
 
 async fn repeated_calls_are_idempotent(s: Store, c: Ctx) {
