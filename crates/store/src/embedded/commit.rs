@@ -55,8 +55,9 @@ const CHECKPOINT_CHANGES: usize = 2 << 10;
 /// 8 Ki and 32 Ki: see docs/benchmarks.md).
 const CHECKPOINT_BYTES: u64 = 4 << 20;
 
-/// A checkpoint running beside the committer.
-type Checkpointing = std::thread::JoinHandle<Result<(), StoreError>>;
+/// A checkpoint running beside the committer; it hands back the changes it
+/// wrote, whose buffers the next round reuses.
+type Checkpointing = std::thread::JoinHandle<(Result<(), StoreError>, Writes)>;
 
 pub(crate) struct Committer {
     /// `None` only while a reopen is being tried. The `Database` is shared
@@ -77,6 +78,12 @@ pub(crate) struct Committer {
     /// with the counters as the last of them left them.
     pending: Writes,
     pending_counters: Option<Counters>,
+    /// The buffers of the last checkpoint's changes, emptied, for `pending`
+    /// to take at the next one. A round's changes fill hundreds of
+    /// kilobytes; grown afresh each round, they cost the committer a
+    /// reallocation per doubling and fresh pages from the kernel, zeroed,
+    /// every tenth of a second under load (docs/benchmarks.md).
+    spare: Writes,
     last_checkpoint: Instant,
 }
 
@@ -99,6 +106,7 @@ impl Committer {
             backoff: RETRY_FIRST,
             pending: Writes::default(),
             pending_counters: None,
+            spare: Writes::default(),
             last_checkpoint: Instant::now(),
         }
     }
@@ -130,9 +138,15 @@ impl Committer {
         let Some(t) = self.checkpointing.take() else {
             return Ok(());
         };
-        t.join()
-            .unwrap_or_else(|_| Err(StoreError::Storage("the checkpoint thread panicked".into())))
-            .map_err(checkpoint_failed)
+        let (done, mut changes) = t.join().unwrap_or_else(|_| {
+            (
+                Err(StoreError::Storage("the checkpoint thread panicked".into())),
+                Writes::default(),
+            )
+        });
+        changes.clear();
+        self.spare = changes;
+        done.map_err(checkpoint_failed)
     }
 
     /// Hands the changes the log holds to a checkpoint beside the
@@ -151,7 +165,7 @@ impl Committer {
             return Ok(());
         };
         let (db, path, seq) = (db.clone(), self.path.clone(), wal.seq());
-        let changes = std::mem::take(&mut self.pending);
+        let changes = std::mem::replace(&mut self.pending, std::mem::take(&mut self.spare));
         self.pending_counters = None;
         self.last_checkpoint = Instant::now();
         // Everything in the other file is in the redb file: the checkpoint
@@ -159,7 +173,8 @@ impl Committer {
         wal.switch();
         let job = move || {
             super::batch_policy::apply();
-            writes::commit(&db, &path, &changes, c, seq)
+            let done = writes::commit(&db, &path, &changes, c, seq);
+            (done, changes)
         };
         match std::thread::Builder::new()
             .name("event-checkpoint".into())
@@ -184,7 +199,7 @@ impl Committer {
             return Ok(());
         };
         writes::commit(db, &self.path, &self.pending, c, wal.seq()).map_err(checkpoint_failed)?;
-        self.pending = Writes::default();
+        self.pending.clear();
         self.pending_counters = None;
         Ok(())
     }
@@ -270,7 +285,7 @@ impl Committer {
         // sync failed was refused to its callers.
         let _ = self.finish_checkpoint();
         let upto = self.db.take().map(|(_, wal)| wal.seq());
-        self.pending = Writes::default();
+        self.pending.clear();
         self.pending_counters = None;
         loop {
             let until = Instant::now() + self.backoff;

@@ -51,6 +51,13 @@ impl Writes {
         self.changes.len()
     }
 
+    /// Empties these writes and keeps their buffers, for the next round of
+    /// changes to fill without growing them again.
+    pub(crate) fn clear(&mut self) {
+        self.buf.clear();
+        self.changes.clear();
+    }
+
     /// `later`'s changes after these, in their order (a commit applies
     /// them in order, so a later change of a key wins, as in memory).
     pub(crate) fn append(&mut self, later: Writes) {
