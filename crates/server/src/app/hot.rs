@@ -66,38 +66,35 @@ impl HotRoutes for PublicHot {
     fn answer_whole(&self, req: axum::extract::Request) -> HotAnswer {
         let state = self.state.clone();
         let hsts = self.hsts.clone();
-        Box::pin(async move {
-            let mut response = if gate::headers_too_large(req.headers()) {
-                ApiError::HeadersTooLarge.into_response()
-            } else {
-                match Whole::of(req.method(), req.uri().path()) {
-                    Some(Whole::Enter) => {
-                        api::enter::enter(State(state), req).await.into_response()
-                    }
-                    Some(Whole::Redeem) => api::redeem::redeem_json(State(state), req)
-                        .await
-                        .into_response(),
-                    Some(Whole::Release) => api::redeem::release(State(state), req)
-                        .await
-                        .into_response(),
-                    // Taken as the gate (what `takes_whole` said), or asked
-                    // directly: the gate answers what the router's
-                    // fallback would.
-                    Some(Whole::Gate) | None => gate::gate(State(state), req).await,
-                }
-            };
-            // As the router's route does: a body of known size is announced
-            // in the head, so the answer is written as the router writes it
-            // (not chunked) even when the connection closes right after it.
-            if !response.headers().contains_key(header::CONTENT_LENGTH)
-                && let Some(size) = axum::body::HttpBody::size_hint(response.body()).exact()
-            {
-                response
-                    .headers_mut()
-                    .insert(header::CONTENT_LENGTH, HeaderValue::from(size));
+        if gate::headers_too_large(req.headers()) {
+            let response = ApiError::HeadersTooLarge.into_response();
+            return Box::pin(async move { whole(response, hsts) });
+        }
+        // One box per route, each the size of its own handler's future: a
+        // box of their union would be the gate's size (five kilobytes) for
+        // every join, redeem and release, and a box's contents are copied
+        // in whole on every request.
+        match Whole::of(req.method(), req.uri().path()) {
+            Some(Whole::Enter) => Box::pin(async move {
+                whole(
+                    api::enter::enter(State(state), req).await.into_response(),
+                    hsts,
+                )
+            }),
+            Some(Whole::Redeem) => Box::pin(async move {
+                let response = api::redeem::redeem_json(State(state), req).await;
+                whole(response.into_response(), hsts)
+            }),
+            Some(Whole::Release) => Box::pin(async move {
+                let response = api::redeem::release(State(state), req).await;
+                whole(response.into_response(), hsts)
+            }),
+            // Taken as the gate (what `takes_whole` said), or asked
+            // directly: the gate answers what the router's fallback would.
+            Some(Whole::Gate) | None => {
+                Box::pin(async move { whole(gate::gate(State(state), req).await, hsts) })
             }
-            with_hsts(response, hsts)
-        })
+        }
     }
 
     fn answer(&self, head: Parts, peer: SocketAddr) -> HotAnswer {
@@ -115,6 +112,21 @@ impl HotRoutes for PublicHot {
             with_hsts(response, hsts)
         })
     }
+}
+
+/// A whole request's answer as the router's route gives it: a body of
+/// known size is announced in the head, so the answer is written as the
+/// router writes it (not chunked) even when the connection closes right
+/// after it.
+fn whole(mut response: Response, hsts: Option<HeaderValue>) -> Response {
+    if !response.headers().contains_key(header::CONTENT_LENGTH)
+        && let Some(size) = axum::body::HttpBody::size_hint(response.body()).exact()
+    {
+        response
+            .headers_mut()
+            .insert(header::CONTENT_LENGTH, HeaderValue::from(size));
+    }
+    with_hsts(response, hsts)
 }
 
 /// Who answers a request taken whole.
