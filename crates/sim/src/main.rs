@@ -5,6 +5,14 @@ mod engine;
 
 use clap::{Parser, Subcommand};
 
+/// mimalloc, as the server has: the crowd and the origin allocate a few
+/// small blocks per request on one worker thread and free them on another,
+/// and on one box their glibc malloc and free took CPU from the server they
+/// measure (profiles in docs/benchmarks.md). The engine benchmark's store
+/// then allocates as it does inside the server.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Debug, Parser)]
 #[command(
     name = "anteroom-sim",
