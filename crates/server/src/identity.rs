@@ -164,37 +164,55 @@ pub(crate) fn is_session_id(s: &str) -> bool {
 
 /// The value of cookie `name` across every `Cookie` header.
 pub fn cookie<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
-    // Every poll and every gated request reads one or two cookies: a scan
-    // of the bytes for `name=` at the start of a pair, and only the value
-    // found checked as text, instead of the whole header split into
-    // trimmed strings first.
-    let name = name.as_bytes();
-    headers
-        .get_all(header::COOKIE)
-        .iter()
-        .filter(|v| v.to_str().is_ok())
-        .find_map(|v| cookie_in(v.as_bytes(), name))
-        .and_then(|v| std::str::from_utf8(v).ok())
-        .map(|v| v.trim_matches('"'))
+    cookie_of(headers, name, None).map(|(v, _)| v)
 }
 
-/// The value of the first pair named `name` in one `Cookie` header: pairs
-/// split at `;`, each trimmed, the name the part before the pair's first `=`.
-/// The pairs are found with `memchr` (a pass cookie makes the header a few
-/// hundred bytes, and each request reads two to four names from it).
-fn cookie_in<'v>(value: &'v [u8], name: &[u8]) -> Option<&'v [u8]> {
-    let mut rest = value;
-    loop {
-        let end = memchr::memchr(b';', rest).unwrap_or(rest.len());
-        let pair = rest[..end].trim_ascii();
-        if let Some(v) = pair.strip_prefix(name).and_then(|p| p.strip_prefix(b"=")) {
-            return Some(v);
+/// The value of cookie `first` across every `Cookie` header or, when it is
+/// absent, of cookie `second`; the flag says whether it was `first`.
+///
+/// Every poll and every gated request reads two or four names (a `__Host-`
+/// name and the plain one, of the session and of the pass), so both names
+/// are looked for in one scan of the bytes for `name=` at the start of a
+/// pair. Only the value found is checked as text, not the rest of the
+/// field: browsers send other sites' scripts' cookies with UTF-8 in them,
+/// and such a cookie must not hide the visitor's session.
+pub fn cookie_of<'h>(
+    headers: &'h HeaderMap,
+    first: &str,
+    second: Option<&str>,
+) -> Option<(&'h str, bool)> {
+    let (first, second) = (first.as_bytes(), second.map(str::as_bytes));
+    let mut fallback = None;
+    for field in headers.get_all(header::COOKIE) {
+        let mut rest = field.as_bytes();
+        loop {
+            let end = memchr::memchr(b';', rest).unwrap_or(rest.len());
+            let pair = rest[..end].trim_ascii();
+            if let Some(v) = value_of(pair, first) {
+                return Some((v, true));
+            }
+            if fallback.is_none()
+                && let Some(v) = second.and_then(|second| value_of(pair, second))
+            {
+                fallback = Some(v);
+            }
+            if end == rest.len() {
+                break;
+            }
+            rest = &rest[end + 1..];
         }
-        if end == rest.len() {
-            return None;
-        }
-        rest = &rest[end + 1..];
     }
+    fallback.map(|v| (v, false))
+}
+
+/// The value of one trimmed `name=value` pair when it is named `name` and
+/// its value is text (quotes around it dropped). Every caller then reads it
+/// strictly (a session id is 32 hex digits, a pass is base64 and signed), so
+/// the text check is UTF-8's, whose ASCII fast path reads a word at a time.
+fn value_of<'v>(pair: &'v [u8], name: &[u8]) -> Option<&'v str> {
+    let v = pair.strip_prefix(name)?.strip_prefix(b"=")?;
+    let v = std::str::from_utf8(v).ok()?;
+    Some(v.trim_matches('"'))
 }
 
 #[cfg(test)]
@@ -238,6 +256,51 @@ mod tests {
             h.insert(header::COOKIE, HeaderValue::from_str(&header).unwrap());
             proptest::prop_assert_eq!(cookie(&h, &name), split);
         }
+
+        /// Two names in one scan, over several `Cookie` fields: the first
+        /// name's value wherever it is, else the second's, as two lookups
+        /// one after the other find them.
+        #[test]
+        fn one_scan_for_two_names_reads_as_two_lookups(
+            fields in proptest::collection::vec(
+                proptest::collection::vec("[ a-c=;\"]{0,6}", 0..4), 1..3),
+            first in "[a-c]{1,2}",
+            second in "[a-c]{1,2}",
+        ) {
+            let mut h = HeaderMap::new();
+            for pairs in &fields {
+                h.append(header::COOKIE, HeaderValue::from_str(&pairs.join(";")).unwrap());
+            }
+            let two_lookups = cookie(&h, &first)
+                .map(|v| (v, true))
+                .or_else(|| cookie(&h, &second).map(|v| (v, false)));
+            proptest::prop_assert_eq!(cookie_of(&h, &first, Some(&second)), two_lookups);
+        }
+    }
+
+    /// Another cookie with UTF-8 in it (a browser sends what a site's script
+    /// set) does not hide the session; a session value that is not text is
+    /// not read.
+    #[test]
+    fn a_non_ascii_cookie_does_not_hide_the_session() {
+        let c = CookieSettings::insecure();
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::COOKIE,
+            HeaderValue::from_bytes(
+                "pref=caf\u{e9}; anteroom_sid=0123456789abcdef0123456789abcdef".as_bytes(),
+            )
+            .unwrap(),
+        );
+        assert_eq!(
+            session_id(&h, &c),
+            Some(("0123456789abcdef0123456789abcdef", CookieName::Current))
+        );
+        h.insert(
+            header::COOKIE,
+            HeaderValue::from_bytes(b"anteroom_sid=0123\xe9").unwrap(),
+        );
+        assert_eq!(cookie(&h, "anteroom_sid"), None);
     }
 
     #[test]

@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use axum::http::{HeaderMap, HeaderValue};
 
-use super::{HOST_PASS_COOKIE, HOST_SESSION_COOKIE, PASS_COOKIE, SESSION_COOKIE, cookie};
+use super::{HOST_PASS_COOKIE, HOST_SESSION_COOKIE, PASS_COOKIE, SESSION_COOKIE, cookie_of};
 
 /// Between the session id and the passes in the pass cookie; a cookie-octet
 /// that neither a session id nor a pass contains.
@@ -200,13 +200,9 @@ impl CookieSettings {
         host: &'static str,
         plain: &'static str,
     ) -> Option<(&'h str, &'static str)> {
-        if let Some(v) = cookie(headers, host) {
-            return Some((v, host));
-        }
-        if !self.secure || self.read_unprefixed {
-            return cookie(headers, plain).map(|v| (v, plain));
-        }
-        None
+        let plain_too = !self.secure || self.read_unprefixed;
+        cookie_of(headers, host, plain_too.then_some(plain))
+            .map(|(v, first)| (v, if first { host } else { plain }))
     }
 
     fn set(
