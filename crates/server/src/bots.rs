@@ -39,7 +39,7 @@ pub use config::{
 };
 pub use entries::EntryCap;
 pub use rate::{RateKind, RateLimited, RateLimits};
-pub use signals::{EnterSignals, OwnedSignals, signals_from_headers};
+pub use signals::{EnterSignals, HeaderSignals, signals_from_headers};
 
 use crate::error::ApiError;
 
@@ -66,7 +66,7 @@ pub struct Entry<'a> {
     pub ev: &'a EventBots,
     pub event: &'a EventId,
     pub session: &'a str,
-    pub req: &'a EnterSignals,
+    pub req: &'a EnterSignals<'a>,
     pub answer: Option<&'a EnterAnswer>,
 }
 
@@ -234,7 +234,11 @@ impl BotDefence {
     }
 
     /// Reads a request's signals with this server's TLS header.
-    pub fn signals(&self, headers: &http::HeaderMap, ip: std::net::IpAddr) -> EnterSignals {
+    pub fn signals<'h>(
+        &self,
+        headers: &'h http::HeaderMap,
+        ip: std::net::IpAddr,
+    ) -> EnterSignals<'h> {
         EnterSignals {
             ip,
             headers: signals_from_headers(headers, self.tls_fingerprint_header()),
@@ -258,10 +262,9 @@ impl BotDefence {
     }
 
     /// Scores a request: header signals plus the IP's reputation.
-    pub fn assess(&self, req: &EnterSignals) -> Assessment {
+    pub fn assess(&self, req: &EnterSignals<'_>) -> Assessment {
         let lists = self.inner.reputation.current();
-        let names = req.headers.names();
-        let signals = req.headers.with_reputation(&names, lists.lookup(req.ip));
+        let signals = req.headers.with_reputation(lists.lookup(req.ip));
         assess(&signals, &self.inner.rules)
     }
 
@@ -430,7 +433,7 @@ impl BotDefence {
         &self,
         captcha: &captcha::Captcha,
         token: Option<&str>,
-        req: &EnterSignals,
+        req: &EnterSignals<'_>,
     ) -> Result<EnterVerdict, BotRejection> {
         let reason = match token {
             None => "captcha_required",

@@ -1,49 +1,43 @@
 //! What the risk rules see of a request, taken from its headers once and
-//! owned, so the handler can drop the request before the async work.
+//! borrowed from them: the enter handler keeps its request's head to the
+//! end, and every join reads these, so copying each value and each header
+//! name into a string of its own only cost allocations.
 
 use std::net::IpAddr;
 
 use anteroom_core::risk::{Reputation, Signals};
-use http::HeaderMap;
+use http::header::{ACCEPT_LANGUAGE, USER_AGENT};
+use http::{HeaderMap, HeaderName};
 
-/// Header-derived risk signals, owned.
+/// Header-derived risk signals, borrowed from the request's head.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct OwnedSignals {
-    pub user_agent: Option<String>,
-    pub accept_language: Option<String>,
+pub struct HeaderSignals<'h> {
+    pub user_agent: Option<&'h str>,
+    pub accept_language: Option<&'h str>,
     /// Lowercased header names, each once, in the order of their first field.
-    pub header_order: Vec<String>,
-    pub tls_fingerprint: Option<String>,
+    pub header_order: Vec<&'h str>,
+    pub tls_fingerprint: Option<&'h str>,
 }
 
-impl OwnedSignals {
-    /// Borrows these signals for `anteroom_core::risk::assess`.
-    pub fn with_reputation<'a>(
-        &'a self,
-        names: &'a [&'a str],
-        reputation: Reputation,
-    ) -> Signals<'a> {
+impl HeaderSignals<'_> {
+    /// These signals for `anteroom_core::risk::assess`.
+    pub fn with_reputation(&self, reputation: Reputation) -> Signals<'_> {
         Signals {
-            user_agent: self.user_agent.as_deref(),
-            accept_language: self.accept_language.as_deref(),
-            header_order: names,
-            tls_fingerprint: self.tls_fingerprint.as_deref(),
+            user_agent: self.user_agent,
+            accept_language: self.accept_language,
+            header_order: &self.header_order,
+            tls_fingerprint: self.tls_fingerprint,
             reputation,
         }
-    }
-
-    /// The header names as the borrowed slice [`Signals`] wants.
-    pub fn names(&self) -> Vec<&str> {
-        self.header_order.iter().map(String::as_str).collect()
     }
 }
 
 /// Everything the enter gate needs to know about the request.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct EnterSignals {
+pub struct EnterSignals<'h> {
     /// From [`crate::client_ip::client_ip`].
     pub ip: IpAddr,
-    pub headers: OwnedSignals,
+    pub headers: HeaderSignals<'h>,
 }
 
 /// Reads the risk signals of a request.
@@ -57,18 +51,16 @@ pub struct EnterSignals {
 /// but a repeated header is reported at its first position only. The rules
 /// only fingerprint a few single-valued headers (user-agent, accept,
 /// accept-encoding, accept-language), for which this is exact.
-pub fn signals_from_headers(headers: &HeaderMap, tls_header: Option<&str>) -> OwnedSignals {
-    let text = |name: &str| {
-        headers
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned)
-    };
-    OwnedSignals {
-        user_agent: text("user-agent"),
-        accept_language: text("accept-language"),
+pub fn signals_from_headers<'h>(
+    headers: &'h HeaderMap,
+    tls_header: Option<&str>,
+) -> HeaderSignals<'h> {
+    let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    HeaderSignals {
+        user_agent: headers.get(USER_AGENT).and_then(|v| v.to_str().ok()),
+        accept_language: headers.get(ACCEPT_LANGUAGE).and_then(|v| v.to_str().ok()),
         // HeaderName is already lowercase.
-        header_order: headers.keys().map(|k| k.as_str().to_owned()).collect(),
+        header_order: headers.keys().map(HeaderName::as_str).collect(),
         tls_fingerprint: tls_header.and_then(text),
     }
 }

@@ -202,7 +202,8 @@ async fn captcha_policy_without_a_provider_places_at_the_back() {
         ..captcha_event()
     };
     let (_dir, store) = store().await;
-    let req = signals(&d, &curl(), "100.64.0.9");
+    let headers = curl();
+    let req = signals(&d, &headers, "100.64.0.9");
     let event = event();
     let entry = Entry {
         ev: &ev,

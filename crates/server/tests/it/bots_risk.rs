@@ -140,7 +140,7 @@ fn tls_header_is_ignored_unless_configured() {
     assert_eq!(signals_from_headers(&h, None).tls_fingerprint, None);
     let s = signals_from_headers(&h, Some("X-JA4"));
     assert_eq!(
-        s.tls_fingerprint.as_deref(),
+        s.tls_fingerprint,
         Some("t13d1516h2_8daaf6152771_02713d6af862")
     );
 }

@@ -66,7 +66,7 @@ pub fn curl() -> HeaderMap {
     ])
 }
 
-pub fn signals(d: &BotDefence, h: &HeaderMap, addr: &str) -> EnterSignals {
+pub fn signals<'h>(d: &BotDefence, h: &'h HeaderMap, addr: &str) -> EnterSignals<'h> {
     d.signals(h, ip(addr))
 }
 
