@@ -119,11 +119,16 @@ async fn protected(state: &AppState, rt: Arc<EventRuntime>, req: Request, ip: Ip
         member,
         ip,
     };
+    // The pass cookie is read once: checked here, and its text kept for an
+    // origin's `release` command (the cookie that clears this event's pass
+    // keeps the visitor's passes of other events).
+    let cookie = state.server.cookies.pass(req.headers());
     if let Some(member) = &request.member
-        && let Some(pass) = check_pass(state, &rt, member, req.headers()).await
+        && let Some(pass) = check_pass(state, &rt, member, cookie).await
     {
+        let passes = cookie.map(str::to_owned);
         count("forwarded");
-        return request.forward(req, member, pass).await;
+        return request.forward(req, member, pass, passes.as_deref()).await;
     }
     count("queued");
     request.queue(req).await
@@ -138,14 +143,14 @@ pub struct ValidPass {
     pub renew: bool,
 }
 
-/// Phase 2: the request's valid pass for the event, if it carries one.
+/// Phase 2: the request's valid pass for the event, if its pass cookie
+/// (`cookie`, the passes' text) carries one.
 pub async fn check_pass(
     state: &AppState,
     rt: &EventRuntime,
     member: &str,
-    headers: &HeaderMap,
+    cookie: Option<&str>,
 ) -> Option<ValidPass> {
-    let cookie = state.server.cookies.pass(headers);
     let now_ms = state.now_ms();
     match passes::check(state, rt, member, cookie, now_ms) {
         PassCheck::Valid {
@@ -180,16 +185,19 @@ pub async fn check_pass(
 
 impl Protected<'_> {
     /// Phase 3a: proxy to the event's origin, renewing the pass when due.
-    async fn forward(&self, req: Request, member: &str, pass: ValidPass) -> Response {
+    async fn forward(
+        &self,
+        req: Request,
+        member: &str,
+        pass: ValidPass,
+        passes: Option<&str>,
+    ) -> Response {
         let Self { state, rt, .. } = *self;
         // Renewal keeps the session start, so idling and the absolute
         // lifetime both bound the session (admission::lifecycle).
         let renewal = pass
             .renew
-            .then(|| renew(state, rt, member, pass.session_start_us, req.headers()));
-        // Kept for an origin's `release` command: the cookie that clears this
-        // event's pass keeps the visitor's passes of other events.
-        let cookies = cookie_headers(req.headers());
+            .then(|| renew(state, rt, member, pass.session_start_us, passes));
         let mut req = req;
         // An upgraded connection (WebSocket) outlives this request: the proxy
         // closes it when this session ends. Only a request with an `Upgrade`
@@ -217,7 +225,7 @@ impl Protected<'_> {
             .record_origin(state.now_ms(), state.now_ms() - started_ms, status);
         if commands::take(response.headers_mut()).release {
             commands::release(state, rt, member, pass.session_start_us).await;
-            let cleared = passes::cookie(state, rt, &cookies, member, None);
+            let cleared = passes::cookie_over(state, rt, passes, member, None);
             response.headers_mut().append(header::SET_COOKIE, cleared);
         } else if let Some(cookie) = renewal {
             response.headers_mut().append(header::SET_COOKIE, cookie);
@@ -235,23 +243,14 @@ fn renew(
     rt: &EventRuntime,
     member: &str,
     session_start_us: i64,
-    headers: &HeaderMap,
+    passes: Option<&str>,
 ) -> HeaderValue {
     let now = state.now_ms();
     let start_ms = session_start_us.div_euclid(1000);
     let (pass, _) = passes::issue(&state.keyring, rt, member, now, session_start_us);
     let until_us = crate::admission::lifecycle::session_end_us(rt, start_ms, now);
     Queue::new(state, rt).extend_in_background(member, session_start_us, until_us);
-    passes::cookie(state, rt, headers, member, Some(&pass))
-}
-
-/// The request's `Cookie` headers alone (values share the request's buffer).
-fn cookie_headers(headers: &HeaderMap) -> HeaderMap {
-    let mut only = HeaderMap::new();
-    for value in headers.get_all(header::COOKIE) {
-        only.append(header::COOKIE, value.clone());
-    }
-    only
+    passes::cookie_over(state, rt, passes, member, Some(&pass))
 }
 
 /// The gate's `429` for a client that is not a browser navigation: the

@@ -256,8 +256,19 @@ pub fn cookie(
     member: &str,
     pass: Option<&str>,
 ) -> HeaderValue {
+    cookie_over(state, rt, state.server.cookies.pass(headers), member, pass)
+}
+
+/// [`cookie`] over the passes' text the request's pass cookie carried
+/// (`current`), read before the request went on.
+pub fn cookie_over(
+    state: &AppState,
+    rt: &EventRuntime,
+    current: Option<&str>,
+    member: &str,
+    pass: Option<&str>,
+) -> HeaderValue {
     let cookies = &state.server.cookies;
-    let current = cookies.pass(headers);
     let passes = merge(&state.keyring, current, rt.id(), pass);
     let value = crate::identity::CookieSettings::pass_value_for(member, &passes);
     // The cookie outlives one pass so an expired pass of a still-active

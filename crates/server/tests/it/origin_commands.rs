@@ -2,8 +2,9 @@
 //! `Anteroom-Command: release` ends the visitor's session at once — the
 //! pass it held is refused on that node and on every other node within the
 //! contract's 2 s, the slot is free (the admin stats' `active` drops), the
-//! visitor never sees the header and gets the pass cookie cleared. An
-//! unknown command changes nothing, reaches nobody and is counted.
+//! visitor never sees the header and gets the pass cookie cleared (keeping
+//! the passes of other events). An unknown command changes nothing, reaches
+//! nobody and is counted.
 //!
 //! The pass lives far longer than the contract (`pass_ttl` 60 s), so only
 //! the release, never plain expiry, can make these tests pass.
@@ -205,6 +206,62 @@ async fn an_origin_release_ends_the_session_frees_the_slot_and_stays_with_the_ga
     assert_eq!(
         get(&node, "/tickets/page", &jar(&again)).await.0,
         StatusCode::OK
+    );
+}
+
+/// The cookie that clears a released event's pass keeps the visitor's pass
+/// of another event: the gate reads the passes once, before the request
+/// goes on to the origin, and the release is made from that reading.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_release_keeps_the_pass_of_another_event() {
+    const OTHER: &str = "merch";
+    let origin = start_origin().await;
+    let origin = format!("http://{origin}");
+    let dir = Arc::new(tempfile::tempdir().unwrap());
+    let toml = config(&origin, 1)
+        .event(
+            Event::new(OTHER, &origin)
+                .max_active(10)
+                .line("pass_ttl = \"60s\"")
+                .line("session_ttl = \"10m\"")
+                .continuous(6000)
+                .challenge_off(),
+        )
+        .embedded(&dir.path().join("data"))
+        .toml();
+    let node = Node::start(&toml, dir).await;
+    let mut v = admitted(&node).await;
+    let mut seen = Vec::new();
+    assert_eq!(v.enter(&node, OTHER).await.0, StatusCode::OK);
+    v.until_active(&node, OTHER, Duration::from_secs(30), &mut seen)
+        .await;
+    let cookie = jar(&v);
+    assert_eq!(get(&node, "/tickets/page", &cookie).await.0, StatusCode::OK);
+    assert_eq!(get(&node, "/merch/page", &cookie).await.0, StatusCode::OK);
+
+    let (status, headers) = get(&node, "/tickets/done", &cookie).await;
+    assert_eq!(status, StatusCode::OK);
+    let pass = headers
+        .get_all(http::header::SET_COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .find_map(|c| c.strip_prefix("anteroom_pass="))
+        .and_then(|c| c.split(';').next())
+        .unwrap_or_else(|| panic!("no pass cookie in the release's answer: {headers:?}"));
+    assert!(!pass.is_empty(), "the other event's pass was dropped");
+    v.cookies.retain(|(k, _)| k != "anteroom_pass");
+    v.cookies
+        .push(("anteroom_pass".to_owned(), pass.to_owned()));
+    let cookie = jar(&v);
+    assert_eq!(
+        get(&node, "/merch/page", &cookie).await.0,
+        StatusCode::OK,
+        "the other event's pass no longer opens its pages"
+    );
+    assert_eq!(
+        get(&node, "/tickets/page", &cookie).await.0,
+        StatusCode::TOO_MANY_REQUESTS,
+        "the released event's pass still opens its pages"
     );
 }
 
