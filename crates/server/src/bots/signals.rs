@@ -6,7 +6,7 @@
 use std::net::IpAddr;
 
 use anteroom_core::risk::{Reputation, Signals};
-use http::header::{ACCEPT_LANGUAGE, USER_AGENT};
+use http::header::{ACCEPT_LANGUAGE, AsHeaderName, USER_AGENT};
 use http::{HeaderMap, HeaderName};
 
 /// Header-derived risk signals, borrowed from the request's head.
@@ -55,12 +55,17 @@ pub fn signals_from_headers<'h>(
     headers: &'h HeaderMap,
     tls_header: Option<&str>,
 ) -> HeaderSignals<'h> {
-    let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
     HeaderSignals {
-        user_agent: headers.get(USER_AGENT).and_then(|v| v.to_str().ok()),
-        accept_language: headers.get(ACCEPT_LANGUAGE).and_then(|v| v.to_str().ok()),
+        user_agent: text(headers, USER_AGENT),
+        accept_language: text(headers, ACCEPT_LANGUAGE),
         // HeaderName is already lowercase.
         header_order: headers.keys().map(HeaderName::as_str).collect(),
-        tls_fingerprint: tls_header.and_then(text),
+        tls_fingerprint: tls_header.and_then(|name| text(headers, name)),
     }
+}
+
+/// A field's value as text (visible ASCII, as `to_str` reads it); anything
+/// else counts as absent.
+fn text(headers: &HeaderMap, name: impl AsHeaderName) -> Option<&str> {
+    headers.get(name).and_then(|v| v.to_str().ok())
 }
