@@ -159,8 +159,12 @@ pub fn blended_rate(rate_1m: Option<f64>, rate_5m: Option<f64>) -> Option<f64> {
 /// A buffered wait estimate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Estimate {
+    /// The wait shown: buffered, rounded up to the second.
     pub seconds: u64,
     pub almost_there: bool,
+    /// The expected wait for the slot, unbuffered, in ms: what the poll
+    /// interval follows (whole seconds are too coarse at the front).
+    pub wait_ms: u64,
 }
 
 /// The wait of the visitor with `rank` visitors ahead, or `None` while no
@@ -178,10 +182,12 @@ pub fn estimate(rank: u64, admit_rate_per_s: Option<f64>, churn_per_s: f64) -> O
     let position = rank.saturating_add(1) as f64;
     // The tiny tolerance keeps float noise (10 × 1.2 = 12.000000000000002)
     // from adding a second; `as` saturates, so an absurd wait is u64::MAX.
-    let seconds = (position / (rate + churn) * BUFFER - 1e-9).ceil() as u64;
+    let wait_s = position / (rate + churn);
+    let seconds = (wait_s * BUFFER - 1e-9).ceil() as u64;
     Some(Estimate {
         seconds,
         almost_there: seconds < ALMOST_THERE_S,
+        wait_ms: ms(wait_s),
     })
 }
 
@@ -282,6 +288,9 @@ pub const NEAR_RANK: u64 = 20;
 pub const NEAR_POLL_MS: u64 = 2_000;
 /// Under this expected (unbuffered) wait a visitor polls every [`NEAR_POLL_MS`].
 pub const NEAR_WAIT_MS: u64 = 10_000;
+/// The fastest poll: within [`NEAR_POLL_MS`] × 2 of the turn a visitor polls
+/// after half the expected wait, never sooner than this.
+pub const FRONT_POLL_MS: u64 = 500;
 /// Farther back a visitor polls after this share of the expected wait.
 pub const POLL_SHARE: f64 = 0.25;
 /// The slowest poll, far back in the queue.
@@ -294,34 +303,45 @@ pub const FIRST_POLL_SPREAD_MS: u64 = 3_000;
 /// When the visitor should poll again, with ±20 % jitter from `jitter` in
 /// `[0, 1)` so a crowd that joined together does not poll together.
 ///
-/// The interval follows the *expected* wait (the estimate without its
-/// [`BUFFER`]): far back a visitor polls after a quarter of it (at most
+/// The interval follows the *expected* wait ([`Estimate::wait_ms`], without
+/// the [`BUFFER`]): far back a visitor polls after a quarter of it (at most
 /// 30 s), so polls thin out geometrically with the distance from the front,
 /// while each poll still lands well before the turn comes — an admitted
 /// visitor who has not polled yet holds a slot nobody uses. Within ~10 s of
-/// the turn (or [`NEAR_RANK`] of the front) the visitor polls every ~2 s.
+/// the turn (or [`NEAR_RANK`] of the front) the visitor polls every ~2 s,
+/// and in the last ~4 s after half the wait left, down to [`FRONT_POLL_MS`]:
+/// a visitor without the push stream then learns of the admission about
+/// half a second after it, not two, for two or three more polls each.
 pub fn poll_after_ms(rank: u64, eta: Option<Estimate>, jitter: f64) -> u64 {
     let base = match eta {
-        _ if rank < NEAR_RANK => NEAR_POLL_MS,
-        None => UNKNOWN_POLL_MS,
-        Some(e) => {
-            let expected_ms = e.seconds as f64 * 1000.0 / BUFFER;
-            if expected_ms < NEAR_WAIT_MS as f64 {
-                NEAR_POLL_MS
-            } else {
-                // `as` saturates, and the clamp bounds an absurd estimate.
-                ((expected_ms * POLL_SHARE) as u64).clamp(NEAR_POLL_MS, FAR_POLL_MS)
-            }
+        Some(e) if rank < NEAR_RANK || e.wait_ms < NEAR_WAIT_MS => {
+            (e.wait_ms / 2).clamp(FRONT_POLL_MS, NEAR_POLL_MS)
         }
+        None if rank < NEAR_RANK => NEAR_POLL_MS,
+        None => UNKNOWN_POLL_MS,
+        // `as` saturates, and the clamp bounds an absurd estimate.
+        Some(e) => ((e.wait_ms as f64 * POLL_SHARE) as u64).clamp(NEAR_POLL_MS, FAR_POLL_MS),
     };
     let factor = 0.8 + 0.4 * unit(jitter);
     (base as f64 * factor).round() as u64
 }
 
-/// The delay before a visitor's first poll after joining, spread over
-/// 0–3 s so a flash crowd's polls do not arrive in one spike.
-pub fn first_poll_ms(jitter: f64) -> u64 {
+/// The delay before a visitor's first poll after joining, given the
+/// interval [`poll_after_ms`] gave them: spread over 0–3 s so a flash
+/// crowd's polls do not arrive in one spike — unless that interval is
+/// shorter than any poll near the front (the turn is due within a couple of
+/// seconds: the free slots cover the visitor), then that interval. Those
+/// are at most the free slots' worth of visitors.
+pub fn first_poll_ms(jitter: f64, poll_after: u64) -> u64 {
+    if poll_after < NEAR_POLL_MS * 8 / 10 {
+        return poll_after;
+    }
     (FIRST_POLL_SPREAD_MS as f64 * unit(jitter)).floor() as u64
+}
+
+/// Seconds as whole milliseconds; `as` saturates, and NaN becomes 0.
+fn ms(seconds: f64) -> u64 {
+    (seconds * 1000.0) as u64
 }
 
 /// `x` forced into `[0, 1)`; NaN becomes the middle.

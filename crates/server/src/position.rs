@@ -156,10 +156,11 @@ impl QueuePosition {
 
     /// The answer to the enter call that inserted the visitor: a flash
     /// crowd joins within the same second, so its first polls are spread
-    /// over `eta::first_poll_ms` instead of following in lockstep.
+    /// over `eta::first_poll_ms` instead of following in lockstep (but a
+    /// visitor the free slots cover polls as soon as its turn is due).
     pub fn first_poll(mut self, new_join: bool) -> Self {
         if new_join && self.status == Status::Waiting {
-            self.poll_after_ms = eta::first_poll_ms(rand::random::<f64>());
+            self.poll_after_ms = eta::first_poll_ms(rand::random::<f64>(), self.poll_after_ms);
         }
         self
     }

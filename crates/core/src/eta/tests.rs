@@ -1,10 +1,24 @@
 use super::*;
 use proptest::prelude::*;
 
+/// An estimate shown as `seconds`, its expected wait that without the buffer.
 fn est(seconds: u64) -> Option<Estimate> {
-    Some(Estimate {
+    Some(shown(seconds))
+}
+
+fn shown(seconds: u64) -> Estimate {
+    Estimate {
         seconds,
         almost_there: seconds < ALMOST_THERE_S,
+        wait_ms: (seconds as f64 * 1000.0 / BUFFER) as u64,
+    }
+}
+
+/// An estimate whose expected wait is `wait_ms`.
+fn waiting_ms(wait_ms: u64) -> Option<Estimate> {
+    Some(Estimate {
+        wait_ms,
+        ..shown(wait_ms.div_ceil(1000))
     })
 }
 
@@ -133,6 +147,14 @@ fn poll_interval_table() {
     // A quarter of the unbuffered wait (the estimate / 1.2), 2 s within
     // ~10 s of the turn.
     check(100, est(11), 0.5, 2_000);
+    // In the last ~4 s, half the expected wait, at least 0.5 s: a poller
+    // learns of the admission within about half a second of it.
+    check(100, waiting_ms(4_000), 0.5, 2_000);
+    check(100, waiting_ms(3_000), 0.5, 1_500);
+    check(100, waiting_ms(1_500), 0.5, 750);
+    check(100, waiting_ms(900), 0.5, 500);
+    check(5, waiting_ms(0), 0.5, 500);
+    check(5, waiting_ms(0), 0.0, 400);
     check(100, est(12), 0.5, 2_500);
     check(100, est(30), 0.5, 6_250);
     check(100, est(60), 0.5, 12_500);
@@ -151,11 +173,25 @@ fn poll_interval_table() {
 
 #[test]
 fn first_poll_spread() {
-    assert_eq!(first_poll_ms(0.0), 0);
-    assert_eq!(first_poll_ms(0.5), 1_500);
-    assert_eq!(first_poll_ms(0.999_999_9), 2_999);
-    assert_eq!(first_poll_ms(1.0), 2_999);
-    assert_eq!(first_poll_ms(f64::NAN), 1_500);
+    assert_eq!(first_poll_ms(0.0, 2_000), 0);
+    assert_eq!(first_poll_ms(0.5, 2_000), 1_500);
+    assert_eq!(first_poll_ms(0.999_999_9, 30_000), 2_999);
+    assert_eq!(first_poll_ms(1.0, 1_600), 2_999);
+    assert_eq!(first_poll_ms(f64::NAN, 5_000), 1_500);
+    // A turn due sooner than any near poll: that interval, not the spread.
+    assert_eq!(first_poll_ms(0.9, 600), 600);
+    assert_eq!(first_poll_ms(0.9, 1_599), 1_599);
+}
+
+/// A burst's first wave, told to wait for its first figure, never polls at
+/// the front's pace: the soonest turn is a lower bound, not a forecast.
+#[test]
+fn the_soonest_turn_keeps_the_near_poll() {
+    for rank in [0, 10, 5_000, 11_999] {
+        let basis = earliest_turn(rank, Some(1_000.0), 0);
+        assert_eq!(poll_after_ms(rank, basis, 0.5), NEAR_POLL_MS, "rank {rank}");
+        assert!(first_poll_ms(0.99, poll_after_ms(rank, basis, 0.0)) > 2_900);
+    }
 }
 
 #[test]
@@ -234,18 +270,20 @@ proptest! {
 
     #[test]
     fn poll_interval_bounds(rank in any::<u64>(), seconds in proptest::option::of(any::<u64>()), jitter in any::<f64>()) {
-        let eta = seconds.map(|s| Estimate { seconds: s, almost_there: s < ALMOST_THERE_S });
+        let eta = seconds.map(shown);
         let p = poll_after_ms(rank, eta, jitter);
-        prop_assert!((NEAR_POLL_MS * 8 / 10..=FAR_POLL_MS * 12 / 10).contains(&p), "{}", p);
-        prop_assert!(first_poll_ms(jitter) < FIRST_POLL_SPREAD_MS);
+        prop_assert!((FRONT_POLL_MS * 8 / 10..=FAR_POLL_MS * 12 / 10).contains(&p), "{}", p);
+        prop_assert!(first_poll_ms(jitter, p) < FIRST_POLL_SPREAD_MS.max(p + 1));
     }
 
     /// Polling gets rarer (before jitter) the further back a visitor is.
     #[test]
     fn poll_interval_grows_with_the_wait(a in 0u64..100_000, b in 0u64..100_000) {
         let (short, long) = (a.min(b), a.max(b));
-        let p = |s: u64| poll_after_ms(1_000, Some(Estimate { seconds: s, almost_there: s < ALMOST_THERE_S }), 0.5);
+        let p = |s: u64| poll_after_ms(1_000, est(s), 0.5);
         prop_assert!(p(short) <= p(long));
+        let q = |ms: u64| poll_after_ms(1_000, waiting_ms(ms), 0.5);
+        prop_assert!(q(short) <= q(long));
     }
 
     #[test]

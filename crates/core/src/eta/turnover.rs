@@ -18,7 +18,7 @@
 
 use std::collections::VecDeque;
 
-use super::{ALMOST_THERE_S, BUFFER, Estimate, NEAR_POLL_MS};
+use super::{ALMOST_THERE_S, BUFFER, Estimate, FRONT_POLL_MS};
 
 /// Most points kept per curve. Points are added only when a count grows, at
 /// most once per stats snapshot (~500 ms), so this covers over half an hour
@@ -46,11 +46,11 @@ pub const STALL_FACTOR: f64 = 1.5;
 pub const PEAK_WINDOW_MS: i64 = 300_000;
 
 /// Added to a queue-aware estimate: a visitor learns of the admission at
-/// the next poll, which near the front comes every [`NEAR_POLL_MS`] + 20 %
-/// jitter (2.4 s), so the wait they live is up to that much longer than the
-/// wait for the slot. Far back it does not matter; at the front it is most
-/// of the wait.
-pub const SEEN_WITHIN_MS: u64 = NEAR_POLL_MS * 12 / 10;
+/// the next poll, which in the last seconds of the expected wait comes every
+/// [`FRONT_POLL_MS`] + 20 % jitter (0.6 s), so the wait they live is up to
+/// that much longer than the wait for the slot. Far back it does not matter;
+/// at the front it is much of the wait.
+pub const SEEN_WITHIN_MS: u64 = FRONT_POLL_MS * 12 / 10;
 
 /// Points of the freed range the mean is taken over (evenly spaced).
 const QUANTILES: u64 = 32;
@@ -317,6 +317,7 @@ fn buffered(wait_s: f64) -> Estimate {
     Estimate {
         seconds,
         almost_there: seconds < ALMOST_THERE_S,
+        wait_ms: super::ms(wait_s),
     }
 }
 
@@ -345,12 +346,15 @@ pub fn earliest_turn(rank: u64, admit_per_s: Option<f64>, free: u64) -> Option<E
     let rate = admit_per_s.filter(|r| r.is_finite() && *r > 0.0)? * crate::policy::MAX_COMPENSATION;
     let beyond = rank.saturating_add(1).saturating_sub(free) as f64 - rate * POLICY_BURST_S;
     let wait_s = beyond.max(0.0) / rate;
-    // Buffered like a shown estimate, so the poll interval's expected wait
-    // (the estimate without its buffer) is this lower bound.
+    // Buffered like a shown estimate. The poll interval follows `wait_ms`:
+    // this lower bound, but never the front's fast polls — the turn may come
+    // far later than the soonest, and a burst's whole first wave of
+    // visitors can be this close to it.
     let seconds = (wait_s * BUFFER).ceil() as u64;
     Some(Estimate {
         seconds,
         almost_there: seconds < ALMOST_THERE_S,
+        wait_ms: super::ms(wait_s).max(2 * super::NEAR_POLL_MS),
     })
 }
 

@@ -8,7 +8,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use super::*;
-use crate::eta::{BUFFER, poll_after_ms};
+use crate::eta::{BUFFER, first_poll_ms, poll_after_ms};
 
 #[test]
 fn queue_rate_is_the_lower_of_policy_and_turnover() {
@@ -28,10 +28,10 @@ fn queue_rate_is_the_lower_of_policy_and_turnover() {
 
 #[test]
 fn free_slots_cover_the_front_only() {
-    // 10 / 10 × 1.2 + 2.4 s (the poll that sees it) → 4 s.
+    // 10 / 10 × 1.2 + 0.6 s (the poll that sees it) → 2 s.
     assert_eq!(
         within_free_slots(9, Some(10.0), 10).map(|e| e.seconds),
-        Some(4)
+        Some(2)
     );
     assert_eq!(within_free_slots(10, Some(10.0), 10), None);
     assert_eq!(within_free_slots(0, None, 10), None);
@@ -172,7 +172,15 @@ fn crowd(seed: u64, visitors: usize, slots: u64, mode: SimMode, browse_ms: i64) 
     turnover.record(0, 0, 0);
     // Per visitor: next poll, first estimate (at, seconds), last estimate,
     // when it saw its admission. FIFO: visitor i is admitted i-th.
-    let mut next_poll: Vec<i64> = (0..visitors).map(|_| rng.random_range(0..3_000)).collect();
+    // As the enter call answers: spread over 3 s, unless the visitor's
+    // turn comes sooner (the free slots cover them).
+    let mut next_poll: Vec<i64> = (0..visitors)
+        .map(|i| {
+            let e = within_free_slots(i as u64, Some(mode.rate()), slots);
+            let told = poll_after_ms(i as u64, e, rng.random::<f64>());
+            first_poll_ms(rng.random::<f64>(), told) as i64
+        })
+        .collect();
     let mut first: Vec<Option<(i64, u64)>> = vec![None; visitors];
     let mut last: Vec<Option<u64>> = vec![None; visitors];
     let mut seen: Vec<Option<i64>> = vec![None; visitors];

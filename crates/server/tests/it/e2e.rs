@@ -423,3 +423,36 @@ async fn a_released_slot_goes_to_the_next_visitor_within_a_fast_tick() {
     );
     s.stop().await;
 }
+
+/// The enter answer times a visitor's first poll on their turn: the free
+/// slots cover the first two visitors (`tickets` has two), so they are told
+/// to poll again within about half a second — an admitted visitor who has
+/// not heard holds a slot nobody uses. The crowd behind them keeps the
+/// 0–3 s spread, so a burst's first polls do not arrive together.
+#[tokio::test]
+async fn the_enter_answer_times_the_first_poll_on_the_turn() {
+    let s = TestServer::start("").await;
+    let mut told = Vec::new();
+    for _ in 0..12 {
+        let mut v = Visitor::default();
+        let (status, p) = v.json(Method::POST, &s.url(ENTER), None).await;
+        assert_eq!(
+            (status, p["status"].as_str()),
+            (StatusCode::OK, Some("WAITING")),
+            "{p}"
+        );
+        told.push(p["pollAfterMs"].as_u64().unwrap());
+    }
+    for (i, ms) in told[..2].iter().enumerate() {
+        assert!(
+            (400..=600).contains(ms),
+            "visitor {i} was told {ms} ms: {told:?}"
+        );
+    }
+    assert!(told[2..].iter().all(|&ms| ms < 3_000), "{told:?}");
+    assert!(
+        told[2..].iter().any(|&ms| ms > 600),
+        "the crowd lost its spread: {told:?}"
+    );
+    s.stop().await;
+}

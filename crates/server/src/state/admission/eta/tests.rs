@@ -102,10 +102,10 @@ fn flash_crowd_first_estimates_use_the_plan() {
     feed.observe(500, &stats(20));
     feed.observe(1_000, &stats(20));
     feed.observe(1_500, &stats(40));
-    // 1000 ahead at 20/s: 50 s, buffered 60 s, plus 2.4 s for the poll that
+    // 1000 ahead at 20/s: 50 s, buffered 60 s, plus 0.6 s for the poll that
     // sees the admission (the old 10 s floor said 300 s).
     let e = feed.estimate(1_500, 999).unwrap().seconds;
-    assert_eq!(e, 63, "estimate {e}");
+    assert_eq!(e, 61, "estimate {e}");
 }
 
 /// Runs `seconds` of an event admitting `per_s` every second into `slots`
@@ -137,8 +137,8 @@ fn slots_that_bind_set_the_estimate() {
         slots: 100,
     });
     run_slots(&mut feed, 20, 100, 8, 1);
-    // 20 held, 80 free: rank 50 waits 51 / 20 s → 3.06 s + 2.4 → 6 s.
-    assert_eq!(feed.estimate(1_000, 50).map(|e| e.seconds), Some(6));
+    // 20 held, 80 free: rank 50 waits 51 / 20 s → 3.06 s + 0.6 → 4 s.
+    assert_eq!(feed.estimate(1_000, 50).map(|e| e.seconds), Some(4));
     assert_eq!(feed.estimate(1_000, 80), None);
     let mut feed = EtaFeed::default();
     feed.set_plan(Plan {
