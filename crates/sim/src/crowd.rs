@@ -255,7 +255,7 @@ pub async fn simulate(args: &CrowdArgs, origin: OriginSource) -> anyhow::Result<
     let (stop_sampling, sampler) =
         spawn_sampler(live.clone(), start, origin.clone(), client.clone());
     // The scheduler gets a task of its own so it never waits behind the sampler.
-    let finished = tokio::spawn(fleet.run(solved))
+    let mut finished = tokio::spawn(fleet.run(solved))
         .await
         .context("the crowd's scheduler panicked")?;
     let duration_s = start.elapsed().as_secs_f64();
@@ -296,6 +296,7 @@ pub async fn simulate(args: &CrowdArgs, origin: OriginSource) -> anyhow::Result<
         max_active_observed: live.max_active.load(std::sync::atomic::Ordering::Relaxed),
         duration_s,
         sim,
+        server_clock_ahead_us: report::clock::align(&mut finished.records),
     };
     Ok(Outcome {
         report: report::build(&finished.records, &finished.tally, facts),

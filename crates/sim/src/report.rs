@@ -2,6 +2,7 @@
 //! origin safety, ETA honesty, polling cost, latency, errors), as text or JSON.
 
 pub mod capacity;
+pub mod clock;
 pub mod hist;
 pub mod stats;
 
@@ -15,7 +16,7 @@ use stats::{Observed, certain_inversions, kendall_tau, median};
 /// Everything the judge needs of one visitor. Times are microseconds since
 /// the run started; latencies and errors are tallied for the whole crowd
 /// ([`Tally`]), so a million visitors do not keep one list each.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct VisitorRecord {
     pub bot: bool,
     /// Whether the visitor arrived before the event opened (`NOT_OPEN`): such
@@ -190,6 +191,10 @@ pub struct Report {
     /// told its visitor.
     pub admission_to_visitor_p50_ms: Option<f64>,
     pub admission_to_visitor_p99_ms: Option<f64>,
+    /// How far the server's wall clock ran ahead of the run's clock, at
+    /// most (0 when they agreed): token times were moved back by it
+    /// ([`clock::align`]) before fairness and lags were judged.
+    pub server_clock_ahead_ms: f64,
     pub eta_honest_share: Option<f64>,
     pub first_eta_to_wait_median: Option<f64>,
     /// Pairs of consecutive estimates shown to one visitor where the later
@@ -247,6 +252,9 @@ pub struct RunFacts {
     pub max_active_observed: u64,
     pub duration_s: f64,
     pub sim: SimFacts,
+    /// How far the server's wall clock ran ahead of the run's, at most,
+    /// as [`clock::align`] found and took out of the token times.
+    pub server_clock_ahead_us: u64,
 }
 
 /// Lateness of sends (p99) from which the crowd did not keep its schedule.
@@ -328,6 +336,7 @@ pub fn build(records: &[VisitorRecord], tally: &Tally, facts: RunFacts) -> Repor
         server_peak_rss_bytes: facts.server_peak_rss_bytes,
         admission_to_visitor_p50_ms: ms(lag.percentile(50.0)),
         admission_to_visitor_p99_ms: ms(lag.percentile(99.0)),
+        server_clock_ahead_ms: facts.server_clock_ahead_us as f64 / 1000.0,
         eta_honest_share,
         first_eta_to_wait_median,
         eta_rises_over_buffer: tally.eta_rises_over_buffer,
@@ -469,6 +478,12 @@ pub fn render_text(r: &Report) -> String {
         opt(r.admission_to_visitor_p50_ms, 0),
         opt(r.admission_to_visitor_p99_ms, 0)
     );
+    if r.server_clock_ahead_ms > 0.0 {
+        s += &format!(
+            "server clock ahead    up to {:.1} ms (token times moved back by it)\n",
+            r.server_clock_ahead_ms
+        );
+    }
     s += &format!("eta honest share      {}\n", pct(r.eta_honest_share));
     s += &format!(
         "first eta / wait      median {}\n",

@@ -698,8 +698,9 @@ impl Fleet {
                     Some(token) => {
                         if let Some(issued_ms) = token_issued_at_ms(token) {
                             let rel = issued_ms.saturating_mul(1000) - self.start_unix_us;
-                            // Clocks read in ms: never after the visitor saw it.
-                            let at = u64::try_from(rel.max(0)).unwrap_or(0).min(received);
+                            // Possibly after `received` if the server's wall
+                            // clock moved: `report::clock` puts it back.
+                            let at = u64::try_from(rel.max(0)).unwrap_or(0);
                             self.visitors[id as usize].admitted_at = tick_down(at);
                         }
                         self.visitors[id as usize].step = Step::Redeem;
