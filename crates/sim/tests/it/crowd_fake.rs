@@ -135,8 +135,25 @@ async fn gate(h: HeaderMap) -> StatusCode {
     }
 }
 
+/// A token the simulator can date: Anteroom's layout, its issue time (ms
+/// on the fake's wall clock) at bytes 6..14 of the payload.
+fn token(n: u64, issued_ms: i64) -> String {
+    use base64::Engine as _;
+    let mut payload = vec![0u8; 6];
+    payload.extend_from_slice(&issued_ms.to_be_bytes());
+    payload.extend_from_slice(&n.to_be_bytes());
+    let text = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(payload);
+    format!("{text}.sig")
+}
+
 /// Serves the fake and admits up to 25 every 20 ms while under 20 active.
 async fn start_fake() -> String {
+    start_fake_with_clock(|_| 0).await
+}
+
+/// The fake, its wall clock ahead of the true one by `ahead_ms(since its
+/// start)` on the tokens it issues.
+async fn start_fake_with_clock(ahead_ms: fn(Duration) -> i64) -> String {
     let q: Shared = Arc::default();
     let app = Router::new()
         .route("/api/queue/enter", post(enter))
@@ -150,6 +167,7 @@ async fn start_fake() -> String {
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
     tokio::spawn(async move {
         let mut n = 0u64;
+        let started = std::time::Instant::now();
         loop {
             tokio::time::sleep(Duration::from_millis(20)).await;
             let mut q = q.lock().unwrap();
@@ -161,7 +179,12 @@ async fn start_fake() -> String {
                     break;
                 };
                 n += 1;
-                q.admitted.insert(sid, format!("t{n}"));
+                let now_ms = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap()
+                    .as_millis() as i64;
+                q.admitted
+                    .insert(sid, token(n, now_ms + ahead_ms(started.elapsed())));
             }
         }
     });
@@ -194,6 +217,7 @@ async fn crowd_against_a_fifo_fake_is_judged_fair() {
     assert!(r.errors.is_empty(), "{:?}", r.errors);
     assert_eq!(r.inversions, 0, "{r:#?}");
     assert!(r.challenges_solved > 0, "bots were challenged: {r:#?}");
+    assert_eq!(r.server_clock_ahead_ms, 0.0, "the clocks agree: {r:#?}");
     assert!(r.max_active_observed <= 20, "{r:#?}");
     assert!(r.polls_per_visitor > 0.0);
     assert!(!outcome.timeline.is_empty());
@@ -230,6 +254,24 @@ async fn crowd_against_a_fifo_fake_is_judged_fair() {
     ] {
         assert!(json.get(key).is_some(), "missing {key}");
     }
+}
+
+/// The fake's wall clock runs ahead of the crowd's, by 40 ms and then
+/// 20 ms more every second (a clock being corrected after a VM snapshot
+/// did much the same): every token time lies after its visitor saw the
+/// admission. The report measures the excess and takes it out, and the
+/// FIFO fake is still judged fair, not on when each visitor happened to
+/// learn of its admission.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_clock_running_ahead_is_measured_not_judged_unfair() {
+    let fake = start_fake_with_clock(|t| 40 + t.as_millis() as i64 / 50).await;
+    let outcome = simulate(&args(fake), OriginSource::None).await.unwrap();
+    let r = &outcome.report;
+    assert_eq!(r.admitted, 200, "{r:#?}");
+    assert!(r.server_clock_ahead_ms >= 35.0, "{r:#?}");
+    assert_eq!(r.inversions, 0, "{r:#?}");
+    let lag = r.admission_to_visitor_p50_ms.unwrap();
+    assert!(lag > 0.0, "token times left on the visitors' own: {r:#?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
