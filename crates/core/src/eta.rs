@@ -330,8 +330,8 @@ pub fn poll_after_ms(rank: u64, eta: Option<Estimate>, jitter: f64) -> u64 {
 /// interval [`poll_after_ms`] gave them: spread over 0–3 s so a flash
 /// crowd's polls do not arrive in one spike — unless that interval is
 /// shorter than any poll near the front (the turn is due within a couple of
-/// seconds: the free slots cover the visitor), then that interval. Those
-/// are at most the free slots' worth of visitors.
+/// seconds), then that interval. In a burst those are the visitors the free
+/// slots cover; later, a few seconds' worth of admissions.
 pub fn first_poll_ms(jitter: f64, poll_after: u64) -> u64 {
     if poll_after < NEAR_POLL_MS * 8 / 10 {
         return poll_after;
