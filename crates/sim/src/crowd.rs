@@ -296,7 +296,7 @@ pub async fn simulate(args: &CrowdArgs, origin: OriginSource) -> anyhow::Result<
         max_active_observed: live.max_active.load(std::sync::atomic::Ordering::Relaxed),
         duration_s,
         sim,
-        server_clock_ahead_us: report::clock::align(&mut finished.records),
+        aligned: report::clock::align(&mut finished.records),
     };
     Ok(Outcome {
         report: report::build(&finished.records, &finished.tally, facts),

@@ -195,6 +195,9 @@ pub struct Report {
     /// most (0 when they agreed): token times were moved back by it
     /// ([`clock::align`]) before fairness and lags were judged.
     pub server_clock_ahead_ms: f64,
+    /// Token times that were still after their visitor's sight of the
+    /// admission once aligned (by over 1 ms), each clamped to it.
+    pub token_times_clamped: u64,
     pub eta_honest_share: Option<f64>,
     pub first_eta_to_wait_median: Option<f64>,
     /// Pairs of consecutive estimates shown to one visitor where the later
@@ -252,9 +255,9 @@ pub struct RunFacts {
     pub max_active_observed: u64,
     pub duration_s: f64,
     pub sim: SimFacts,
-    /// How far the server's wall clock ran ahead of the run's, at most,
-    /// as [`clock::align`] found and took out of the token times.
-    pub server_clock_ahead_us: u64,
+    /// How far the server's wall clock ran ahead of the run's, as
+    /// [`clock::align`] found and took out of the token times.
+    pub aligned: clock::Aligned,
 }
 
 /// Lateness of sends (p99) from which the crowd did not keep its schedule.
@@ -336,7 +339,8 @@ pub fn build(records: &[VisitorRecord], tally: &Tally, facts: RunFacts) -> Repor
         server_peak_rss_bytes: facts.server_peak_rss_bytes,
         admission_to_visitor_p50_ms: ms(lag.percentile(50.0)),
         admission_to_visitor_p99_ms: ms(lag.percentile(99.0)),
-        server_clock_ahead_ms: facts.server_clock_ahead_us as f64 / 1000.0,
+        server_clock_ahead_ms: facts.aligned.ahead_us as f64 / 1000.0,
+        token_times_clamped: facts.aligned.clamped,
         eta_honest_share,
         first_eta_to_wait_median,
         eta_rises_over_buffer: tally.eta_rises_over_buffer,
@@ -478,10 +482,10 @@ pub fn render_text(r: &Report) -> String {
         opt(r.admission_to_visitor_p50_ms, 0),
         opt(r.admission_to_visitor_p99_ms, 0)
     );
-    if r.server_clock_ahead_ms > 0.0 {
+    if r.server_clock_ahead_ms > 0.0 || r.token_times_clamped > 0 {
         s += &format!(
-            "server clock ahead    up to {:.1} ms (token times moved back by it)\n",
-            r.server_clock_ahead_ms
+            "server clock ahead    up to {:.1} ms (token times moved back by it); {} more clamped\n",
+            r.server_clock_ahead_ms, r.token_times_clamped
         );
     }
     s += &format!("eta honest share      {}\n", pct(r.eta_honest_share));

@@ -10,38 +10,75 @@
 //! admission.
 //!
 //! A token is issued before the answer that carries it is received, so
-//! wherever a token time lies after its visitor saw the admission, the
+//! where token times lie after their visitors saw the admission, the
 //! server's clock was ahead by at least that much. [`align`] measures that
 //! excess per second of the run and moves the token times back by it,
-//! interpolated between seconds so that their order is kept. On a run whose
-//! clocks agree there is no excess and nothing moves.
+//! interpolated between seconds so that their order is kept. It is read
+//! from the window's visitors as a whole, not from its worst one: a clock
+//! ahead puts most of a second's token times after their sight (all of
+//! them, once it is ahead by more than the visitors' lag), while a few
+//! visitors whose token came after their sight for a reason of their own
+//! (a late answer, a token issued again) must not move everyone else.
+//! Those are clamped to their sight alone, and counted. On a run whose
+//! clocks agree nothing moves.
 
 use super::VisitorRecord;
 
 /// Width of the windows the excess is measured over.
 const WINDOW_US: u64 = 1_000_000;
 
+/// Fewer admissions than this in a window tell nothing of the clock.
+const MIN_WINDOW: usize = 5;
+
+/// The share of a window's token times that must lie after their sight
+/// for the window's clock to count as ahead.
+const AHEAD_SHARE: f64 = 0.5;
+
+/// What [`align`] found.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Aligned {
+    /// The largest correction, in µs (0 when the clocks agreed).
+    pub ahead_us: u64,
+    /// Token times still after their visitor's sight once corrected, by
+    /// more than a millisecond: each clamped to that sight.
+    pub clamped: u64,
+}
+
 /// Moves every token time back by how far the server's clock was ahead
-/// around it; returns the largest such correction in µs (0 when the clocks
-/// agreed).
-pub fn align(records: &mut [VisitorRecord]) -> u64 {
-    // Per window: `None` while no admission lay in it, else the largest
-    // excess of a token time over its visitor's sight of it (0: none).
-    let mut ahead: Vec<Option<u64>> = Vec::new();
-    for r in records.iter() {
-        if let (Some(at), Some(seen)) = (r.admitted_at, r.admitted_seen) {
-            let w = (at / WINDOW_US) as usize;
-            if ahead.len() <= w {
-                ahead.resize(w + 1, None);
-            }
-            let excess = at.saturating_sub(seen);
-            ahead[w] = Some(ahead[w].map_or(excess, |a| a.max(excess)));
+/// around it, and clamps what is left after its visitor's sight.
+pub fn align(records: &mut [VisitorRecord]) -> Aligned {
+    let mut excesses: Vec<(usize, u64)> = records
+        .iter()
+        .filter_map(|r| {
+            let (at, seen) = (r.admitted_at?, r.admitted_seen?);
+            Some(((at / WINDOW_US) as usize, at.saturating_sub(seen)))
+        })
+        .collect();
+    excesses.sort_unstable();
+    // Per window: `None` while no admission lay in it, else its excess.
+    let windows = excesses.last().map_or(0, |&(w, _)| w + 1);
+    let mut ahead: Vec<Option<u64>> = vec![None; windows];
+    for run in excesses.chunk_by(|a, b| a.0 == b.0) {
+        if run.len() < MIN_WINDOW {
+            // Too few to tell a clock from a visitor: its neighbours' say.
+            continue;
         }
+        let positive = run.iter().filter(|&&(_, e)| e > 0).count();
+        let excess = if (positive as f64) < AHEAD_SHARE * run.len() as f64 {
+            0
+        } else {
+            // Each excess is the clock's lead less that visitor's lag, so
+            // under a lead they lie within it, and the largest (the soonest
+            // to learn) tells it best; one far beyond twice the median is
+            // that visitor's own. Sorted, as the pairs were sorted whole.
+            let limit = run[run.len() / 2].1.saturating_mul(2);
+            let within = run.partition_point(|&(_, e)| e <= limit);
+            run[within.saturating_sub(1)].1
+        };
+        ahead[run[0].0] = Some(excess);
     }
-    let largest = ahead.iter().flatten().copied().max().unwrap_or(0);
-    if largest == 0 {
-        return 0;
-    }
+    drop(excesses);
+    let ahead_us = ahead.iter().flatten().copied().max().unwrap_or(0);
     // A window without admissions takes its neighbours' excess (the one
     // before it, else the first after), so none pulls the line to 0.
     let mut last = ahead.iter().flatten().copied().next().unwrap_or(0);
@@ -52,14 +89,23 @@ pub fn align(records: &mut [VisitorRecord]) -> u64 {
             last
         })
         .collect();
+    let mut clamped = 0;
     for r in records.iter_mut() {
         if let Some(at) = r.admitted_at.as_mut() {
-            let moved = at.saturating_sub(correction(&ahead, *at));
-            // What interpolation leaves over: never after the visitor saw it.
-            *at = r.admitted_seen.map_or(moved, |seen| moved.min(seen));
+            let moved = if ahead_us == 0 {
+                *at
+            } else {
+                at.saturating_sub(correction(&ahead, *at))
+            };
+            // Never after the visitor saw it.
+            let seen = r.admitted_seen.unwrap_or(u64::MAX);
+            if moved > seen.saturating_add(1_000) {
+                clamped += 1;
+            }
+            *at = moved.min(seen);
         }
     }
-    largest
+    Aligned { ahead_us, clamped }
 }
 
 /// The excess at `at`, linear between the middles of the windows around
@@ -94,8 +140,34 @@ mod tests {
             .map(|i| record(i * 10_000, i * 10_000 + 3_000))
             .collect();
         let before = rs.clone();
-        assert_eq!(align(&mut rs), 0);
+        assert_eq!(align(&mut rs), Aligned::default());
         assert_eq!(rs, before);
+    }
+
+    /// A few visitors whose token came long after their sight of it (a
+    /// token issued again, say) move nobody else: they are clamped alone,
+    /// and counted.
+    #[test]
+    fn a_few_late_tokens_move_nobody_else() {
+        let mut rs: Vec<_> = (0..1_000u64)
+            .map(|i| record(i * 10_000, i * 10_000 + 3_000))
+            .collect();
+        // One lands among the others' admissions, two past the last one.
+        for (i, late) in [(5, 4_000_000), (250, 11_000_000), (700, 11_000_000)] {
+            rs[i].admitted_at = Some(rs[i].admitted_seen.unwrap() + late);
+        }
+        let mut expected = rs.clone();
+        for i in [5, 250, 700] {
+            expected[i].admitted_at = expected[i].admitted_seen;
+        }
+        assert_eq!(
+            align(&mut rs),
+            Aligned {
+                ahead_us: 0,
+                clamped: 3
+            }
+        );
+        assert_eq!(rs, expected);
     }
 
     /// The server's clock gains 500 µs a second on the run's (a slew), from
@@ -111,8 +183,8 @@ mod tests {
             .enumerate()
             .map(|(i, &t)| record(t + ahead(t), t + lag(i as u64)))
             .collect();
-        let largest = align(&mut rs);
-        assert!((20_000..=80_000).contains(&largest), "{largest}");
+        let aligned = align(&mut rs);
+        assert!((20_000..=80_000).contains(&aligned.ahead_us), "{aligned:?}");
         let ats: Vec<u64> = rs.iter().map(|r| r.admitted_at.unwrap()).collect();
         assert!(ats.windows(2).all(|w| w[0] <= w[1]), "order lost");
         for (r, &t) in rs.iter().zip(&truth) {
