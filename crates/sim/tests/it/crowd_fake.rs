@@ -256,19 +256,19 @@ async fn crowd_against_a_fifo_fake_is_judged_fair() {
     }
 }
 
-/// The fake's wall clock runs ahead of the crowd's, by 40 ms and then
+/// The fake's wall clock runs ahead of the crowd's, by 300 ms and then
 /// 0.5 ms more every second (a clock being slewed after a VM snapshot did
 /// much the same): every token time lies after its visitor saw the
-/// admission. The report measures the excess and takes it out, and the
+/// admission, however loaded the box. The report measures the excess and takes it out, and the
 /// FIFO fake is still judged fair, not on when each visitor happened to
 /// learn of its admission.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_clock_running_ahead_is_measured_not_judged_unfair() {
-    let fake = start_fake_with_clock(|t| 40 + t.as_millis() as i64 / 2_000).await;
+    let fake = start_fake_with_clock(|t| 300 + t.as_millis() as i64 / 2_000).await;
     let outcome = simulate(&args(fake), OriginSource::None).await.unwrap();
     let r = &outcome.report;
     assert_eq!(r.admitted, 200, "{r:#?}");
-    assert!(r.server_clock_ahead_ms >= 35.0, "{r:#?}");
+    assert!(r.server_clock_ahead_ms >= 200.0, "{r:#?}");
     assert_eq!(r.inversions, 0, "{r:#?}");
     let lag = r.admission_to_visitor_p50_ms.unwrap();
     assert!(lag > 0.0, "token times left on the visitors' own: {r:#?}");
