@@ -255,8 +255,9 @@ pub struct RunFacts {
     pub max_active_observed: u64,
     pub duration_s: f64,
     pub sim: SimFacts,
-    /// How far the server's wall clock ran ahead of the run's, as
-    /// [`clock::align`] found and took out of the token times.
+    /// What [`clock::align`] found: how far the server's wall clock ran
+    /// ahead of the run's (taken out of the token times), and the token
+    /// times clamped alone.
     pub aligned: clock::Aligned,
 }
 

@@ -18,7 +18,7 @@
 
 use std::collections::VecDeque;
 
-use super::{ALMOST_THERE_S, BUFFER, Estimate, FRONT_POLL_MS};
+use super::{ALMOST_THERE_S, BUFFER, Estimate, FRONT_POLL_MS, NEAR_POLL_MS};
 
 /// Most points kept per curve. Points are added only when a count grows, at
 /// most once per stats snapshot (~500 ms), so this covers over half an hour
@@ -354,7 +354,7 @@ pub fn earliest_turn(rank: u64, admit_per_s: Option<f64>, free: u64) -> Option<E
     Some(Estimate {
         seconds,
         almost_there: seconds < ALMOST_THERE_S,
-        wait_ms: super::ms(wait_s).max(2 * super::NEAR_POLL_MS),
+        wait_ms: super::ms(wait_s).max(2 * NEAR_POLL_MS),
     })
 }
 
