@@ -134,7 +134,7 @@ impl Proxy {
         extra: &[(HeaderName, HeaderValue)],
     ) -> Result<Response, ProxyError> {
         let (mut parts, body) = req.into_parts();
-        let target = target_uri(origin, &parts.uri)?;
+        let authority = origin_authority(origin)?;
         upgrade::check_asked(&parts.headers)?;
         let upgrade = headers::upgrade_protocol(&parts.headers);
         if upgrade.is_none()
@@ -143,12 +143,18 @@ impl Proxy {
         {
             // A bodiless GET or HEAD on an event loop: the lean client, with
             // the origin's head written straight from the visitor's fields
-            // (no rewritten map to build and then write out), and an answer
-            // whose hop-by-hop fields never entered its map.
-            let mut head = origin::request_line(&parts.method, &target, parts.headers.len());
+            // (no rewritten map to build and then write out, no target URI
+            // made only to be written out), and an answer whose hop-by-hop
+            // fields never entered its map.
+            let mut head = origin::request_line(
+                &parts.method,
+                origin_base(origin),
+                requested(&parts.uri),
+                parts.headers.len(),
+            );
             let forwarding = headers::Forwarding {
                 client,
-                origin_authority: target.authority(),
+                origin_authority: Some(authority),
                 upgrade: None,
             };
             headers::for_origin(
@@ -160,7 +166,7 @@ impl Proxy {
             head.extend_from_slice(b"\r\n");
             let response = origin::send_head(
                 parts.method == Method::HEAD,
-                &target,
+                authority.as_str(),
                 head,
                 self.connect_timeout,
                 self.response_timeout,
@@ -168,6 +174,7 @@ impl Proxy {
             .await?;
             return Ok(response.map(Body::new));
         }
+        let target = target_uri(origin, &parts.uri)?;
         // Taken before the request is rebuilt: it is how the visitor's side
         // of an upgraded connection is reached once the origin agrees, with
         // the client connection's slot and the session it must end with.
@@ -210,15 +217,31 @@ impl Proxy {
     }
 }
 
-/// The origin's scheme and authority, the origin's path (if any) followed
-/// by the request's path and query.
-fn target_uri(origin: &Uri, request: &Uri) -> Result<Uri, ProxyError> {
+/// The origin's authority: origins are plain `http://` URIs.
+fn origin_authority(origin: &Uri) -> Result<&http::uri::Authority, ProxyError> {
     if origin.scheme() != Some(&http::uri::Scheme::HTTP) {
         return Err(ProxyError::BadOrigin);
     }
-    let authority = origin.authority().ok_or(ProxyError::BadOrigin)?.clone();
-    let requested = request.path_and_query().map_or("/", PathAndQuery::as_str);
-    let base = origin.path().trim_end_matches('/');
+    origin.authority().ok_or(ProxyError::BadOrigin)
+}
+
+/// The origin's own path, put in front of every request's, without its
+/// trailing `/` (empty for an origin without one).
+fn origin_base(origin: &Uri) -> &str {
+    origin.path().trim_end_matches('/')
+}
+
+/// The request's path and query (`/` for a target without one).
+fn requested(request: &Uri) -> &str {
+    request.path_and_query().map_or("/", PathAndQuery::as_str)
+}
+
+/// The origin's scheme and authority, the origin's path (if any) followed
+/// by the request's path and query.
+fn target_uri(origin: &Uri, request: &Uri) -> Result<Uri, ProxyError> {
+    let authority = origin_authority(origin)?.clone();
+    let requested = requested(request);
+    let base = origin_base(origin);
     let path_and_query = if base.is_empty() {
         PathAndQuery::try_from(requested)
     } else {

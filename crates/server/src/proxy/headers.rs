@@ -46,6 +46,22 @@ pub(super) fn is_hop_by_hop(name: &HeaderName) -> bool {
     )
 }
 
+/// [`is_hop_by_hop`] for a name as it came off the wire, in any case: a
+/// name of any other length is settled by its length alone.
+pub(super) fn is_hop_by_hop_name(name: &[u8]) -> bool {
+    let hops: &[&[u8]] = match name.len() {
+        2 => &[b"te"],
+        7 => &[b"trailer", b"upgrade"],
+        10 => &[b"connection", b"keep-alive"],
+        16 => &[b"proxy-connection"],
+        17 => &[b"transfer-encoding"],
+        18 => &[b"proxy-authenticate"],
+        19 => &[b"proxy-authorization"],
+        _ => return false,
+    };
+    hops.iter().any(|hop| name.eq_ignore_ascii_case(hop))
+}
+
 /// Request headers a client must not set for the origin, compared after
 /// `_` is read as `-` (CGI, WSGI, PHP and nginx with
 /// `underscores_in_headers` map both to the same variable, so

@@ -24,15 +24,14 @@
 //! body runs to the close. An answer that breaks these rules is a `502`.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use bytes::{Buf as _, Bytes, BytesMut};
-use http::header::{CONNECTION, CONTENT_LENGTH, TRANSFER_ENCODING};
-use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri, Version};
+use http::header::{CONTENT_LENGTH, TRANSFER_ENCODING};
+use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Version};
 use hyper::body::Frame;
 use tokio::io::AsyncWriteExt as _;
 use tokio::net::TcpStream;
@@ -72,6 +71,10 @@ pub(super) fn eligible(method: &Method, headers: &HeaderMap) -> bool {
 struct Conn {
     stream: TcpStream,
     buf: BytesMut,
+    /// The bound on each answer head's wait, one per connection and moved
+    /// lazily (see [`within`]): a timer made per request would enter and
+    /// leave the runtime's timer wheel, under its lock, every time.
+    timer: Pin<Box<tokio::time::Sleep>>,
 }
 
 struct Idle {
@@ -80,15 +83,17 @@ struct Idle {
 }
 
 thread_local! {
-    /// This event loop's idle connections, by origin authority.
-    static POOL: RefCell<HashMap<String, Vec<Idle>>> = RefCell::new(HashMap::new());
+    /// This event loop's idle connections, by origin authority. A list, not
+    /// a map: a gateway has a handful of origins, and comparing a few short
+    /// keys costs less than hashing one twice per request.
+    static POOL: RefCell<Vec<(String, Vec<Idle>)>> = const { RefCell::new(Vec::new()) };
 }
 
 /// The newest idle connection to `key` that has not idled out.
 fn checkout(key: &str) -> Option<Conn> {
     POOL.with(|pool| {
         let mut pool = pool.borrow_mut();
-        let idle = pool.get_mut(key)?;
+        let (_, idle) = pool.iter_mut().find(|(k, _)| k == key)?;
         let now = Instant::now();
         // The oldest sit at the front: drop the ones past the timeout.
         let stale = idle
@@ -109,10 +114,14 @@ fn checkin(key: &str, mut conn: Conn) {
     POOL.with(|pool| {
         let mut pool = pool.borrow_mut();
         // The key is copied only for an origin's first connection.
-        let idle = match pool.get_mut(key) {
-            Some(idle) => idle,
-            None => pool.entry(key.to_owned()).or_default(),
+        let index = match pool.iter().position(|(k, _)| k == key) {
+            Some(index) => index,
+            None => {
+                pool.push((key.to_owned(), Vec::new()));
+                pool.len() - 1
+            }
         };
+        let idle = &mut pool[index].1;
         if idle.len() >= MAX_IDLE_PER_ORIGIN {
             idle.remove(0);
         }
@@ -129,19 +138,21 @@ fn checkin(key: &str, mut conn: Conn) {
 #[cfg(test)]
 pub(super) async fn send(
     method: Method,
-    target: &Uri,
+    target: &http::Uri,
     headers: &HeaderMap,
     connect_timeout: Duration,
     response_timeout: Duration,
 ) -> Result<http::Response<OriginBody>, ProxyError> {
-    let mut head = request_line(&method, target, headers.len());
+    let path = target.path_and_query().map_or("/", |pq| pq.as_str());
+    let mut head = request_line(&method, "", path, headers.len());
     for (name, value) in headers {
         super::headers::FieldSink::field(&mut super::headers::HeadSink(&mut head), name, value);
     }
     head.extend_from_slice(b"\r\n");
+    let authority = target.authority().ok_or(ProxyError::BadOrigin)?;
     send_head(
         method == Method::HEAD,
-        target,
+        authority.as_str(),
         head,
         connect_timeout,
         response_timeout,
@@ -150,57 +161,57 @@ pub(super) async fn send(
 }
 
 /// Sends `head` (a whole bodiless request head, `HEAD` if `head_only`) to
-/// `target`'s authority and answers with the origin's response head, its
-/// hop-by-hop fields left out, and a streaming body.
+/// the origin at `authority` (`host:port`) and answers with the origin's
+/// response head, its hop-by-hop fields left out, and a streaming body.
 pub(super) async fn send_head(
     head_only: bool,
-    target: &Uri,
+    authority: &str,
     head: Vec<u8>,
     connect_timeout: Duration,
     response_timeout: Duration,
 ) -> Result<http::Response<OriginBody>, ProxyError> {
-    let authority = target.authority().ok_or(ProxyError::BadOrigin)?;
-    let key = authority.as_str();
-    let exchange = async {
-        // Kept connections first; one that fails before any byte of the
-        // answer was closed by the origin while idle: the next one is tried.
-        while let Some(conn) = checkout(key) {
-            match exchange(conn, &head, head_only, key).await {
-                Ok(response) => return Ok(response),
-                Err(Failed::Stale) => continue,
-                Err(Failed::Proxy(e)) => return Err(e),
-            }
+    let key = authority;
+    // Kept connections first; one that fails before any byte of the
+    // answer was closed by the origin while idle: the next one is tried.
+    while let Some(conn) = checkout(key) {
+        match exchange(conn, &head, head_only, key, response_timeout).await {
+            Ok(response) => return Ok(response),
+            Err(Failed::Stale) => continue,
+            Err(Failed::Proxy(e)) => return Err(e),
         }
-        let conn = connect(key, connect_timeout).await?;
-        match exchange(conn, &head, head_only, key).await {
-            Ok(response) => Ok(response),
-            Err(Failed::Stale) => Err(ProxyError::Origin(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                "the origin closed the connection without answering",
-            ))),
-            Err(Failed::Proxy(e)) => Err(e),
-        }
-    };
-    tokio::time::timeout(response_timeout, exchange)
-        .await
-        .map_err(|_| ProxyError::Timeout)?
+    }
+    let conn = connect(key, connect_timeout, response_timeout).await?;
+    match exchange(conn, &head, head_only, key, response_timeout).await {
+        Ok(response) => Ok(response),
+        Err(Failed::Stale) => Err(ProxyError::Origin(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "the origin closed the connection without answering",
+        ))),
+        Err(Failed::Proxy(e)) => Err(e),
+    }
 }
 
-/// The request line, in a buffer with room for `fields` field lines after
-/// it.
-pub(super) fn request_line(method: &Method, target: &Uri, fields: usize) -> Vec<u8> {
-    let path = target.path_and_query().map_or("/", |pq| pq.as_str());
+/// The request line for `base` (the origin's own path, no trailing `/`)
+/// followed by `requested` (the request's path and query), in a buffer with
+/// room for `fields` field lines after it. Both are valid URI paths, so
+/// their join is one: nothing to check again.
+pub(super) fn request_line(method: &Method, base: &str, requested: &str, fields: usize) -> Vec<u8> {
     let mut head = Vec::with_capacity(256 + fields * 48);
     head.extend_from_slice(method.as_str().as_bytes());
     head.push(b' ');
-    head.extend_from_slice(path.as_bytes());
+    head.extend_from_slice(base.as_bytes());
+    head.extend_from_slice(requested.as_bytes());
     head.extend_from_slice(b" HTTP/1.1\r\n");
     head
 }
 
 /// A new connection to `authority` (`host:port`, port 80 by default),
 /// trying each address within `timeout` in all.
-async fn connect(authority: &str, timeout: Duration) -> Result<Conn, ProxyError> {
+async fn connect(
+    authority: &str,
+    timeout: Duration,
+    response_timeout: Duration,
+) -> Result<Conn, ProxyError> {
     let connect = async {
         let host_port = if authority
             .rsplit_once(':')
@@ -227,6 +238,7 @@ async fn connect(authority: &str, timeout: Duration) -> Result<Conn, ProxyError>
         Ok(Ok(stream)) => Ok(Conn {
             stream,
             buf: BytesMut::with_capacity(READ_CHUNK),
+            timer: Box::pin(tokio::time::sleep(response_timeout)),
         }),
         Ok(Err(e)) => Err(ProxyError::Origin(e)),
         Err(_) => Err(ProxyError::Timeout),
@@ -257,18 +269,71 @@ fn is_closed(e: &io::Error) -> bool {
     )
 }
 
-/// Writes the request head and reads the answer's head on `conn`.
+/// Writes the request head and reads the answer's head on `conn`, within
+/// `response_timeout`.
 async fn exchange(
     mut conn: Conn,
     head: &[u8],
     head_only: bool,
     key: &str,
+    response_timeout: Duration,
 ) -> Result<http::Response<OriginBody>, Failed> {
     if !conn.buf.is_empty() {
         // Bytes nobody asked for: the connection is out of step.
         return Err(Failed::Stale);
     }
-    if let Err(e) = conn.stream.write_all(head).await {
+    let due = Instant::now() + response_timeout;
+    let Conn { stream, buf, timer } = &mut conn;
+    let answer = within(
+        answer_head(stream, buf, head, head_only),
+        timer.as_mut(),
+        due,
+    )
+    .await
+    .ok_or(Failed::Proxy(ProxyError::Timeout))??;
+    Ok(answer.into_response(conn, key))
+}
+
+/// `work`'s output, or `None` once `due` passed first. `timer` is moved
+/// only when it fires before `due` (it was set for an earlier request) or
+/// would fire after it, so a connection's requests, each due a fixed time
+/// after it starts, re-arm it about once per `due`'s distance, not once
+/// each.
+async fn within<F: std::future::Future>(
+    work: F,
+    mut timer: Pin<&mut tokio::time::Sleep>,
+    due: Instant,
+) -> Option<F::Output> {
+    let mut work = std::pin::pin!(work);
+    std::future::poll_fn(|cx| {
+        if let Poll::Ready(out) = work.as_mut().poll(cx) {
+            return Poll::Ready(Some(out));
+        }
+        loop {
+            if timer.as_mut().poll(cx).is_pending() {
+                if timer.deadline() > due {
+                    timer.as_mut().reset(due);
+                    continue;
+                }
+                return Poll::Pending;
+            }
+            if Instant::now() >= due {
+                return Poll::Ready(None);
+            }
+            timer.as_mut().reset(due);
+        }
+    })
+    .await
+}
+
+/// Writes the request head and reads the answer's head off the connection.
+async fn answer_head(
+    stream: &mut TcpStream,
+    buf: &mut BytesMut,
+    head: &[u8],
+    head_only: bool,
+) -> Result<Head, Failed> {
+    if let Err(e) = stream.write_all(head).await {
         return Err(if is_closed(&e) {
             Failed::Stale
         } else {
@@ -277,16 +342,16 @@ async fn exchange(
     }
     let mut received = false;
     loop {
-        match parse_head(&mut conn.buf, head_only)? {
-            Some(parsed) => return Ok(parsed.into_response(conn, key)),
-            None if conn.buf.len() >= MAX_HEAD => {
+        match parse_head(buf, head_only)? {
+            Some(parsed) => return Ok(parsed),
+            None if buf.len() >= MAX_HEAD => {
                 return Err(bad("the answer's head is too large"));
             }
             None => {}
         }
-        conn.buf.reserve(READ_CHUNK);
+        buf.reserve(READ_CHUNK);
         match std::future::poll_fn(|cx| {
-            tokio_util::io::poll_read_buf(Pin::new(&mut conn.stream), cx, &mut conn.buf)
+            tokio_util::io::poll_read_buf(Pin::new(&mut *stream), cx, buf)
         })
         .await
         {
@@ -360,7 +425,6 @@ fn parse_head(buf: &mut BytesMut, head_only: bool) -> Result<Option<Head>, Faile
             continue;
         }
         let http11 = response.version == Some(1);
-        let mut headers = HeaderMap::with_capacity(response.headers.len());
         let mut close = !http11;
         let mut keep_alive_asked = false;
         let mut length: Option<u64> = None;
@@ -368,12 +432,19 @@ fn parse_head(buf: &mut BytesMut, head_only: bool) -> Result<Option<Head>, Faile
         let mut coding: Option<bool> = None; // Some(ends in chunked)
         // Fields the `Connection` field names: the origin's hop only.
         let mut listed: Vec<HeaderName> = Vec::new();
+        // Where the kept fields' names and values lie in the head: their
+        // values become slices of the head, not copies of their own.
+        let base = buf.as_ptr() as usize;
+        // (u32: a head is at most `MAX_HEAD` bytes.)
+        let at = |s: &[u8]| {
+            let start = s.as_ptr() as usize - base;
+            (start as u32, (start + s.len()) as u32)
+        };
+        let mut kept = [((0u32, 0u32), (0u32, 0u32)); MAX_HEADERS];
+        let mut fields = 0;
         for h in response.headers.iter() {
-            let name = HeaderName::from_bytes(h.name.as_bytes())
-                .map_err(|_| bad("an invalid answer field name"))?;
-            let value = HeaderValue::from_bytes(h.value)
-                .map_err(|_| bad("an invalid answer field value"))?;
-            if name == CONNECTION {
+            let name = h.name.as_bytes();
+            if name.eq_ignore_ascii_case(b"connection") {
                 for token in h.value.split(|b| *b == b',') {
                     let token = token.trim_ascii();
                     if token.eq_ignore_ascii_case(b"close") {
@@ -384,7 +455,7 @@ fn parse_head(buf: &mut BytesMut, head_only: bool) -> Result<Option<Head>, Faile
                         listed.push(name);
                     }
                 }
-            } else if name == TRANSFER_ENCODING {
+            } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
                 let last = h
                     .value
                     .rsplit(|b| *b == b',')
@@ -392,7 +463,7 @@ fn parse_head(buf: &mut BytesMut, head_only: bool) -> Result<Option<Head>, Faile
                     .unwrap_or(b"")
                     .trim_ascii();
                 coding = Some(last.eq_ignore_ascii_case(b"chunked"));
-            } else if name == CONTENT_LENGTH {
+            } else if name.eq_ignore_ascii_case(b"content-length") {
                 for part in h.value.split(|b| *b == b',') {
                     let n = parse_length(part.trim_ascii())
                         .ok_or_else(|| bad("an invalid Content-Length"))?;
@@ -404,9 +475,20 @@ fn parse_head(buf: &mut BytesMut, head_only: bool) -> Result<Option<Head>, Faile
             }
             // The answer's hop-by-hop fields stay on the origin's hop: the
             // visitor's hop gets its own framing and connection handling.
-            if !super::headers::is_hop_by_hop(&name) {
-                headers.append(name, value);
+            if !super::headers::is_hop_by_hop_name(name) {
+                kept[fields] = (at(name), at(h.value));
+                fields += 1;
             }
+        }
+        let head = buf.split_to(len).freeze();
+        let mut headers = HeaderMap::with_capacity(fields);
+        for &(name, value) in &kept[..fields] {
+            let name = HeaderName::from_bytes(&head[name.0 as usize..name.1 as usize])
+                .map_err(|_| bad("an invalid answer field name"))?;
+            let value =
+                HeaderValue::from_maybe_shared(head.slice(value.0 as usize..value.1 as usize))
+                    .map_err(|_| bad("an invalid answer field value"))?;
+            headers.append(name, value);
         }
         for name in listed {
             headers.remove(name);
@@ -414,7 +496,6 @@ fn parse_head(buf: &mut BytesMut, head_only: bool) -> Result<Option<Head>, Faile
         if !http11 && keep_alive_asked {
             close = false;
         }
-        buf.advance(len);
         let bodiless =
             head_only || status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED;
         let framing = if bodiless {

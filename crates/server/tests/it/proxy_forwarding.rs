@@ -365,3 +365,38 @@ async fn behind_a_trusted_proxy_the_client_its_scheme_and_host_are_kept() {
     }
     s.stop().await;
 }
+
+#[tokio::test]
+async fn an_origin_with_a_path_gets_it_in_front_of_every_request() {
+    let origin = Origin::options().echo_headers().start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let toml = ConfigBuilder::new()
+        .server_line(&format!(
+            "default_origin = \"http://{}/base/\"",
+            origin.addr
+        ))
+        .embedded(dir.path())
+        .no_rate_limits()
+        .event(Event::at("tickets", origin.addr).admission(FAST_BATCH))
+        .toml();
+    let s = server::TestServer::start_with(&toml, origin.clone(), dir).await;
+    let mut v = Visitor::default();
+    // A plain GET (the door and the lean origin client) and a HEAD and a
+    // POST with a body (hyper's client), each with its query kept.
+    let seen = seen_by_origin(&s, &mut v, "/shop/a%20b?c=d&e", &[]).await;
+    assert_eq!(seen["uri"], "/base/shop/a%20b?c=d&e", "{seen}");
+    let seen = seen_by_origin(&s, &mut v, "/", &[]).await;
+    assert_eq!(seen["uri"], "/base/", "{seen}");
+    let (status, _, body) = v
+        .call(
+            http::Method::POST,
+            &s.url("/shop/form?x=1"),
+            &[("accept", "application/json")],
+            Some("a=1"),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let seen: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(seen["uri"], "/base/shop/form?x=1", "{seen}");
+    s.stop().await;
+}

@@ -206,7 +206,53 @@ fn response_hop_by_hop_headers_are_dropped() {
     assert_eq!(h["upgrade"], "websocket");
 }
 
+#[test]
+fn a_wire_name_is_hop_by_hop_as_its_header_name_is() {
+    for hop in &HOP_BY_HOP {
+        let lower = hop.as_str();
+        let upper = lower.to_ascii_uppercase();
+        let mixed: String = lower
+            .chars()
+            .enumerate()
+            .map(|(i, c)| {
+                if i % 2 == 0 {
+                    c.to_ascii_uppercase()
+                } else {
+                    c
+                }
+            })
+            .collect();
+        for spelling in [lower, upper.as_str(), mixed.as_str()] {
+            assert!(is_hop_by_hop_name(spelling.as_bytes()), "{spelling}");
+        }
+    }
+    for other in [
+        "set-cookie",
+        "content-length",
+        "tee",
+        "t",
+        "trailers",
+        "upgrade-insecure-requests",
+        "connectio",
+        "keep_alive",
+        "proxy-connectiom",
+        "",
+    ] {
+        assert!(!is_hop_by_hop_name(other.as_bytes()), "{other}");
+        let name = HeaderName::from_bytes(other.as_bytes());
+        assert!(name.is_err() || !is_hop_by_hop(&name.unwrap()), "{other}");
+    }
+}
+
 proptest::proptest! {
+    /// Any name, in any case, is hop-by-hop off the wire exactly when it
+    /// is as a header name.
+    #[test]
+    fn the_two_hop_by_hop_readings_agree(name in "[a-zA-Z-]{1,20}") {
+        let parsed = HeaderName::from_bytes(name.as_bytes()).unwrap();
+        proptest::prop_assert_eq!(is_hop_by_hop_name(name.as_bytes()), is_hop_by_hop(&parsed));
+    }
+
     /// The address written directly reads as `Display` writes it.
     #[test]
     fn an_address_value_is_its_display(bits in proptest::num::u32::ANY, six in proptest::num::u128::ANY) {

@@ -12,6 +12,9 @@ use proptest::prelude::*;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpListener;
 
+use http::Uri;
+use http::header::CONNECTION;
+
 use super::*;
 
 /// Parses `answer` as one answer head plus whatever follows, fed in pieces
@@ -402,8 +405,7 @@ fn the_request_head_is_written_as_asked() {
     headers.insert(http::header::HOST, HeaderValue::from_static("o:9"));
     headers.append("x-a", HeaderValue::from_static("1"));
     headers.append("x-a", HeaderValue::from_static("2"));
-    let target: Uri = "http://o:9/a/b?c=d".parse().unwrap();
-    let mut head = request_line(&Method::GET, &target, headers.len());
+    let mut head = request_line(&Method::GET, "/base", "/a/b?c=d", headers.len());
     for (name, value) in &headers {
         crate::proxy::headers::FieldSink::field(
             &mut crate::proxy::headers::HeadSink(&mut head),
@@ -414,7 +416,7 @@ fn the_request_head_is_written_as_asked() {
     head.extend_from_slice(b"\r\n");
     assert_eq!(
         String::from_utf8(head).unwrap(),
-        "GET /a/b?c=d HTTP/1.1\r\nhost: o:9\r\nx-a: 1\r\nx-a: 2\r\n\r\n"
+        "GET /base/a/b?c=d HTTP/1.1\r\nhost: o:9\r\nx-a: 1\r\nx-a: 2\r\n\r\n"
     );
 }
 
@@ -437,4 +439,34 @@ fn an_answers_hop_by_hop_fields_stay_on_the_origins_hop() {
     let (head, _, _) = read_all(answer, 64, false).unwrap();
     assert!(!head.keep_alive);
     assert!(!head.headers.contains_key(CONNECTION) && head.headers.len() == 1);
+}
+
+/// The per-connection answer timer: a timer left from an earlier request
+/// (due sooner) does not cut a later request short, one due later is
+/// brought forward, and work that finishes first wins.
+#[tokio::test]
+async fn a_connections_timer_bounds_each_answer_from_its_own_start() {
+    let wait = Duration::from_millis(150);
+    // Left by an earlier request: fires long before this one is due.
+    let mut timer = Box::pin(tokio::time::sleep(Duration::from_millis(10)));
+    let started = Instant::now();
+    let out = within(std::future::pending::<()>(), timer.as_mut(), started + wait).await;
+    assert!(out.is_none());
+    assert!(
+        started.elapsed() >= wait,
+        "cut short: {:?}",
+        started.elapsed()
+    );
+
+    // Set far in the future: brought forward to this request's due time.
+    let mut timer = Box::pin(tokio::time::sleep(Duration::from_secs(3600)));
+    let started = Instant::now();
+    let out = within(std::future::pending::<()>(), timer.as_mut(), started + wait).await;
+    assert!(out.is_none());
+    assert!(started.elapsed() >= wait);
+    assert!(timer.deadline() <= started + wait);
+
+    // Work that is ready is answered, whatever the timer says.
+    let out = within(async { 7 }, timer.as_mut(), Instant::now()).await;
+    assert_eq!(out, Some(7));
 }
