@@ -312,7 +312,7 @@ impl Protected<'_> {
             }
             None => QueuePosition::build(state, rt, "", &MemberState::None, answer),
         };
-        let retry_after = position.retry_after_secs();
+        let retry_after = position.retry_after_value();
         let body = Queued {
             error: "queued",
             message: "this path is behind the waiting room: join the queue, then redeem the admission token",
@@ -322,7 +322,7 @@ impl Protected<'_> {
         };
         let mut response = (StatusCode::TOO_MANY_REQUESTS, axum::Json(body)).into_response();
         let headers = response.headers_mut();
-        headers.insert(header::RETRY_AFTER, HeaderValue::from(retry_after));
+        headers.insert(header::RETRY_AFTER, retry_after);
         headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
         response
     }

@@ -170,9 +170,27 @@ impl QueuePosition {
         self.poll_after_ms.div_ceil(1000).max(1)
     }
 
+    /// [`Self::retry_after_secs`] as a header value: one of a table for
+    /// the first minute (every poll's answer carries one, and a number
+    /// made into a header value is an allocation), made otherwise.
+    pub fn retry_after_value(&self) -> HeaderValue {
+        const SECONDS: [&str; 61] = [
+            "0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12", "13", "14", "15",
+            "16", "17", "18", "19", "20", "21", "22", "23", "24", "25", "26", "27", "28", "29",
+            "30", "31", "32", "33", "34", "35", "36", "37", "38", "39", "40", "41", "42", "43",
+            "44", "45", "46", "47", "48", "49", "50", "51", "52", "53", "54", "55", "56", "57",
+            "58", "59", "60",
+        ];
+        let secs = self.retry_after_secs();
+        match usize::try_from(secs).ok().and_then(|i| SECONDS.get(i)) {
+            Some(text) => HeaderValue::from_static(text),
+            None => HeaderValue::from(secs),
+        }
+    }
+
     /// The answer with `status` and a `Retry-After` header.
     pub fn respond(self, status: StatusCode) -> Response {
-        let retry = self.retry_after_secs();
+        let retry = self.retry_after_value();
         let mut r = Response::new(axum::body::Body::from(self.to_json()));
         *r.status_mut() = status;
         let h = r.headers_mut();
@@ -180,7 +198,7 @@ impl QueuePosition {
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
         );
-        h.insert(header::RETRY_AFTER, HeaderValue::from(retry));
+        h.insert(header::RETRY_AFTER, retry);
         r
     }
 
@@ -395,6 +413,17 @@ mod tests {
             timestamp: rfc3339_ms(1_800_000_000_123),
             opens_at,
             pre_window_starts_at: pre_window,
+        }
+    }
+
+    proptest! {
+        /// The table's `Retry-After` is the number's own text, at every
+        /// poll interval, in the table's range and past it.
+        #[test]
+        fn retry_after_is_the_seconds_text(poll in prop_oneof![0u64..70_000, any::<u64>()]) {
+            let p = position(Status::Waiting, [None, None, None, None, Some(poll)], Default::default());
+            let value = p.retry_after_value();
+            prop_assert_eq!(value.to_str().unwrap(), p.retry_after_secs().to_string());
         }
     }
 

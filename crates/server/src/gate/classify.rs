@@ -13,7 +13,7 @@ use http::request::Parts;
 use http::{Method, Uri};
 
 use crate::routes::RouteTable;
-use crate::routes::normalize::{NormalizeError, normalize_path};
+use crate::routes::normalize::{NormalizeError, normalized};
 
 #[cfg(test)]
 mod tests;
@@ -70,8 +70,8 @@ fn classify_target<'t>(
     if !path.starts_with('/') {
         return Err(Refusal::Target);
     }
-    let normalized = normalize_path(path).map_err(Refusal::Path)?;
-    Ok(match routes.lookup(&normalized) {
+    let path = normalized(path).map_err(Refusal::Path)?;
+    Ok(match routes.lookup(&path) {
         Some(event) => Class::Protected(event),
         None => Class::Unprotected,
     })

@@ -54,10 +54,17 @@ impl NormalizeError {
 /// The result always starts with `/`, and normalising it again changes
 /// nothing.
 pub fn normalize_path(raw: &str) -> Result<String, NormalizeError> {
+    normalized(raw).map(std::borrow::Cow::into_owned)
+}
+
+/// [`normalize_path`], borrowing `raw` when it is already normal: the
+/// gate classifies every request by its normal path, and nearly every
+/// path a crowd asks for is one, so it is not copied for the lookup.
+pub fn normalized(raw: &str) -> Result<std::borrow::Cow<'_, str>, NormalizeError> {
     if is_already_normal(raw) {
-        return Ok(raw.to_owned());
+        return Ok(std::borrow::Cow::Borrowed(raw));
     }
-    normalize_in_full(raw)
+    normalize_in_full(raw).map(std::borrow::Cow::Owned)
 }
 
 /// Whether normalising `raw` would give it back unchanged, told in one pass
