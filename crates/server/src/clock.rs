@@ -2,8 +2,12 @@
 //! and the node clock: the system clock, shifted by a test-only offset so a
 //! test can run gateway nodes whose clocks disagree and show that the queue
 //! order does not depend on them (it comes from the store's canonical clock).
+//! And one timer kept for many deadlines in turn ([`poll_due`]).
 
+use std::future::Future as _;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// The wall clock, injected so tests and the core see one source of time.
@@ -112,6 +116,33 @@ fn civil_from_days(days: i64) -> (i64, i64, i64) {
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
     let year = yoe + era * 400 + i64::from(month <= 2);
     (year, month, day)
+}
+
+/// Polls a timer kept for many deadlines in turn (a connection's, one
+/// deadline per request), `Ready` once `due` has passed. The timer is moved
+/// only when it must be: to `due` when it would fire later, and on to `due`
+/// when it fired for an earlier deadline. So a connection whose deadlines
+/// each lie a fixed time after its request re-arms it about once per that
+/// time, where a timer set per request would enter and leave the runtime's
+/// timer wheel, under its lock, on every request.
+pub fn poll_due(
+    mut timer: Pin<&mut tokio::time::Sleep>,
+    due: tokio::time::Instant,
+    cx: &mut Context<'_>,
+) -> Poll<()> {
+    loop {
+        if timer.as_mut().poll(cx).is_pending() {
+            if timer.deadline() > due {
+                timer.as_mut().reset(due);
+                continue;
+            }
+            return Poll::Pending;
+        }
+        if tokio::time::Instant::now() >= due {
+            return Poll::Ready(());
+        }
+        timer.as_mut().reset(due);
+    }
 }
 
 #[cfg(test)]

@@ -294,11 +294,8 @@ async fn exchange(
     Ok(answer.into_response(conn, key))
 }
 
-/// `work`'s output, or `None` once `due` passed first. `timer` is moved
-/// only when it fires before `due` (it was set for an earlier request) or
-/// would fire after it, so a connection's requests, each due a fixed time
-/// after it starts, re-arm it about once per `due`'s distance, not once
-/// each.
+/// `work`'s output, or `None` once `due` passed first (the connection's
+/// `timer` kept as [`crate::clock::poll_due`] keeps it).
 async fn within<F: std::future::Future>(
     work: F,
     mut timer: Pin<&mut tokio::time::Sleep>,
@@ -309,19 +306,7 @@ async fn within<F: std::future::Future>(
         if let Poll::Ready(out) = work.as_mut().poll(cx) {
             return Poll::Ready(Some(out));
         }
-        loop {
-            if timer.as_mut().poll(cx).is_pending() {
-                if timer.deadline() > due {
-                    timer.as_mut().reset(due);
-                    continue;
-                }
-                return Poll::Pending;
-            }
-            if Instant::now() >= due {
-                return Poll::Ready(None);
-            }
-            timer.as_mut().reset(due);
-        }
+        crate::clock::poll_due(timer.as_mut(), due, cx).map(|()| None)
     })
     .await
 }

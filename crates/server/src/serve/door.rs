@@ -213,22 +213,7 @@ where
         if stopped.as_mut().poll(cx).is_ready() {
             return Poll::Ready(Read::Stopped);
         }
-        loop {
-            if timer.as_mut().poll(cx).is_pending() {
-                if timer.deadline() > due {
-                    // A deadline that moved earlier (never, today, but the
-                    // timer must not outlive the head it bounds).
-                    timer.as_mut().reset(due);
-                    continue;
-                }
-                return Poll::Pending;
-            }
-            if Instant::now() >= due {
-                return Poll::Ready(Read::TimedOut);
-            }
-            // Fired for an earlier head's deadline: re-armed for this one.
-            timer.as_mut().reset(due);
-        }
+        crate::clock::poll_due(timer.as_mut(), due, cx).map(|()| Read::TimedOut)
     })
     .await
 }
