@@ -232,7 +232,10 @@ impl Keyring {
         let mut mac = self.keys[0].mac.clone();
         mac.update(&payload);
         let tag = mac.finalize().into_bytes();
-        let mut token = URL_SAFE_NO_PAD.encode(&payload);
+        // Sized once for both parts: growing the payload's text for the
+        // tag reallocated it twice per token.
+        let mut token = String::with_capacity(b64_len(payload.len()) + 1 + b64_len(MAC_LEN));
+        URL_SAFE_NO_PAD.encode_string(&payload, &mut token);
         token.push('.');
         URL_SAFE_NO_PAD.encode_string(tag, &mut token);
         token
@@ -345,6 +348,11 @@ impl<'p> Parsed<'p> {
             event: &p[HEADER_LEN..],
         })
     }
+}
+
+/// The length of `n` bytes in unpadded base64.
+fn b64_len(n: usize) -> usize {
+    (n * 4).div_ceil(3)
 }
 
 /// Copies a slice whose length the caller has checked into an array.

@@ -311,3 +311,16 @@ proptest! {
         prop_assert!(ring(&[NEW]).verify(&edited, &ADMISSION, NOW).is_err());
     }
 }
+
+proptest! {
+    /// The base64 length a token is sized by is the encoder's own, so a
+    /// token is made in one allocation, never grown.
+    #[test]
+    fn a_token_is_sized_once(event in "[a-z0-9-]{0,255}", n in 0usize..700) {
+        prop_assert_eq!(b64_len(n), URL_SAFE_NO_PAD.encode(vec![7u8; n]).len());
+        let mut c = claims(TokenKind::Pass);
+        c.event = event;
+        let token = ring(&[NEW]).sign(&c);
+        prop_assert_eq!(token.capacity(), token.len());
+    }
+}
