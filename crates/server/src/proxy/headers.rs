@@ -29,25 +29,16 @@ static HOP_BY_HOP: [HeaderName; 9] = [
     http::header::UPGRADE,
 ];
 
-/// Whether `name` is one of [`HOP_BY_HOP`]: one comparison of the name's
-/// text, where looking it up in the list compares nine names.
+/// Whether `name` is one of [`HOP_BY_HOP`]: one reading of the name's
+/// text (see [`is_hop_by_hop_name`]), where looking it up in the list
+/// compares nine names.
 pub(super) fn is_hop_by_hop(name: &HeaderName) -> bool {
-    matches!(
-        name.as_str(),
-        "connection"
-            | "keep-alive"
-            | "proxy-connection"
-            | "proxy-authenticate"
-            | "proxy-authorization"
-            | "te"
-            | "trailer"
-            | "transfer-encoding"
-            | "upgrade"
-    )
+    is_hop_by_hop_name(name.as_str().as_bytes())
 }
 
-/// [`is_hop_by_hop`] for a name as it came off the wire, in any case: a
-/// name of any other length is settled by its length alone.
+/// Whether a name as it came off the wire, in any case, is one of
+/// [`HOP_BY_HOP`]: a name of any other length is settled by its length
+/// alone.
 pub(super) fn is_hop_by_hop_name(name: &[u8]) -> bool {
     let hops: &[&[u8]] = match name.len() {
         2 => &[b"te"],

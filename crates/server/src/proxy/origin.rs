@@ -170,18 +170,17 @@ pub(super) async fn send_head(
     connect_timeout: Duration,
     response_timeout: Duration,
 ) -> Result<http::Response<OriginBody>, ProxyError> {
-    let key = authority;
     // Kept connections first; one that fails before any byte of the
     // answer was closed by the origin while idle: the next one is tried.
-    while let Some(conn) = checkout(key) {
-        match exchange(conn, &head, head_only, key, response_timeout).await {
+    while let Some(conn) = checkout(authority) {
+        match exchange(conn, &head, head_only, authority, response_timeout).await {
             Ok(response) => return Ok(response),
             Err(Failed::Stale) => continue,
             Err(Failed::Proxy(e)) => return Err(e),
         }
     }
-    let conn = connect(key, connect_timeout, response_timeout).await?;
-    match exchange(conn, &head, head_only, key, response_timeout).await {
+    let conn = connect(authority, connect_timeout, response_timeout).await?;
+    match exchange(conn, &head, head_only, authority, response_timeout).await {
         Ok(response) => Ok(response),
         Err(Failed::Stale) => Err(ProxyError::Origin(io::Error::new(
             io::ErrorKind::UnexpectedEof,
