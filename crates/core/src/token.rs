@@ -30,6 +30,9 @@ use subtle::ConstantTimeEq;
 
 use crate::score::ScoreKey;
 
+mod recent;
+pub use recent::Recent;
+
 type HmacSha256 = Hmac<Sha256>;
 
 /// Longest token string [`Keyring::verify`] looks at; longer input is malformed.
@@ -181,7 +184,14 @@ struct Key {
 pub struct Keyring {
     keys: Vec<Key>,
     score_key: ScoreKey,
+    /// Tells this keyring from every other one in the process, so a
+    /// [`Recent`] never answers for a keyring its tokens were not verified
+    /// with.
+    id: u64,
 }
+
+/// The next [`Keyring::id`]; 0 is no keyring's (a new [`Recent`]'s).
+static NEXT_RING: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 impl Keyring {
     /// Builds the keyring from secrets listed newest first; each must be at
@@ -206,6 +216,7 @@ impl Keyring {
             // The oldest secret, so prepending a new one does not reshuffle a
             // pre-window that is already filling.
             score_key: ScoreKey::new(oldest.as_ref()),
+            id: NEXT_RING.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         })
     }
 

@@ -12,7 +12,9 @@
 
 use std::time::Duration;
 
-use anteroom_core::token::{Claims, Expect, Keyring, TokenError, TokenKind, session_tag};
+use std::cell::RefCell;
+
+use anteroom_core::token::{Claims, Expect, Keyring, Recent, TokenError, TokenKind, session_tag};
 use anteroom_store::EventId;
 use rand::RngCore;
 
@@ -24,6 +26,17 @@ use crate::state::{AppState, EventRuntime};
 
 /// At most this many passes are kept in one cookie (one per event).
 const MAX_PASSES: usize = 8;
+
+/// Passes each thread verified lately (see [`Recent`]): a session's
+/// requests present the same pass, mostly on one kept-alive connection and
+/// so on one event loop, and its HMAC and session hash are the largest part
+/// of a gated request. Slots, not a map, so a crowd's passes replace one
+/// another in bounded memory (about 300 bytes a slot).
+const RECENT_PASSES: usize = 1024;
+
+thread_local! {
+    static RECENT: RefCell<Recent> = RefCell::new(Recent::new(RECENT_PASSES));
+}
 
 /// Revocations are kept this long after the pass lifetime: any pass issued
 /// before a revocation has expired by then anyway.
@@ -139,11 +152,15 @@ pub fn check(
     };
     // Verified as of the beginning of time so that an expired pass still
     // yields its claims; expiry is judged just below.
-    let Some(claims) = cookie
-        .split('~')
-        .take(MAX_PASSES)
-        .find_map(|part| state.keyring.verify(part, &expect, i64::MIN).ok())
-    else {
+    let claims = RECENT.with_borrow_mut(|recent| {
+        cookie.split('~').take(MAX_PASSES).find_map(|part| {
+            state
+                .keyring
+                .verify_recent(recent, part, &expect, i64::MIN)
+                .ok()
+        })
+    });
+    let Some(claims) = claims else {
         return PassCheck::Missing;
     };
     let session_start_us = session_start_us(&claims, rt, now_ms);

@@ -324,3 +324,89 @@ proptest! {
         prop_assert_eq!(token.capacity(), token.len());
     }
 }
+
+/// The tokens a gate may be shown again and again: good ones for two
+/// sessions, one past its expiry, one of another kind, one altered, one
+/// signed with a secret the ring does not hold, and an oversized one.
+fn presented() -> Vec<String> {
+    let signer = ring(&[OLD]);
+    let pass = claims(TokenKind::Pass);
+    let b = Claims {
+        session_tag: session_tag("session-b"),
+        ..pass.clone()
+    };
+    let expired = Claims {
+        expires_at_ms: NOW - 1,
+        ..pass.clone()
+    };
+    let good = signer.sign(&pass);
+    let altered = tamper(&good, |p| p[20] ^= 1);
+    vec![
+        good,
+        signer.sign(&b),
+        signer.sign(&expired),
+        signer.sign(&claims(TokenKind::Admission)),
+        altered,
+        ring(&[OTHER]).sign(&pass),
+        "x".repeat(MAX_TOKEN_LEN + 1),
+    ]
+}
+
+proptest! {
+    /// A token answered from the memo gets the answer `verify` gives, for
+    /// any order of tokens, sessions, events, kinds and times, with so few
+    /// slots that tokens evict one another.
+    #[test]
+    fn a_remembered_token_is_judged_as_verify_judges_it(
+        steps in proptest::collection::vec(
+            (0usize..7, 0usize..3, 0usize..2, 0usize..2, -2i64..70_000),
+            1..60,
+        ),
+        slots in 1usize..4,
+    ) {
+        let tokens = presented();
+        let keyring = ring(&[NEW, OLD]);
+        let mut recent = Recent::new(slots);
+        for (t, session, event, kind, at) in steps {
+            let expect = Expect {
+                kind: [TokenKind::Pass, TokenKind::Admission][kind],
+                event: ["drop-2026", "drop-2027"][event],
+                session: ["session-a", "session-b", "session-a "][session],
+            };
+            let now = NOW + at;
+            prop_assert_eq!(
+                keyring.verify_recent(&mut recent, &tokens[t], &expect, now),
+                keyring.verify(&tokens[t], &expect, now),
+                "token {} for {:?} at {}", t, expect, at
+            );
+        }
+    }
+}
+
+/// A memo filled under one keyring answers nothing for another: a token
+/// whose key was retired is refused at once.
+#[test]
+fn a_new_keyring_forgets_what_the_old_one_verified() {
+    let token = ring(&[OLD]).sign(&claims(TokenKind::Pass));
+    let expect = Expect {
+        kind: TokenKind::Pass,
+        ..ADMISSION
+    };
+    let mut recent = Recent::new(16);
+    let both = ring(&[NEW, OLD]);
+    assert!(
+        both.verify_recent(&mut recent, &token, &expect, NOW)
+            .is_ok()
+    );
+    assert!(
+        both.verify_recent(&mut recent, &token, &expect, NOW)
+            .is_ok()
+    );
+    // The old secret retired: same secrets' text is not enough, a memo
+    // belongs to one keyring.
+    let retired = ring(&[NEW]);
+    assert_eq!(
+        retired.verify_recent(&mut recent, &token, &expect, NOW),
+        Err(TokenError::UnknownKey)
+    );
+}
