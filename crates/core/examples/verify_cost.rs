@@ -10,7 +10,7 @@ use std::hint::black_box;
 use std::time::Instant;
 
 use anteroom_core::pow;
-use anteroom_core::token::{Claims, Expect, Keyring, TokenKind, session_tag};
+use anteroom_core::token::{Claims, Expect, Keyring, Recent, TokenKind, session_tag};
 
 const NOW: i64 = 1_780_000_000_000;
 
@@ -39,6 +39,12 @@ fn main() {
     };
     let token_ns = time(iterations, || {
         ring.verify(black_box(&token), black_box(&expect), NOW)
+            .unwrap();
+    });
+    // The gate's way: the same pass presented again is found in the memo.
+    let mut recent = Recent::new(1024);
+    let recent_ns = time(iterations, || {
+        ring.verify_recent(&mut recent, black_box(&token), black_box(&expect), NOW)
             .unwrap();
     });
 
@@ -72,6 +78,7 @@ fn main() {
         challenge.len()
     );
     println!("Keyring::verify:     {token_ns:.0} ns/op over {iterations} iterations");
+    println!("verify_recent (seen): {recent_ns:.0} ns/op over {iterations} iterations");
     println!("pow::verify (d=18):  {pow_ns:.0} ns/op over {iterations} iterations");
     println!("pow::solve (d=18):   {solve_ms:.1} ms, answer {answer} (one native core)");
 }

@@ -64,6 +64,28 @@ impl Recent {
     }
 }
 
+/// Whether `a` and `b` are equal, in time that depends on their lengths
+/// only (a length is no secret: every token of an event has the same). Eight
+/// bytes at a time: `subtle`'s slice comparison takes a byte at a time
+/// behind an optimisation barrier each, seven times the work for a pass.
+pub(super) fn same(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    let word = |c: &[u8]| {
+        let mut w = [0u8; 8];
+        w[..c.len()].copy_from_slice(c);
+        u64::from_le_bytes(w)
+    };
+    let mut diff = 0u64;
+    for (x, y) in a.chunks(8).zip(b.chunks(8)) {
+        // The barrier keeps the compiler from ending the loop at the first
+        // difference.
+        diff = std::hint::black_box(diff | (word(x) ^ word(y)));
+    }
+    bool::from(diff.ct_eq(&0))
+}
+
 impl Keyring {
     /// [`Keyring::verify`], answered from `recent` when the same text
     /// verified before with this keyring for the same session; a token that
@@ -82,8 +104,8 @@ impl Keyring {
         }
         let slot = recent.slot(token);
         if let Some(seen) = &recent.slots[slot]
-            && bool::from(seen.token.as_bytes().ct_eq(token.as_bytes()))
-            && bool::from(seen.session.as_bytes().ct_eq(expect.session.as_bytes()))
+            && same(seen.token.as_bytes(), token.as_bytes())
+            && same(seen.session.as_bytes(), expect.session.as_bytes())
         {
             // The signature and the session held for this text; what the
             // caller expects of it, and the time, are judged again.

@@ -410,3 +410,22 @@ fn a_new_keyring_forgets_what_the_old_one_verified() {
         Err(TokenError::UnknownKey)
     );
 }
+
+proptest! {
+    /// The memo's comparison of texts is equality, whatever the lengths and
+    /// wherever two texts first differ.
+    #[test]
+    fn the_memos_comparison_is_equality(
+        a in proptest::collection::vec(any::<u8>(), 0..40),
+        edit in proptest::option::of((0usize..40, any::<u8>())),
+    ) {
+        let mut b = a.clone();
+        if let Some((at, byte)) = edit
+            && at < b.len()
+        {
+            b[at] = byte;
+        }
+        prop_assert_eq!(recent::same(&a, &b), a == b);
+        prop_assert_eq!(recent::same(&a, &a[..a.len() / 2]), a.is_empty());
+    }
+}
