@@ -31,8 +31,10 @@ const MAX_PASSES: usize = 8;
 /// requests present the same pass, mostly on one kept-alive connection and
 /// so on one event loop, and its HMAC and session hash are the largest part
 /// of a gated request. Slots, not a map, so a crowd's passes replace one
-/// another in bounded memory (about 300 bytes a slot).
-const RECENT_PASSES: usize = 1024;
+/// another in bounded memory: about 300 bytes a slot once used, 1.2 MiB a
+/// thread when all are. Enough that most of a few thousand sessions active
+/// on one event loop keep theirs between two pages.
+const RECENT_PASSES: usize = 4096;
 
 thread_local! {
     static RECENT: RefCell<Recent> = RefCell::new(Recent::new(RECENT_PASSES));
