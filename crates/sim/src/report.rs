@@ -33,6 +33,11 @@ pub struct VisitorRecord {
     /// When the server made the admission (the token's issue time, on the
     /// run's clock).
     pub admitted_at: Option<u64>,
+    /// Where `admitted_at` lay before [`clock::align`] clamped it to the
+    /// visitor's sight of the admission: the admission lies somewhere
+    /// between the two, and its order among the others' is judged over
+    /// that whole span. `None` when it was not clamped.
+    pub admitted_clamped_from: Option<u64>,
     /// When the visitor gave its slot back (release answered, or its last
     /// page when it abandons).
     pub ended_at: Option<u64>,
@@ -387,7 +392,14 @@ fn observed(r: &VisitorRecord) -> Option<Observed> {
     // token time, what the client saw: from its last WAITING (never seen
     // waiting: admitted by the enter itself) to its first ADMITTED.
     let (admitted_from, admitted_to) = match r.admitted_at {
-        Some(at) => (at, at + ADMITTED_AT_SLACK_US),
+        // A clamped time is the earliest the admission can have been, not
+        // where it lay among its peers (moved back by the same correction
+        // as it): judged over the span to where it lay, the clamp alone
+        // cannot make an inversion.
+        Some(at) => (
+            at,
+            r.admitted_clamped_from.unwrap_or(at).max(at) + ADMITTED_AT_SLACK_US,
+        ),
         None => (r.last_waiting_sent.unwrap_or(sent), seen),
     };
     Some(Observed {
@@ -619,5 +631,61 @@ mod tests {
             certain_inversions(&[observed(&a).unwrap(), observed(&b).unwrap()]),
             0
         );
+    }
+
+    /// One batch admitted at 200 ms by a server whose clock the report
+    /// put back 5 ms short of its lead: A's time lies at 205 ms, and B, who
+    /// saw the admission 1 ms after it was made, is clamped to 201 ms. B
+    /// was clamped below A only by the correction's shortfall: no
+    /// inversion, where the clamped point alone made one.
+    #[test]
+    fn a_time_clamped_to_its_sight_proves_no_inversion_against_its_batch() {
+        let a = admitted(0, 50_000, 205_000, 260_000);
+        let mut b = admitted(10_000, 50_000, 201_000, 201_000);
+        let point = certain_inversions(&[observed(&a).unwrap(), observed(&b).unwrap()]);
+        assert_eq!(point, 1, "the clamped point alone");
+        b.admitted_clamped_from = Some(205_000);
+        assert_eq!(
+            certain_inversions(&[observed(&a).unwrap(), observed(&b).unwrap()]),
+            0
+        );
+        // A clamped time still proves what its whole span proves: admitted
+        // after a visitor who came later and was admitted before it.
+        let c = admitted(20_000, 50_000, 150_000, 160_000);
+        assert_eq!(
+            certain_inversions(&[observed(&b).unwrap(), observed(&c).unwrap()]),
+            1
+        );
+    }
+
+    /// A FIFO server admits batches of twenty in one instant each, its
+    /// clock 300 ms ahead of the run's; two visitors learn of their
+    /// admission in 0.3 ms, quicker than the lead's estimate (the 99th
+    /// percentile of a second's excesses) allows for. Once aligned, those
+    /// two are clamped below their batches, and judged fair: with the
+    /// clamped point alone, each made inversions with the visitors of its
+    /// batch who arrived before it.
+    #[test]
+    fn visitors_quicker_than_the_leads_estimate_are_judged_fair() {
+        let lead = 300_000;
+        let mut rs: Vec<VisitorRecord> = (0..200u64)
+            .map(|i| {
+                let issued = 1_000_000 + (i / 20) * 100_000;
+                let lag = if i % 100 == 7 {
+                    300
+                } else {
+                    5_000 + (i * 7_919) % 40_000
+                };
+                admitted(i * 1_000, i * 1_000 + 500, issued + lead, issued + lag)
+            })
+            .collect();
+        let aligned = clock::align(&mut rs);
+        assert!(aligned.ahead_us >= 250_000, "{aligned:?}");
+        assert!(
+            aligned.clamped > 0,
+            "the quick ones are clamped: {aligned:?}"
+        );
+        let observed: Vec<_> = rs.iter().filter_map(observed).collect();
+        assert_eq!(certain_inversions(&observed), 0);
     }
 }

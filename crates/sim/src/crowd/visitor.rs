@@ -171,6 +171,7 @@ impl Visitor {
             last_waiting_sent: us(self.last_waiting_sent),
             admitted_seen: us(self.admitted_seen),
             admitted_at: us(self.admitted_at),
+            admitted_clamped_from: None,
             ended_at: us(self.ended_at),
             redeemed: self.has(REDEEMED),
             released: self.has(RELEASED),

@@ -115,6 +115,7 @@ mod tests {
             last_waiting_sent: seen.or(Some(joined + 1)),
             admitted_seen: seen,
             admitted_at: admitted,
+            admitted_clamped_from: None,
             ended_at: ended,
             redeemed: admitted.is_some(),
             released: ended.is_some(),

@@ -19,8 +19,12 @@
 //! them, once it is ahead by more than the visitors' lag), while a few
 //! visitors whose token came after their sight for a reason of their own
 //! (a late answer, a token issued again) must not move everyone else.
-//! Those are clamped to their sight alone, and counted. On a run whose
-//! clocks agree nothing moves.
+//! Those are clamped to their sight alone, and counted, and so is a
+//! visitor who learnt of its admission sooner than the lead's estimate
+//! allows for; a clamped time keeps where it lay, and the judge takes the
+//! admission to lie anywhere between the two, so that a clamp does not put
+//! a visitor before the others of its batch. On a run whose clocks agree
+//! nothing moves.
 
 use super::VisitorRecord;
 
@@ -99,11 +103,15 @@ pub fn align(records: &mut [VisitorRecord]) -> Aligned {
             } else {
                 at.saturating_sub(correction(&ahead, *at))
             };
-            // Never after the visitor saw it.
+            // Never after the visitor saw it. Where it lay is kept: a
+            // visitor who saw its admission sooner than the lead's
+            // estimate allows has its time clamped below its peers', who
+            // were admitted in the same instant (`report::observed`).
             let seen = r.admitted_seen.unwrap_or(u64::MAX);
             if moved > seen.saturating_add(1_000) {
                 clamped += 1;
             }
+            r.admitted_clamped_from = (moved > seen).then_some(moved);
             *at = moved.min(seen);
         }
     }
@@ -160,6 +168,7 @@ mod tests {
         }
         let mut expected = rs.clone();
         for i in [5, 250, 700] {
+            expected[i].admitted_clamped_from = expected[i].admitted_at;
             expected[i].admitted_at = expected[i].admitted_seen;
         }
         assert_eq!(
