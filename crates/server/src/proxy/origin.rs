@@ -77,6 +77,24 @@ struct Conn {
     timer: Pin<Box<tokio::time::Sleep>>,
 }
 
+impl Conn {
+    /// Leaves the timer holding no task's waker. A timer keeps the waker it
+    /// was last polled with until it fires or is polled again, so an idle
+    /// connection's would keep the task of the request that last used it,
+    /// and all that task holds, alive for up to the response timeout. One
+    /// poll with a waker that wakes nobody puts that one in its place; out
+    /// of the task's budget, which a timer's poll otherwise spends (and
+    /// when it is spent, returns before the waker is replaced).
+    fn forget_waker(&mut self) {
+        let mut timer = self.timer.as_mut();
+        let once = tokio::task::unconstrained(std::future::poll_fn(move |cx| {
+            let _ = timer.as_mut().poll(cx);
+            Poll::Ready(())
+        }));
+        let _ = std::pin::pin!(once).poll(&mut Context::from_waker(std::task::Waker::noop()));
+    }
+}
+
 struct Idle {
     conn: Conn,
     since: Instant,
@@ -111,6 +129,7 @@ fn checkin(key: &str, mut conn: Conn) {
         // A large answer grew the buffer: an idle connection keeps a small one.
         conn.buf = BytesMut::with_capacity(READ_CHUNK);
     }
+    conn.forget_waker();
     POOL.with(|pool| {
         let mut pool = pool.borrow_mut();
         // The key is copied only for an origin's first connection.

@@ -470,3 +470,58 @@ async fn a_connections_timer_bounds_each_answer_from_its_own_start() {
     let out = within(async { 7 }, timer.as_mut(), Instant::now()).await;
     assert_eq!(out, Some(7));
 }
+
+/// A connection going back to the pool leaves no task's waker in its
+/// timer: the task of the request that last used it can be freed at once,
+/// not when the timer fires up to a response timeout later. So also when
+/// the task has spent its scheduling budget, which a timer's poll reads.
+#[tokio::test]
+async fn an_idle_connections_timer_keeps_no_tasks_waker() {
+    struct Task;
+    impl std::task::Wake for Task {
+        fn wake(self: Arc<Self>) {}
+    }
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    for budget_spent in [false, true] {
+        let mut conn = Conn {
+            stream: TcpStream::connect(addr).await.unwrap(),
+            buf: BytesMut::new(),
+            timer: Box::pin(tokio::time::sleep(Duration::from_secs(60))),
+        };
+        let task = Arc::new(Task);
+        let waker = std::task::Waker::from(task.clone());
+        let pending = conn
+            .timer
+            .as_mut()
+            .poll(&mut Context::from_waker(&waker))
+            .is_pending();
+        assert!(pending);
+        drop(waker);
+        assert_eq!(
+            Arc::strong_count(&task),
+            2,
+            "the timer holds the task's waker"
+        );
+        // A channel read until it answers `Pending` with messages still
+        // in it: the budget of this poll is spent.
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<()>();
+        for _ in 0..1000 {
+            tx.send(()).unwrap();
+        }
+        std::future::poll_fn(|cx| {
+            if budget_spent {
+                while rx.poll_recv(cx).is_ready() {}
+            }
+            conn.forget_waker();
+            Poll::Ready(())
+        })
+        .await;
+        assert!(!budget_spent || !rx.is_empty());
+        assert_eq!(
+            Arc::strong_count(&task),
+            1,
+            "the idle timer still holds it (budget spent: {budget_spent})"
+        );
+    }
+}
