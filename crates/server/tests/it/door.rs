@@ -310,7 +310,13 @@ async fn tls_connections_that_chose_http1_poll_through_the_door() {
         c.send(&poll(s.public, &cookie, "")).await;
         let a = c.answer().await;
         assert_eq!(a.status, 200);
-        assert!(a.json()["position"].is_u64(), "{}", a.json());
+        // The event admits a batch every 100 ms: on a loaded box a tick may
+        // come before a poll, whose answer is then the admission.
+        let j = a.json();
+        assert!(
+            j["position"].is_u64() || (j["status"] == "ADMITTED" && j["token"].is_string()),
+            "{j}"
+        );
         // HTTPS sets HSTS on the door's answers as on the router's.
         assert_eq!(a.field("strict-transport-security"), Some("max-age=600"));
     }
