@@ -25,6 +25,10 @@ use subtle::ConstantTimeEq;
 
 use super::{Claims, Expect, Keyring, TokenError};
 
+/// The longest session a slot remembers (a session id is 32 bytes), so a
+/// slot stays about 300 bytes whatever the identity.
+const MAX_REMEMBERED_SESSION: usize = 128;
+
 /// A memo of verified tokens for one keyring at a time: a fixed number of
 /// slots, each holding the last token whose text chose it.
 pub struct Recent {
@@ -67,7 +71,8 @@ impl Recent {
 /// Whether `a` and `b` are equal, in time that depends on their lengths
 /// only (a length is no secret: every token of an event has the same). Eight
 /// bytes at a time: `subtle`'s slice comparison takes a byte at a time
-/// behind an optimisation barrier each, seven times the work for a pass.
+/// behind an optimisation barrier each, which was most of what a
+/// remembered pass cost.
 pub(super) fn same(a: &[u8], b: &[u8]) -> bool {
     if a.len() != b.len() {
         return false;
@@ -90,7 +95,7 @@ impl Keyring {
     /// [`Keyring::verify`], answered from `recent` when the same text
     /// verified before with this keyring for the same session; a token that
     /// verifies is remembered there. Every outcome is the one `verify` would
-    /// give (`keyring::tests::a_remembered_token_is_judged_as_verify_judges_it`).
+    /// give (`token::tests::a_remembered_token_is_judged_as_verify_judges_it`).
     pub fn verify_recent(
         &self,
         recent: &mut Recent,
@@ -125,6 +130,11 @@ impl Keyring {
         // expired token is still a signed one, and `verify` judges expiry
         // after everything else.
         let claims = self.verify(token, expect, i64::MIN)?;
+        if expect.session.len() > MAX_REMEMBERED_SESSION {
+            // A JWT's subject can be long: such a session is verified every
+            // time rather than let a slot grow with it.
+            return judge_expiry(claims, now_ms);
+        }
         let entry = &mut recent.slots[slot];
         match entry {
             // The slot's strings are reused: a crowd's passes replace one
@@ -144,9 +154,15 @@ impl Keyring {
                 }));
             }
         }
-        if now_ms >= claims.expires_at_ms {
-            return Err(TokenError::Expired);
-        }
-        Ok(claims)
+        judge_expiry(claims, now_ms)
     }
+}
+
+/// `claims` unless expired at `now_ms`, as [`Keyring::verify`] judges it
+/// last.
+fn judge_expiry(claims: Claims, now_ms: i64) -> Result<Claims, TokenError> {
+    if now_ms >= claims.expires_at_ms {
+        return Err(TokenError::Expired);
+    }
+    Ok(claims)
 }

@@ -327,10 +327,15 @@ proptest! {
 
 /// The tokens a gate may be shown again and again: good ones for two
 /// sessions, one past its expiry, one of another kind, one altered, one
-/// signed with a secret the ring does not hold, and an oversized one.
+/// signed with a secret the ring does not hold, an oversized one, and one
+/// for a session longer than the memo keeps.
 fn presented() -> Vec<String> {
     let signer = ring(&[OLD]);
     let pass = claims(TokenKind::Pass);
+    let long = Claims {
+        session_tag: session_tag(LONG_SESSION),
+        ..pass.clone()
+    };
     let b = Claims {
         session_tag: session_tag("session-b"),
         ..pass.clone()
@@ -349,8 +354,13 @@ fn presented() -> Vec<String> {
         altered,
         ring(&[OTHER]).sign(&pass),
         "x".repeat(MAX_TOKEN_LEN + 1),
+        signer.sign(&long),
     ]
 }
+
+/// A session longer than the memo keeps (a long JWT subject).
+const LONG_SESSION: &str = "a-jwt-subject-much-longer-than-a-session-id-is-verified-every-time-\
+                            rather-than-remembered-in-a-slot-of-the-memo-that-would-grow-with-it";
 
 proptest! {
     /// A token answered from the memo gets the answer `verify` gives, for
@@ -359,7 +369,7 @@ proptest! {
     #[test]
     fn a_remembered_token_is_judged_as_verify_judges_it(
         steps in proptest::collection::vec(
-            (0usize..7, 0usize..3, 0usize..2, 0usize..2, -2i64..70_000),
+            (0usize..8, 0usize..4, 0usize..2, 0usize..2, -2i64..70_000),
             1..60,
         ),
         slots in 1usize..4,
@@ -371,7 +381,7 @@ proptest! {
             let expect = Expect {
                 kind: [TokenKind::Pass, TokenKind::Admission][kind],
                 event: ["drop-2026", "drop-2027"][event],
-                session: ["session-a", "session-b", "session-a "][session],
+                session: ["session-a", "session-b", "session-a ", LONG_SESSION][session],
             };
             let now = NOW + at;
             prop_assert_eq!(
@@ -402,8 +412,8 @@ fn a_new_keyring_forgets_what_the_old_one_verified() {
         both.verify_recent(&mut recent, &token, &expect, NOW)
             .is_ok()
     );
-    // The old secret retired: same secrets' text is not enough, a memo
-    // belongs to one keyring.
+    // The old secret retired: a new keyring, for which the memo answers
+    // nothing it did not verify itself.
     let retired = ring(&[NEW]);
     assert_eq!(
         retired.verify_recent(&mut recent, &token, &expect, NOW),
