@@ -261,6 +261,16 @@ impl Keyring {
         expect: &Expect<'_>,
         now_ms: i64,
     ) -> Result<Claims, TokenError> {
+        let signed = self.open(token)?;
+        signed.judge(expect, now_ms, |tag| {
+            bool::from(tag.ct_eq(&session_tag(expect.session)))
+        })?;
+        Ok(signed.claims)
+    }
+
+    /// The claims of a token whose signature holds under one of this
+    /// keyring's keys, not yet judged against what is expected of them.
+    pub(crate) fn open(&self, token: &str) -> Result<Signed, TokenError> {
         if token.len() > MAX_TOKEN_LEN {
             return Err(TokenError::Malformed);
         }
@@ -290,27 +300,22 @@ impl Keyring {
         mac.verify_slice(&tag[..MAC_LEN])
             .map_err(|_| TokenError::BadSignature)?;
 
-        if parsed.kind != expect.kind {
-            return Err(TokenError::WrongKind);
-        }
-        if parsed.event != expect.event.as_bytes() {
-            return Err(TokenError::WrongEvent);
-        }
-        if !bool::from(parsed.session_tag.ct_eq(&session_tag(expect.session))) {
-            return Err(TokenError::WrongSession);
-        }
-        if now_ms >= parsed.expires_at_ms {
-            return Err(TokenError::Expired);
-        }
-        Ok(Claims {
-            kind: parsed.kind,
-            // Equal to the expected event, which is valid UTF-8.
-            event: expect.event.to_owned(),
-            session_tag: parsed.session_tag,
-            issued_at_ms: parsed.issued_at_ms,
-            expires_at_ms: parsed.expires_at_ms,
-            nonce: parsed.nonce,
-            difficulty: parsed.difficulty,
+        // An event that is not text matches no expected event (a `&str`).
+        let (event, event_is_text) = match std::str::from_utf8(parsed.event) {
+            Ok(event) => (event.to_owned(), true),
+            Err(_) => (String::new(), false),
+        };
+        Ok(Signed {
+            claims: Claims {
+                kind: parsed.kind,
+                event,
+                session_tag: parsed.session_tag,
+                issued_at_ms: parsed.issued_at_ms,
+                expires_at_ms: parsed.expires_at_ms,
+                nonce: parsed.nonce,
+                difficulty: parsed.difficulty,
+            },
+            event_is_text,
         })
     }
 
@@ -358,6 +363,45 @@ impl<'p> Parsed<'p> {
             difficulty: p[54],
             event: &p[HEADER_LEN..],
         })
+    }
+}
+
+/// A token whose signature held: its claims, not yet judged.
+pub(crate) struct Signed {
+    claims: Claims,
+    /// Whether the token's event was text (else it matches no event).
+    event_is_text: bool,
+}
+
+impl Signed {
+    /// Judges the claims against `expect` at `now_ms`, in the order
+    /// [`Keyring::verify`] reports them: kind, event, session, expiry.
+    /// `session_holds` says whether the claims' session tag is the expected
+    /// session's.
+    pub(crate) fn judge(
+        &self,
+        expect: &Expect<'_>,
+        now_ms: i64,
+        session_holds: impl FnOnce(&[u8; 16]) -> bool,
+    ) -> Result<(), TokenError> {
+        let claims = &self.claims;
+        if claims.kind != expect.kind {
+            return Err(TokenError::WrongKind);
+        }
+        if !self.event_is_text || claims.event != expect.event {
+            return Err(TokenError::WrongEvent);
+        }
+        if !session_holds(&claims.session_tag) {
+            return Err(TokenError::WrongSession);
+        }
+        if now_ms >= claims.expires_at_ms {
+            return Err(TokenError::Expired);
+        }
+        Ok(())
+    }
+
+    pub(crate) fn claims(&self) -> &Claims {
+        &self.claims
     }
 }
 

@@ -247,7 +247,8 @@ fn renew(
 ) -> HeaderValue {
     let now = state.now_ms();
     let start_ms = session_start_us.div_euclid(1000);
-    let (pass, _) = passes::issue(&state.keyring, rt, member, now, session_start_us);
+    let tag = anteroom_core::token::session_tag(member);
+    let (pass, _) = passes::issue(&state.keyring, rt, tag, now, session_start_us);
     let until_us = crate::admission::lifecycle::session_end_us(rt, start_ms, now);
     Queue::new(state, rt).extend_in_background(member, session_start_us, until_us);
     passes::cookie_over(state, rt, passes, member, Some(&pass))

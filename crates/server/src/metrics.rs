@@ -250,6 +250,15 @@ pub static REJECTIONS: Labelled<Counter, 2> = Labelled::new(
     ["queued", "upgrade_not_supported"],
 );
 
+/// `anteroom_pass_checks_total{result}`: passes the gate checked, found in
+/// its event loop's memo (`remembered`) or decoded and MAC-checked
+/// (`opened`), added in batches by each thread (`passes::check`).
+pub static PASS_CHECKS: Labelled<Counter, 2> = Labelled::new(
+    "anteroom_pass_checks_total",
+    "result",
+    ["remembered", "opened"],
+);
+
 /// `anteroom_bot_risk_total{level}`: one per join.
 pub static BOT_RISK: Labelled<Counter, 3> = Labelled::new(
     "anteroom_bot_risk_total",

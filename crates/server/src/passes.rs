@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use std::cell::RefCell;
 
-use anteroom_core::token::{Claims, Expect, Keyring, Recent, TokenError, TokenKind, session_tag};
+use anteroom_core::token::{Claims, Expect, Keyring, Recent, TokenError, TokenKind};
 use anteroom_store::EventId;
 use rand::RngCore;
 
@@ -37,7 +37,33 @@ const MAX_PASSES: usize = 8;
 const RECENT_PASSES: usize = 4096;
 
 thread_local! {
-    static RECENT: RefCell<Recent> = RefCell::new(Recent::new(RECENT_PASSES));
+    static RECENT: RefCell<Memo> = RefCell::new(Memo {
+        recent: Recent::new(RECENT_PASSES),
+        counted: (0, 0),
+    });
+}
+
+/// A thread's memo, and how much of its counts the shared metric holds.
+struct Memo {
+    recent: Recent,
+    counted: (u64, u64),
+}
+
+/// A thread adds its memo's counts to `anteroom_pass_checks_total` after
+/// this many checks: a shared counter written on every gated request would
+/// be a cache line the event loops hand back and forth.
+const COUNT_EVERY: u64 = 64;
+
+impl Memo {
+    fn count(&mut self) {
+        let (hits, misses) = self.recent.counts();
+        let (counted_hits, counted_misses) = self.counted;
+        if hits + misses >= counted_hits + counted_misses + COUNT_EVERY {
+            crate::metrics::PASS_CHECKS.increment("remembered", hits - counted_hits);
+            crate::metrics::PASS_CHECKS.increment("opened", misses - counted_misses);
+            self.counted = (hits, misses);
+        }
+    }
 }
 
 /// Revocations are kept this long after the pass lifetime: any pass issued
@@ -72,7 +98,9 @@ fn ms(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
-/// Signs a pass for `member`'s session that started at `session_start_us`
+/// Signs a pass for the session whose [`session_tag`] is `tag` (the
+/// member's: a caller that verified a token for the member passes the tag
+/// it carries, not hashed again) that started at `session_start_us`
 /// (canonical), valid for `pass_ttl` but never past the session's end: its
 /// absolute lifetime, or its idle end if nothing renews it.
 ///
@@ -84,7 +112,7 @@ fn ms(d: Duration) -> i64 {
 pub fn issue(
     keyring: &Keyring,
     rt: &EventRuntime,
-    member: &str,
+    tag: [u8; 16],
     now_ms: i64,
     session_start_us: i64,
 ) -> (String, i64) {
@@ -100,7 +128,7 @@ pub fn issue(
     let claims = Claims {
         kind: TokenKind::Pass,
         event: rt.id().as_str().to_owned(),
-        session_tag: session_tag(member),
+        session_tag: tag,
         issued_at_ms: now_ms,
         expires_at_ms,
         nonce,
@@ -154,13 +182,15 @@ pub fn check(
     };
     // Verified as of the beginning of time so that an expired pass still
     // yields its claims; expiry is judged just below.
-    let claims = RECENT.with_borrow_mut(|recent| {
-        cookie.split('~').take(MAX_PASSES).find_map(|part| {
+    let claims = RECENT.with_borrow_mut(|memo| {
+        let claims = cookie.split('~').take(MAX_PASSES).find_map(|part| {
             state
                 .keyring
-                .verify_recent(recent, part, &expect, i64::MIN)
+                .verify_recent(&mut memo.recent, part, &expect, i64::MIN)
                 .ok()
-        })
+        });
+        memo.count();
+        claims
     });
     let Some(claims) = claims else {
         return PassCheck::Missing;

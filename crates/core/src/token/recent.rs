@@ -1,19 +1,20 @@
-//! Tokens a keyring verified lately, so a token presented again is not
+//! Tokens a keyring opened lately, so a token presented again is not
 //! verified again.
 //!
 //! A pass is presented with every request of its session: a page and its
 //! assets, each a few seconds apart, most of them on one kept-alive
 //! connection. Verifying it costs a base64 decode, an HMAC and the session
 //! id's hash on every one of them, the largest single part of a gated
-//! request. A token's verification depends only on its text, the keyring
-//! and what is expected of it; so a token whose exact text verified before,
-//! with the same keyring, for the same session, is known good without its
-//! MAC being computed again. Its kind, event and expiry are judged again on
-//! every use, as [`Keyring::verify`] judges them.
+//! request. Whether a token's signature holds depends only on its text and
+//! the keyring; so a token whose exact text was opened before with the same
+//! keyring keeps its claims here, and is not decoded or MACed again. What
+//! is expected of it (kind, event, session, expiry) is judged on every use,
+//! in the order [`Keyring::verify`] judges it; the session's hash is
+//! skipped only when the session is the one the token last held for.
 //!
 //! What an attacker can do with it:
-//! - A hit needs the whole text of a token that verified, so a forged or
-//!   altered token always misses and goes through [`Keyring::verify`].
+//! - A hit needs the whole text of a token whose signature held, so a
+//!   forged or altered token always misses and is opened in full.
 //! - The text and the session are compared in constant time, so a probe
 //!   learns nothing about a remembered token from how long it is refused.
 //! - A flood of distinct tokens only evicts entries (a fixed number of
@@ -23,7 +24,7 @@
 
 use subtle::ConstantTimeEq;
 
-use super::{Claims, Expect, Keyring, TokenError};
+use super::{Claims, Expect, Keyring, Signed, TokenError};
 
 /// The longest session a slot remembers (a session id is 32 bytes), so a
 /// slot stays about 300 bytes whatever the identity.
@@ -35,13 +36,19 @@ pub struct Recent {
     /// The keyring the entries were verified with (`Keyring::id`).
     ring: u64,
     slots: Vec<Option<Box<Seen>>>,
+    /// Tokens found in a slot, and tokens opened (and their MAC computed).
+    hits: u64,
+    misses: u64,
 }
 
-/// One verified token, with the session it was verified for.
+/// One token whose signature held, with the session it held for last.
 struct Seen {
     token: String,
+    signed: Signed,
+    /// The last session whose hash matched the token's tag, when
+    /// `session_known`.
     session: String,
-    claims: Claims,
+    session_known: bool,
 }
 
 impl Recent {
@@ -51,7 +58,15 @@ impl Recent {
         Self {
             ring: 0,
             slots: (0..n).map(|_| None).collect(),
+            hits: 0,
+            misses: 0,
         }
+    }
+
+    /// How many tokens were found here, and how many had to be opened,
+    /// since the memo was made.
+    pub fn counts(&self) -> (u64, u64) {
+        (self.hits, self.misses)
     }
 
     /// The slot `token` goes to: its last eight bytes, which in a token
@@ -77,25 +92,31 @@ pub(super) fn same(a: &[u8], b: &[u8]) -> bool {
     if a.len() != b.len() {
         return false;
     }
-    let word = |c: &[u8]| {
-        let mut w = [0u8; 8];
-        w[..c.len()].copy_from_slice(c);
-        u64::from_le_bytes(w)
-    };
+    // Whole words read as words: a copy of a slice of unknown length into
+    // a word is a call to `memcpy`, two for every eight bytes.
+    let word = |c: &[u8]| c.try_into().map_or(0, u64::from_le_bytes);
+    let (xs, ys) = (a.chunks_exact(8), b.chunks_exact(8));
+    let (x_tail, y_tail) = (xs.remainder(), ys.remainder());
     let mut diff = 0u64;
-    for (x, y) in a.chunks(8).zip(b.chunks(8)) {
+    for (x, y) in xs.zip(ys) {
         // The barrier keeps the compiler from ending the loop at the first
         // difference.
         diff = std::hint::black_box(diff | (word(x) ^ word(y)));
+    }
+    for (x, y) in x_tail.iter().zip(y_tail) {
+        diff = std::hint::black_box(diff | u64::from(x ^ y));
     }
     bool::from(diff.ct_eq(&0))
 }
 
 impl Keyring {
-    /// [`Keyring::verify`], answered from `recent` when the same text
-    /// verified before with this keyring for the same session; a token that
-    /// verifies is remembered there. Every outcome is the one `verify` would
-    /// give (`token::tests::a_remembered_token_is_judged_as_verify_judges_it`).
+    /// [`Keyring::verify`], answered from `recent` when the same text was
+    /// opened before with this keyring: the MAC is not computed again, and
+    /// neither is the session's hash when the session is the one the token
+    /// held for last. Every signed token is remembered, whatever it is
+    /// judged against, so a cookie holding passes for several events finds
+    /// each of them there. Every outcome is the one `verify` would give
+    /// (`token::tests::a_remembered_token_is_judged_as_verify_judges_it`).
     pub fn verify_recent(
         &self,
         recent: &mut Recent,
@@ -108,61 +129,63 @@ impl Keyring {
             recent.ring = self.id;
         }
         let slot = recent.slot(token);
-        if let Some(seen) = &recent.slots[slot]
-            && same(seen.token.as_bytes(), token.as_bytes())
-            && same(seen.session.as_bytes(), expect.session.as_bytes())
-        {
-            // The signature and the session held for this text; what the
-            // caller expects of it, and the time, are judged again.
-            let claims = &seen.claims;
-            if claims.kind != expect.kind {
-                return Err(TokenError::WrongKind);
-            }
-            if claims.event != expect.event {
-                return Err(TokenError::WrongEvent);
-            }
-            if now_ms >= claims.expires_at_ms {
-                return Err(TokenError::Expired);
-            }
-            return Ok(claims.clone());
-        }
-        // Remembered only once verified as of the beginning of time: an
-        // expired token is still a signed one, and `verify` judges expiry
-        // after everything else.
-        let claims = self.verify(token, expect, i64::MIN)?;
-        if expect.session.len() > MAX_REMEMBERED_SESSION {
-            // A JWT's subject can be long: such a session is verified every
-            // time rather than let a slot grow with it.
-            return judge_expiry(claims, now_ms);
-        }
         let entry = &mut recent.slots[slot];
-        match entry {
-            // The slot's strings are reused: a crowd's passes replace one
-            // another there without an allocation each.
-            Some(seen) => {
-                seen.token.clear();
-                seen.token.push_str(token);
-                seen.session.clear();
-                seen.session.push_str(expect.session);
-                seen.claims = claims.clone();
+        let seen = match entry {
+            Some(seen) if same(seen.token.as_bytes(), token.as_bytes()) => {
+                recent.hits += 1;
+                seen
             }
-            None => {
-                *entry = Some(Box::new(Seen {
-                    token: token.to_owned(),
-                    session: expect.session.to_owned(),
-                    claims: claims.clone(),
-                }));
+            _ => {
+                recent.misses += 1;
+                // Only a token whose signature holds is remembered: a forged
+                // or altered one is refused here, each time, in full.
+                let signed = self.open(token)?;
+                remember(entry, token, signed)
             }
-        }
-        judge_expiry(claims, now_ms)
+        };
+        let Seen {
+            signed,
+            session,
+            session_known,
+            ..
+        } = seen;
+        signed.judge(expect, now_ms, |tag| {
+            if *session_known && same(session.as_bytes(), expect.session.as_bytes()) {
+                return true;
+            }
+            if !bool::from(tag.ct_eq(&super::session_tag(expect.session))) {
+                return false;
+            }
+            // A JWT's subject can be long: such a session is hashed every
+            // time rather than let a slot grow with it.
+            if expect.session.len() <= MAX_REMEMBERED_SESSION {
+                session.clear();
+                session.push_str(expect.session);
+                *session_known = true;
+            }
+            true
+        })?;
+        Ok(signed.claims().clone())
     }
 }
 
-/// `claims` unless expired at `now_ms`, as [`Keyring::verify`] judges it
-/// last.
-fn judge_expiry(claims: Claims, now_ms: i64) -> Result<Claims, TokenError> {
-    if now_ms >= claims.expires_at_ms {
-        return Err(TokenError::Expired);
+/// Puts `token`, just opened, in `entry` (reusing the slot's strings: a
+/// crowd's passes replace one another there without an allocation each).
+fn remember<'s>(entry: &'s mut Option<Box<Seen>>, token: &str, signed: Signed) -> &'s mut Seen {
+    match entry {
+        Some(seen) => {
+            seen.token.clear();
+            seen.token.push_str(token);
+            seen.signed = signed;
+            seen.session.clear();
+            seen.session_known = false;
+            seen
+        }
+        None => entry.insert(Box::new(Seen {
+            token: token.to_owned(),
+            signed,
+            session: String::new(),
+            session_known: false,
+        })),
     }
-    Ok(claims)
 }

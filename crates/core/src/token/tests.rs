@@ -421,6 +421,71 @@ fn a_new_keyring_forgets_what_the_old_one_verified() {
     );
 }
 
+/// A cookie carries one pass per event: a request for the second event
+/// finds the first event's pass refused as "wrong event" and the second
+/// accepted, both from the memo once seen, without a MAC computed again.
+/// Another session showing a remembered pass is refused from the memo too.
+#[test]
+fn every_signed_token_is_remembered_whatever_it_was_judged_against() {
+    let signer = ring(&[OLD]);
+    let first = signer.sign(&claims(TokenKind::Pass));
+    let second = signer.sign(&Claims {
+        event: "drop-2027".into(),
+        ..claims(TokenKind::Pass)
+    });
+    let keyring = ring(&[NEW, OLD]);
+    let mut recent = Recent::new(64);
+    let for_second = Expect {
+        kind: TokenKind::Pass,
+        event: "drop-2027",
+        session: "session-a",
+    };
+    for _ in 0..3 {
+        assert_eq!(
+            keyring
+                .verify_recent(&mut recent, &first, &for_second, NOW)
+                .map(|_| ()),
+            Err(TokenError::WrongEvent)
+        );
+        assert!(
+            keyring
+                .verify_recent(&mut recent, &second, &for_second, NOW)
+                .is_ok()
+        );
+    }
+    assert_eq!(recent.counts(), (4, 2), "(hits, misses)");
+    let stranger = Expect {
+        session: "session-b",
+        ..for_second
+    };
+    for _ in 0..2 {
+        assert_eq!(
+            keyring
+                .verify_recent(&mut recent, &second, &stranger, NOW)
+                .map(|_| ()),
+            Err(TokenError::WrongSession)
+        );
+    }
+    // The owner is still recognised after the stranger's attempts.
+    assert!(
+        keyring
+            .verify_recent(&mut recent, &second, &for_second, NOW)
+            .is_ok()
+    );
+    assert_eq!(recent.counts(), (7, 2), "(hits, misses)");
+    // A forged token is opened (and refused) every time.
+    let forged = tamper(&second, |p| p[20] ^= 1);
+    for _ in 0..2 {
+        assert_eq!(
+            keyring
+                .verify_recent(&mut recent, &forged, &for_second, NOW)
+                .map(|_| ()),
+            Err(TokenError::BadSignature)
+        );
+    }
+    assert_eq!(recent.counts(), (7, 4), "(hits, misses)");
+}
+
 proptest! {
     /// The memo's comparison of texts is equality, whatever the lengths and
     /// wherever two texts first differ.

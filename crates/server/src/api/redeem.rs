@@ -196,8 +196,13 @@ async fn redeem(
         .await?;
     rt.counters.redeems.increment(1);
     let session_start_us = session_start_us(&queue, used, now, redeem_started).await;
-    let (pass, expires_at_ms) =
-        passes::issue(&state.keyring, rt, &visitor.member, now, session_start_us);
+    let (pass, expires_at_ms) = passes::issue(
+        &state.keyring,
+        rt,
+        claims.session_tag,
+        now,
+        session_start_us,
+    );
     let cookie = passes::cookie(state, rt, headers, &visitor.member, Some(&pass));
     Ok((
         Redeemed {

@@ -94,7 +94,13 @@ admission = { mode = "adaptive", target_p95 = "10ms", max_error_rate = 0.05 }"#,
         let rt = h.rt();
         for (_, m) in sessions.iter().take(10) {
             let now = h.clock.now_ms();
-            let (pass, _) = anteroom::passes::issue(&h.state.keyring, &rt, m, now, now * 1000);
+            let (pass, _) = anteroom::passes::issue(
+                &h.state.keyring,
+                &rt,
+                anteroom_core::token::session_tag(m),
+                now,
+                now * 1000,
+            );
             let req = Request::get("/shop/item")
                 .header("cookie", format!("anteroom_sid={m}; anteroom_pass={pass}"))
                 .body(Body::empty())

@@ -603,3 +603,65 @@ async fn a_trace_log_of_a_whole_journey_holds_no_secret_or_token_value() {
         assert!(found.is_empty(), "{what} reached the log: {found:?}");
     }
 }
+
+/// An operator can tell how often the gate's memo spares a pass its MAC:
+/// a session's pages find its pass remembered, a forged pass is opened
+/// every time, and both are counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pass_checks_metric_counts_remembered_and_opened_passes() {
+    const PAGES: usize = 200;
+    let origin = process::origin().await;
+    let dir = Arc::new(tempfile::tempdir().unwrap());
+    let node = Node::start(&config(&origin.url(), dir.path(), ""), dir.clone()).await;
+    let mut visitor = Visitor::default();
+    visitor.enter(&node, "tickets").await;
+    visitor
+        .until_active(&node, "tickets", Duration::from_secs(10), &mut Vec::new())
+        .await;
+    for _ in 0..PAGES {
+        assert_eq!(visitor.fetch(&node, "/tickets/page").await, StatusCode::OK);
+    }
+    // Each event loop adds its counts every 64 checks, so the loops that
+    // served the 200 pages have added at least 200 - 2 * 63 of them.
+    let counted = |result: &'static str| {
+        let node = &node;
+        async move {
+            node.metric_with("anteroom_pass_checks_total", &[("result", result)])
+                .await
+                .unwrap_or(0.0)
+        }
+    };
+    let (remembered, opened) = (counted("remembered").await, counted("opened").await);
+    assert!(
+        remembered + opened >= (PAGES - 2 * 63) as f64,
+        "remembered {remembered}, opened {opened}"
+    );
+    // A pass is opened once per event loop, then remembered.
+    assert!(opened <= 2.0, "remembered {remembered}, opened {opened}");
+    assert!(
+        remembered >= 1.0,
+        "remembered {remembered}, opened {opened}"
+    );
+
+    // A forged pass (the visitor's own, one character changed) is opened
+    // on every request and never reaches the origin.
+    let pass = visitor.cookie("anteroom_pass").unwrap().to_owned();
+    let mut forged = pass.into_bytes();
+    let i = forged.len() / 3;
+    forged[i] = if forged[i] == b'A' { b'B' } else { b'A' };
+    let forged = String::from_utf8(forged).unwrap();
+    for (name, value) in visitor.cookies.iter_mut() {
+        if name == "anteroom_pass" {
+            *value = forged.clone();
+        }
+    }
+    let before = counted("opened").await;
+    for _ in 0..PAGES {
+        assert_ne!(visitor.fetch(&node, "/tickets/page").await, StatusCode::OK);
+    }
+    let after = counted("opened").await;
+    assert!(
+        after - before >= (PAGES - 2 * 63) as f64,
+        "opened {before} before the forged passes, {after} after"
+    );
+}
