@@ -130,7 +130,9 @@ impl EventRuntime {
 /// The current set of events and the route table built from it.
 #[derive(Debug, Default)]
 pub struct Events {
-    pub by_id: HashMap<EventId, Arc<EventRuntime>>,
+    /// foldhash: every poll and gated request looks its event up here, and
+    /// the keys are the configuration's.
+    pub by_id: HashMap<EventId, Arc<EventRuntime>, foldhash::fast::RandomState>,
     /// Configuration order, for listings.
     pub order: Vec<EventId>,
     pub routes: RouteTable,
@@ -139,7 +141,7 @@ pub struct Events {
 impl Events {
     fn build(list: Vec<Arc<EventRuntime>>) -> Self {
         let mut prefixes = Vec::new();
-        let mut by_id = HashMap::new();
+        let mut by_id = HashMap::default();
         let mut order = Vec::new();
         for rt in list {
             for p in &rt.config.paths {

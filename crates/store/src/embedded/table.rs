@@ -168,7 +168,9 @@ pub(crate) struct Probe<'a> {
 
 /// Member id → slot, plus each slot's score, last-seen time and index position.
 pub(crate) struct MemberTable {
-    hasher: std::collections::hash_map::RandomState,
+    /// foldhash, for the reason the state's maps use it (`state::Fast`):
+    /// every poll and join hashes a member here.
+    hasher: super::state::Fast,
     buckets: Vec<u64>,
     /// While growing: the previous buckets, moved over [`MOVE_STEP`] at a
     /// time by inserts (`old[..moved]` are done), so no insert pays for a
@@ -189,7 +191,7 @@ const ARENA_LIMIT: usize = u32::MAX as usize - 512;
 impl MemberTable {
     pub(crate) fn new() -> Self {
         Self {
-            hasher: std::collections::hash_map::RandomState::new(),
+            hasher: super::state::Fast::default(),
             buckets: vec![EMPTY; 1024],
             old: Vec::new(),
             moved: 0,

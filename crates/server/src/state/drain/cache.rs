@@ -27,7 +27,9 @@ pub const MAX_REMEMBERED: usize = 100_000;
 /// Last known rank per waiting visitor.
 #[derive(Debug)]
 pub struct RankCache {
-    by_member: HashMap<Box<str>, u64>,
+    /// foldhash (randomly seeded per map): every poll notes its rank here,
+    /// and the keys are session ids this node minted or signed subjects.
+    by_member: HashMap<Box<str>, u64, foldhash::fast::RandomState>,
     limit: usize,
 }
 
@@ -40,7 +42,7 @@ impl Default for RankCache {
 impl RankCache {
     pub fn with_limit(limit: usize) -> Self {
         Self {
-            by_member: HashMap::new(),
+            by_member: HashMap::default(),
             limit: limit.max(1),
         }
     }
