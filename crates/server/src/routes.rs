@@ -120,8 +120,10 @@ pub fn matches_prefix(path: &[u8], prefix: &[u8]) -> bool {
 
 /// `segment` without its `;params` (`;` or `%3B`) and trailing dots.
 fn bare(segment: &[u8]) -> &[u8] {
+    // Parameters can only start at a `;` or a `%`: the other bytes are
+    // passed over without a look at what follows them.
     let end = (0..segment.len())
-        .find(|&i| param_start(&segment[i..]))
+        .find(|&i| matches!(segment[i], b';' | b'%') && param_start(&segment[i..]))
         .unwrap_or(segment.len());
     let mut name = &segment[..end];
     while let Some(rest) = name.strip_suffix(b".") {
