@@ -344,9 +344,18 @@ pub(crate) fn apply_inline(
     let now_us = st.tick(clock());
     let generation = st.generation;
     let answer = apply(&mut st, op, now_us);
+    // The next operation's writes start with room for one operation's (a
+    // redeem's few keys): grown from empty, they were reallocated on the
+    // way, twice for a redeem. An operation that wrote nothing leaves the
+    // room it found.
+    let writes = if st.writes.is_empty() {
+        Writes::default()
+    } else {
+        std::mem::replace(&mut st.writes, Writes::with_capacity(256, 4))
+    };
     let b = Batch {
         generation,
-        writes: std::mem::take(&mut st.writes),
+        writes,
         counters: st.counters,
         answers: vec![answer],
     };

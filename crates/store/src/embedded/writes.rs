@@ -43,6 +43,15 @@ pub(crate) struct Writes {
 }
 
 impl Writes {
+    /// Writes with room for `bytes` of keys and values and `changes`
+    /// changes.
+    pub(crate) fn with_capacity(bytes: usize, changes: usize) -> Self {
+        Self {
+            buf: Vec::with_capacity(bytes),
+            changes: Vec::with_capacity(changes),
+        }
+    }
+
     pub(crate) fn is_empty(&self) -> bool {
         self.changes.is_empty()
     }
