@@ -421,6 +421,18 @@ fn a_new_keyring_forgets_what_the_old_one_verified() {
     );
 }
 
+/// `token` judged through the memo at `NOW`, its claims left out.
+fn judged(
+    keyring: &Keyring,
+    recent: &mut Recent,
+    token: &str,
+    expect: &Expect<'_>,
+) -> Result<(), TokenError> {
+    keyring
+        .verify_recent(recent, token, expect, NOW)
+        .map(|_| ())
+}
+
 /// A cookie carries one pass per event: a request for the second event
 /// finds the first event's pass refused as "wrong event" and the second
 /// accepted, both from the memo once seen, without a MAC computed again.
@@ -435,53 +447,33 @@ fn every_signed_token_is_remembered_whatever_it_was_judged_against() {
     });
     let keyring = ring(&[NEW, OLD]);
     let mut recent = Recent::new(64);
-    let for_second = Expect {
+    let owner = Expect {
         kind: TokenKind::Pass,
         event: "drop-2027",
         session: "session-a",
     };
     for _ in 0..3 {
-        assert_eq!(
-            keyring
-                .verify_recent(&mut recent, &first, &for_second, NOW)
-                .map(|_| ()),
-            Err(TokenError::WrongEvent)
-        );
-        assert!(
-            keyring
-                .verify_recent(&mut recent, &second, &for_second, NOW)
-                .is_ok()
-        );
+        let got = judged(&keyring, &mut recent, &first, &owner);
+        assert_eq!(got, Err(TokenError::WrongEvent));
+        assert_eq!(judged(&keyring, &mut recent, &second, &owner), Ok(()));
     }
     assert_eq!(recent.counts(), (4, 2), "(hits, misses)");
     let stranger = Expect {
         session: "session-b",
-        ..for_second
+        ..owner
     };
     for _ in 0..2 {
-        assert_eq!(
-            keyring
-                .verify_recent(&mut recent, &second, &stranger, NOW)
-                .map(|_| ()),
-            Err(TokenError::WrongSession)
-        );
+        let got = judged(&keyring, &mut recent, &second, &stranger);
+        assert_eq!(got, Err(TokenError::WrongSession));
     }
     // The owner is still recognised after the stranger's attempts.
-    assert!(
-        keyring
-            .verify_recent(&mut recent, &second, &for_second, NOW)
-            .is_ok()
-    );
+    assert_eq!(judged(&keyring, &mut recent, &second, &owner), Ok(()));
     assert_eq!(recent.counts(), (7, 2), "(hits, misses)");
     // A forged token is opened (and refused) every time.
     let forged = tamper(&second, |p| p[20] ^= 1);
     for _ in 0..2 {
-        assert_eq!(
-            keyring
-                .verify_recent(&mut recent, &forged, &for_second, NOW)
-                .map(|_| ()),
-            Err(TokenError::BadSignature)
-        );
+        let got = judged(&keyring, &mut recent, &forged, &owner);
+        assert_eq!(got, Err(TokenError::BadSignature));
     }
     assert_eq!(recent.counts(), (7, 4), "(hits, misses)");
 }
