@@ -220,9 +220,10 @@ impl Protected<'_> {
         let started_ms = state.now_ms();
         let mut response = timed_forward(state, req, &rt.config.origin, self.ip, &extra).await;
         let status = response.status().as_u16();
+        let done_ms = state.now_ms();
         rt.live
             .admission
-            .record_origin(state.now_ms(), state.now_ms() - started_ms, status);
+            .record_origin(done_ms, done_ms - started_ms, status);
         if commands::take(response.headers_mut()).release {
             commands::release(state, rt, member, pass.session_start_us).await;
             let cleared = passes::cookie_over(state, rt, passes, member, None);

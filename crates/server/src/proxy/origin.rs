@@ -107,12 +107,11 @@ thread_local! {
     static POOL: RefCell<Vec<(String, Vec<Idle>)>> = const { RefCell::new(Vec::new()) };
 }
 
-/// The newest idle connection to `key` that has not idled out.
-fn checkout(key: &str) -> Option<Conn> {
+/// The newest idle connection to `key` that has not idled out by `now`.
+fn checkout(key: &str, now: Instant) -> Option<Conn> {
     POOL.with(|pool| {
         let mut pool = pool.borrow_mut();
         let (_, idle) = pool.iter_mut().find(|(k, _)| k == key)?;
-        let now = Instant::now();
         // The oldest sit at the front: drop the ones past the timeout.
         let stale = idle
             .iter()
@@ -191,15 +190,19 @@ pub(super) async fn send_head(
 ) -> Result<http::Response<OriginBody>, ProxyError> {
     // Kept connections first; one that fails before any byte of the
     // answer was closed by the origin while idle: the next one is tried.
-    while let Some(conn) = checkout(authority) {
-        match exchange(conn, &head, head_only, authority, response_timeout).await {
+    // One read of the clock serves the pool's idle check and the answer's
+    // deadline, which counts from the first try.
+    let now = Instant::now();
+    while let Some(conn) = checkout(authority, now) {
+        match exchange(conn, &head, head_only, authority, now + response_timeout).await {
             Ok(response) => return Ok(response),
             Err(Failed::Stale) => continue,
             Err(Failed::Proxy(e)) => return Err(e),
         }
     }
     let conn = connect(authority, connect_timeout, response_timeout).await?;
-    match exchange(conn, &head, head_only, authority, response_timeout).await {
+    let due = Instant::now() + response_timeout;
+    match exchange(conn, &head, head_only, authority, due).await {
         Ok(response) => Ok(response),
         Err(Failed::Stale) => Err(ProxyError::Origin(io::Error::new(
             io::ErrorKind::UnexpectedEof,
@@ -287,20 +290,19 @@ fn is_closed(e: &io::Error) -> bool {
     )
 }
 
-/// Writes the request head and reads the answer's head on `conn`, within
-/// `response_timeout`.
+/// Writes the request head and reads the answer's head on `conn`, by
+/// `due`.
 async fn exchange(
     mut conn: Conn,
     head: &[u8],
     head_only: bool,
     key: &str,
-    response_timeout: Duration,
+    due: Instant,
 ) -> Result<http::Response<OriginBody>, Failed> {
     if !conn.buf.is_empty() {
         // Bytes nobody asked for: the connection is out of step.
         return Err(Failed::Stale);
     }
-    let due = Instant::now() + response_timeout;
     let Conn { stream, buf, timer } = &mut conn;
     let answer = within(
         answer_head(stream, buf, head, head_only),
