@@ -72,9 +72,11 @@ pub(crate) struct Sweep {
 
 /// The hasher of the admitted, active and used maps, which a redeem looks
 /// up and changes six times: foldhash (randomly seeded per map) hashes a
-/// 32-byte id several times faster than the standard SipHash. Their keys
-/// are no attacker's choice: session ids this node minted and signed (or a
-/// signed JWT's subject) and nonces it drew.
+/// 32-byte id several times faster than the standard SipHash. A visitor
+/// chooses its session id, but an id enters these maps only once the queue
+/// admitted it, so an attacker places no more keys than the admission rate
+/// lets in; the used map's nonces are drawn by this node. (The waiting
+/// members' table, which anyone fills by joining, keeps SipHash.)
 pub(crate) type Fast = foldhash::fast::RandomState;
 
 pub(crate) struct EventState {

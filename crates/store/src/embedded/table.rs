@@ -168,9 +168,12 @@ pub(crate) struct Probe<'a> {
 
 /// Member id → slot, plus each slot's score, last-seen time and index position.
 pub(crate) struct MemberTable {
-    /// foldhash, for the reason the state's maps use it (`state::Fast`):
-    /// every poll and join hashes a member here.
-    hasher: super::state::Fast,
+    /// SipHash, not the faster foldhash: a visitor chooses its own session
+    /// id (any 32 hex digits), the table holds every waiting member, and
+    /// its linear probing degrades with every collision an attacker could
+    /// make, where foldhash only promises to resist those who cannot study
+    /// the process's behaviour.
+    hasher: std::collections::hash_map::RandomState,
     buckets: Vec<u64>,
     /// While growing: the previous buckets, moved over [`MOVE_STEP`] at a
     /// time by inserts (`old[..moved]` are done), so no insert pays for a
@@ -191,7 +194,7 @@ const ARENA_LIMIT: usize = u32::MAX as usize - 512;
 impl MemberTable {
     pub(crate) fn new() -> Self {
         Self {
-            hasher: super::state::Fast::default(),
+            hasher: std::collections::hash_map::RandomState::new(),
             buckets: vec![EMPTY; 1024],
             old: Vec::new(),
             moved: 0,

@@ -27,9 +27,9 @@ pub const MAX_REMEMBERED: usize = 100_000;
 /// Last known rank per waiting visitor.
 #[derive(Debug)]
 pub struct RankCache {
-    /// foldhash (randomly seeded per map): every poll notes its rank here,
-    /// and the keys are session ids this node minted or signed subjects.
-    by_member: HashMap<Box<str>, u64, foldhash::fast::RandomState>,
+    /// The standard SipHash: its keys are visitors' session ids, which a
+    /// visitor chooses, up to 200,000 of them.
+    by_member: HashMap<Box<str>, u64>,
     limit: usize,
 }
 
@@ -42,7 +42,7 @@ impl Default for RankCache {
 impl RankCache {
     pub fn with_limit(limit: usize) -> Self {
         Self {
-            by_member: HashMap::default(),
+            by_member: HashMap::new(),
             limit: limit.max(1),
         }
     }
