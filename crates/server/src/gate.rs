@@ -111,27 +111,71 @@ struct Protected<'r> {
 }
 
 async fn protected(state: &AppState, rt: Arc<EventRuntime>, req: Request, ip: IpAddr) -> Response {
+    // The cookies are read in one scan: the session, the pass, and whether
+    // any cookie is the origin's.
+    let scan = identity::scan_cookies(req.headers());
+    let (foreign, fields) = (scan.foreign, scan.fields);
+    let read = state.server.cookies.from_scan(req.headers(), &scan);
     // A bad or missing JWT is simply "no pass": the request is queued.
-    let member = identity::gate_member(req.headers(), rt.jwt.as_ref(), &state.server.cookies);
+    let member = identity::gate_member(req.headers(), rt.jwt.as_ref(), &read);
     let request = Protected {
         state,
         rt: &rt,
         member,
         ip,
     };
-    // The pass cookie is read once: checked here, and its text kept for an
-    // origin's `release` command (the cookie that clears this event's pass
-    // keeps the visitor's passes of other events).
-    let cookie = state.server.cookies.pass(req.headers());
+    let cookie = read.pass();
     if let Some(member) = &request.member
         && let Some(pass) = check_pass(state, &rt, member, cookie).await
     {
-        let passes = cookie.map(str::to_owned);
+        let at = cookie.map(|text| (text.as_ptr() as usize, text.len()));
+        let mut req = req;
+        // The passes' text is kept for an origin's `release` command (the
+        // cookie that clears this event's pass keeps the visitor's passes
+        // of other events) and a renewal, as the field it lies in. When
+        // every cookie is Anteroom's, the field leaves the request here:
+        // the origin gets none of it, and the proxy need not scan it again
+        // for cookies to keep.
+        let passes = if !foreign && fields == 1 {
+            req.headers_mut()
+                .remove(header::COOKIE)
+                .and_then(|field| Passes::within(field, at?))
+        } else {
+            at.and_then(|at| {
+                req.headers()
+                    .get_all(header::COOKIE)
+                    .iter()
+                    .find_map(|field| Passes::within(field.clone(), at))
+            })
+        };
         count("forwarded");
-        return request.forward(req, member, pass, passes.as_deref()).await;
+        return request.forward(req, member, pass, passes).await;
     }
     count("queued");
     request.queue(req).await
+}
+
+/// The passes' text of a forwarded request's pass cookie, kept without a
+/// copy: the `Cookie` field it lies in (its bytes shared, not copied) and
+/// where in it.
+struct Passes {
+    field: HeaderValue,
+    range: std::ops::Range<usize>,
+}
+
+impl Passes {
+    /// `field` with the text at address `at.0`, `at.1` bytes long, when the
+    /// text lies in it.
+    fn within(field: HeaderValue, at: (usize, usize)) -> Option<Self> {
+        let start = at.0.checked_sub(field.as_bytes().as_ptr() as usize)?;
+        let range = start..start.checked_add(at.1)?;
+        (range.end <= field.len()).then_some(Self { field, range })
+    }
+
+    /// The text (it was read as text by the cookie scan).
+    fn text(&self) -> Option<&str> {
+        std::str::from_utf8(self.field.as_bytes().get(self.range.clone())?).ok()
+    }
 }
 
 /// A valid pass found by [`check_pass`].
@@ -190,14 +234,15 @@ impl Protected<'_> {
         req: Request,
         member: &str,
         pass: ValidPass,
-        passes: Option<&str>,
+        passes: Option<Passes>,
     ) -> Response {
         let Self { state, rt, .. } = *self;
+        let passes_text = || passes.as_ref().and_then(Passes::text);
         // Renewal keeps the session start, so idling and the absolute
         // lifetime both bound the session (admission::lifecycle).
         let renewal = pass
             .renew
-            .then(|| renew(state, rt, member, pass.session_start_us, passes));
+            .then(|| renew(state, rt, member, pass.session_start_us, passes_text()));
         let mut req = req;
         // An upgraded connection (WebSocket) outlives this request: the proxy
         // closes it when this session ends. Only a request with an `Upgrade`
@@ -226,7 +271,7 @@ impl Protected<'_> {
             .record_origin(done_ms, done_ms - started_ms, status);
         if commands::take(response.headers_mut()).release {
             commands::release(state, rt, member, pass.session_start_us).await;
-            let cleared = passes::cookie_over(state, rt, passes, member, None);
+            let cleared = passes::cookie_over(state, rt, passes_text(), member, None);
             response.headers_mut().append(header::SET_COOKIE, cleared);
         } else if let Some(cookie) = renewal {
             response.headers_mut().append(header::SET_COOKIE, cookie);

@@ -13,7 +13,7 @@ use axum::http::{HeaderMap, HeaderValue, header};
 use rand::RngCore;
 
 use crate::error::ApiError;
-pub use cookies::{CookieName, CookieSettings, SameSite};
+pub use cookies::{CookieName, CookieSettings, SameSite, ScannedCookies};
 pub use jwt::JwtVerifier;
 
 /// The session cookie's name when cookies are not `Secure` (plain-http
@@ -124,22 +124,26 @@ pub fn session_id<'h>(
     cookies.session(headers).filter(|(s, _)| is_session_id(s))
 }
 
-/// The caller of a request to a protected path, for the gate: as
-/// [`resolve`] without creating, or else the session the pass cookie names
-/// (a cross-site form `POST` carries the pass but not the `Lax` session
-/// cookie; see [`CookieSettings::pass_session`]).
+/// The caller of a request to a protected path, for the gate, from its
+/// one scan of the cookies: as [`resolve`] without creating, or else the
+/// session the pass cookie names (a cross-site form `POST` carries the pass
+/// but not the `Lax` session cookie; see [`CookieSettings::pass_session`]).
 pub fn gate_member(
     headers: &HeaderMap,
     jwt: Option<&JwtVerifier>,
-    cookies: &CookieSettings,
+    cookies: &ScannedCookies<'_>,
 ) -> Option<String> {
-    if let Some(v) = resolve(headers, jwt, Mint::Never, cookies).ok().flatten() {
-        return Some(v.member);
+    if let Some(verifier) = jwt {
+        // A bad or missing JWT is simply "no pass": the request is queued.
+        return bearer(headers).and_then(|token| verifier.subject(token).ok());
     }
-    if jwt.is_some() {
-        return None;
-    }
-    cookies.pass_session(headers).map(str::to_owned)
+    let session = cookies
+        .session
+        .map(|(sid, _)| sid)
+        .filter(|s| is_session_id(s));
+    session
+        .or_else(|| cookies.pass_session())
+        .map(str::to_owned)
 }
 
 /// `Authorization: Bearer <token>`.
@@ -212,6 +216,82 @@ pub fn cookie_of<'h>(
     fallback.map(|v| (v, false))
 }
 
+/// Prefix of Anteroom's cookie names (`anteroom_sid`, `anteroom_pass`, and
+/// their `__Host-` / `__Secure-` forms): the origin never sees them.
+const OWN_COOKIE_PREFIX: &[u8] = b"anteroom_";
+
+/// Whether a cookie name is one of Anteroom's in any of its forms, any
+/// case: the origin gets none of them, including look-alikes a script or a
+/// sibling site may have planted (`Anteroom_SID`, `__Secure-anteroom_pass`).
+pub fn is_own_cookie(name: &[u8]) -> bool {
+    let name = strip_prefix_ignore_case(name, b"__host-")
+        .or_else(|| strip_prefix_ignore_case(name, b"__secure-"))
+        .unwrap_or(name);
+    name.get(..OWN_COOKIE_PREFIX.len())
+        .is_some_and(|head| head.eq_ignore_ascii_case(OWN_COOKIE_PREFIX))
+}
+
+fn strip_prefix_ignore_case<'a>(s: &'a [u8], prefix: &[u8]) -> Option<&'a [u8]> {
+    let head = s.get(..prefix.len())?;
+    head.eq_ignore_ascii_case(prefix)
+        .then(|| &s[prefix.len()..])
+}
+
+/// What one scan of the `Cookie` fields finds: the value of each of
+/// [`COOKIE_NAMES`] (in that order) as [`cookie`] would read it, and whether
+/// any cookie is not one of Anteroom's ([`is_own_cookie`]).
+///
+/// The gate reads the session and the pass cookies of every request and
+/// forwards the rest: one scan instead of one per name and another for
+/// what the origin keeps.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CookieScan<'h> {
+    pub values: [Option<&'h str>; 4],
+    /// A non-empty pair that is not Anteroom's: the origin gets a `Cookie`
+    /// field.
+    pub foreign: bool,
+    /// How many `Cookie` fields the request has (HTTP/2 may split them).
+    pub fields: usize,
+}
+
+/// Scans every `Cookie` field once (see [`CookieScan`]).
+pub fn scan_cookies(headers: &HeaderMap) -> CookieScan<'_> {
+    let mut scan = CookieScan::default();
+    for field in headers.get_all(header::COOKIE) {
+        scan.fields += 1;
+        let mut rest = field.as_bytes();
+        loop {
+            let end = memchr::memchr(b';', rest).unwrap_or(rest.len());
+            let pair = rest[..end].trim_ascii();
+            let eq = memchr::memchr(b'=', pair);
+            let name = eq.map_or(pair, |eq| &pair[..eq]);
+            // The four names differ in length, so one comparison says which
+            // (a name holds no `=`, so it is the bytes before the first).
+            let slot = match name.len() {
+                19 => 0,
+                20 => 1,
+                12 => 2,
+                13 => 3,
+                _ => usize::MAX,
+            };
+            if let Some(own) = COOKIE_NAMES.get(slot)
+                && name == own.as_bytes()
+            {
+                if scan.values[slot].is_none() {
+                    scan.values[slot] = value_of(pair, name);
+                }
+            } else if !pair.is_empty() && !is_own_cookie(name.trim_ascii()) {
+                scan.foreign = true;
+            }
+            if end == rest.len() {
+                break;
+            }
+            rest = &rest[end + 1..];
+        }
+    }
+    scan
+}
+
 /// The value of one trimmed `name=value` pair when it is named `name` and
 /// its value is text (quotes around it dropped). Every caller then reads it
 /// strictly (a session id is 32 hex digits, a pass is base64 and signed), so
@@ -282,6 +362,49 @@ mod tests {
                 .map(|v| (v, true))
                 .or_else(|| cookie(&h, &second).map(|v| (v, false)));
             proptest::prop_assert_eq!(cookie_of(&h, &first, Some(&second)), two_lookups);
+        }
+
+        /// The gate's one scan reads each of Anteroom's names as a lookup
+        /// of that name does, and calls a request's cookies foreign exactly
+        /// when a pair that is not Anteroom's (in any form or case) is
+        /// there: what the proxy would keep for the origin.
+        #[test]
+        fn the_gates_one_scan_reads_as_a_lookup_per_name(
+            fields in proptest::collection::vec(
+                proptest::collection::vec(
+                    (
+                        proptest::sample::select(vec![
+                            "__Host-anteroom_sid", "__Host-anteroom_pass", "anteroom_sid",
+                            "anteroom_pass", "Anteroom_SID", "__secure-anteroom_pass",
+                            "anteroom_x", "anteroom", "theme", " anteroom_sid", "", "a=b",
+                        ]),
+                        "[ a-c=\"]{0,4}",
+                    ),
+                    0..5,
+                ),
+                0..3,
+            ),
+        ) {
+            let mut h = HeaderMap::new();
+            let mut foreign = false;
+            for pairs in &fields {
+                let text = pairs
+                    .iter()
+                    .map(|(name, value)| format!("{name}={value}"))
+                    .collect::<Vec<_>>()
+                    .join(";");
+                for pair in text.split(';').map(str::trim) {
+                    let name = pair.split_once('=').map_or(pair, |(n, _)| n).trim();
+                    foreign |= !pair.is_empty() && !is_own_cookie(name.as_bytes());
+                }
+                h.append(header::COOKIE, HeaderValue::from_str(&text).unwrap());
+            }
+            let scan = scan_cookies(&h);
+            for (i, name) in COOKIE_NAMES.iter().enumerate() {
+                proptest::prop_assert_eq!(scan.values[i], cookie(&h, name), "{}", name);
+            }
+            proptest::prop_assert_eq!(scan.foreign, foreign);
+            proptest::prop_assert_eq!(scan.fields, fields.len());
         }
     }
 

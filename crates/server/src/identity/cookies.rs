@@ -23,7 +23,9 @@ use std::time::Duration;
 
 use axum::http::{HeaderMap, HeaderValue};
 
-use super::{HOST_PASS_COOKIE, HOST_SESSION_COOKIE, PASS_COOKIE, SESSION_COOKIE, cookie_of};
+use super::{
+    CookieScan, HOST_PASS_COOKIE, HOST_SESSION_COOKIE, PASS_COOKIE, SESSION_COOKIE, cookie_of,
+};
 
 /// Between the session id and the passes in the pass cookie; a cookie-octet
 /// that neither a session id nor a pass contains.
@@ -180,6 +182,29 @@ impl CookieSettings {
             .map(|(v, _)| v)
     }
 
+    /// [`Self::session`] and [`Self::pass`]'s values (before the pass's
+    /// session is split off) read from one [`CookieScan`] of `headers`.
+    pub fn from_scan<'h>(&self, headers: &HeaderMap, scan: &CookieScan<'h>) -> ScannedCookies<'h> {
+        let plain_too = !self.secure || self.read_unprefixed;
+        let pick = |host: Option<&'h str>, plain: Option<&'h str>| match host {
+            Some(v) => Some((v, self.secure)),
+            None => plain.filter(|_| plain_too).map(|v| (v, !self.secure)),
+        };
+        let [host_sid, host_pass, sid, pass] = scan.values;
+        let session = pick(host_sid, sid).map(|(v, current)| {
+            let name = if current {
+                CookieName::Current
+            } else {
+                CookieName::Old
+            };
+            (v, name)
+        });
+        let pass = pick(host_pass, pass).map(|(v, _)| v).filter(|_| {
+            !(self.pass_same_site == SameSite::None && cross_site_subresource(headers))
+        });
+        ScannedCookies { session, pass }
+    }
+
     /// `Set-Cookie` for the session cookie.
     pub fn session_cookie(&self, value: &str, max_age: Option<Duration>) -> Option<HeaderValue> {
         self.set(self.session_name(), self.session_same_site, value, max_age)
@@ -242,6 +267,33 @@ pub fn may_mint_session(headers: &HeaderMap) -> bool {
     match fetch_site(headers) {
         None => true,
         Some(site) => site == "same-origin" || site == "none",
+    }
+}
+
+/// The session and pass cookies as [`CookieSettings::from_scan`] read them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ScannedCookies<'h> {
+    /// As [`CookieSettings::session`] reads it.
+    pub session: Option<(&'h str, CookieName)>,
+    /// The pass cookie's whole value, as the private `pass_value` reads it.
+    pass: Option<&'h str>,
+}
+
+impl<'h> ScannedCookies<'h> {
+    /// As [`CookieSettings::pass`] reads it.
+    pub fn pass(&self) -> Option<&'h str> {
+        self.pass.map(|v| {
+            v.split_once(SESSION_SEPARATOR)
+                .map_or(v, |(_, passes)| passes)
+        })
+    }
+
+    /// As [`CookieSettings::pass_session`] reads it.
+    pub fn pass_session(&self) -> Option<&'h str> {
+        self.pass
+            .and_then(|v| v.split_once(SESSION_SEPARATOR))
+            .map(|(sid, _)| sid)
+            .filter(|sid| super::is_session_id(sid))
     }
 }
 
@@ -376,5 +428,51 @@ mod tests {
             "sec-fetch-site",
             "same-site"
         )])));
+    }
+
+    proptest::proptest! {
+        /// The gate's reading from one scan gives what the settings' own
+        /// readers give, for every setting, name, session and fetch context.
+        #[test]
+        fn a_reading_from_the_scan_is_the_settings_own(
+            secure in proptest::bool::ANY,
+            read_unprefixed in proptest::bool::ANY,
+            pass_none in proptest::bool::ANY,
+            pairs in proptest::collection::vec(
+                (
+                    proptest::sample::select(vec![
+                        "__Host-anteroom_sid", "__Host-anteroom_pass", "anteroom_sid",
+                        "anteroom_pass", "theme",
+                    ]),
+                    proptest::sample::select(vec![
+                        SID, "0123", "p1~p2", "0123456789abcdef0123456789abcdef!p1~p2",
+                        "bad!p", "",
+                    ]),
+                ),
+                0..5,
+            ),
+            site in proptest::sample::select(vec![None, Some("cross-site"), Some("same-origin")]),
+            mode in proptest::sample::select(vec![None, Some("navigate"), Some("no-cors")]),
+        ) {
+            let c = CookieSettings {
+                secure,
+                read_unprefixed,
+                pass_same_site: if pass_none { SameSite::None } else { SameSite::Lax },
+                ..CookieSettings::secure()
+            };
+            let jar = pairs.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join("; ");
+            let mut h = headers(&[("cookie", &jar)]);
+            if let Some(site) = site {
+                h.append("sec-fetch-site", HeaderValue::from_static(site));
+            }
+            if let Some(mode) = mode {
+                h.append("sec-fetch-mode", HeaderValue::from_static(mode));
+            }
+            let scan = super::super::scan_cookies(&h);
+            let read = c.from_scan(&h, &scan);
+            proptest::prop_assert_eq!(read.session, c.session(&h));
+            proptest::prop_assert_eq!(read.pass(), c.pass(&h));
+            proptest::prop_assert_eq!(read.pass_session(), c.pass_session(&h));
+        }
     }
 }

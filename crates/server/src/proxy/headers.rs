@@ -75,10 +75,6 @@ const FORGEABLE: &[&str] = &[
 /// (`-For`, `-Proto`, `-Host`, `-Port`, `-Prefix`, `-Server`, ...).
 const FORGEABLE_PREFIXES: &[&str] = &["x-anteroom-", "x-forwarded-"];
 
-/// Prefix of Anteroom's cookie names (`anteroom_sid`, `anteroom_pass`, and
-/// their `__Host-` / `__Secure-` forms): the origin never sees them.
-const OWN_COOKIE_PREFIX: &[u8] = b"anteroom_";
-
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
@@ -233,21 +229,6 @@ fn is_forgeable(name: &HeaderName) -> bool {
             .any(|p| name.len() >= p.len() && same(&name[..p.len()], p.as_bytes()))
 }
 
-/// Whether a cookie name is one of Anteroom's, in any of its forms.
-fn is_own_cookie(name: &[u8]) -> bool {
-    let name = strip_prefix_ignore_case(name, b"__host-")
-        .or_else(|| strip_prefix_ignore_case(name, b"__secure-"))
-        .unwrap_or(name);
-    name.get(..OWN_COOKIE_PREFIX.len())
-        .is_some_and(|head| head.eq_ignore_ascii_case(OWN_COOKIE_PREFIX))
-}
-
-fn strip_prefix_ignore_case<'a>(s: &'a [u8], prefix: &[u8]) -> Option<&'a [u8]> {
-    let head = s.get(..prefix.len())?;
-    head.eq_ignore_ascii_case(prefix)
-        .then(|| &s[prefix.len()..])
-}
-
 /// The `Cookie` headers without Anteroom's cookies, joined into one value
 /// (RFC 9113 8.2.3: an HTTP/1.1 hop gets one); empty when nothing is left.
 fn kept_cookies(headers: &HeaderMap) -> Vec<u8> {
@@ -261,7 +242,7 @@ fn kept_cookies(headers: &HeaderMap) -> Vec<u8> {
             let pair = rest[..end].trim_ascii();
             rest = rest.get(end + 1..).unwrap_or_default();
             let name = memchr::memchr(b'=', pair).map_or(pair, |eq| &pair[..eq]);
-            if pair.is_empty() || is_own_cookie(name.trim_ascii()) {
+            if pair.is_empty() || crate::identity::is_own_cookie(name.trim_ascii()) {
                 continue;
             }
             if !kept.is_empty() {

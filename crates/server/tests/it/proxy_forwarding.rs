@@ -320,6 +320,13 @@ async fn the_real_server_sends_one_rebuilt_set_of_forwarding_headers_and_none_of
     assert_eq!(seen["x-anteroom-event"], serde_json::json!(["tickets"]));
     assert_eq!(seen["x-anteroom-session"], serde_json::json!([session]));
     assert_eq!(seen["cookie"], serde_json::json!(["lang=fr"]), "{seen}");
+    // With only Anteroom's cookies (a planted look-alike among them), the
+    // origin gets no `Cookie` field at all.
+    v.cookies.retain(|(k, _)| k != "lang");
+    v.cookies.push(("Anteroom_SID".into(), "planted".into()));
+    let seen = seen_by_origin(&s, &mut v, "/tickets/row/2", &[]).await;
+    assert!(seen.get("cookie").is_none(), "{seen}");
+    assert_eq!(seen["x-anteroom-session"], serde_json::json!([session]));
     s.stop().await;
 }
 

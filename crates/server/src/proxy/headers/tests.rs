@@ -182,7 +182,7 @@ fn anteroom_cookies_never_reach_the_origin() {
     );
     check(&["theme=dark"], Some("theme=dark"));
     for name in crate::identity::COOKIE_NAMES {
-        assert!(is_own_cookie(name.as_bytes()), "{name}");
+        assert!(crate::identity::is_own_cookie(name.as_bytes()), "{name}");
     }
     check(&[], None);
 }
