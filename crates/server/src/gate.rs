@@ -185,6 +185,9 @@ pub struct ValidPass {
     pub session_start_us: i64,
     /// Past half its life (or expired while the session went on): renew it.
     pub renew: bool,
+    /// The node's clock when the pass was judged: the start of the origin's
+    /// time for adaptive admission, read once per request.
+    pub now_ms: i64,
 }
 
 /// Phase 2: the request's valid pass for the event, if its pass cookie
@@ -204,6 +207,7 @@ pub async fn check_pass(
         } => Some(ValidPass {
             session_start_us,
             renew,
+            now_ms,
         }),
         // The pass ran out while the visitor was idle; if the session is
         // still active in the store (and not past its end, which the sweep
@@ -215,6 +219,9 @@ pub async fn check_pass(
                 Some(ValidPass {
                     session_start_us,
                     renew: true,
+                    // After the store's answer, which the origin's time
+                    // must not include.
+                    now_ms: state.now_ms(),
                 })
             }
             Ok(_) => {
@@ -261,8 +268,9 @@ impl Protected<'_> {
             (X_ANTEROOM_SESSION, header_value(member)),
         ];
         // Adaptive admission reads the origin's latency and 5xx share
-        // as the gate sees them, timed on the injected clock.
-        let started_ms = state.now_ms();
+        // as the gate sees them, timed on the injected clock from the
+        // pass's check (a few microseconds before, against milliseconds).
+        let started_ms = pass.now_ms;
         let mut response = timed_forward(state, req, &rt.config.origin, self.ip, &extra).await;
         let status = response.status().as_u16();
         let done_ms = state.now_ms();

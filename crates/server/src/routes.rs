@@ -91,13 +91,19 @@ pub fn check_prefix(prefix: &str) -> Result<String, NormalizeError> {
 /// protects a little more than a given framework routes (`/tickets.old/x`),
 /// never less.
 pub fn matches_prefix(path: &[u8], prefix: &[u8]) -> bool {
-    let path = path.split(|&b| b == b'?').next().unwrap_or_default();
     let Some(prefix) = prefix.strip_prefix(b"/") else {
         return false;
     };
     if prefix.is_empty() {
         return true;
     }
+    // Every request is looked up against each event's prefixes in turn,
+    // and most prefixes differ from the path in its first byte: that is
+    // known before the path is split.
+    if !may_begin(path.strip_prefix(b"/").unwrap_or(path), prefix) {
+        return false;
+    }
+    let path = memchr::memchr(b'?', path).map_or(path, |q| &path[..q]);
     let mut segments = path
         .strip_prefix(b"/")
         .unwrap_or(path)
@@ -107,6 +113,9 @@ pub fn matches_prefix(path: &[u8], prefix: &[u8]) -> bool {
         let Some(segment) = segments.next() else {
             return false;
         };
+        if !may_begin(segment, want) {
+            return false;
+        }
         let last = wanted.peek().is_none();
         let same = segment.eq_ignore_ascii_case(want)
             || bare(segment).eq_ignore_ascii_case(bare(want))
@@ -116,6 +125,20 @@ pub fn matches_prefix(path: &[u8], prefix: &[u8]) -> bool {
         }
     }
     true
+}
+
+/// Whether the segment at the start of `rest` may match the segment at the
+/// start of `want`, judged by their first bytes alone. When `want` begins
+/// with a byte its bare name keeps (not `;`, `%` or `.`, and not the end of
+/// an empty segment), each way of matching in [`matches_prefix`] starts the
+/// segment with that byte, so any other first byte is a miss.
+fn may_begin(rest: &[u8], want: &[u8]) -> bool {
+    match want.first() {
+        Some(&w) if !matches!(w, b';' | b'%' | b'.' | b'/') => {
+            rest.first().is_some_and(|s| s.eq_ignore_ascii_case(&w))
+        }
+        _ => true,
+    }
 }
 
 /// `segment` without its `;params` (`;` or `%3B`) and trailing dots.

@@ -3,7 +3,7 @@
 use anteroom_store::EventId;
 
 use super::normalize::normalize_path;
-use super::{RouteTable, check_prefix};
+use super::{RouteTable, bare, check_prefix, matches_prefix, starts_with_suffix};
 
 fn table(routes: &[(&str, &str)]) -> RouteTable {
     RouteTable::new(
@@ -109,4 +109,49 @@ fn empty_table_protects_nothing() {
     let t = table(&[]);
     assert!(t.is_empty());
     check(&t, "/tickets", None);
+}
+
+/// The rule as first written, before the first-byte test: the reference
+/// the matcher is held to.
+fn matches_prefix_as_written(path: &[u8], prefix: &[u8]) -> bool {
+    let path = path.split(|&b| b == b'?').next().unwrap_or_default();
+    let Some(prefix) = prefix.strip_prefix(b"/") else {
+        return false;
+    };
+    if prefix.is_empty() {
+        return true;
+    }
+    let mut segments = path
+        .strip_prefix(b"/")
+        .unwrap_or(path)
+        .split(|&b| b == b'/');
+    let mut wanted = prefix.split(|&b| b == b'/').peekable();
+    while let Some(want) = wanted.next() {
+        let Some(segment) = segments.next() else {
+            return false;
+        };
+        let last = wanted.peek().is_none();
+        let same = segment.eq_ignore_ascii_case(want)
+            || bare(segment).eq_ignore_ascii_case(bare(want))
+            || (last && starts_with_suffix(segment, want));
+        if !same {
+            return false;
+        }
+    }
+    true
+}
+
+proptest::proptest! {
+    /// The first-byte test only ever says no where the rule says no.
+    #[test]
+    fn the_first_byte_test_keeps_the_rule(
+        path in "/?(/?[aAbB;%3.?]{0,4}){0,4}",
+        prefix in "(/[aAbB;%3.]{0,3}){0,3}",
+    ) {
+        proptest::prop_assert_eq!(
+            matches_prefix(path.as_bytes(), prefix.as_bytes()),
+            matches_prefix_as_written(path.as_bytes(), prefix.as_bytes()),
+            "{} under {}", path, prefix
+        );
+    }
 }
