@@ -243,13 +243,13 @@ fn status_json(status: Status) -> &'static str {
 
 /// A JSON object written field by field, as serde_json writes one
 /// (no spaces; `None` as `null`).
-struct JsonObject<'o> {
+pub(crate) struct JsonObject<'o> {
     out: &'o mut Vec<u8>,
     first: bool,
 }
 
 impl<'o> JsonObject<'o> {
-    fn new(out: &'o mut Vec<u8>) -> Self {
+    pub(crate) fn new(out: &'o mut Vec<u8>) -> Self {
         out.push(b'{');
         Self { out, first: true }
     }
@@ -279,7 +279,7 @@ impl<'o> JsonObject<'o> {
         }
     }
 
-    fn string(&mut self, key: &str, s: Option<&str>) {
+    pub(crate) fn string(&mut self, key: &str, s: Option<&str>) {
         self.key(key);
         match s {
             None => self.out.extend_from_slice(b"null"),
@@ -297,7 +297,7 @@ impl<'o> JsonObject<'o> {
         }
     }
 
-    fn end(self) {
+    pub(crate) fn end(self) {
         self.out.push(b'}');
     }
 }
