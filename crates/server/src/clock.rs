@@ -4,6 +4,7 @@
 //! order does not depend on them (it comes from the store's canonical clock).
 //! And one timer kept for many deadlines in turn ([`poll_due`]).
 
+use std::cell::Cell;
 use std::future::Future as _;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -64,7 +65,28 @@ pub fn rfc3339_ms(ms: i64) -> String {
     // RFC 3339 has four-digit years: a later time is the last instant of
     // 9999 (humantime's formatter panicked there).
     const LAST_MS: i64 = 253_402_300_799_999;
+    // Every poll's answer carries the time; a loop answering a crowd
+    // writes the same millisecond many times over, so each thread keeps
+    // the last one written (the sentinel is below every clamped time).
+    thread_local! {
+        static LAST: Cell<(i64, [u8; 24])> = const { Cell::new((-1, [0; 24])) };
+    }
     let ms = ms.clamp(0, LAST_MS);
+    let text = LAST.with(|last| match last.get() {
+        (at, text) if at == ms => text,
+        _ => {
+            let text = rfc3339_ms_text(ms);
+            last.set((ms, text));
+            text
+        }
+    });
+    // Every byte is ASCII, so the check cannot fail (and is cheaper than
+    // the lossy conversion's chunked scan).
+    std::str::from_utf8(&text).unwrap_or_default().to_owned()
+}
+
+/// [`rfc3339_ms`]'s bytes for `ms`, already clamped.
+fn rfc3339_ms_text(ms: i64) -> [u8; 24] {
     let (days, in_day) = (ms / 86_400_000, ms % 86_400_000);
     let (year, month, day) = civil_from_days(days);
     let (h, m, sec, milli) = (
@@ -98,9 +120,7 @@ pub fn rfc3339_ms(ms: i64) -> String {
     ] {
         out[at] = b;
     }
-    // Every byte is ASCII, so the check cannot fail (and is cheaper than
-    // the lossy conversion's chunked scan).
-    std::str::from_utf8(&out).unwrap_or_default().to_owned()
+    out
 }
 
 /// (year, month, day) of the `days`-th day after 1970-01-01 (proleptic
@@ -172,6 +192,23 @@ mod tests {
             assert_eq!(rfc3339_ms(later), "9999-12-31T23:59:59.999Z");
         }
         assert_eq!(rfc3339_ms(1_764_583_392_412), "2025-12-01T10:03:12.412Z");
+    }
+
+    proptest! {
+        /// The time kept from the last call is the one asked for: repeats,
+        /// returns to an earlier time and the clamped edges are all
+        /// written as if anew.
+        #[test]
+        fn the_kept_time_is_written_only_for_its_own_millisecond(
+            times in proptest::collection::vec(
+                prop_oneof![Just(-5i64), Just(0), Just(1), Just(i64::MAX), 0i64..3000],
+                1..12,
+            ),
+        ) {
+            for ms in times {
+                prop_assert_eq!(rfc3339_ms(ms), humantime_ms(ms.min(253_402_300_799_999)));
+            }
+        }
     }
 
     proptest! {
