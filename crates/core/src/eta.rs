@@ -133,10 +133,15 @@ impl AdmissionHistory {
         let started = self.started_ms?;
         let window_ms = window_ms.clamp(BUCKET_MS, RATE_5M_MS);
         let from = now_ms.saturating_sub(window_ms);
+        // The samples are in time order (see `bucket`), and every poll's
+        // estimate reads the one-minute window of five minutes' samples:
+        // they are read from the newest back to the window's start.
         let total: u64 = self
             .samples
             .iter()
-            .filter(|s| s.t_ms > from && s.t_ms <= now_ms)
+            .rev()
+            .skip_while(|s| s.t_ms > now_ms)
+            .take_while(|s| s.t_ms > from)
             .map(count)
             .fold(0, u64::saturating_add);
         let seen = now_ms.saturating_sub(started).saturating_add(BUCKET_MS);

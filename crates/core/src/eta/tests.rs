@@ -305,3 +305,38 @@ proptest! {
         prop_assert_eq!(total, u128::from(seconds));
     }
 }
+
+proptest! {
+    /// The windowed rates read from the newest sample back give what
+    /// reading every sample in the window gives, whatever order the
+    /// records came in (a clock that steps back) and wherever the window
+    /// ends (a reader whose clock is behind the newest sample).
+    #[test]
+    fn a_windowed_rate_read_from_the_newest_back_counts_every_sample_in_it(
+        records in proptest::collection::vec((0i64..400_000, 0u64..5, 0u64..3), 0..60),
+        now_ms in 0i64..500_000,
+        window_ms in prop_oneof![Just(RATE_1M_MS), Just(RATE_5M_MS), 0i64..400_000],
+    ) {
+        let mut h = AdmissionHistory::new();
+        for &(t, admitted, abandoned) in &records {
+            h.record(t, admitted, 0);
+            h.record_abandoned(t, abandoned);
+        }
+        let every = |count: fn(&Sample) -> u64| {
+            let started = h.started_ms?;
+            let window_ms = window_ms.clamp(BUCKET_MS, RATE_5M_MS);
+            let from = now_ms.saturating_sub(window_ms);
+            let total: u64 = h
+                .samples
+                .iter()
+                .filter(|s| s.t_ms > from && s.t_ms <= now_ms)
+                .map(count)
+                .fold(0, u64::saturating_add);
+            let seen = now_ms.saturating_sub(started).saturating_add(BUCKET_MS);
+            let span = seen.clamp(MIN_SPAN_MS.min(window_ms), window_ms);
+            Some(total as f64 * 1000.0 / span as f64)
+        };
+        prop_assert_eq!(h.rate_per_s(now_ms, window_ms), every(|s| s.admitted));
+        prop_assert_eq!(h.churn_per_s(now_ms, window_ms), every(|s| s.abandoned));
+    }
+}
