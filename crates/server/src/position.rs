@@ -191,14 +191,9 @@ impl QueuePosition {
     /// The answer with `status` and a `Retry-After` header.
     pub fn respond(self, status: StatusCode) -> Response {
         let retry = self.retry_after_value();
-        let mut r = Response::new(axum::body::Body::from(self.to_json()));
+        let mut r = json_response(self.to_json());
         *r.status_mut() = status;
-        let h = r.headers_mut();
-        h.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        );
-        h.insert(header::RETRY_AFTER, retry);
+        r.headers_mut().insert(header::RETRY_AFTER, retry);
         r
     }
 
@@ -239,6 +234,16 @@ fn status_json(status: Status) -> &'static str {
         Status::Closed => "\"CLOSED\"",
         Status::Draining => "\"DRAINING\"",
     }
+}
+
+/// A `200` with a JSON body written by hand (see [`JsonObject`]).
+pub(crate) fn json_response(body: Vec<u8>) -> Response {
+    let mut r = Response::new(axum::body::Body::from(body));
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    r
 }
 
 /// A JSON object written field by field, as serde_json writes one

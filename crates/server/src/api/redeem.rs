@@ -57,13 +57,8 @@ pub async fn redeem_json(
         .ok_or_else(|| ApiError::BadRequest("a JSON body {\"token\": ...} is required".into()))?
         .token;
     let (redeemed, cookie) = redeem(&state, &rt, &parts.headers, &token).await?;
-    let mut response = Response::new(axum::body::Body::from(redeemed.to_json()));
-    let headers = response.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    headers.append(header::SET_COOKIE, cookie);
+    let mut response = crate::position::json_response(redeemed.to_json());
+    response.headers_mut().append(header::SET_COOKIE, cookie);
     Ok(response)
 }
 
