@@ -146,10 +146,7 @@ impl CookieSettings {
     /// another site counts only on a top-level navigation: an image, a
     /// script or a frame on another site gets what a `Lax` pass would give.
     pub fn pass<'h>(&self, headers: &'h HeaderMap) -> Option<&'h str> {
-        self.pass_value(headers).map(|v| {
-            v.split_once(SESSION_SEPARATOR)
-                .map_or(v, |(_, passes)| passes)
-        })
+        self.pass_only(headers).pass()
     }
 
     /// The session id the pass cookie carries for the gate. A cross-site
@@ -159,10 +156,16 @@ impl CookieSettings {
     /// the queue API reads the session cookie only, so no other site can
     /// make queue calls with it.
     pub fn pass_session<'h>(&self, headers: &'h HeaderMap) -> Option<&'h str> {
-        self.pass_value(headers)
-            .and_then(|v| v.split_once(SESSION_SEPARATOR))
-            .map(|(sid, _)| sid)
-            .filter(|sid| super::is_session_id(sid))
+        self.pass_only(headers).pass_session()
+    }
+
+    /// The pass cookie alone, read as [`ScannedCookies`] holds it (which
+    /// splits the session from the passes).
+    fn pass_only<'h>(&self, headers: &'h HeaderMap) -> ScannedCookies<'h> {
+        ScannedCookies {
+            session: None,
+            pass: self.pass_value(headers),
+        }
     }
 
     /// The pass cookie's value for `passes`, naming `session` when it is a
@@ -270,7 +273,9 @@ pub fn may_mint_session(headers: &HeaderMap) -> bool {
     }
 }
 
-/// The session and pass cookies as [`CookieSettings::from_scan`] read them.
+/// The session and pass cookies as [`CookieSettings::from_scan`] read them;
+/// the one place the pass cookie's value is split into its session and its
+/// passes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ScannedCookies<'h> {
     /// As [`CookieSettings::session`] reads it.
@@ -280,7 +285,7 @@ pub struct ScannedCookies<'h> {
 }
 
 impl<'h> ScannedCookies<'h> {
-    /// As [`CookieSettings::pass`] reads it.
+    /// The passes' text (see [`CookieSettings::pass`]).
     pub fn pass(&self) -> Option<&'h str> {
         self.pass.map(|v| {
             v.split_once(SESSION_SEPARATOR)
@@ -288,7 +293,8 @@ impl<'h> ScannedCookies<'h> {
         })
     }
 
-    /// As [`CookieSettings::pass_session`] reads it.
+    /// The session the pass cookie names (see
+    /// [`CookieSettings::pass_session`]).
     pub fn pass_session(&self) -> Option<&'h str> {
         self.pass
             .and_then(|v| v.split_once(SESSION_SEPARATOR))
