@@ -55,10 +55,7 @@ pub enum Route {
 
 /// The axum fallback of the public listener.
 pub async fn gate(State(state): State<Arc<AppState>>, req: Request) -> Response {
-    let (head, body) = req.into_parts();
-    let route = classify(&state, &head);
-    let req = Request::from_parts(head, body);
-    let route = match route {
+    let route = match classify(&state, req.method(), req.uri()) {
         Ok(route) => route,
         Err(e) => return e.into_response(),
     };
@@ -70,11 +67,15 @@ pub async fn gate(State(state): State<Arc<AppState>>, req: Request) -> Response 
     }
 }
 
-/// Phase 1: which event, if any, protects the request (see
-/// [`classify::classify`]).
-pub fn classify(state: &AppState, head: &http::request::Parts) -> Result<Route, ApiError> {
+/// Phase 1: which event, if any, protects a request with this method and
+/// target (see [`classify::classify`]).
+pub fn classify(
+    state: &AppState,
+    method: &Method,
+    uri: &axum::http::Uri,
+) -> Result<Route, ApiError> {
     let events = state.events();
-    match classify::classify(&events.routes, head) {
+    match classify::classify(&events.routes, method, uri) {
         Ok(classify::Class::Protected(id)) => Ok(match events.get(id) {
             Some(rt) => Route::Protected(rt.clone()),
             // The table and the events are one snapshot; a prefix without

@@ -135,11 +135,13 @@ impl Proxy {
     ) -> Result<Response, ProxyError> {
         let (mut parts, body) = req.into_parts();
         let authority = origin_authority(origin)?;
-        upgrade::check_asked(&parts.headers)?;
-        let upgrade = headers::upgrade_protocol(&parts.headers);
+        let hop = headers::HopFields::read(&parts.headers);
+        upgrade::check_asked(&hop)?;
+        let upgrade = hop.upgrade_protocol(&parts.headers);
+        let connection = hop.connection;
         if upgrade.is_none()
             && hyper::body::Body::is_end_stream(&body)
-            && origin::eligible(&parts.method, &parts.headers)
+            && origin::eligible(&parts.method, &hop)
         {
             // A bodiless GET or HEAD on an event loop: the lean client, with
             // the origin's head written straight from the visitor's fields
@@ -156,6 +158,7 @@ impl Proxy {
                 client,
                 origin_authority: Some(authority),
                 upgrade: None,
+                connection,
             };
             headers::for_origin(
                 &parts.headers,
@@ -189,6 +192,7 @@ impl Proxy {
             client,
             origin_authority: target.authority(),
             upgrade,
+            connection,
         };
         headers::rewrite_request(&mut parts.headers, forwarding, extra);
         let mut outgoing = Request::new(body);

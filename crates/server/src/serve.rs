@@ -73,8 +73,10 @@ pub trait HotRoutes: Send + Sync + 'static {
     fn takes_whole(&self, method: &http::Method, uri: &http::Uri) -> bool;
 
     /// The answer to a request [`HotRoutes::takes_whole`] took, given as the
-    /// router's fallback would see it: the peer, the connection slot and
-    /// the scheme attached, the body timing out. The connection stays busy
+    /// router's fallback would see it: the peer and the scheme attached,
+    /// the body timing out. (Not the connection's slot, which the router
+    /// attaches for an upgrade: a head asking to upgrade is never taken, so
+    /// no answer here outlives the connection.) The connection stays busy
     /// until the answer's body is sent.
     fn answer_whole(&self, req: axum::extract::Request) -> HotAnswer;
 }
@@ -239,7 +241,6 @@ async fn serve_http1_first<S>(
             let visit = door::Visit {
                 peer,
                 scheme,
-                slot: &slot,
                 header_read_timeout: limits.header_read_timeout,
             };
             match door::serve(stream, hot, visit, &mut stop).await {

@@ -1,15 +1,15 @@
 //! Phase 1 of the gate: from a request head to the event protecting it, to
 //! "unprotected", or to an answer the gate gives itself.
 //!
-//! Only the method and the request target decide. Headers play no part: the
-//! headers an origin might route by instead (`X-Original-URL`,
-//! `X-Rewrite-URL`, `X-Forwarded-Prefix`, ...) never reach it (see
-//! `proxy/headers.rs`), so no header can move a request into another class.
-//! The property test in `classify/tests.rs` checks that, and that a target
-//! an origin could route to a protected prefix is never unprotected.
+//! Only the method and the request target decide (they are all [`classify`]
+//! is given). Headers play no part: the headers an origin might route by
+//! instead (`X-Original-URL`, `X-Rewrite-URL`, `X-Forwarded-Prefix`, ...)
+//! never reach it (see `proxy/headers.rs`), so no header can move a request
+//! into another class. The property test in `classify/tests.rs` checks that
+//! a target an origin could route to a protected prefix is never
+//! unprotected, whatever headers come with it.
 
 use anteroom_store::EventId;
-use http::request::Parts;
 use http::{Method, Uri};
 
 use crate::routes::RouteTable;
@@ -44,12 +44,8 @@ pub enum Refusal {
     Target,
 }
 
-/// Classifies a request head against `routes`.
-pub fn classify<'t>(routes: &'t RouteTable, head: &Parts) -> Result<Class<'t>, Refusal> {
-    classify_target(routes, &head.method, &head.uri)
-}
-
-fn classify_target<'t>(
+/// Classifies a request, by its method and target, against `routes`.
+pub fn classify<'t>(
     routes: &'t RouteTable,
     method: &Method,
     uri: &Uri,

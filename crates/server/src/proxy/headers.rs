@@ -5,7 +5,7 @@
 
 use std::net::IpAddr;
 
-use http::header::{CONNECTION, COOKIE, EXPECT, HOST, UPGRADE};
+use http::header::{CONNECTION, CONTENT_LENGTH, COOKIE, EXPECT, HOST, TRANSFER_ENCODING, UPGRADE};
 use http::uri::Authority;
 use http::{HeaderMap, HeaderName, HeaderValue, Request, StatusCode, Uri};
 use ipnet::IpNet;
@@ -137,6 +137,57 @@ pub(super) struct Forwarding<'a> {
     pub client: &'a ClientHop,
     pub origin_authority: Option<&'a Authority>,
     pub upgrade: Option<HeaderValue>,
+    /// Whether the request has a `Connection` field, whose listed names
+    /// stay on the visitor's hop ([`HopFields::connection`]). `true` is
+    /// always right, only slower: the field is then looked up.
+    pub connection: bool,
+}
+
+/// What a visitor's request fields say about its own hop, read in one pass
+/// over them. The proxy asks about `Upgrade`, `Connection`,
+/// `Transfer-Encoding` and `Content-Length` before it forwards; each
+/// lookup by name hashes the name and probes the map, and reading a short
+/// head's names once costs less than the first two of those.
+#[derive(Debug, Default)]
+pub(super) struct HopFields<'h> {
+    /// The first `Upgrade` value.
+    pub upgrade: Option<&'h HeaderValue>,
+    /// How many `Upgrade` values there are.
+    pub upgrades: usize,
+    /// Whether there is a `Connection` field.
+    pub connection: bool,
+    /// Whether there is a `Transfer-Encoding` field.
+    pub transfer_encoding: bool,
+    /// Whether any `Content-Length` value is other than `0`.
+    pub length: bool,
+}
+
+impl<'h> HopFields<'h> {
+    pub(super) fn read(headers: &'h HeaderMap) -> Self {
+        let mut hop = Self::default();
+        for (name, value) in headers {
+            if name == UPGRADE {
+                hop.upgrades += 1;
+                hop.upgrade.get_or_insert(value);
+            } else if name == CONNECTION {
+                hop.connection = true;
+            } else if name == TRANSFER_ENCODING {
+                hop.transfer_encoding = true;
+            } else if name == CONTENT_LENGTH && value.as_bytes() != b"0" {
+                hop.length = true;
+            }
+        }
+        hop
+    }
+
+    /// The protocol the request asks to upgrade to (`Upgrade`), when its
+    /// `Connection` field says `upgrade`; `headers` are the fields read.
+    pub(super) fn upgrade_protocol(&self, headers: &HeaderMap) -> Option<HeaderValue> {
+        let asked = self.upgrade.is_some()
+            && self.connection
+            && connection_tokens(headers).any(|t| t.eq_ignore_ascii_case("upgrade"));
+        asked.then(|| self.upgrade.cloned()).flatten()
+    }
 }
 
 /// The host the visitor asked for: `Host`, or the authority of an
@@ -146,17 +197,6 @@ fn request_host(headers: &HeaderMap, uri: &Uri) -> Option<HeaderValue> {
         uri.authority()
             .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
     })
-}
-
-/// The protocol a request asks to upgrade to (`Upgrade`), when its
-/// `Connection` header says `upgrade`.
-pub(super) fn upgrade_protocol(headers: &HeaderMap) -> Option<HeaderValue> {
-    let asked = connection_tokens(headers).any(|t| t.eq_ignore_ascii_case("upgrade"));
-    if asked {
-        headers.get(UPGRADE).cloned()
-    } else {
-        None
-    }
 }
 
 fn connection_tokens(headers: &HeaderMap) -> impl Iterator<Item = &str> {
@@ -309,8 +349,12 @@ pub(super) fn for_origin(
     out: &mut impl FieldSink,
 ) {
     // Names the `Connection` field lists are this hop's too. (No
-    // allocation when there are none.)
-    let listed: Vec<&str> = connection_tokens(headers).collect();
+    // allocation when there are none, and no lookup without the field.)
+    let listed: Vec<&str> = if fwd.connection {
+        connection_tokens(headers).collect()
+    } else {
+        Vec::new()
+    };
     let host = fwd.origin_authority;
     if let Some(authority) = host {
         out.made(&HOST, authority.as_str().as_bytes());

@@ -30,7 +30,7 @@ use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use bytes::{Buf as _, Bytes, BytesMut};
-use http::header::{CONTENT_LENGTH, TRANSFER_ENCODING};
+use http::header::CONTENT_LENGTH;
 use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Version};
 use hyper::body::Frame;
 use tokio::io::AsyncWriteExt as _;
@@ -38,6 +38,7 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use super::ProxyError;
+use super::headers::HopFields;
 
 /// An idle pooled connection is closed after this (before an origin's own
 /// keep-alive timeout would close it under a request).
@@ -57,13 +58,10 @@ const READ_CHUNK: usize = 16 * 1024;
 
 /// Whether a request goes by this client: `GET` or `HEAD`, no body framing,
 /// and on an event loop (whose thread owns the pool).
-pub(super) fn eligible(method: &Method, headers: &HeaderMap) -> bool {
+pub(super) fn eligible(method: &Method, hop: &HopFields<'_>) -> bool {
     (method == Method::GET || method == Method::HEAD)
-        && !headers.contains_key(TRANSFER_ENCODING)
-        && headers
-            .get_all(CONTENT_LENGTH)
-            .iter()
-            .all(|v| v.as_bytes() == b"0")
+        && !hop.transfer_encoding
+        && !hop.length
         && crate::serve::workers::current_loop().is_some()
 }
 

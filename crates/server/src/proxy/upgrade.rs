@@ -12,12 +12,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::HeaderMap;
-use http::header::UPGRADE;
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
 
 use super::ProxyError;
+use super::headers::HopFields;
 use crate::serve::ConnectionSlot;
 
 /// How often an upgraded connection checks that its session still holds.
@@ -62,15 +61,14 @@ impl SessionWatch {
 
 /// Refuses a request asking for any upgrade but WebSocket (one token,
 /// any case); requests without `Upgrade` pass.
-pub(super) fn check_asked(headers: &HeaderMap) -> Result<(), ProxyError> {
-    let asked: Vec<_> = headers.get_all(UPGRADE).iter().collect();
+pub(super) fn check_asked(hop: &HopFields<'_>) -> Result<(), ProxyError> {
     let websocket = |v: &http::HeaderValue| {
         v.to_str()
             .is_ok_and(|v| v.trim().eq_ignore_ascii_case("websocket"))
     };
-    match asked.as_slice() {
-        [] => Ok(()),
-        [one] if websocket(one) => Ok(()),
+    match (hop.upgrades, hop.upgrade) {
+        (0, _) => Ok(()),
+        (1, Some(one)) if websocket(one) => Ok(()),
         _ => {
             crate::metrics::REJECTIONS.increment("upgrade_not_supported", 1);
             Err(ProxyError::UpgradeRefused)

@@ -50,7 +50,7 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt as _, ReadBuf};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::{ClientScheme, ConnectionSlot, HotRoutes, MAX_BUF};
+use super::{ClientScheme, HotRoutes, MAX_BUF};
 
 /// Header fields a head may have on the door's path: hyper's own default,
 /// so a head the door cannot hold is one hyper refuses too (it is handed to
@@ -73,11 +73,14 @@ pub(super) enum Left<S> {
 }
 
 /// Who is at the door: what a gated request carries to the gate as the
-/// router's fallback would see it.
-pub(super) struct Visit<'a> {
+/// router's fallback would see it. Not the connection's slot: the router
+/// attaches it so that an upgraded connection, which outlives hyper's, keeps
+/// its slot, but a head asking to upgrade is never the door's (see
+/// [`parse`]), so the connection that holds the slot outlives every request
+/// the door answers.
+pub(super) struct Visit {
     pub peer: SocketAddr,
     pub scheme: ClientScheme,
-    pub slot: &'a ConnectionSlot,
     pub header_read_timeout: Duration,
 }
 
@@ -86,7 +89,7 @@ pub(super) struct Visit<'a> {
 pub(super) async fn serve<S>(
     mut stream: S,
     hot: &Arc<dyn HotRoutes>,
-    visit: Visit<'_>,
+    visit: Visit,
     stop: &mut watch::Receiver<bool>,
 ) -> Left<S>
 where
@@ -123,7 +126,6 @@ where
                     };
                     let kept = if whole {
                         parts.extensions.insert(axum::extract::ConnectInfo(peer));
-                        parts.extensions.insert(visit.slot.clone());
                         if visit.scheme == ClientScheme::Https {
                             parts.extensions.insert(ClientScheme::Https);
                         }

@@ -47,7 +47,8 @@ fn head(method: &Method, uri: Uri, headers: &HeaderMap) -> http::request::Parts 
 }
 
 fn class_of(routes: &RouteTable, method: &Method, uri: Uri, headers: &HeaderMap) -> Want {
-    match classify(routes, &head(method, uri, headers)) {
+    let head = head(method, uri, headers);
+    match classify(routes, &head.method, &head.uri) {
         Ok(Class::Protected(id)) => {
             let name = PREFIXES
                 .iter()

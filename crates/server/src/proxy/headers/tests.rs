@@ -30,7 +30,8 @@ fn rewritten_with(req: &Request<()>, hop: &ClientHop, extra: &[(&str, &str)]) ->
     let fwd = Forwarding {
         client: hop,
         origin_authority: Some(&origin),
-        upgrade: upgrade_protocol(&h),
+        upgrade: HopFields::read(&h).upgrade_protocol(&h),
+        connection: true,
     };
     let extra: Vec<(HeaderName, HeaderValue)> = map(extra)
         .into_iter()
@@ -322,7 +323,8 @@ proptest::proptest! {
         } else {
             Vec::new()
         };
-        let fwd = || Forwarding { client: &hop, origin_authority: Some(&origin), upgrade: None };
+        let connection = HopFields::read(req.headers()).connection;
+        let fwd = || Forwarding { client: &hop, origin_authority: Some(&origin), upgrade: None, connection };
         let mut map = req.headers().clone();
         rewrite_request(&mut map, fwd(), &extra);
         let from_map: Vec<(String, String)> = map
@@ -333,5 +335,72 @@ proptest::proptest! {
         for_origin(req.headers(), fwd(), &extra, &mut HeadSink(&mut head));
         head.extend_from_slice(b"\r\n");
         proptest::prop_assert_eq!(field_lines(&head), from_map);
+    }
+}
+
+/// The questions [`HopFields`] answers, each asked of the map by name, as
+/// the proxy asked them before it read the fields in one pass.
+mod by_name {
+    use super::*;
+
+    pub fn upgrade_protocol(headers: &HeaderMap) -> Option<HeaderValue> {
+        let asked = connection_tokens(headers).any(|t| t.eq_ignore_ascii_case("upgrade"));
+        if asked {
+            headers.get(UPGRADE).cloned()
+        } else {
+            None
+        }
+    }
+
+    pub fn upgrade_refused(headers: &HeaderMap) -> bool {
+        let asked: Vec<_> = headers.get_all(UPGRADE).iter().collect();
+        let websocket = |v: &HeaderValue| {
+            v.to_str()
+                .is_ok_and(|v| v.trim().eq_ignore_ascii_case("websocket"))
+        };
+        match asked.as_slice() {
+            [] => false,
+            [one] => !websocket(one),
+            _ => true,
+        }
+    }
+
+    pub fn framed(headers: &HeaderMap) -> bool {
+        headers.contains_key(TRANSFER_ENCODING)
+            || !headers
+                .get_all(CONTENT_LENGTH)
+                .iter()
+                .all(|v| v.as_bytes() == b"0")
+    }
+}
+
+proptest::proptest! {
+    /// One pass over the fields answers as the lookups by name did: the
+    /// upgrade asked for, an upgrade refused, a body framed, and whether
+    /// the `Connection` field is there to be read.
+    #[test]
+    fn one_pass_over_the_fields_answers_as_lookups_by_name(
+        fields in proptest::collection::vec(
+            (proptest::sample::select(vec![
+                "upgrade", "Upgrade", "connection", "Connection", "transfer-encoding",
+                "content-length", "Content-Length", "host", "cookie", "x-upgrade",
+            ]),
+            proptest::sample::select(vec![
+                "websocket", " WebSocket ", "h2c", "upgrade", "keep-alive, Upgrade",
+                "close", "0", "00", "12", "chunked", "", "x",
+            ])),
+            0..8,
+        ),
+    ) {
+        let pairs: Vec<(&str, &str)> = fields.iter().map(|(n, v)| (*n, *v)).collect();
+        let h = map(&pairs);
+        let hop = HopFields::read(&h);
+        proptest::prop_assert_eq!(hop.upgrade_protocol(&h), by_name::upgrade_protocol(&h));
+        proptest::prop_assert_eq!(
+            crate::proxy::upgrade::check_asked(&hop).is_err(),
+            by_name::upgrade_refused(&h)
+        );
+        proptest::prop_assert_eq!(hop.transfer_encoding || hop.length, by_name::framed(&h));
+        proptest::prop_assert_eq!(hop.connection, h.contains_key(CONNECTION));
     }
 }

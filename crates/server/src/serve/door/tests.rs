@@ -8,7 +8,7 @@ use http::header;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _, DuplexStream};
 
 use super::*;
-use crate::serve::HotAnswer;
+use crate::serve::{ConnectionSlot, HotAnswer};
 
 /// Takes `GET /hot` (any query); answers its query and `Cookie` back.
 struct Echo;
@@ -91,13 +91,6 @@ impl HotRoutes for Echo {
             r
         })
     }
-}
-
-/// A connection slot of a listener of one.
-fn slot() -> (Arc<tokio::sync::Semaphore>, ConnectionSlot) {
-    let semaphore = Arc::new(tokio::sync::Semaphore::new(1));
-    let permit = semaphore.clone().try_acquire_owned().unwrap();
-    (semaphore, ConnectionSlot::new(permit))
 }
 
 fn hot() -> Arc<dyn HotRoutes> {
@@ -211,11 +204,9 @@ fn door(
     let (stop_tx, mut stop) = watch::channel(false);
     let hot = hot();
     let task = tokio::spawn(async move {
-        let (_semaphore, slot) = slot();
         let visit = Visit {
             peer: "127.0.0.1:1".parse().unwrap(),
             scheme: ClientScheme::Http,
-            slot: &slot,
             header_read_timeout: timeout,
         };
         match serve(server, &hot, visit, &mut stop).await {
@@ -504,7 +495,9 @@ async fn a_whole_request_is_answered_streaming_with_the_routers_extensions() {
     assert_eq!(body, expected);
     assert!(head.contains("\r\nx-peer: 127.0.0.1:1"), "{head}");
     assert!(head.contains("\r\nx-https: no"), "{head}");
-    assert!(head.contains("\r\nx-slot: yes"), "{head}");
+    // Not the connection's slot: a door request cannot be upgraded, so it
+    // never outlives the connection that holds it.
+    assert!(head.contains("\r\nx-slot: no"), "{head}");
     // Known length: content-length, on the same connection.
     client
         .write_all(b"GET /whole?sized HTTP/1.1\r\n\r\n")
