@@ -403,15 +403,15 @@ async fn encode(response: axum::response::Response, close: bool, out: &mut Vec<u
     let body = whole_body(body).await;
     let status = parts.status;
     status_line(status, out);
-    fields(&parts.headers, out);
+    let written = fields(&parts.headers, out);
     // A 204 and a 304 carry no body and no length (as hyper writes them).
     let bodiless = status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED;
-    if !bodiless && !parts.headers.contains_key(CONTENT_LENGTH) {
+    if !bodiless && written.length.is_none() {
         out.extend_from_slice(b"content-length: ");
         out.extend_from_slice(itoa::Buffer::new().format(body.len()).as_bytes());
         out.extend_from_slice(b"\r\n");
     }
-    end_head(&parts.headers, close, out);
+    end_head(written.date, close, out);
     if !bodiless {
         out.extend_from_slice(&body);
     }
@@ -425,19 +425,36 @@ fn status_line(status: StatusCode, out: &mut Vec<u8>) {
     out.extend_from_slice(b"\r\n");
 }
 
-fn fields(headers: &HeaderMap, out: &mut Vec<u8>) {
+/// What an answer's fields said as they were written: the head's end
+/// depends on two of them, and noting them on the way costs less than
+/// looking each up by name afterwards.
+#[derive(Default)]
+struct Written<'h> {
+    /// The first `Content-Length` value (as a lookup by name reads it).
+    length: Option<&'h HeaderValue>,
+    date: bool,
+}
+
+fn fields<'h>(headers: &'h HeaderMap, out: &mut Vec<u8>) -> Written<'h> {
+    let mut written = Written::default();
     for (name, value) in headers {
+        if name == CONTENT_LENGTH {
+            written.length.get_or_insert(value);
+        } else if name == DATE {
+            written.date = true;
+        }
         out.extend_from_slice(name.as_str().as_bytes());
         out.extend_from_slice(b": ");
         out.extend_from_slice(value.as_bytes());
         out.extend_from_slice(b"\r\n");
     }
+    written
 }
 
 /// `date` unless the answer has one, `connection: close` when closing,
 /// and the blank line.
-fn end_head(headers: &HeaderMap, close: bool, out: &mut Vec<u8>) {
-    if !headers.contains_key(DATE) {
+fn end_head(date: bool, close: bool, out: &mut Vec<u8>) {
+    if !date {
         out.extend_from_slice(b"date: ");
         http_date(out);
         out.extend_from_slice(b"\r\n");
@@ -473,9 +490,10 @@ where
     let bodiless = status.is_informational()
         || status == StatusCode::NO_CONTENT
         || status == StatusCode::NOT_MODIFIED;
-    let declared = parts
-        .headers
-        .get(CONTENT_LENGTH)
+    status_line(status, out);
+    let written = fields(&parts.headers, out);
+    let declared = written
+        .length
         .and_then(|v| v.to_str().ok()?.trim().parse::<u64>().ok());
     let exact = hyper::body::Body::size_hint(&body).exact();
     let length = if bodiless {
@@ -483,8 +501,6 @@ where
     } else {
         declared.or(exact)
     };
-    status_line(status, out);
-    fields(&parts.headers, out);
     if !bodiless && declared.is_none() {
         match exact {
             Some(n) => {
@@ -495,7 +511,7 @@ where
             None => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
         }
     }
-    end_head(&parts.headers, close, out);
+    end_head(written.date, close, out);
     if bodiless {
         return Ok(!close);
     }

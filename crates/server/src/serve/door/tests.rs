@@ -563,3 +563,34 @@ async fn a_post_body_that_came_with_its_head_reaches_the_route_and_the_next_requ
     drop(client);
     assert_eq!(task.await.unwrap(), None);
 }
+
+proptest::proptest! {
+    /// What the door notes of an answer's fields as it writes them is what
+    /// a lookup of each by name says: the first `Content-Length` value and
+    /// whether there is a `Date`.
+    #[test]
+    fn the_fields_noted_as_written_are_the_lookups_by_name(
+        fields in proptest::collection::vec(
+            (
+                proptest::sample::select(vec![
+                    "content-length", "Content-Length", "date", "Date", "server",
+                    "content-type", "x-length", "set-cookie",
+                ]),
+                proptest::sample::select(vec!["0", "12", " 7 ", "x", "Sat, 05 Dec 2026 14:00:00 GMT"]),
+            ),
+            0..8,
+        ),
+    ) {
+        let mut headers = HeaderMap::new();
+        for (name, value) in &fields {
+            headers.append(
+                HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                HeaderValue::from_static(value),
+            );
+        }
+        let mut out = Vec::new();
+        let written = super::fields(&headers, &mut out);
+        proptest::prop_assert_eq!(written.length, headers.get(header::CONTENT_LENGTH));
+        proptest::prop_assert_eq!(written.date, headers.contains_key(header::DATE));
+    }
+}
