@@ -55,14 +55,20 @@ pub enum Route {
 
 /// The axum fallback of the public listener.
 pub async fn gate(State(state): State<Arc<AppState>>, req: Request) -> Response {
-    let route = match classify(&state, req.method(), req.uri()) {
+    let peer = peer_ip(&req);
+    answer(&state, req, peer).await
+}
+
+/// The gate's answer to `req` from the TCP peer `peer` (the hot routes
+/// give it apart from the request).
+pub async fn answer(state: &AppState, req: Request, peer: IpAddr) -> Response {
+    let route = match classify(state, req.method(), req.uri()) {
         Ok(route) => route,
         Err(e) => return e.into_response(),
     };
-    let peer = peer_ip(&req);
     match route {
-        Route::Unprotected => forward_unprotected(&state, req, peer).await,
-        Route::Protected(rt) => protected(&state, rt, req, peer).await,
+        Route::Unprotected => forward_unprotected(state, req, peer).await,
+        Route::Protected(rt) => protected(state, rt, req, peer).await,
         Route::ServerOptions => server_options(),
     }
 }
@@ -349,7 +355,7 @@ impl Protected<'_> {
         }
         // Each of these answers reads the store like a position poll, so it
         // counts against the position limits, by the client's own address.
-        let ip = crate::api::client_ip(state, req.extensions(), req.headers());
+        let ip = crate::client_ip::client_ip(self.ip, req.headers(), &state.server.trusted_proxies);
         let member = self.member.as_deref();
         if let Err(limited) = state
             .bots

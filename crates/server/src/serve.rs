@@ -73,12 +73,15 @@ pub trait HotRoutes: Send + Sync + 'static {
     fn takes_whole(&self, method: &http::Method, uri: &http::Uri) -> bool;
 
     /// The answer to a request [`HotRoutes::takes_whole`] took, given as the
-    /// router's fallback would see it: the peer and the scheme attached,
-    /// the body timing out. (Not the connection's slot, which the router
-    /// attaches for an upgrade: a head asking to upgrade is never taken, so
-    /// no answer here outlives the connection.) The connection stays busy
-    /// until the answer's body is sent.
-    fn answer_whole(&self, req: axum::extract::Request) -> HotAnswer;
+    /// router's fallback would see it, the scheme attached and the body
+    /// timing out, but its TCP peer given apart as `peer`: the door does
+    /// not attach it, because a gated request reads it once, and the first
+    /// entry in a request's extensions costs three allocations. (Nor the
+    /// connection's slot, which the router attaches for an upgrade: a head
+    /// asking to upgrade is never the door's, so no answer it asks for
+    /// outlives the connection.) The connection stays busy until the
+    /// answer's body is sent.
+    fn answer_whole(&self, req: axum::extract::Request, peer: SocketAddr) -> HotAnswer;
 }
 
 /// A hot route's answer, still to be awaited.
@@ -285,7 +288,7 @@ async fn serve_connection<S>(
                     Served::Head(hot.answer(req.into_parts().0, peer))
                 }
                 Some(hot) if hot.takes_whole(req.method(), req.uri()) => {
-                    Served::Whole(hot.answer_whole(prepared(req)))
+                    Served::Whole(hot.answer_whole(prepared(req), peer))
                 }
                 _ => Served::Router(app.router.clone(), prepared(req)),
             };

@@ -15,7 +15,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use axum::extract::State;
+use axum::extract::{ConnectInfo, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderValue, Method, Uri, header};
 use axum::response::{IntoResponse as _, Response};
@@ -63,7 +63,7 @@ impl HotRoutes for PublicHot {
         Whole::of(method, uri.path()).is_some()
     }
 
-    fn answer_whole(&self, req: axum::extract::Request) -> HotAnswer {
+    fn answer_whole(&self, mut req: axum::extract::Request, peer: SocketAddr) -> HotAnswer {
         let state = self.state.clone();
         let hsts = self.hsts.clone();
         if gate::headers_too_large(req.headers()) {
@@ -74,7 +74,13 @@ impl HotRoutes for PublicHot {
         // box of their union would be the gate's size (five kilobytes) for
         // every join, redeem and release, and a box's contents are copied
         // in whole on every request.
-        match Whole::of(req.method(), req.uri().path()) {
+        let whole_route = Whole::of(req.method(), req.uri().path());
+        // The queue calls read the peer where the router puts it; the gate
+        // is given it.
+        if whole_route != Some(Whole::Gate) {
+            req.extensions_mut().insert(ConnectInfo(peer));
+        }
+        match whole_route {
             Some(Whole::Enter) => Box::pin(async move {
                 whole(
                     api::enter::enter(State(state), req).await.into_response(),
@@ -92,7 +98,7 @@ impl HotRoutes for PublicHot {
             // Taken as the gate (what `takes_whole` said), or asked
             // directly: the gate answers what the router's fallback would.
             Some(Whole::Gate) | None => {
-                Box::pin(async move { whole(gate::gate(State(state), req).await, hsts) })
+                Box::pin(async move { whole(gate::answer(&state, req, peer.ip()).await, hsts) })
             }
         }
     }

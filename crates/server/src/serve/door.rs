@@ -125,7 +125,6 @@ where
                         return hand_off(stream, back, &out).await;
                     };
                     let kept = if whole {
-                        parts.extensions.insert(axum::extract::ConnectInfo(peer));
                         if visit.scheme == ClientScheme::Https {
                             parts.extensions.insert(ClientScheme::Https);
                         }
@@ -135,7 +134,7 @@ where
                             axum::body::Body::from(body)
                         };
                         let req = axum::extract::Request::from_parts(parts, body);
-                        let response = hot.answer_whole(req).await;
+                        let response = hot.answer_whole(req, peer).await;
                         match write_streamed(&mut stream, response, close, &mut out).await {
                             Ok(kept) => kept,
                             Err(_) => return Left::Closed,

@@ -228,7 +228,8 @@ async fn through_hot_whole(hot: &PublicHot, req: Request<Body>) -> Option<Respon
     if !hot.takes_whole(req.method(), req.uri()) {
         return None;
     }
-    Some(hot.answer_whole(req).await)
+    // No `ConnectInfo`: the router reads such a request as loopback's.
+    Some(hot.answer_whole(req, "127.0.0.1:1".parse().unwrap()).await)
 }
 
 /// Status, headers (`Content-Length` included: the gate's hot route writes

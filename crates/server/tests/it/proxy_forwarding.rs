@@ -330,6 +330,79 @@ async fn the_real_server_sends_one_rebuilt_set_of_forwarding_headers_and_none_of
     s.stop().await;
 }
 
+/// A `GET` sent over a connection from `from` (any loopback address: Linux
+/// has the whole 127/8), its answer's status and body.
+async fn get_from(
+    from: &str,
+    s: &server::TestServer,
+    path: &str,
+    cookie: &str,
+) -> (u16, serde_json::Value) {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket
+        .bind(format!("{from}:0").parse().unwrap())
+        .expect("cannot bind a 127/8 address (Linux has them all)");
+    let mut conn = socket.connect(s.public).await.unwrap();
+    let head = format!(
+        "GET {path} HTTP/1.1\r\nhost: shop.example\r\naccept: application/json\r\n\
+         cookie: {cookie}\r\nconnection: close\r\n\r\n"
+    );
+    conn.write_all(head.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    conn.read_to_end(&mut answer).await.unwrap();
+    let text = String::from_utf8(answer).unwrap();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap();
+    let status = head[9..12].parse().unwrap();
+    let body = body.trim();
+    // A `connection: close` answer may be chunked.
+    let json = body
+        .find('{')
+        .map_or("null", |i| &body[i..=body.rfind('}').unwrap()]);
+    (status, serde_json::from_str(json).unwrap())
+}
+
+#[tokio::test]
+async fn the_origin_is_told_the_address_the_visitor_connected_from() {
+    // Every other test connects from 127.0.0.1, which is also what a
+    // request without a known peer is read as: this one connects from
+    // another loopback address, so a peer lost on the way would show.
+    let (s, _origin) = start_server("").await;
+    let (status, seen) = get_from("127.0.0.2", &s, "/shop", "theme=dark").await;
+    assert_eq!(status, 200, "{seen}");
+    assert_rebuilt(&seen, "127.0.0.2", "http", "shop.example");
+
+    let mut v = Visitor::default();
+    let enter = "/api/queue/enter?eventId=tickets";
+    let (status, _) = v.json(http::Method::POST, &s.url(enter), None).await;
+    assert_eq!(status, StatusCode::OK);
+    let p = server::poll_until(
+        &v,
+        &s.url("/api/queue/position?eventId=tickets"),
+        "ADMITTED",
+    )
+    .await;
+    let body = serde_json::json!({ "token": p["token"] }).to_string();
+    let (status, _) = v
+        .json(
+            http::Method::POST,
+            &s.url("/api/queue/redeem?eventId=tickets"),
+            Some(&body),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let cookie: Vec<String> = v
+        .cookies
+        .iter()
+        .map(|(k, val)| format!("{k}={val}"))
+        .collect();
+    let (status, seen) = get_from("127.0.0.3", &s, "/tickets/row/1", &cookie.join("; ")).await;
+    assert_eq!(status, 200, "{seen}");
+    assert_rebuilt(&seen, "127.0.0.3", "http", "shop.example");
+    assert_eq!(seen["x-anteroom-event"], serde_json::json!(["tickets"]));
+    s.stop().await;
+}
+
 #[tokio::test]
 async fn behind_a_trusted_proxy_the_client_its_scheme_and_host_are_kept() {
     let (s, _origin) = start_server(r#""127.0.0.1/32""#).await;

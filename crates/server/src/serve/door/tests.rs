@@ -41,12 +41,14 @@ impl HotRoutes for Echo {
     /// Streams its answer: `?chunks` of unknown length, `?sized` of known
     /// length, `?broken` failing after its first piece; the peer and the
     /// scheme the request carried come back as fields.
-    fn answer_whole(&self, req: axum::extract::Request) -> HotAnswer {
-        let peer = req
-            .extensions()
-            .get::<axum::extract::ConnectInfo<SocketAddr>>()
-            .map(|c| c.0.to_string())
-            .unwrap_or_default();
+    fn answer_whole(&self, req: axum::extract::Request, peer: SocketAddr) -> HotAnswer {
+        // The door gives the peer apart, and attaches nothing for it.
+        assert!(
+            req.extensions()
+                .get::<axum::extract::ConnectInfo<SocketAddr>>()
+                .is_none()
+        );
+        let peer = peer.to_string();
         let https = req.extensions().get::<ClientScheme>() == Some(&ClientScheme::Https);
         let slot = req.extensions().get::<ConnectionSlot>().is_some();
         let query = req.uri().query().unwrap_or("").to_owned();
