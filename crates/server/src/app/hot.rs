@@ -5,7 +5,8 @@
 //!
 //! The answers are the router's: the same handlers ([`api::enter::poll`],
 //! [`api::enter::enter`], [`api::redeem::redeem_json`],
-//! [`api::redeem::release`], [`gate::gate`]), after the same header-size
+//! [`api::redeem::release`], [`gate::answer`], which the router's fallback
+//! [`gate::gate`] calls with the peer it reads), after the same header-size
 //! guard as the router's
 //! middleware, with the same `Strict-Transport-Security` header when HTTPS
 //! sets one. Anything else (another method, another spelling of the poll's
