@@ -255,6 +255,23 @@ async fn seen_by_origin(
     serde_json::from_slice(&body).unwrap()
 }
 
+/// Takes `v` through the queue of `tickets` to a redeemed pass.
+async fn admit(s: &server::TestServer, v: &mut Visitor) {
+    let enter = "/api/queue/enter?eventId=tickets";
+    let (status, _) = v.json(http::Method::POST, &s.url(enter), None).await;
+    assert_eq!(status, StatusCode::OK);
+    let p = server::poll_until(v, &s.url("/api/queue/position?eventId=tickets"), "ADMITTED").await;
+    let body = serde_json::json!({ "token": p["token"] }).to_string();
+    let (status, _) = v
+        .json(
+            http::Method::POST,
+            &s.url("/api/queue/redeem?eventId=tickets"),
+            Some(&body),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+}
+
 #[track_caller]
 fn assert_rebuilt(seen: &serde_json::Value, xff: &str, proto: &str, host: &str) {
     assert_eq!(seen["x-forwarded-for"], serde_json::json!([xff]), "{seen}");
@@ -295,24 +312,7 @@ async fn the_real_server_sends_one_rebuilt_set_of_forwarding_headers_and_none_of
 
     // An admitted visitor: the gate's own X-Anteroom-* and the visitor's
     // other cookies reach the origin, its Anteroom cookies do not.
-    let enter = "/api/queue/enter?eventId=tickets";
-    let (status, _) = v.json(http::Method::POST, &s.url(enter), None).await;
-    assert_eq!(status, StatusCode::OK);
-    let p = server::poll_until(
-        &v,
-        &s.url("/api/queue/position?eventId=tickets"),
-        "ADMITTED",
-    )
-    .await;
-    let body = serde_json::json!({ "token": p["token"] }).to_string();
-    let (status, _) = v
-        .json(
-            http::Method::POST,
-            &s.url("/api/queue/redeem?eventId=tickets"),
-            Some(&body),
-        )
-        .await;
-    assert_eq!(status, StatusCode::OK);
+    admit(&s, &mut v).await;
     v.cookies.push(("lang".into(), "fr".into()));
     let session = v.cookie("__Host-anteroom_sid").unwrap().to_owned();
     let seen = seen_by_origin(&s, &mut v, "/tickets/row/1", &[]).await;
@@ -373,24 +373,7 @@ async fn the_origin_is_told_the_address_the_visitor_connected_from() {
     assert_rebuilt(&seen, "127.0.0.2", "http", "shop.example");
 
     let mut v = Visitor::default();
-    let enter = "/api/queue/enter?eventId=tickets";
-    let (status, _) = v.json(http::Method::POST, &s.url(enter), None).await;
-    assert_eq!(status, StatusCode::OK);
-    let p = server::poll_until(
-        &v,
-        &s.url("/api/queue/position?eventId=tickets"),
-        "ADMITTED",
-    )
-    .await;
-    let body = serde_json::json!({ "token": p["token"] }).to_string();
-    let (status, _) = v
-        .json(
-            http::Method::POST,
-            &s.url("/api/queue/redeem?eventId=tickets"),
-            Some(&body),
-        )
-        .await;
-    assert_eq!(status, StatusCode::OK);
+    admit(&s, &mut v).await;
     let cookie: Vec<String> = v
         .cookies
         .iter()
