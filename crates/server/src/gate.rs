@@ -4,12 +4,19 @@
 //! 1. [`classify`]: normalise the path and find the event protecting it, or
 //!    none (unprotected). A path that does not normalise is refused (`400`),
 //!    `CONNECT` too (`405`), and `OPTIONS *` is answered here.
-//! 2. [`check_pass`]: the `anteroom_pass` cookie, verified locally (signature,
-//!    expiry, session binding, revocation cache). Never waits on the store,
-//!    except to renew an expired pass of a session the store says is active.
-//! 3. [`forward`] to the origin with `X-Anteroom-Event` / `X-Anteroom-Session`
-//!    (renewing the pass past half its life), or [`queue`]: `302` to the
-//!    waiting page for browser navigations, `429` + QueuePosition otherwise.
+//! 2. The pass check: the `anteroom_pass` cookie, verified locally
+//!    ([`passes::check`]: signature, expiry, session binding, revocation
+//!    cache). Never waits on the store, except to renew an expired pass of a
+//!    session the store says is active ([`Waits`]).
+//! 3. [`Forward`] to the origin with `X-Anteroom-Event` / `X-Anteroom-Session`
+//!    (renewing the pass past half its life), or the waiting room ([`Waits`]):
+//!    `302` to the waiting page for browser navigations, `429` +
+//!    QueuePosition otherwise.
+//!
+//! [`begin`] runs everything up to the first wait, the origin's request
+//! included; [`Begun::finish`] the rest. A gated page's future then holds
+//! the request as made for the origin, not the visitor's request as well
+//! in each layer it passed through.
 //!
 //! Architecture invariant: a request whose normalised path is protected never
 //! reaches the origin without a valid pass for that event
@@ -18,6 +25,7 @@
 pub mod classify;
 pub mod commands;
 
+use std::future::Future;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Instant;
@@ -37,7 +45,7 @@ use crate::config::MAX_HEADER_BYTES;
 use crate::error::ApiError;
 use crate::identity;
 use crate::passes::{self, PassCheck};
-use crate::proxy::ClientHop;
+use crate::proxy::{ClientHop, Outgoing};
 use crate::queue::{Queue, Read};
 use crate::state::{AppState, EventRuntime};
 
@@ -59,17 +67,63 @@ pub async fn gate(State(state): State<Arc<AppState>>, req: Request) -> Response 
     answer(&state, req, peer).await
 }
 
-/// The gate's answer to `req` from the TCP peer `peer` (the hot routes
-/// give it apart from the request).
+/// The gate's answer to `req` from the TCP peer `peer`: [`begin`], then
+/// [`Begun::finish`].
 pub async fn answer(state: &AppState, req: Request, peer: IpAddr) -> Response {
+    begin(state, req, peer).finish(state).await
+}
+
+/// What the gate makes of a request before anything can wait: phases 1
+/// and 2, and for a request going to its origin (a valid pass's, an
+/// unprotected path's) the origin's request itself. Only then does
+/// anything wait, and what waits holds the prepared request, not the
+/// visitor's (see [`crate::proxy::Proxy::prepare`]).
+pub fn begin(state: &AppState, req: Request, peer: IpAddr) -> Begun {
     let route = match classify(state, req.method(), req.uri()) {
         Ok(route) => route,
-        Err(e) => return e.into_response(),
+        Err(e) => return Begun::Answered(e.into_response()),
     };
     match route {
-        Route::Unprotected => forward_unprotected(state, req, peer).await,
-        Route::Protected(rt) => protected(state, rt, req, peer).await,
-        Route::ServerOptions => server_options(),
+        Route::Unprotected => {
+            let origin = match &state.server.default_origin {
+                Some(o) => o.clone(),
+                None => match state.events().only() {
+                    Some(rt) => rt.config.origin.clone(),
+                    None => return Begun::Answered(ApiError::NoRoute.into_response()),
+                },
+            };
+            count("unprotected");
+            Begun::Forward(Forward {
+                outgoing: prepare(state, req, &origin, peer, &[]),
+                admitted: None,
+            })
+        }
+        Route::Protected(rt) => protected(state, rt, req, peer),
+        Route::ServerOptions => Begun::Answered(server_options()),
+    }
+}
+
+/// A request as [`begin`] left it.
+pub enum Begun {
+    /// Answered by the gate itself (a refusal, `OPTIONS *`).
+    Answered(Response),
+    /// On its way to the origin.
+    Forward(Forward),
+    /// Waits for the store before it is forwarded or queued: a pass that
+    /// ran out while its session may still be active, or a visitor to send
+    /// to the waiting room. Boxed: these waits are the store's, and their
+    /// size need not ride in every page's future.
+    Waits(Box<Waits>),
+}
+
+impl Begun {
+    /// The answer.
+    pub async fn finish(self, state: &AppState) -> Response {
+        match self {
+            Self::Answered(response) => response,
+            Self::Forward(forward) => forward.finish(state).await,
+            Self::Waits(waits) => waits.finish(state).await,
+        }
     }
 }
 
@@ -107,7 +161,7 @@ fn server_options() -> Response {
     response
 }
 
-/// One request to a protected path on its way through phases 2 and 3: the
+/// One request to a protected path on its way to the waiting room: the
 /// event, the caller (`None` without a session or a valid JWT) and the TCP
 /// peer.
 struct Protected<'r> {
@@ -117,49 +171,258 @@ struct Protected<'r> {
     ip: IpAddr,
 }
 
-async fn protected(state: &AppState, rt: Arc<EventRuntime>, req: Request, ip: IpAddr) -> Response {
+/// Where the pass cookie's text lies in the request's `Cookie` fields, and
+/// whether those fields carry any cookie that is not Anteroom's.
+#[derive(Clone, Copy)]
+struct PassAt {
+    at: Option<(usize, usize)>,
+    foreign: bool,
+    fields: usize,
+}
+
+/// Phase 2 for a protected path, up to its first wait.
+fn protected(state: &AppState, rt: Arc<EventRuntime>, req: Request, ip: IpAddr) -> Begun {
     // The cookies are read in one scan: the session, the pass, and whether
     // any cookie is the origin's.
     let scan = identity::scan_cookies(req.headers());
-    let (foreign, fields) = (scan.foreign, scan.fields);
     let read = state.server.cookies.from_scan(req.headers(), &scan);
     // A bad or missing JWT is simply "no pass": the request is queued.
     let member = identity::gate_member(req.headers(), rt.jwt.as_ref(), &read);
-    let request = Protected {
-        state,
-        rt: &rt,
-        member,
-        ip,
-    };
     let cookie = read.pass();
-    if let Some(member) = &request.member
-        && let Some(pass) = check_pass(state, &rt, member, cookie).await
-    {
-        let at = cookie.map(|text| (text.as_ptr() as usize, text.len()));
-        let mut req = req;
-        // The passes' text is kept for an origin's `release` command (the
-        // cookie that clears this event's pass keeps the visitor's passes
-        // of other events) and a renewal, as the field it lies in. When
-        // every cookie is Anteroom's, the field leaves the request here:
-        // the origin gets none of it, and the proxy need not scan it again
-        // for cookies to keep.
-        let passes = if !foreign && fields == 1 {
-            req.headers_mut()
-                .remove(header::COOKIE)
-                .and_then(|field| Passes::within(field, at?))
-        } else {
-            at.and_then(|at| {
-                req.headers()
-                    .get_all(header::COOKIE)
-                    .iter()
-                    .find_map(|field| Passes::within(field.clone(), at))
-            })
-        };
-        count("forwarded");
-        return request.forward(req, member, pass, passes).await;
+    let pass_at = PassAt {
+        at: cookie.map(|text| (text.as_ptr() as usize, text.len())),
+        foreign: scan.foreign,
+        fields: scan.fields,
+    };
+    let Some(member) = member else {
+        return Begun::Waits(Box::new(Waits {
+            rt,
+            req,
+            ip,
+            member: None,
+            expired: None,
+        }));
+    };
+    let now_ms = state.now_ms();
+    match passes::check(state, &rt, &member, cookie, now_ms) {
+        PassCheck::Valid {
+            session_start_us,
+            renew,
+            ..
+        } => {
+            let pass = ValidPass {
+                session_start_us,
+                renew,
+                now_ms,
+            };
+            Begun::Forward(admitted(state, rt, req, member, pass, pass_at, ip))
+        }
+        // Whether the session goes on is the store's to say.
+        PassCheck::Expired {
+            session_start_us, ..
+        } => Begun::Waits(Box::new(Waits {
+            rt,
+            req,
+            ip,
+            member: Some(member),
+            expired: Some(Expired {
+                session_start_us,
+                now_ms,
+                pass_at,
+            }),
+        })),
+        PassCheck::Missing => Begun::Waits(Box::new(Waits {
+            rt,
+            req,
+            ip,
+            member: Some(member),
+            expired: None,
+        })),
     }
-    count("queued");
-    request.queue(req).await
+}
+
+/// Phase 3a, up to its first wait: the request of a visitor with a valid
+/// pass made ready for the event's origin, the pass renewed when due.
+fn admitted(
+    state: &AppState,
+    rt: Arc<EventRuntime>,
+    mut req: Request,
+    member: String,
+    pass: ValidPass,
+    pass_at: PassAt,
+    ip: IpAddr,
+) -> Forward {
+    // The passes' text is kept for an origin's `release` command (the
+    // cookie that clears this event's pass keeps the visitor's passes of
+    // other events) and a renewal, as the field it lies in. When every
+    // cookie is Anteroom's, the field leaves the request here: the origin
+    // gets none of it, and the proxy need not scan it again for cookies to
+    // keep.
+    let passes = if !pass_at.foreign && pass_at.fields == 1 {
+        req.headers_mut()
+            .remove(header::COOKIE)
+            .and_then(|field| Passes::within(field, pass_at.at?))
+    } else {
+        pass_at.at.and_then(|at| {
+            req.headers()
+                .get_all(header::COOKIE)
+                .iter()
+                .find_map(|field| Passes::within(field.clone(), at))
+        })
+    };
+    count("forwarded");
+    // Renewal keeps the session start, so idling and the absolute
+    // lifetime both bound the session (admission::lifecycle).
+    let renewal = pass.renew.then(|| {
+        renew(
+            state,
+            &rt,
+            &member,
+            pass.session_start_us,
+            passes.as_ref().and_then(Passes::text),
+        )
+    });
+    // An upgraded connection (WebSocket) outlives this request: the proxy
+    // closes it when this session ends. Only a request with an `Upgrade`
+    // field can be upgraded (the proxy asks the same field), so a plain
+    // page does not pay for the watch.
+    if req.headers().contains_key(header::UPGRADE) {
+        req.extensions_mut().insert(passes::session_watch(
+            state,
+            &rt,
+            &member,
+            pass.session_start_us,
+        ));
+    }
+    let extra = [
+        (X_ANTEROOM_EVENT, rt.id_header.clone()),
+        (X_ANTEROOM_SESSION, header_value(&member)),
+    ];
+    let outgoing = prepare(state, req, &rt.config.origin, ip, &extra);
+    Forward {
+        outgoing,
+        admitted: Some(Admitted {
+            rt,
+            member,
+            pass,
+            passes,
+            renewal,
+        }),
+    }
+}
+
+/// A request on its way to the origin, made ready by [`begin`].
+pub struct Forward {
+    outgoing: Outgoing,
+    /// The admitted visitor's, on a protected path (`None`: unprotected).
+    admitted: Option<Admitted>,
+}
+
+/// What the gate does with an admitted visitor's answer.
+struct Admitted {
+    rt: Arc<EventRuntime>,
+    member: String,
+    pass: ValidPass,
+    passes: Option<Passes>,
+    /// The renewed pass's `Set-Cookie`, when it was due.
+    renewal: Option<HeaderValue>,
+}
+
+impl Forward {
+    /// Phase 3a: sends the request and answers with the origin's answer,
+    /// after the origin's commands, with a renewed pass when one was due.
+    ///
+    /// A plain function returning its future (not an `async fn`): an
+    /// `async fn` keeps its argument twice, as given and as the local it
+    /// moves into, and this one's body reads the fields where they lie.
+    #[allow(clippy::manual_async_fn)]
+    pub fn finish(mut self, state: &AppState) -> impl Future<Output = Response> + Send + '_ {
+        async move {
+            let started = Instant::now();
+            let mut response = state.proxy.send(self.outgoing).await;
+            crate::metrics::proxy_latency().record(started.elapsed().as_secs_f64());
+            let Some(admitted) = &mut self.admitted else {
+                if commands::take(response.headers_mut()).release {
+                    commands::release_without_session();
+                }
+                return response;
+            };
+            let Admitted {
+                rt,
+                member,
+                pass,
+                passes,
+                renewal,
+            } = admitted;
+            // Adaptive admission reads the origin's latency and 5xx share
+            // as the gate sees them, timed on the injected clock from the
+            // pass's check (a few microseconds before, against
+            // milliseconds).
+            let status = response.status().as_u16();
+            let done_ms = state.now_ms();
+            rt.live
+                .admission
+                .record_origin(done_ms, done_ms - pass.now_ms, status);
+            if commands::take(response.headers_mut()).release {
+                commands::release(state, rt, member, pass.session_start_us).await;
+                let text = passes.as_ref().and_then(Passes::text);
+                let cleared = passes::cookie_over(state, rt, text, member, None);
+                response.headers_mut().append(header::SET_COOKIE, cleared);
+            } else if let Some(cookie) = renewal.take() {
+                response.headers_mut().append(header::SET_COOKIE, cookie);
+            }
+            response
+        }
+    }
+}
+
+/// A protected request that waits for the store before the gate knows
+/// what to do with it (see [`Begun::Waits`]).
+pub struct Waits {
+    rt: Arc<EventRuntime>,
+    req: Request,
+    ip: IpAddr,
+    member: Option<String>,
+    /// Its pass ran out: forwarded if the store says the session goes on.
+    expired: Option<Expired>,
+}
+
+struct Expired {
+    session_start_us: i64,
+    /// When the pass was judged.
+    now_ms: i64,
+    pass_at: PassAt,
+}
+
+impl Waits {
+    /// Forwarded with a renewed pass when the store says the session goes
+    /// on; otherwise phase 3b, the waiting room.
+    pub async fn finish(self: Box<Self>, state: &AppState) -> Response {
+        let Waits {
+            rt,
+            req,
+            ip,
+            member,
+            expired,
+        } = *self;
+        if let (Some(member), Some(expired)) = (&member, expired)
+            && let Some(pass) =
+                session_goes_on(state, &rt, member, expired.session_start_us, expired.now_ms).await
+        {
+            let member = member.clone();
+            return admitted(state, rt, req, member, pass, expired.pass_at, ip)
+                .finish(state)
+                .await;
+        }
+        count("queued");
+        let request = Protected {
+            state,
+            rt: &rt,
+            member,
+            ip,
+        };
+        request.queue(req).await
+    }
 }
 
 /// The passes' text of a forwarded request's pass cookie, kept without a
@@ -185,7 +448,7 @@ impl Passes {
     }
 }
 
-/// A valid pass found by [`check_pass`].
+/// A valid pass, as phase 2 found it.
 #[derive(Clone, Copy, Debug)]
 pub struct ValidPass {
     /// The session it belongs to (see `state::revocations`).
@@ -197,101 +460,31 @@ pub struct ValidPass {
     pub now_ms: i64,
 }
 
-/// Phase 2: the request's valid pass for the event, if its pass cookie
-/// (`cookie`, the passes' text) carries one.
-pub async fn check_pass(
+/// The end of phase 2 for a pass that ran out while the visitor was idle:
+/// if the session is still active in the store (and not past its end,
+/// which the sweep has yet to see), the pass is simply renewed.
+async fn session_goes_on(
     state: &AppState,
     rt: &EventRuntime,
     member: &str,
-    cookie: Option<&str>,
+    session_start_us: i64,
+    now_ms: i64,
 ) -> Option<ValidPass> {
-    let now_ms = state.now_ms();
-    match passes::check(state, rt, member, cookie, now_ms) {
-        PassCheck::Valid {
-            session_start_us,
-            renew,
-            ..
-        } => Some(ValidPass {
-            session_start_us,
-            renew,
-            now_ms,
-        }),
-        // The pass ran out while the visitor was idle; if the session is
-        // still active in the store (and not past its end, which the sweep
-        // has yet to see), the pass is simply renewed.
-        PassCheck::Expired {
-            session_start_us, ..
-        } => match Queue::new(state, rt).active_until(member).await {
-            Ok(Some(expires_at_us)) if expires_at_us > now_ms.saturating_mul(1000) => {
-                Some(ValidPass {
-                    session_start_us,
-                    renew: true,
-                    // After the store's answer, which the origin's time
-                    // must not include.
-                    now_ms: state.now_ms(),
-                })
-            }
-            Ok(_) => {
-                passes::store_says_gone(state, rt, member, session_start_us);
-                None
-            }
-            Err(_) => None,
-        },
-        PassCheck::Missing => None,
-    }
-}
-
-impl Protected<'_> {
-    /// Phase 3a: proxy to the event's origin, renewing the pass when due.
-    async fn forward(
-        &self,
-        req: Request,
-        member: &str,
-        pass: ValidPass,
-        passes: Option<Passes>,
-    ) -> Response {
-        let Self { state, rt, .. } = *self;
-        let passes_text = || passes.as_ref().and_then(Passes::text);
-        // Renewal keeps the session start, so idling and the absolute
-        // lifetime both bound the session (admission::lifecycle).
-        let renewal = pass
-            .renew
-            .then(|| renew(state, rt, member, pass.session_start_us, passes_text()));
-        let mut req = req;
-        // An upgraded connection (WebSocket) outlives this request: the proxy
-        // closes it when this session ends. Only a request with an `Upgrade`
-        // field can be upgraded (the proxy asks the same field), so a plain
-        // page does not pay for the watch.
-        if req.headers().contains_key(header::UPGRADE) {
-            req.extensions_mut().insert(passes::session_watch(
-                state,
-                rt,
-                member,
-                pass.session_start_us,
-            ));
+    match Queue::new(state, rt).active_until(member).await {
+        Ok(Some(expires_at_us)) if expires_at_us > now_ms.saturating_mul(1000) => {
+            Some(ValidPass {
+                session_start_us,
+                renew: true,
+                // After the store's answer, which the origin's time must
+                // not include.
+                now_ms: state.now_ms(),
+            })
         }
-        let extra = [
-            (X_ANTEROOM_EVENT, rt.id_header.clone()),
-            (X_ANTEROOM_SESSION, header_value(member)),
-        ];
-        // Adaptive admission reads the origin's latency and 5xx share
-        // as the gate sees them, timed on the injected clock from the
-        // pass's check (a few microseconds before, against milliseconds).
-        let started_ms = pass.now_ms;
-        let mut response = timed_forward(state, req, &rt.config.origin, self.ip, &extra).await;
-        let status = response.status().as_u16();
-        let done_ms = state.now_ms();
-        rt.live
-            .admission
-            .record_origin(done_ms, done_ms - started_ms, status);
-        if commands::take(response.headers_mut()).release {
-            commands::release(state, rt, member, pass.session_start_us).await;
-            let cleared = passes::cookie_over(state, rt, passes_text(), member, None);
-            response.headers_mut().append(header::SET_COOKIE, cleared);
-        } else if let Some(cookie) = renewal {
-            response.headers_mut().append(header::SET_COOKIE, cookie);
+        Ok(_) => {
+            passes::store_says_gone(state, rt, member, session_start_us);
+            None
         }
-        response
+        Err(_) => None,
     }
 }
 
@@ -390,34 +583,17 @@ impl Protected<'_> {
     }
 }
 
-async fn forward_unprotected(state: &AppState, req: Request, ip: IpAddr) -> Response {
-    let origin = match &state.server.default_origin {
-        Some(o) => o.clone(),
-        None => match state.events().only() {
-            Some(rt) => rt.config.origin.clone(),
-            None => return ApiError::NoRoute.into_response(),
-        },
-    };
-    count("unprotected");
-    let mut response = timed_forward(state, req, &origin, ip, &[]).await;
-    if commands::take(response.headers_mut()).release {
-        commands::release_without_session();
-    }
-    response
-}
-
-async fn timed_forward(
+/// The origin's request for `req`, from the TCP peer `ip`, with `extra`
+/// added (see [`crate::proxy::Proxy::prepare`]).
+fn prepare(
     state: &AppState,
     req: Request,
     origin: &axum::http::Uri,
     ip: IpAddr,
     extra: &[(HeaderName, HeaderValue)],
-) -> Response {
+) -> Outgoing {
     let client = ClientHop::read(&req, ip, &state.server.trusted_proxies);
-    let started = Instant::now();
-    let response = state.proxy.forward(req, origin, &client, extra).await;
-    crate::metrics::proxy_latency().record(started.elapsed().as_secs_f64());
-    response
+    state.proxy.prepare(req, origin, &client, extra)
 }
 
 /// Middleware for the whole public listener: refuses request heads above

@@ -7,6 +7,7 @@
 //! pay a TCP handshake per request. Origins are plain `http://`: TLS, where
 //! wanted, is terminated in front of Anteroom.
 
+use std::future::Future;
 use std::time::Duration;
 
 use axum::body::Body;
@@ -100,7 +101,25 @@ impl Proxy {
 
     /// Forwards `req` to `origin` (scheme and authority; a path there is
     /// prepended to the request's) and answers with the origin's response,
-    /// or with `502`/`504` JSON when the origin fails.
+    /// or with `502`/`504` JSON when the origin fails: [`Proxy::prepare`],
+    /// then [`Proxy::send`].
+    pub async fn forward(
+        &self,
+        req: Request,
+        origin: &Uri,
+        client: &ClientHop,
+        extra: &[(HeaderName, HeaderValue)],
+    ) -> Response {
+        let outgoing = self.prepare(req, origin, client, extra);
+        self.send(outgoing).await
+    }
+
+    /// Makes `req` ready for `origin` without waiting for anything: what
+    /// [`Proxy::send`] then sends. Taking the request apart before the
+    /// first wait keeps it out of every future that waits for the origin
+    /// (an `async fn` keeps an argument it was given across its waits, and
+    /// a request is 240 bytes), and the caller's too when the caller
+    /// prepares it before its own first wait.
     ///
     /// The origin sees one rebuilt set of `X-Forwarded-For` (the believed
     /// client address alone), `X-Forwarded-Proto` and `X-Forwarded-Host`,
@@ -110,29 +129,29 @@ impl Proxy {
     /// `X-Rewrite-URL`, `X-Anteroom-*`, in `-` or `_` spellings) is dropped,
     /// and so are Anteroom's cookies and any header named in `extra`, before
     /// `extra` is added: only the gate speaks for Anteroom.
-    pub async fn forward(
+    pub fn prepare(
         &self,
         req: Request,
         origin: &Uri,
         client: &ClientHop,
         extra: &[(HeaderName, HeaderValue)],
-    ) -> Response {
-        match self.try_forward(req, origin, client, extra).await {
-            Ok(response) => response,
-            Err(err) => {
-                tracing::warn!(error = ?err, origin = %origin, "proxy: origin failed");
-                err.into_response()
-            }
+    ) -> Outgoing {
+        let to = match Self::outgoing(req, origin, client, extra) {
+            Ok(to) => to,
+            Err(err) => To::Refused(err),
+        };
+        Outgoing {
+            origin: origin.clone(),
+            to,
         }
     }
 
-    async fn try_forward(
-        &self,
+    fn outgoing(
         req: Request,
         origin: &Uri,
         client: &ClientHop,
         extra: &[(HeaderName, HeaderValue)],
-    ) -> Result<Response, ProxyError> {
+    ) -> Result<To, ProxyError> {
         let (mut parts, body) = req.into_parts();
         let authority = origin_authority(origin)?;
         let hop = headers::HopFields::read(&parts.headers);
@@ -167,15 +186,10 @@ impl Proxy {
                 &mut headers::HeadSink(&mut head),
             );
             head.extend_from_slice(b"\r\n");
-            let response = origin::send_head(
-                parts.method == Method::HEAD,
-                authority.as_str(),
+            return Ok(To::Lean {
                 head,
-                self.connect_timeout,
-                self.response_timeout,
-            )
-            .await?;
-            return Ok(response.map(Body::new));
+                head_only: parts.method == Method::HEAD,
+            });
         }
         let target = target_uri(origin, &parts.uri)?;
         // Taken before the request is rebuilt: it is how the visitor's side
@@ -195,14 +209,60 @@ impl Proxy {
             connection,
         };
         headers::rewrite_request(&mut parts.headers, forwarding, extra);
-        let mut outgoing = Request::new(body);
-        *outgoing.method_mut() = parts.method;
-        *outgoing.uri_mut() = target;
+        let mut request = Request::new(body);
+        *request.method_mut() = parts.method;
+        *request.uri_mut() = target;
         // The pool speaks HTTP/1.1 to origins whatever the visitor spoke.
-        *outgoing.version_mut() = Version::HTTP_11;
-        *outgoing.headers_mut() = parts.headers;
+        *request.version_mut() = Version::HTTP_11;
+        *request.headers_mut() = parts.headers;
+        Ok(To::Pooled(Box::new(Pooled {
+            request,
+            client_side,
+        })))
+    }
 
-        let pending = self.client().request(outgoing);
+    /// Sends what [`Proxy::prepare`] made and answers with the origin's
+    /// response, or with `502`/`504` JSON when the origin fails (or the
+    /// request could not be made ready for it).
+    ///
+    /// A plain function returning its future, like the gate's
+    /// `Forward::finish`: an `async fn` would keep `outgoing` twice.
+    #[allow(clippy::manual_async_fn)]
+    pub fn send(&self, outgoing: Outgoing) -> impl Future<Output = Response> + Send + '_ {
+        async move {
+            let sent = match outgoing.to {
+                To::Lean { head, head_only } => match origin_authority(&outgoing.origin) {
+                    Ok(authority) => origin::send_head(
+                        head_only,
+                        authority.as_str(),
+                        head,
+                        self.connect_timeout,
+                        self.response_timeout,
+                    )
+                    .await
+                    .map(|response| response.map(Body::new)),
+                    Err(err) => Err(err),
+                },
+                To::Pooled(pooled) => self.send_pooled(*pooled).await,
+                To::Refused(err) => Err(err),
+            };
+            match sent {
+                Ok(response) => response,
+                Err(err) => {
+                    let origin = &outgoing.origin;
+                    tracing::warn!(error = ?err, origin = %origin, "proxy: origin failed");
+                    err.into_response()
+                }
+            }
+        }
+    }
+
+    async fn send_pooled(&self, pooled: Pooled) -> Result<Response, ProxyError> {
+        let Pooled {
+            request,
+            client_side,
+        } = pooled;
+        let pending = self.client().request(request);
         let mut response = tokio::time::timeout(self.response_timeout, pending)
             .await
             .map_err(|_| ProxyError::Timeout)?
@@ -219,6 +279,27 @@ impl Proxy {
         headers::rewrite_response(&mut parts.headers, parts.status);
         Ok(Response::from_parts(parts, Body::new(body)))
     }
+}
+
+/// A request made ready for its origin by [`Proxy::prepare`].
+pub struct Outgoing {
+    origin: Uri,
+    to: To,
+}
+
+enum To {
+    /// The lean client's whole request head (a bodiless `GET` or `HEAD`).
+    Lean { head: Vec<u8>, head_only: bool },
+    /// A request for the pool (a body, an upgrade, another method): boxed,
+    /// so its size does not ride in every page's future.
+    Pooled(Box<Pooled>),
+    /// Not sendable: answered with the error's JSON.
+    Refused(ProxyError),
+}
+
+struct Pooled {
+    request: Request,
+    client_side: Option<upgrade::ClientSide>,
 }
 
 /// The origin's authority: origins are plain `http://` URIs.

@@ -98,9 +98,19 @@ impl HotRoutes for PublicHot {
             }),
             // Taken as the gate (what `takes_whole` said), or asked
             // directly: the gate answers what the router's fallback would.
-            Some(Whole::Gate) | None => {
-                Box::pin(async move { whole(gate::answer(&state, req, peer.ip()).await, hsts) })
-            }
+            // What the gate does before its first wait is done here, so
+            // each box holds only what waits: a page's holds the request
+            // made ready for the origin, not the gate's whole answer (whose
+            // future would keep the visitor's request in every layer).
+            Some(Whole::Gate) | None => match gate::begin(&state, req, peer.ip()) {
+                gate::Begun::Answered(response) => Box::pin(async move { whole(response, hsts) }),
+                gate::Begun::Forward(forward) => {
+                    Box::pin(async move { whole(forward.finish(&state).await, hsts) })
+                }
+                gate::Begun::Waits(waits) => {
+                    Box::pin(async move { whole(waits.finish(&state).await, hsts) })
+                }
+            },
         }
     }
 
