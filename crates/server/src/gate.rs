@@ -47,6 +47,7 @@ use crate::identity;
 use crate::passes::{self, PassCheck};
 use crate::proxy::{ClientHop, Outgoing};
 use crate::queue::{Queue, Read};
+use crate::serve::Answer;
 use crate::state::{AppState, EventRuntime};
 
 /// Only the gate speaks for Anteroom to the origin (made once: a name made
@@ -70,7 +71,7 @@ pub async fn gate(State(state): State<Arc<AppState>>, req: Request) -> Response 
 /// The gate's answer to `req` from the TCP peer `peer`: [`begin`], then
 /// [`Begun::finish`].
 pub async fn answer(state: &AppState, req: Request, peer: IpAddr) -> Response {
-    begin(state, req, peer).finish(state).await
+    begin(state, req, peer).finish(state).await.into_response()
 }
 
 /// What the gate makes of a request before anything can wait: phases 1
@@ -118,9 +119,9 @@ pub enum Begun {
 
 impl Begun {
     /// The answer.
-    pub async fn finish(self, state: &AppState) -> Response {
+    pub async fn finish(self, state: &AppState) -> Answer {
         match self {
-            Self::Answered(response) => response,
+            Self::Answered(response) => response.into(),
             Self::Forward(forward) => forward.finish(state).await,
             Self::Waits(waits) => waits.finish(state).await,
         }
@@ -336,16 +337,19 @@ impl Forward {
     /// `async fn` keeps its argument twice, as given and as the local it
     /// moves into, and this one's body reads the fields where they lie.
     #[allow(clippy::manual_async_fn)]
-    pub fn finish(mut self, state: &AppState) -> impl Future<Output = Response> + Send + '_ {
+    pub fn finish(mut self, state: &AppState) -> impl Future<Output = Answer> + Send + '_ {
         async move {
             let started = Instant::now();
-            let mut response = state.proxy.send(self.outgoing).await;
+            // An answer's passed fields never hold an origin's command
+            // (see `Proxy::send`): the map is where to look for one.
+            let mut answer = state.proxy.send(self.outgoing).await;
             crate::metrics::proxy_latency().record(started.elapsed().as_secs_f64());
+            let response = &mut answer.response;
             let Some(admitted) = &mut self.admitted else {
                 if commands::take(response.headers_mut()).release {
                     commands::release_without_session();
                 }
-                return response;
+                return answer;
             };
             let Admitted {
                 rt,
@@ -371,7 +375,7 @@ impl Forward {
             } else if let Some(cookie) = renewal.take() {
                 response.headers_mut().append(header::SET_COOKIE, cookie);
             }
-            response
+            answer
         }
     }
 }
@@ -397,7 +401,7 @@ struct Expired {
 impl Waits {
     /// Forwarded with a renewed pass when the store says the session goes
     /// on; otherwise phase 3b, the waiting room.
-    pub async fn finish(self: Box<Self>, state: &AppState) -> Response {
+    pub async fn finish(self: Box<Self>, state: &AppState) -> Answer {
         let Waits {
             rt,
             req,
@@ -421,7 +425,7 @@ impl Waits {
             member,
             ip,
         };
-        request.queue(req).await
+        request.queue(req).await.into()
     }
 }
 

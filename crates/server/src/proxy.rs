@@ -25,6 +25,7 @@ mod headers;
 mod origin;
 pub mod upgrade;
 
+use crate::serve::Answer;
 /// Marked by the listener; read here for the forwarded scheme.
 pub use crate::serve::ClientScheme;
 pub use error::ProxyError;
@@ -111,7 +112,7 @@ impl Proxy {
         extra: &[(HeaderName, HeaderValue)],
     ) -> Response {
         let outgoing = self.prepare(req, origin, client, extra);
-        self.send(outgoing).await
+        self.send(outgoing).await.into_response()
     }
 
     /// Makes `req` ready for `origin` without waiting for anything: what
@@ -223,35 +224,42 @@ impl Proxy {
 
     /// Sends what [`Proxy::prepare`] made and answers with the origin's
     /// response, or with `502`/`504` JSON when the origin fails (or the
-    /// request could not be made ready for it).
+    /// request could not be made ready for it). A plain answer of the lean
+    /// client's (framed by its length, no field its `Connection` names, no
+    /// `Anteroom-Command`) comes with its fields passed through as lines,
+    /// its map empty for what the gate adds.
     ///
     /// A plain function returning its future, like the gate's
     /// `Forward::finish`: an `async fn` would keep `outgoing` twice.
     #[allow(clippy::manual_async_fn)]
-    pub fn send(&self, outgoing: Outgoing) -> impl Future<Output = Response> + Send + '_ {
+    pub fn send(&self, outgoing: Outgoing) -> impl Future<Output = Answer> + Send + '_ {
         async move {
             let sent = match outgoing.to {
                 To::Lean { head, head_only } => match origin_authority(&outgoing.origin) {
                     Ok(authority) => origin::send_head(
                         head_only,
+                        true,
                         authority.as_str(),
                         head,
                         self.connect_timeout,
                         self.response_timeout,
                     )
                     .await
-                    .map(|response| response.map(Body::new)),
+                    .map(|(response, passed)| Answer {
+                        response: response.map(Body::new),
+                        passed,
+                    }),
                     Err(err) => Err(err),
                 },
-                To::Pooled(pooled) => self.send_pooled(*pooled).await,
+                To::Pooled(pooled) => self.send_pooled(*pooled).await.map(Answer::from),
                 To::Refused(err) => Err(err),
             };
             match sent {
-                Ok(response) => response,
+                Ok(answer) => answer,
                 Err(err) => {
                     let origin = &outgoing.origin;
                     tracing::warn!(error = ?err, origin = %origin, "proxy: origin failed");
-                    err.into_response()
+                    err.into_response().into()
                 }
             }
         }

@@ -12,6 +12,7 @@
 //! are separate functions so that wrapping the stream (TLS) touches only
 //! the point where the stream is handed to hyper.
 
+mod answer;
 pub mod connections;
 mod door;
 pub mod workers;
@@ -36,6 +37,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::time::{Instant, Sleep};
 use tower::ServiceExt as _;
 
+pub use answer::{Answer, PassedFields};
 use connections::Activity;
 pub use connections::{ConnectionSlot, Limits};
 
@@ -85,7 +87,7 @@ pub trait HotRoutes: Send + Sync + 'static {
 }
 
 /// A hot route's answer, still to be awaited.
-pub type HotAnswer = Pin<Box<dyn std::future::Future<Output = axum::response::Response> + Send>>;
+pub type HotAnswer = Pin<Box<dyn std::future::Future<Output = Answer> + Send>>;
 
 /// What a listener serves: its router and, on the public listener, the
 /// hot routes answered before it.
@@ -297,11 +299,11 @@ async fn serve_connection<S>(
                     // A head-only hot answer is a whole buffer, written at
                     // once: the connection is busy until it is made.
                     Served::Head(hot) => {
-                        let response = hot.await;
+                        let response = hot.await.into_response();
                         drop(busy);
                         Ok::<_, Infallible>(response)
                     }
-                    Served::Whole(hot) => Ok(track(hot.await, busy)),
+                    Served::Whole(hot) => Ok(track(hot.await.into_response(), busy)),
                     Served::Router(router, req) => Ok(track(router.oneshot(req).await?, busy)),
                 }
             }

@@ -19,10 +19,10 @@ use std::sync::Arc;
 use axum::extract::{ConnectInfo, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderValue, Method, Uri, header};
-use axum::response::{IntoResponse as _, Response};
+use axum::response::IntoResponse as _;
 
 use crate::error::ApiError;
-use crate::serve::{HotAnswer, HotRoutes};
+use crate::serve::{Answer, HotAnswer, HotRoutes, PassedFields};
 use crate::state::AppState;
 use crate::{api, gate};
 
@@ -69,7 +69,7 @@ impl HotRoutes for PublicHot {
         let hsts = self.hsts.clone();
         if gate::headers_too_large(req.headers()) {
             let response = ApiError::HeadersTooLarge.into_response();
-            return Box::pin(async move { whole(response, hsts) });
+            return Box::pin(async move { whole(response.into(), hsts) });
         }
         // One box per route, each the size of its own handler's future: a
         // box of their union would be the gate's size (five kilobytes) for
@@ -83,18 +83,16 @@ impl HotRoutes for PublicHot {
         }
         match whole_route {
             Some(Whole::Enter) => Box::pin(async move {
-                whole(
-                    api::enter::enter(State(state), req).await.into_response(),
-                    hsts,
-                )
+                let response = api::enter::enter(State(state), req).await;
+                whole(response.into_response().into(), hsts)
             }),
             Some(Whole::Redeem) => Box::pin(async move {
                 let response = api::redeem::redeem_json(State(state), req).await;
-                whole(response.into_response(), hsts)
+                whole(response.into_response().into(), hsts)
             }),
             Some(Whole::Release) => Box::pin(async move {
                 let response = api::redeem::release(State(state), req).await;
-                whole(response.into_response(), hsts)
+                whole(response.into_response().into(), hsts)
             }),
             // Taken as the gate (what `takes_whole` said), or asked
             // directly: the gate answers what the router's fallback would.
@@ -103,7 +101,9 @@ impl HotRoutes for PublicHot {
             // made ready for the origin, not the gate's whole answer (whose
             // future would keep the visitor's request in every layer).
             Some(Whole::Gate) | None => match gate::begin(&state, req, peer.ip()) {
-                gate::Begun::Answered(response) => Box::pin(async move { whole(response, hsts) }),
+                gate::Begun::Answered(response) => {
+                    Box::pin(async move { whole(response.into(), hsts) })
+                }
                 gate::Begun::Forward(forward) => {
                     Box::pin(async move { whole(forward.finish(&state).await, hsts) })
                 }
@@ -126,7 +126,7 @@ impl HotRoutes for PublicHot {
                     Err(e) => e.into_response(),
                 }
             };
-            with_hsts(response, hsts)
+            with_hsts(response.into(), hsts)
         })
     }
 }
@@ -134,16 +134,18 @@ impl HotRoutes for PublicHot {
 /// A whole request's answer as the router's route gives it: a body of
 /// known size is announced in the head, so the answer is written as the
 /// router writes it (not chunked) even when the connection closes right
-/// after it.
-fn whole(mut response: Response, hsts: Option<HeaderValue>) -> Response {
-    if !response.headers().contains_key(header::CONTENT_LENGTH)
+/// after it. (Passed fields carry their answer's length.)
+fn whole(mut answer: Answer, hsts: Option<HeaderValue>) -> Answer {
+    let response = &mut answer.response;
+    if answer.passed.is_none()
+        && !response.headers().contains_key(header::CONTENT_LENGTH)
         && let Some(size) = axum::body::HttpBody::size_hint(response.body()).exact()
     {
         response
             .headers_mut()
             .insert(header::CONTENT_LENGTH, HeaderValue::from(size));
     }
-    with_hsts(response, hsts)
+    with_hsts(answer, hsts)
 }
 
 /// Who answers a request taken whole.
@@ -177,12 +179,64 @@ impl Whole {
 }
 
 /// The answer with the `Strict-Transport-Security` header the router's HSTS
-/// layer would set, when HTTPS sets one.
-fn with_hsts(mut response: Response, hsts: Option<HeaderValue>) -> Response {
+/// layer would set, when HTTPS sets one: in place of the origin's, as the
+/// layer's `insert` puts it.
+fn with_hsts(mut answer: Answer, hsts: Option<HeaderValue>) -> Answer {
     if let Some(v) = hsts {
-        response
+        if answer.passed.as_ref().is_some_and(PassedFields::has_hsts) {
+            answer = answer.into_response().into();
+        }
+        answer
+            .response
             .headers_mut()
             .insert(header::STRICT_TRANSPORT_SECURITY, v);
     }
-    response
+    answer
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::body::Body;
+    use axum::response::Response;
+
+    use super::*;
+
+    /// A proxied answer whose fields were passed through, with its
+    /// `Content-Length` among them, and the origin's own HSTS if `hsts`.
+    fn passed(hsts: bool) -> Answer {
+        let mut passed = PassedFields::new(2, 0);
+        passed.push(b"Content-Length", b"2");
+        if hsts {
+            passed.push(b"Strict-Transport-Security", b"max-age=1");
+        }
+        Answer {
+            response: Response::new(Body::from("ok")),
+            passed: Some(passed),
+        }
+    }
+
+    #[test]
+    fn https_hsts_replaces_an_origins_own_passed_through_or_not() {
+        let ours = HeaderValue::from_static("max-age=31536000");
+        for origins_own in [false, true] {
+            let response = with_hsts(passed(origins_own), Some(ours.clone())).into_response();
+            let all: Vec<_> = response
+                .headers()
+                .get_all(header::STRICT_TRANSPORT_SECURITY)
+                .iter()
+                .collect();
+            assert_eq!(all, [&ours], "the origin sent its own: {origins_own}");
+        }
+    }
+
+    #[test]
+    fn a_passed_through_answer_keeps_its_one_length() {
+        let response = whole(passed(false), None).into_response();
+        let lengths: Vec<_> = response
+            .headers()
+            .get_all(header::CONTENT_LENGTH)
+            .iter()
+            .collect();
+        assert_eq!(lengths, [&HeaderValue::from_static("2")]);
+    }
 }

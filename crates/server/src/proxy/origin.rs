@@ -39,6 +39,7 @@ use tokio::time::Instant;
 
 use super::ProxyError;
 use super::headers::HopFields;
+use crate::serve::PassedFields;
 
 /// An idle pooled connection is closed after this (before an origin's own
 /// keep-alive timeout would close it under a request).
@@ -166,33 +167,46 @@ pub(super) async fn send(
     }
     head.extend_from_slice(b"\r\n");
     let authority = target.authority().ok_or(ProxyError::BadOrigin)?;
-    send_head(
+    let (response, _) = send_head(
         method == Method::HEAD,
+        false,
         authority.as_str(),
         head,
         connect_timeout,
         response_timeout,
     )
-    .await
+    .await?;
+    Ok(response)
 }
 
 /// Sends `head` (a whole bodiless request head, `HEAD` if `head_only`) to
 /// the origin at `authority` (`host:port`) and answers with the origin's
 /// response head, its hop-by-hop fields left out, and a streaming body.
+/// With `pass`, a plain answer's fields come as [`PassedFields`] instead of
+/// in the response's map (see [`parse_head`]).
 pub(super) async fn send_head(
     head_only: bool,
+    pass: bool,
     authority: &str,
     head: Vec<u8>,
     connect_timeout: Duration,
     response_timeout: Duration,
-) -> Result<http::Response<OriginBody>, ProxyError> {
+) -> Result<Answered, ProxyError> {
     // Kept connections first; one that fails before any byte of the
     // answer was closed by the origin while idle: the next one is tried.
     // One read of the clock serves the pool's idle check and the answer's
     // deadline, which counts from the first try.
     let now = Instant::now();
     while let Some(conn) = checkout(authority, now) {
-        match exchange(conn, &head, head_only, authority, now + response_timeout).await {
+        match exchange(
+            conn,
+            &head,
+            (head_only, pass),
+            authority,
+            now + response_timeout,
+        )
+        .await
+        {
             Ok(response) => return Ok(response),
             Err(Failed::Stale) => continue,
             Err(Failed::Proxy(e)) => return Err(e),
@@ -200,7 +214,7 @@ pub(super) async fn send_head(
     }
     let conn = connect(authority, connect_timeout, response_timeout).await?;
     let due = Instant::now() + response_timeout;
-    match exchange(conn, &head, head_only, authority, due).await {
+    match exchange(conn, &head, (head_only, pass), authority, due).await {
         Ok(response) => Ok(response),
         Err(Failed::Stale) => Err(ProxyError::Origin(io::Error::new(
             io::ErrorKind::UnexpectedEof,
@@ -265,6 +279,7 @@ async fn connect(
 }
 
 /// Why one exchange failed.
+#[derive(Debug)]
 enum Failed {
     /// The connection was closed (or reset) before any byte of the answer:
     /// a kept connection the origin had dropped. Safe to send again.
@@ -293,17 +308,17 @@ fn is_closed(e: &io::Error) -> bool {
 async fn exchange(
     mut conn: Conn,
     head: &[u8],
-    head_only: bool,
+    (head_only, pass): (bool, bool),
     key: &str,
     due: Instant,
-) -> Result<http::Response<OriginBody>, Failed> {
+) -> Result<Answered, Failed> {
     if !conn.buf.is_empty() {
         // Bytes nobody asked for: the connection is out of step.
         return Err(Failed::Stale);
     }
     let Conn { stream, buf, timer } = &mut conn;
     let answer = within(
-        answer_head(stream, buf, head, head_only),
+        answer_head(stream, buf, head, head_only, pass),
         timer.as_mut(),
         due,
     )
@@ -335,6 +350,7 @@ async fn answer_head(
     buf: &mut BytesMut,
     head: &[u8],
     head_only: bool,
+    pass: bool,
 ) -> Result<Head, Failed> {
     if let Err(e) = stream.write_all(head).await {
         return Err(if is_closed(&e) {
@@ -345,7 +361,7 @@ async fn answer_head(
     }
     let mut received = false;
     loop {
-        match parse_head(buf, head_only)? {
+        match parse_head(buf, head_only, pass)? {
             Some(parsed) => return Ok(parsed),
             None if buf.len() >= MAX_HEAD => {
                 return Err(bad("the answer's head is too large"));
@@ -378,28 +394,42 @@ fn bad(why: &'static str) -> Failed {
     )))
 }
 
+/// An answer of the lean client: the response, and its fields passed
+/// through when they were (its map is then empty).
+pub(super) type Answered = (http::Response<OriginBody>, Option<PassedFields>);
+
 /// An answer head read off the buffer.
 struct Head {
     status: StatusCode,
     headers: HeaderMap,
+    passed: Option<PassedFields>,
     framing: Framing,
     keep_alive: bool,
 }
 
 impl Head {
-    fn into_response(self, conn: Conn, key: &str) -> http::Response<OriginBody> {
+    fn into_response(self, conn: Conn, key: &str) -> Answered {
         let body = OriginBody::new(conn, key, self.framing, self.keep_alive);
         let mut response = http::Response::new(body);
         *response.status_mut() = self.status;
         *response.version_mut() = Version::HTTP_11;
         *response.headers_mut() = self.headers;
-        response
+        (response, self.passed)
     }
 }
 
 /// Parses the answer head at the start of `buf` (skipping `1xx` answers
 /// other than `101`), consuming it; `None` when it is not all there yet.
-fn parse_head(buf: &mut BytesMut, head_only: bool) -> Result<Option<Head>, Failed> {
+///
+/// With `pass`, a plain answer (a body framed by one `Content-Length` of
+/// one value, no field its `Connection` names and no `Anteroom-Command`,
+/// which the gate must act on and remove) keeps its fields as the lines
+/// the door writes ([`PassedFields`]) rather than in a map: the parser has
+/// refused every field `http` would refuse
+/// (`tests::passed_fields_are_the_map_the_answer_would_have_had`), and the
+/// door would only turn the map back into those lines. Anything else gets
+/// the map.
+fn parse_head(buf: &mut BytesMut, head_only: bool, pass: bool) -> Result<Option<Head>, Failed> {
     loop {
         if buf.is_empty() {
             return Ok(None);
@@ -431,6 +461,7 @@ fn parse_head(buf: &mut BytesMut, head_only: bool) -> Result<Option<Head>, Faile
         let mut close = !http11;
         let mut keep_alive_asked = false;
         let mut length: Option<u64> = None;
+        let mut lengths = 0;
         let mut lengths_disagree = false;
         let mut coding: Option<bool> = None; // Some(ends in chunked)
         // Fields the `Connection` field names: the origin's hop only.
@@ -445,6 +476,9 @@ fn parse_head(buf: &mut BytesMut, head_only: bool) -> Result<Option<Head>, Faile
         };
         let mut kept = [((0u32, 0u32), (0u32, 0u32)); MAX_HEADERS];
         let mut fields = 0;
+        // The kept fields' bytes, for the room their lines take.
+        let mut kept_bytes = 0;
+        let mut command = false;
         for h in response.headers.iter() {
             let name = h.name.as_bytes();
             if name.eq_ignore_ascii_case(b"connection") {
@@ -474,6 +508,7 @@ fn parse_head(buf: &mut BytesMut, head_only: bool) -> Result<Option<Head>, Faile
                         lengths_disagree = true;
                     }
                     length = Some(n);
+                    lengths += 1;
                 }
             }
             // The answer's hop-by-hop fields stay on the origin's hop: the
@@ -481,7 +516,38 @@ fn parse_head(buf: &mut BytesMut, head_only: bool) -> Result<Option<Head>, Faile
             if !super::headers::is_hop_by_hop_name(name) {
                 kept[fields] = (at(name), at(h.value));
                 fields += 1;
+                kept_bytes += name.len() + h.value.len() + 4;
+                command |= name.eq_ignore_ascii_case(b"anteroom-command");
             }
+        }
+        let bodiless =
+            head_only || status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED;
+        if pass
+            && !bodiless
+            && coding.is_none()
+            && lengths == 1
+            && listed.is_empty()
+            && !command
+            && let Some(n) = length
+        {
+            let mut passed = PassedFields::new(n, kept_bytes);
+            for &(name, value) in &kept[..fields] {
+                passed.push(
+                    &buf[name.0 as usize..name.1 as usize],
+                    &buf[value.0 as usize..value.1 as usize],
+                );
+            }
+            buf.advance(len);
+            if !http11 && keep_alive_asked {
+                close = false;
+            }
+            return Ok(Some(Head {
+                status,
+                headers: HeaderMap::new(),
+                passed: Some(passed),
+                framing: Framing::Length(n),
+                keep_alive: !close,
+            }));
         }
         let head = buf.split_to(len).freeze();
         let mut headers = HeaderMap::with_capacity(fields);
@@ -499,8 +565,6 @@ fn parse_head(buf: &mut BytesMut, head_only: bool) -> Result<Option<Head>, Faile
         if !http11 && keep_alive_asked {
             close = false;
         }
-        let bodiless =
-            head_only || status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED;
         let framing = if bodiless {
             Framing::Length(0)
         } else if let Some(chunked) = coding {
@@ -528,6 +592,7 @@ fn parse_head(buf: &mut BytesMut, head_only: bool) -> Result<Option<Head>, Faile
         return Ok(Some(Head {
             status,
             headers,
+            passed: None,
             framing,
             keep_alive: !close,
         }));

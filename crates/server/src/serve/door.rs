@@ -50,7 +50,7 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt as _, ReadBuf};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::{ClientScheme, HotRoutes, MAX_BUF};
+use super::{Answer, ClientScheme, HotRoutes, MAX_BUF, PassedFields};
 
 /// Header fields a head may have on the door's path: hyper's own default,
 /// so a head the door cannot hold is one hyper refuses too (it is handed to
@@ -134,13 +134,13 @@ where
                             axum::body::Body::from(body)
                         };
                         let req = axum::extract::Request::from_parts(parts, body);
-                        let response = hot.answer_whole(req, peer).await;
-                        match write_streamed(&mut stream, response, close, &mut out).await {
+                        let answer = hot.answer_whole(req, peer).await;
+                        match write_streamed(&mut stream, answer, close, &mut out).await {
                             Ok(kept) => kept,
                             Err(_) => return Left::Closed,
                         }
                     } else {
-                        let response = hot.answer(parts, peer).await;
+                        let response = hot.answer(parts, peer).await.into_response();
                         encode(response, close, &mut out).await;
                         !close
                     };
@@ -402,7 +402,7 @@ async fn encode(response: axum::response::Response, close: bool, out: &mut Vec<u
     let body = whole_body(body).await;
     let status = parts.status;
     status_line(status, out);
-    let written = fields(&parts.headers, out);
+    let written = fields(None, &parts.headers, out);
     // A 204 and a 304 carry no body and no length (as hyper writes them).
     let bodiless = status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED;
     if !bodiless && written.length.is_none() {
@@ -428,17 +428,41 @@ fn status_line(status: StatusCode, out: &mut Vec<u8>) {
 /// depends on two of them, and noting them on the way costs less than
 /// looking each up by name afterwards.
 #[derive(Default)]
-struct Written<'h> {
-    /// The first `Content-Length` value (as a lookup by name reads it).
-    length: Option<&'h HeaderValue>,
+struct Written {
+    /// The first `Content-Length` (as a lookup by name reads it), as a
+    /// number when it is one.
+    length: Option<Length>,
     date: bool,
 }
 
-fn fields<'h>(headers: &'h HeaderMap, out: &mut Vec<u8>) -> Written<'h> {
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Length {
+    Is(u64),
+    /// A value that is not one plain number.
+    Unreadable,
+}
+
+impl Length {
+    fn of(value: &HeaderValue) -> Self {
+        value
+            .to_str()
+            .ok()
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .map_or(Self::Unreadable, Self::Is)
+    }
+}
+
+/// Writes the passed fields, then the map's.
+fn fields(passed: Option<&PassedFields>, headers: &HeaderMap, out: &mut Vec<u8>) -> Written {
     let mut written = Written::default();
+    if let Some(passed) = passed {
+        out.extend_from_slice(passed.lines());
+        written.length = Some(Length::Is(passed.length()));
+        written.date = passed.has_date();
+    }
     for (name, value) in headers {
         if name == CONTENT_LENGTH {
-            written.length.get_or_insert(value);
+            written.length.get_or_insert_with(|| Length::of(value));
         } else if name == DATE {
             written.date = true;
         }
@@ -476,7 +500,7 @@ const COPY_FRAME: usize = 16 * 1024;
 /// leave it).
 async fn write_streamed<S>(
     stream: &mut S,
-    response: axum::response::Response,
+    answer: Answer,
     close: bool,
     out: &mut Vec<u8>,
 ) -> io::Result<bool>
@@ -484,16 +508,18 @@ where
     S: AsyncWrite + Unpin,
 {
     use http_body_util::BodyExt as _;
+    let Answer { response, passed } = answer;
     let (parts, mut body) = response.into_parts();
     let status = parts.status;
     let bodiless = status.is_informational()
         || status == StatusCode::NO_CONTENT
         || status == StatusCode::NOT_MODIFIED;
     status_line(status, out);
-    let written = fields(&parts.headers, out);
-    let declared = written
-        .length
-        .and_then(|v| v.to_str().ok()?.trim().parse::<u64>().ok());
+    let written = fields(passed.as_ref(), &parts.headers, out);
+    let declared = match written.length {
+        Some(Length::Is(n)) => Some(n),
+        _ => None,
+    };
     let exact = hyper::body::Body::size_hint(&body).exact();
     let length = if bodiless {
         Some(0)

@@ -39,7 +39,7 @@ async fn through_hot(hot: &PublicHot, req: Request<Body>) -> Option<Response> {
     }
     let (head, _) = req.into_parts();
     let peer: SocketAddr = PEER.parse().unwrap();
-    Some(hot.answer(head, peer).await)
+    Some(hot.answer(head, peer).await.into_response())
 }
 
 /// Status, headers (without `Retry-After`'s value, and without
@@ -229,7 +229,11 @@ async fn through_hot_whole(hot: &PublicHot, req: Request<Body>) -> Option<Respon
         return None;
     }
     // No `ConnectInfo`: the router reads such a request as loopback's.
-    Some(hot.answer_whole(req, "127.0.0.1:1".parse().unwrap()).await)
+    Some(
+        hot.answer_whole(req, "127.0.0.1:1".parse().unwrap())
+            .await
+            .into_response(),
+    )
 }
 
 /// Status, headers (`Content-Length` included: the gate's hot route writes

@@ -463,3 +463,116 @@ async fn an_origin_with_a_path_gets_it_in_front_of_every_request() {
     assert_eq!(seen["uri"], "/base/shop/form?x=1", "{seen}");
     s.stop().await;
 }
+
+/// An origin that answers every request head on each connection with
+/// `answer`, byte for byte.
+async fn raw_origin(answer: &'static [u8]) -> std::net::SocketAddr {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut conn, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let (mut buf, mut seen) = (vec![0u8; 4096], Vec::new());
+                while let Ok(n @ 1..) = conn.read(&mut buf).await {
+                    seen.extend_from_slice(&buf[..n]);
+                    while let Some(end) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
+                        seen.drain(..end + 4);
+                        if conn.write_all(answer).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// One answer off `conn` as sent: its head's lines and its body (framed by
+/// its `Content-Length`).
+async fn answer_as_sent(conn: &mut tokio::net::TcpStream) -> (Vec<String>, Vec<u8>) {
+    use tokio::io::AsyncReadExt as _;
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    let end = loop {
+        if let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+            break end;
+        }
+        let n = conn.read(&mut buf).await.unwrap();
+        assert!(n > 0, "closed inside the head");
+        got.extend_from_slice(&buf[..n]);
+    };
+    let head = String::from_utf8(got[..end].to_vec()).unwrap();
+    let lines: Vec<String> = head.split("\r\n").map(str::to_owned).collect();
+    let length: usize = lines
+        .iter()
+        .find_map(|l| {
+            let (name, value) = l.split_once(": ")?;
+            name.eq_ignore_ascii_case("content-length")
+                .then(|| value.parse().unwrap())
+        })
+        .expect("a Content-Length");
+    let mut body = got[end + 4..].to_vec();
+    while body.len() < length {
+        let n = conn.read(&mut buf).await.unwrap();
+        assert!(n > 0, "closed inside the body");
+        body.extend_from_slice(&buf[..n]);
+    }
+    (lines, body)
+}
+
+/// The door writes a plain proxied answer's fields as the origin wrote
+/// them (the lean client passes them through): each once, its names'
+/// spelling kept, repeated fields in their order, its length, the date
+/// and none of the origin's hop-by-hop fields.
+#[tokio::test]
+async fn a_proxied_page_carries_the_origins_fields_as_written_once_each() {
+    let raw = raw_origin(
+        b"HTTP/1.1 200 OK\r\nServer: raw\r\nX-Case: Kept As Sent\r\nSet-Cookie: a=1\r\n\
+          Content-Length: 2\r\nSet-Cookie: b=2\r\nConnection: keep-alive\r\n\
+          Keep-Alive: timeout=5\r\nAnteroom-Not-A-Command: x\r\n\r\nok",
+    )
+    .await;
+    let origin = Origin::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let toml = ConfigBuilder::new()
+        .server_line(&format!("default_origin = \"http://{raw}\""))
+        .embedded(dir.path())
+        .no_rate_limits()
+        .event(Event::at("tickets", origin.addr))
+        .toml();
+    let s = server::TestServer::start_with(&toml, origin, dir).await;
+    let mut conn = tokio::net::TcpStream::connect(s.public).await.unwrap();
+    // Twice on one connection: the second answer comes off a kept origin
+    // connection.
+    for _ in 0..2 {
+        use tokio::io::AsyncWriteExt as _;
+        conn.write_all(b"GET /page HTTP/1.1\r\nHost: shop.example\r\n\r\n")
+            .await
+            .unwrap();
+        let (lines, body) = answer_as_sent(&mut conn).await;
+        assert_eq!(lines[0], "HTTP/1.1 200 OK");
+        let named = |name: &str| -> Vec<&str> {
+            lines[1..]
+                .iter()
+                .filter_map(|l| l.split_once(": "))
+                .filter(|(n, _)| n.eq_ignore_ascii_case(name))
+                .map(|(_, v)| v)
+                .collect()
+        };
+        // Spelt as sent: passed through, not rebuilt from a map.
+        assert!(
+            lines.iter().any(|l| l == "X-Case: Kept As Sent"),
+            "{lines:?}"
+        );
+        assert_eq!(named("server"), ["raw"]);
+        assert_eq!(named("set-cookie"), ["a=1", "b=2"]);
+        assert_eq!(named("content-length"), ["2"]);
+        assert_eq!(named("anteroom-not-a-command"), ["x"]);
+        assert_eq!(named("date").len(), 1, "{lines:?}");
+        assert!(named("connection").is_empty() && named("keep-alive").is_empty());
+        assert_eq!(body, b"ok");
+    }
+    s.stop().await;
+}

@@ -28,7 +28,7 @@ fn read_all(
     let mut buf = BytesMut::new();
     let mut fed = 0;
     let head = loop {
-        match parse_head(&mut buf, head_only) {
+        match parse_head(&mut buf, head_only, false) {
             Ok(Some(head)) => break head,
             Ok(None) if fed < answer.len() => {
                 let end = (fed + cut).min(answer.len());
@@ -523,5 +523,135 @@ async fn an_idle_connections_timer_keeps_no_tasks_waker() {
             1,
             "the idle timer still holds it (budget spent: {budget_spent})"
         );
+    }
+}
+
+/// An answer's field as the origin may write it: names the client reads
+/// (hop-by-hop ones, the framing, the gate's command, what `Connection`
+/// may name), tokens, and text that is no token, in any case; values of
+/// any byte but CR and LF.
+fn answer_field() -> impl Strategy<Value = (String, Vec<u8>)> {
+    let names = prop_oneof![
+        6 => proptest::sample::select(vec![
+            "Content-Length",
+            "content-length",
+            "Transfer-Encoding",
+            "Connection",
+            "Keep-Alive",
+            "X-Listed",
+            "Date",
+            "Strict-Transport-Security",
+            "Anteroom-Command",
+            "ANTEROOM-COMMAND",
+            "Set-Cookie",
+            "Content-Type",
+            "TE",
+            "Upgrade",
+        ])
+        .prop_map(str::to_owned),
+        3 => "[!#$%&'*+.^_`|~0-9A-Za-z-]{1,12}",
+        1 => "[ -~]{1,6}",
+    ];
+    let values = prop_oneof![
+        6 => proptest::sample::select(vec![
+            "0",
+            "5",
+            "5, 5",
+            "5, 6",
+            "chunked",
+            "gzip, chunked",
+            "close",
+            "keep-alive",
+            "x-listed",
+            "keep-alive, X-Listed",
+            "release",
+        ])
+        .prop_map(|s| s.as_bytes().to_vec()),
+        3 => "[ -~]{0,12}".prop_map(String::into_bytes),
+        1 => proptest::collection::vec(
+            any::<u8>().prop_filter("no CR or LF", |b| *b != b'\r' && *b != b'\n'),
+            0..12
+        ),
+    ];
+    (names, values)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2000))]
+
+    /// Passed fields are the map the answer would have had: the same
+    /// fields once put in a map, the same framing and connection, the same
+    /// refusals (so the parser refuses every field `http` would); and they
+    /// never hold a field the gate must act on (`Anteroom-Command`) or one
+    /// that `Connection` names, and come only with a length-framed body.
+    #[test]
+    fn passed_fields_are_the_map_the_answer_would_have_had(
+        status in proptest::sample::select(vec![200u16, 200, 200, 201, 204, 304, 404, 500]),
+        http10 in proptest::bool::weighted(0.2),
+        head_only in proptest::bool::weighted(0.2),
+        mut fields in proptest::collection::vec(answer_field(), 0..6),
+        // Most answers have a plain length: the ones passed through.
+        // (0 and 5 as often as the rest: the lengths the other fields write.)
+        length in proptest::option::weighted(
+            0.8,
+            (0usize..8, prop_oneof![Just(0u64), Just(5), 0u64..100]),
+        ),
+    ) {
+        if let Some((at, n)) = length {
+            let at = at.min(fields.len());
+            fields.insert(at, ("Content-Length".to_owned(), n.to_string().into_bytes()));
+        }
+        let mut answer = format!("HTTP/1.{} {status} X\r\n", u8::from(!http10)).into_bytes();
+        for (name, value) in &fields {
+            answer.extend_from_slice(name.as_bytes());
+            answer.extend_from_slice(b": ");
+            answer.extend_from_slice(value);
+            answer.extend_from_slice(b"\r\n");
+        }
+        answer.extend_from_slice(b"\r\n");
+        let parse = |pass| {
+            let mut buf = BytesMut::from(&answer[..]);
+            parse_head(&mut buf, head_only, pass).map(|head| (head, buf.len()))
+        };
+        match (parse(false), parse(true)) {
+            (Err(map), Err(passed)) => {
+                prop_assert_eq!(format!("{map:?}"), format!("{passed:?}"));
+            }
+            (Ok((Some(map), left)), Ok((Some(head), passed_left))) => {
+                prop_assert_eq!(left, passed_left);
+                prop_assert_eq!(map.status, head.status);
+                prop_assert_eq!(map.framing, head.framing);
+                prop_assert_eq!(map.keep_alive, head.keep_alive);
+                prop_assert!(map.passed.is_none());
+                if let Some(passed) = &head.passed {
+                    prop_assert!(head.headers.is_empty());
+                    prop_assert!(matches!(head.framing, Framing::Length(n) if n == passed.length()));
+                    prop_assert_eq!(map.headers.get_all(CONTENT_LENGTH).iter().count(), 1);
+                    prop_assert!(!map.headers[CONTENT_LENGTH].as_bytes().contains(&b','));
+                    prop_assert!(!map.headers.contains_key("anteroom-command"));
+                    let named = fields.iter().any(|(name, value)| {
+                        name.eq_ignore_ascii_case("connection")
+                            && value.split(|b| *b == b',').any(|t| {
+                                let t = t.trim_ascii();
+                                !t.eq_ignore_ascii_case(b"close")
+                                    && !t.eq_ignore_ascii_case(b"keep-alive")
+                                    && HeaderName::from_bytes(t).is_ok()
+                            })
+                    });
+                    prop_assert!(!named, "a field Connection names was passed");
+                }
+                let mut response = http::Response::new(axum::body::Body::empty());
+                *response.headers_mut() = head.headers;
+                let answer = crate::serve::Answer { response, passed: head.passed };
+                let response = answer.into_response();
+                prop_assert_eq!(response.headers(), &map.headers);
+            }
+            (map, passed) => prop_assert!(
+                false,
+                "map {:?}, passed {:?}",
+                map.map(|(h, _)| h.is_some()).map_err(|e| format!("{e:?}")),
+                passed.map(|(h, _)| h.is_some()).map_err(|e| format!("{e:?}"))
+            ),
+        }
     }
 }

@@ -31,6 +31,7 @@ impl HotRoutes for Echo {
                 format!("{{\"q\":\"{query}\",\"cookie\":\"{cookie}\"}}"),
             )
                 .into_response()
+                .into()
         })
     }
 
@@ -57,7 +58,7 @@ impl HotRoutes for Echo {
                 let body = axum::body::to_bytes(req.into_body(), 1 << 20)
                     .await
                     .unwrap();
-                return axum::response::Response::new(axum::body::Body::from(body));
+                return axum::response::Response::new(axum::body::Body::from(body)).into();
             }
             let pieces: Vec<Result<Bytes, std::io::Error>> = match query.as_str() {
                 "broken" => vec![
@@ -90,7 +91,7 @@ impl HotRoutes for Echo {
                 "x-slot",
                 HeaderValue::from_static(if slot { "yes" } else { "no" }),
             );
-            r
+            r.into()
         })
     }
 }
@@ -591,8 +592,70 @@ proptest::proptest! {
             );
         }
         let mut out = Vec::new();
-        let written = super::fields(&headers, &mut out);
-        proptest::prop_assert_eq!(written.length, headers.get(header::CONTENT_LENGTH));
+        let written = super::fields(None, &headers, &mut out);
+        proptest::prop_assert_eq!(
+            written.length,
+            headers.get(header::CONTENT_LENGTH).map(super::Length::of)
+        );
         proptest::prop_assert_eq!(written.date, headers.contains_key(header::DATE));
+    }
+    /// An answer with passed fields is written as the one response it
+    /// stands for: the same fields, each name's values in the same order
+    /// (the passed ones first), and the same length and date noted.
+    #[test]
+    fn passed_fields_are_written_as_their_response_would_be(
+        length in 0u64..100_000,
+        passed_fields in proptest::collection::vec(
+            (
+                proptest::sample::select(vec![
+                    "date", "server", "content-type", "set-cookie", "x-a", "vary",
+                ]),
+                "[ -~]{0,12}",
+            ),
+            0..6,
+        ),
+        own in proptest::collection::vec(
+            (
+                proptest::sample::select(vec!["set-cookie", "strict-transport-security", "x-a"]),
+                "[!-~]{1,12}",
+            ),
+            0..4,
+        ),
+    ) {
+        let mut passed = super::PassedFields::new(length, 0);
+        let length_text = length.to_string();
+        let mut all = vec![("content-length", length_text.clone())];
+        all.extend(passed_fields.iter().map(|(n, v)| (*n, v.trim().to_owned())));
+        for (name, value) in &all {
+            passed.push(name.as_bytes(), value.as_bytes());
+        }
+        let mut headers = HeaderMap::new();
+        for (name, value) in &own {
+            headers.append(
+                HeaderName::from_static(name),
+                HeaderValue::from_str(value).unwrap(),
+            );
+        }
+        let mut with_passed = Vec::new();
+        let written = super::fields(Some(&passed), &headers, &mut with_passed);
+        let mut response = axum::response::Response::new(axum::body::Body::empty());
+        *response.headers_mut() = headers;
+        let one = super::Answer { response, passed: Some(passed) }.into_response();
+        let mut as_one = Vec::new();
+        let written_one = super::fields(None, one.headers(), &mut as_one);
+        proptest::prop_assert_eq!(written.length, written_one.length);
+        proptest::prop_assert_eq!(written.length, Some(super::Length::Is(length)));
+        proptest::prop_assert_eq!(written.date, written_one.date);
+        // Fields of different names may come in another order; each name's
+        // values may not.
+        let by_name = |out: &[u8]| {
+            let mut seen: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+            for line in String::from_utf8_lossy(out).split("\r\n").filter(|l| !l.is_empty()) {
+                let (name, value) = line.split_once(": ").unwrap();
+                seen.entry(name.to_owned()).or_default().push(value.to_owned());
+            }
+            seen
+        };
+        proptest::prop_assert_eq!(by_name(&with_passed), by_name(&as_one));
     }
 }
