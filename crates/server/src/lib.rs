@@ -47,5 +47,5 @@ pub use config::Config;
 /// Binds a listener with the accept queue a gateway needs.
 pub use serve::connections::bind as bind_listener;
 /// The hot-route hook of a listener (the public one's: `app::hot`).
-pub use serve::{Answer, HotAnswer, HotRoutes};
+pub use serve::{Answer, HotAnswer, HotRoutes, HotWholeAnswer};
 pub use state::AppState;

@@ -83,11 +83,15 @@ pub trait HotRoutes: Send + Sync + 'static {
     /// asking to upgrade is never the door's, so no answer it asks for
     /// outlives the connection.) The connection stays busy until the
     /// answer's body is sent.
-    fn answer_whole(&self, req: axum::extract::Request, peer: SocketAddr) -> HotAnswer;
+    fn answer_whole(&self, req: axum::extract::Request, peer: SocketAddr) -> HotWholeAnswer;
 }
 
-/// A hot route's answer, still to be awaited.
-pub type HotAnswer = Pin<Box<dyn std::future::Future<Output = Answer> + Send>>;
+/// A hot route's answer to a head, still to be awaited.
+pub type HotAnswer = Pin<Box<dyn std::future::Future<Output = axum::response::Response> + Send>>;
+
+/// A hot route's answer to a whole request, still to be awaited: it may
+/// pass a proxied answer's fields through (see [`Answer`]).
+pub type HotWholeAnswer = Pin<Box<dyn std::future::Future<Output = Answer> + Send>>;
 
 /// What a listener serves: its router and, on the public listener, the
 /// hot routes answered before it.
@@ -299,7 +303,7 @@ async fn serve_connection<S>(
                     // A head-only hot answer is a whole buffer, written at
                     // once: the connection is busy until it is made.
                     Served::Head(hot) => {
-                        let response = hot.await.into_response();
+                        let response = hot.await;
                         drop(busy);
                         Ok::<_, Infallible>(response)
                     }
@@ -359,7 +363,7 @@ async fn serve_connection<S>(
 #[allow(clippy::large_enum_variant)]
 enum Served {
     Head(HotAnswer),
-    Whole(HotAnswer),
+    Whole(HotWholeAnswer),
     Router(Router, axum::extract::Request),
 }
 

@@ -19,10 +19,10 @@ use std::sync::Arc;
 use axum::extract::{ConnectInfo, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderValue, Method, Uri, header};
-use axum::response::IntoResponse as _;
+use axum::response::{IntoResponse as _, Response};
 
 use crate::error::ApiError;
-use crate::serve::{Answer, HotAnswer, HotRoutes, PassedFields};
+use crate::serve::{Answer, HotAnswer, HotRoutes, HotWholeAnswer};
 use crate::state::AppState;
 use crate::{api, gate};
 
@@ -64,12 +64,12 @@ impl HotRoutes for PublicHot {
         Whole::of(method, uri.path()).is_some()
     }
 
-    fn answer_whole(&self, mut req: axum::extract::Request, peer: SocketAddr) -> HotAnswer {
+    fn answer_whole(&self, mut req: axum::extract::Request, peer: SocketAddr) -> HotWholeAnswer {
         let state = self.state.clone();
         let hsts = self.hsts.clone();
         if gate::headers_too_large(req.headers()) {
             let response = ApiError::HeadersTooLarge.into_response();
-            return Box::pin(async move { whole(response.into(), hsts) });
+            return Box::pin(async move { whole_response(response, hsts).into() });
         }
         // One box per route, each the size of its own handler's future: a
         // box of their union would be the gate's size (five kilobytes) for
@@ -84,15 +84,15 @@ impl HotRoutes for PublicHot {
         match whole_route {
             Some(Whole::Enter) => Box::pin(async move {
                 let response = api::enter::enter(State(state), req).await;
-                whole(response.into_response().into(), hsts)
+                whole_response(response.into_response(), hsts).into()
             }),
             Some(Whole::Redeem) => Box::pin(async move {
                 let response = api::redeem::redeem_json(State(state), req).await;
-                whole(response.into_response().into(), hsts)
+                whole_response(response.into_response(), hsts).into()
             }),
             Some(Whole::Release) => Box::pin(async move {
                 let response = api::redeem::release(State(state), req).await;
-                whole(response.into_response().into(), hsts)
+                whole_response(response.into_response(), hsts).into()
             }),
             // Taken as the gate (what `takes_whole` said), or asked
             // directly: the gate answers what the router's fallback would.
@@ -102,7 +102,7 @@ impl HotRoutes for PublicHot {
             // future would keep the visitor's request in every layer).
             Some(Whole::Gate) | None => match gate::begin(&state, req, peer.ip()) {
                 gate::Begun::Answered(response) => {
-                    Box::pin(async move { whole(response.into(), hsts) })
+                    Box::pin(async move { whole_response(response, hsts).into() })
                 }
                 gate::Begun::Forward(forward) => {
                     Box::pin(async move { whole(forward.finish(&state).await, hsts) })
@@ -126,7 +126,7 @@ impl HotRoutes for PublicHot {
                     Err(e) => e.into_response(),
                 }
             };
-            with_hsts(response.into(), hsts)
+            set_hsts(response, hsts)
         })
     }
 }
@@ -135,17 +135,23 @@ impl HotRoutes for PublicHot {
 /// known size is announced in the head, so the answer is written as the
 /// router writes it (not chunked) even when the connection closes right
 /// after it. (Passed fields carry their answer's length.)
-fn whole(mut answer: Answer, hsts: Option<HeaderValue>) -> Answer {
-    let response = &mut answer.response;
-    if answer.passed.is_none()
-        && !response.headers().contains_key(header::CONTENT_LENGTH)
+fn whole(answer: Answer, hsts: Option<HeaderValue>) -> Answer {
+    match answer.passed {
+        Some(_) => with_hsts(answer, hsts),
+        None => whole_response(answer.response, hsts).into(),
+    }
+}
+
+/// [`whole`] for an answer without passed fields.
+fn whole_response(mut response: Response, hsts: Option<HeaderValue>) -> Response {
+    if !response.headers().contains_key(header::CONTENT_LENGTH)
         && let Some(size) = axum::body::HttpBody::size_hint(response.body()).exact()
     {
         response
             .headers_mut()
             .insert(header::CONTENT_LENGTH, HeaderValue::from(size));
     }
-    with_hsts(answer, hsts)
+    set_hsts(response, hsts)
 }
 
 /// Who answers a request taken whole.
@@ -181,25 +187,33 @@ impl Whole {
 /// The answer with the `Strict-Transport-Security` header the router's HSTS
 /// layer would set, when HTTPS sets one: in place of the origin's, as the
 /// layer's `insert` puts it.
-fn with_hsts(mut answer: Answer, hsts: Option<HeaderValue>) -> Answer {
-    if let Some(v) = hsts {
-        if answer.passed.as_ref().is_some_and(PassedFields::has_hsts) {
-            answer = answer.into_response().into();
+fn with_hsts(answer: Answer, hsts: Option<HeaderValue>) -> Answer {
+    match answer.passed {
+        Some(ref passed) if hsts.is_some() && passed.has_hsts() => {
+            set_hsts(answer.into_response(), hsts).into()
         }
-        answer
-            .response
+        _ => Answer {
+            response: set_hsts(answer.response, hsts),
+            passed: answer.passed,
+        },
+    }
+}
+
+fn set_hsts(mut response: Response, hsts: Option<HeaderValue>) -> Response {
+    if let Some(v) = hsts {
+        response
             .headers_mut()
             .insert(header::STRICT_TRANSPORT_SECURITY, v);
     }
-    answer
+    response
 }
 
 #[cfg(test)]
 mod tests {
     use axum::body::Body;
-    use axum::response::Response;
 
     use super::*;
+    use crate::serve::PassedFields;
 
     /// A proxied answer whose fields were passed through, with its
     /// `Content-Length` among them, and the origin's own HSTS if `hsts`.

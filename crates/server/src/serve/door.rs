@@ -140,7 +140,7 @@ where
                             Err(_) => return Left::Closed,
                         }
                     } else {
-                        let response = hot.answer(parts, peer).await.into_response();
+                        let response = hot.answer(parts, peer).await;
                         encode(response, close, &mut out).await;
                         !close
                     };

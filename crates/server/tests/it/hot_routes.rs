@@ -39,7 +39,7 @@ async fn through_hot(hot: &PublicHot, req: Request<Body>) -> Option<Response> {
     }
     let (head, _) = req.into_parts();
     let peer: SocketAddr = PEER.parse().unwrap();
-    Some(hot.answer(head, peer).await.into_response())
+    Some(hot.answer(head, peer).await)
 }
 
 /// Status, headers (without `Retry-After`'s value, and without

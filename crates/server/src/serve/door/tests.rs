@@ -8,7 +8,7 @@ use http::header;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _, DuplexStream};
 
 use super::*;
-use crate::serve::{ConnectionSlot, HotAnswer};
+use crate::serve::{ConnectionSlot, HotAnswer, HotWholeAnswer};
 
 /// Takes `GET /hot` (any query); answers its query and `Cookie` back.
 struct Echo;
@@ -31,7 +31,6 @@ impl HotRoutes for Echo {
                 format!("{{\"q\":\"{query}\",\"cookie\":\"{cookie}\"}}"),
             )
                 .into_response()
-                .into()
         })
     }
 
@@ -42,7 +41,7 @@ impl HotRoutes for Echo {
     /// Streams its answer: `?chunks` of unknown length, `?sized` of known
     /// length, `?broken` failing after its first piece; the peer and the
     /// scheme the request carried come back as fields.
-    fn answer_whole(&self, req: axum::extract::Request, peer: SocketAddr) -> HotAnswer {
+    fn answer_whole(&self, req: axum::extract::Request, peer: SocketAddr) -> HotWholeAnswer {
         // The door gives the peer apart, and attaches nothing for it.
         assert!(
             req.extensions()
