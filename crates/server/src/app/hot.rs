@@ -72,9 +72,9 @@ impl HotRoutes for PublicHot {
             return Box::pin(async move { whole_response(response, hsts).into() });
         }
         // One box per route, each the size of its own handler's future: a
-        // box of their union would be the gate's size (five kilobytes) for
-        // every join, redeem and release, and a box's contents are copied
-        // in whole on every request.
+        // box of their union would be the largest one's size for every
+        // join, redeem and release, and a box's contents are copied in
+        // whole on every request.
         let whole_route = Whole::of(req.method(), req.uri().path());
         // The queue calls read the peer where the router puts it; the gate
         // is given it.
