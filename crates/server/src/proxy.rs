@@ -238,7 +238,6 @@ impl Proxy {
                 To::Lean { head, head_only } => match origin_authority(&outgoing.origin) {
                     Ok(authority) => origin::send_head(
                         head_only,
-                        true,
                         authority.as_str(),
                         head,
                         self.connect_timeout,

@@ -151,7 +151,8 @@ fn checkin(key: &str, mut conn: Conn) {
 
 /// Sends a bodiless request to `target` (an `http://` URI with the origin's
 /// authority) with `headers` (already rewritten for the origin) and answers
-/// with the origin's response head and a streaming body.
+/// with the origin's response head and a streaming body (its fields, which
+/// the tests that send this way do not read, may have been passed through).
 #[cfg(test)]
 pub(super) async fn send(
     method: Method,
@@ -169,7 +170,6 @@ pub(super) async fn send(
     let authority = target.authority().ok_or(ProxyError::BadOrigin)?;
     let (response, _) = send_head(
         method == Method::HEAD,
-        false,
         authority.as_str(),
         head,
         connect_timeout,
@@ -181,12 +181,11 @@ pub(super) async fn send(
 
 /// Sends `head` (a whole bodiless request head, `HEAD` if `head_only`) to
 /// the origin at `authority` (`host:port`) and answers with the origin's
-/// response head, its hop-by-hop fields left out, and a streaming body.
-/// With `pass`, a plain answer's fields come as [`PassedFields`] instead of
-/// in the response's map (see [`parse_head`]).
+/// response head, its hop-by-hop fields left out, and a streaming body. A
+/// plain answer's fields come as [`PassedFields`] instead of in the
+/// response's map (see [`parse_head`]).
 pub(super) async fn send_head(
     head_only: bool,
-    pass: bool,
     authority: &str,
     head: Vec<u8>,
     connect_timeout: Duration,
@@ -198,15 +197,7 @@ pub(super) async fn send_head(
     // deadline, which counts from the first try.
     let now = Instant::now();
     while let Some(conn) = checkout(authority, now) {
-        match exchange(
-            conn,
-            &head,
-            (head_only, pass),
-            authority,
-            now + response_timeout,
-        )
-        .await
-        {
+        match exchange(conn, &head, head_only, authority, now + response_timeout).await {
             Ok(response) => return Ok(response),
             Err(Failed::Stale) => continue,
             Err(Failed::Proxy(e)) => return Err(e),
@@ -214,7 +205,7 @@ pub(super) async fn send_head(
     }
     let conn = connect(authority, connect_timeout, response_timeout).await?;
     let due = Instant::now() + response_timeout;
-    match exchange(conn, &head, (head_only, pass), authority, due).await {
+    match exchange(conn, &head, head_only, authority, due).await {
         Ok(response) => Ok(response),
         Err(Failed::Stale) => Err(ProxyError::Origin(io::Error::new(
             io::ErrorKind::UnexpectedEof,
@@ -308,7 +299,7 @@ fn is_closed(e: &io::Error) -> bool {
 async fn exchange(
     mut conn: Conn,
     head: &[u8],
-    (head_only, pass): (bool, bool),
+    head_only: bool,
     key: &str,
     due: Instant,
 ) -> Result<Answered, Failed> {
@@ -318,7 +309,7 @@ async fn exchange(
     }
     let Conn { stream, buf, timer } = &mut conn;
     let answer = within(
-        answer_head(stream, buf, head, head_only, pass),
+        answer_head(stream, buf, head, head_only),
         timer.as_mut(),
         due,
     )
@@ -350,7 +341,6 @@ async fn answer_head(
     buf: &mut BytesMut,
     head: &[u8],
     head_only: bool,
-    pass: bool,
 ) -> Result<Head, Failed> {
     if let Err(e) = stream.write_all(head).await {
         return Err(if is_closed(&e) {
@@ -361,7 +351,7 @@ async fn answer_head(
     }
     let mut received = false;
     loop {
-        match parse_head(buf, head_only, pass)? {
+        match parse_head(buf, head_only, true)? {
             Some(parsed) => return Ok(parsed),
             None if buf.len() >= MAX_HEAD => {
                 return Err(bad("the answer's head is too large"));
@@ -421,11 +411,12 @@ impl Head {
 /// Parses the answer head at the start of `buf` (skipping `1xx` answers
 /// other than `101`), consuming it; `None` when it is not all there yet.
 ///
-/// With `pass`, a plain answer (a body framed by one `Content-Length` of
-/// one value, no field its `Connection` names and no `Anteroom-Command`,
-/// which the gate must act on and remove) keeps its fields as the lines
-/// the door writes ([`PassedFields`]) rather than in a map: the parser has
-/// refused every field `http` would refuse
+/// With `pass` (always, but for the tests that read the map), a plain
+/// answer (a body framed by one `Content-Length` of one value, no field its
+/// `Connection` names and no `Anteroom-Command`, which the gate must act on
+/// and remove) keeps its fields as the lines the door writes
+/// ([`PassedFields`]) rather than in a map: the parser has refused every
+/// field `http` would refuse
 /// (`tests::passed_fields_are_the_map_the_answer_would_have_had`), and the
 /// door would only turn the map back into those lines. Anything else gets
 /// the map.
