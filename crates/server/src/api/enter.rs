@@ -49,8 +49,19 @@ pub struct EnterBody {
         (status = 503, body = crate::error::ErrorBody, description = "draining",
             headers(("Retry-After" = u64, description = "seconds to wait before retrying")))))]
 pub async fn enter(State(state): State<Arc<AppState>>, req: Request) -> Result<Response, ApiError> {
+    let peer = super::peer(req.extensions());
+    enter_from(&state, req, peer).await
+}
+
+/// A join from the TCP peer `peer`: the route's handler, and the public
+/// listener's hot route (which calls it without the router).
+pub async fn enter_from(
+    state: &AppState,
+    req: Request,
+    peer: IpAddr,
+) -> Result<Response, ApiError> {
     let (parts, body) = req.into_parts();
-    let rt = resolve_event(&state, &parts.uri)?;
+    let rt = resolve_event(state, &parts.uri)?;
     let body: Option<EnterAnswer> =
         parse_json(&read_body(body, state.server.max_body_bytes).await?)?;
     let visitor = identity::resolve(
@@ -61,7 +72,7 @@ pub async fn enter(State(state): State<Arc<AppState>>, req: Request) -> Result<R
     )?
     .ok_or(ApiError::InvalidIdentity)?;
     let return_path = super::return_path(&parts.uri);
-    let visit = Visit::new(&state, &rt, &parts, &return_path);
+    let visit = Visit::new(state, &rt, &parts, peer, &return_path);
     // Refused in memory, before any store work; a new visitor still gets
     // the cookie so the retry is the same session. The answer to a
     // challenge follows the call that asked for it within the second: under

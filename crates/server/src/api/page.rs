@@ -37,7 +37,13 @@ pub async fn waiting_page(
     let rt = state.event(&id).ok_or(ApiError::UnknownEvent)?;
     let (parts, _) = req.into_parts();
     let return_path = super::return_path(&parts.uri);
-    let visit = Visit::new(&state, &rt, &parts, &return_path);
+    let visit = Visit::new(
+        &state,
+        &rt,
+        &parts,
+        super::peer(&parts.extensions),
+        &return_path,
+    );
     let lang = visit.answer.lang;
     // A JWT event's page load carries no bearer token: the script joins.
     let visitor = identity::resolve(

@@ -4,7 +4,7 @@
 //! admitted crowd's pages). See [`serve::HotRoutes`] for why.
 //!
 //! The answers are the router's: the same handlers ([`api::enter::poll`],
-//! [`api::enter::enter`], [`api::redeem::redeem_json`],
+//! [`api::enter::enter_from`], [`api::redeem::redeem_json`],
 //! [`api::redeem::release`], [`gate::answer`], which the router's fallback
 //! [`gate::gate`] calls with the peer it reads), after the same header-size
 //! guard as the router's
@@ -16,7 +16,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use axum::extract::{ConnectInfo, State};
+use axum::extract::State;
 use axum::http::request::Parts;
 use axum::http::{HeaderValue, Method, Uri, header};
 use axum::response::{IntoResponse as _, Response};
@@ -64,7 +64,7 @@ impl HotRoutes for PublicHot {
         Whole::of(method, uri.path()).is_some()
     }
 
-    fn answer_whole(&self, mut req: axum::extract::Request, peer: SocketAddr) -> HotWholeAnswer {
+    fn answer_whole(&self, req: axum::extract::Request, peer: SocketAddr) -> HotWholeAnswer {
         let state = self.state.clone();
         let hsts = self.hsts.clone();
         if gate::headers_too_large(req.headers()) {
@@ -75,15 +75,12 @@ impl HotRoutes for PublicHot {
         // box of their union would be the largest one's size for every
         // join, redeem and release, and a box's contents are copied in
         // whole on every request.
-        let whole_route = Whole::of(req.method(), req.uri().path());
-        // The queue calls read the peer where the router puts it; the gate
-        // is given it.
-        if whole_route != Some(Whole::Gate) {
-            req.extensions_mut().insert(ConnectInfo(peer));
-        }
-        match whole_route {
+        // A join and the gate are given the peer (attached to the request,
+        // where the router puts it, it would cost three allocations); a
+        // redeem and a release do not read it.
+        match Whole::of(req.method(), req.uri().path()) {
             Some(Whole::Enter) => Box::pin(async move {
-                let response = api::enter::enter(State(state), req).await;
+                let response = api::enter::enter_from(&state, req, peer.ip()).await;
                 whole_response(response.into_response(), hsts).into()
             }),
             Some(Whole::Redeem) => Box::pin(async move {

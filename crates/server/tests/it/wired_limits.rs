@@ -75,3 +75,62 @@ async fn per_session_limits_answer_429_with_retry_after() {
     assert_eq!(status, StatusCode::OK);
     s.stop().await;
 }
+
+/// A join sent over a connection from `from` (any loopback address: Linux
+/// has the whole 127/8) with a browser's headers and no session: its status.
+async fn enter_from(from: &str, s: &crate::support::server::TestServer) -> StatusCode {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket
+        .bind(format!("{from}:0").parse().unwrap())
+        .expect("cannot bind a 127/8 address (Linux has them all)");
+    let mut conn = socket.connect(s.public).await.unwrap();
+    let mut head = format!("POST {ENTER} HTTP/1.1\r\nhost: shop.example\r\n");
+    for (name, value) in CHROME.iter().filter(|(n, _)| *n != "connection") {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str("content-length: 0\r\nconnection: close\r\n\r\n");
+    conn.write_all(head.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    conn.read_to_end(&mut answer).await.unwrap();
+    let text = String::from_utf8_lossy(&answer);
+    StatusCode::from_u16(text[9..12].parse().unwrap()).unwrap()
+}
+
+/// The per-address limit counts the address each join connected from,
+/// both on the public listener's hot route (which hands the join its peer)
+/// and through the router (the access log on: the router attaches it).
+/// Every other test connects from 127.0.0.1, which is also what a join
+/// without a known peer is read as, so a peer lost on the way would put
+/// every caller under one budget: the third join below would be refused.
+#[tokio::test]
+async fn a_join_is_limited_by_the_address_it_connected_from() {
+    for access_log in [false, true] {
+        let origin = crate::support::origin::Origin::start().await;
+        let dir = tempfile::tempdir().unwrap();
+        let toml = crate::support::config::ConfigBuilder::new()
+            .server_line(&format!("access_log = {access_log}"))
+            .embedded(dir.path())
+            .limit("per_ip_per_second = 1")
+            .limit("per_session_per_second = 0")
+            .limit("entries_per_ip = 0")
+            .event(
+                crate::support::config::Event::at("tickets", origin.addr)
+                    .admission(crate::support::config::HOURLY),
+            )
+            .toml();
+        let s = crate::support::server::TestServer::start_with(&toml, origin, dir).await;
+        assert_eq!(enter_from("127.0.0.2", &s).await, StatusCode::OK);
+        assert_eq!(
+            enter_from("127.0.0.2", &s).await,
+            StatusCode::TOO_MANY_REQUESTS,
+            "the second join of an address within its second (access log {access_log})"
+        );
+        assert_eq!(
+            enter_from("127.0.0.3", &s).await,
+            StatusCode::OK,
+            "another address has a budget of its own (access log {access_log})"
+        );
+        s.stop().await;
+    }
+}
