@@ -8,7 +8,9 @@
 //! the cache. (A set kept ordered by rank cost every poll a removal and an
 //! insertion, with two copies of the member id.) Bounded: past twice its
 //! limit, the visitors furthest back are forgotten down to the limit, since
-//! drain admissions start at the front and would reach them last anyway.
+//! drain admissions start at the front and would reach them last anyway;
+//! while it holds its limit, a new visitor behind the last such cut is not
+//! taken in at all.
 //!
 //! Kept in shards by member, each behind its own lock ([`Ranks`]): every
 //! poll and join of every event loop notes its visitor, and one lock shared
@@ -31,6 +33,9 @@ pub struct RankCache {
     /// visitor chooses, up to 200,000 of them.
     by_member: HashMap<Box<str>, u64>,
     limit: usize,
+    /// The rank of the furthest back visitor the last pruning kept
+    /// (`u64::MAX` before any).
+    cut: u64,
 }
 
 impl Default for RankCache {
@@ -44,6 +49,7 @@ impl RankCache {
         Self {
             by_member: HashMap::new(),
             limit: limit.max(1),
+            cut: u64::MAX,
         }
     }
 
@@ -51,6 +57,15 @@ impl RankCache {
     pub fn note(&mut self, member: &str, rank: u64) {
         if let Some(known) = self.by_member.get_mut(member) {
             *known = rank;
+            return;
+        }
+        // A new visitor behind everyone the last pruning kept, while the
+        // cache still holds its limit, would be among the first the next
+        // pruning forgets: not remembered, which spares a burst's joins
+        // (each one new, nearly all of them far back) a key's allocation
+        // and a place in a map they would grow. A later answer within the
+        // cut remembers it (ranks only fall as the queue moves).
+        if rank > self.cut && self.by_member.len() >= self.limit {
             return;
         }
         self.by_member.insert(member.into(), rank);
@@ -65,6 +80,7 @@ impl RankCache {
         let (_, &mut cut, _) = ranks.select_nth_unstable(self.limit - 1);
         // Ties at the cut may keep a few more than the limit: harmless.
         self.by_member.retain(|_, rank| *rank <= cut);
+        self.cut = cut;
     }
 
     /// Forgets `member` (admitted, active, gone).
@@ -205,6 +221,42 @@ mod tests {
         assert_eq!(c.take_front(2), vec!["a".to_owned(), "b".to_owned()]);
         assert_eq!(c.take_front(5), vec!["c".to_owned()]);
         assert!(c.is_empty());
+    }
+
+    #[test]
+    fn a_new_visitor_behind_the_last_cut_waits_until_there_is_room_or_it_is_within() {
+        let mut c = RankCache::with_limit(3);
+        for (i, m) in ["a", "b", "c", "d", "e", "f", "g"].iter().enumerate() {
+            c.note(m, i as u64);
+        }
+        // Pruned at the seventh down to a, b, c: the cut is rank 2.
+        assert_eq!(c.len(), 3);
+        c.note("far", 9);
+        assert_eq!(c.len(), 3, "behind the cut with the cache at its limit");
+        // Within the cut, or a later answer that puts it there: remembered.
+        c.note("near", 1);
+        c.note("far", 2);
+        assert_eq!(c.len(), 5);
+        // Below its limit the cache takes anyone again.
+        for m in ["a", "b", "c", "near", "far"] {
+            c.forget(m);
+        }
+        c.note("back", 50);
+        assert_eq!(c.take_front(5), vec!["back".to_owned()]);
+    }
+
+    #[test]
+    fn a_burst_noted_front_to_back_keeps_its_front_in_the_limit() {
+        let ranks = Ranks::with_limit(1600);
+        // The order a burst joins in: each new visitor behind all before.
+        for i in 0..6400u64 {
+            ranks.note(&format!("m{i}"), i);
+        }
+        // Each shard pruned once at twice its share, and took nobody behind
+        // its cut after: about the limit, not twice it.
+        assert!(ranks.len() <= 1600 + 16, "{} remembered", ranks.len());
+        let expected: Vec<String> = (0..400).map(|i| format!("m{i}")).collect();
+        assert_eq!(ranks.take_front(400), expected);
     }
 
     #[test]
