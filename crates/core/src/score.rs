@@ -22,7 +22,7 @@
 //!   stable across refreshes and unpredictable without the key, and every such
 //!   score sorts before every post-opening score (which are `>= 0`).
 //! * After opening, the canonical clock orders visitors to the microsecond; the
-//!   10-bit tie-break (from a different hash of the member) only decides between
+//!   10-bit tie-break (other bits of the same keyed hash) only decides between
 //!   joins in the same microsecond.
 //! * Post-opening scores saturate at [`MAX_OPEN_SCORE`], reached `2^42` µs
 //!   (about 50.9 days) after opening; later joins all tie there and Redis orders
@@ -61,16 +61,15 @@ const MAX_PRE_WINDOW_US: i64 = MAX_OPEN_SCORE >> TIEBREAK_BITS;
 /// derived from the same configured secret (token MAC keys, key ids).
 const SCORE_KEY_LABEL: &[u8] = b"anteroom/score-key/v1";
 
-/// Separator bytes between event and member: distinct ones make the pre-window
-/// hash and the tie-break hash independent.
-const PREWINDOW_SEP: u8 = 0;
-const TIEBREAK_SEP: u8 = 1;
+/// Separator byte between event and member in the hashed text.
+const SEP: u8 = 0;
 
-/// Secret salt of the pre-window and tie-break hashes.
+/// Secret salt of the member's hash, which gives both the pre-window score
+/// and the tie-break.
 ///
 /// It holds the HMAC already keyed with the salt (the hashes of its inner and
 /// outer key blocks), cloned for each hash: keying it anew cost two of the
-/// four SHA-256 blocks of every hash, and a join takes two.
+/// four SHA-256 blocks of every hash.
 #[derive(Clone)]
 pub struct ScoreKey(HmacSha256);
 
@@ -83,10 +82,10 @@ impl ScoreKey {
         Self(new_mac(&salt))
     }
 
-    fn hash(&self, event: &str, sep: u8, member: &str) -> [u8; 32] {
+    fn hash(&self, event: &str, member: &str) -> [u8; 32] {
         let mut mac = self.0.clone();
         mac.update(event.as_bytes());
-        mac.update(&[sep]);
+        mac.update(&[SEP]);
         mac.update(member.as_bytes());
         mac.finalize().into_bytes().into()
     }
@@ -149,10 +148,13 @@ impl JoinScoring {
             pre_window_us.min(MAX_PRE_WINDOW_US)
         };
         let span = window << TIEBREAK_BITS;
-        let h = key.hash(event, PREWINDOW_SEP, member);
+        // One keyed hash, two disjoint parts of it: the output of a keyed
+        // hash is uniform and its bits independent of each other, so its
+        // first eight bytes and the next two are as unrelated as two hashes
+        // would be, at half the hashing (every join makes this).
+        let h = key.hash(event, member);
         let prewindow_score = uniform_below(first_u64(&h), span) - span;
-        let t = key.hash(event, TIEBREAK_SEP, member);
-        let tiebreak = i64::from(u16::from_be_bytes([t[0], t[1]])) & ((1 << TIEBREAK_BITS) - 1);
+        let tiebreak = i64::from(u16::from_be_bytes([h[8], h[9]])) & ((1 << TIEBREAK_BITS) - 1);
         Self {
             opens_at_us,
             prewindow_score,
