@@ -175,7 +175,7 @@ impl CookieSettings {
             return passes.to_owned();
         }
         // Pieces pushed, not `format!`: every redeem makes this value, and
-        // the formatter's walk cost it about 1k instructions.
+        // the formatter's walk over its arguments costs more than the copies.
         let mut value = String::with_capacity(session.len() + 1 + passes.len());
         value.push_str(session);
         value.push(SESSION_SEPARATOR);
