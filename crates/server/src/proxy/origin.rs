@@ -575,6 +575,13 @@ fn parse_head(buf: &mut BytesMut, head_only: bool, pass: bool) -> Result<Option<
         } else if lengths_disagree {
             return Err(bad("Content-Length values that disagree"));
         } else if let Some(n) = length {
+            if lengths > 1 {
+                // A list of one length said again (`5, 5`, or the field
+                // twice) goes on as the one value (RFC 9110 8.6): passed
+                // on as sent, it stood beside the length the visitor's
+                // hop writes when it cannot read the field as a number.
+                headers.insert(CONTENT_LENGTH, HeaderValue::from(n));
+            }
             Framing::Length(n)
         } else {
             close = true;

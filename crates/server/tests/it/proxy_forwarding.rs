@@ -592,3 +592,47 @@ async fn proxied_page_fields(access_log: bool) {
     }
     s.stop().await;
 }
+
+/// An origin that gives its length as a list of one value said again
+/// (`2, 2`, and the field twice) is passed on with the one length, once:
+/// the visitor never sees two `Content-Length` fields, whichever way the
+/// answer is written (the door, or the router and hyper with the access
+/// log on).
+#[tokio::test]
+async fn an_origins_length_said_again_reaches_the_visitor_once() {
+    for access_log in [false, true] {
+        let raw = raw_origin(
+            b"HTTP/1.1 200 OK\r\nContent-Length: 2, 2\r\nServer: raw\r\n\
+              Content-Length: 2\r\n\r\nok",
+        )
+        .await;
+        let origin = Origin::start().await;
+        let dir = tempfile::tempdir().unwrap();
+        let toml = ConfigBuilder::new()
+            .server_line(&format!("default_origin = \"http://{raw}\""))
+            .server_line(&format!("access_log = {access_log}"))
+            .embedded(dir.path())
+            .no_rate_limits()
+            .event(Event::at("tickets", origin.addr))
+            .toml();
+        let s = server::TestServer::start_with(&toml, origin, dir).await;
+        let mut conn = tokio::net::TcpStream::connect(s.public).await.unwrap();
+        for _ in 0..2 {
+            use tokio::io::AsyncWriteExt as _;
+            conn.write_all(b"GET /page HTTP/1.1\r\nHost: shop.example\r\n\r\n")
+                .await
+                .unwrap();
+            let (lines, body) = answer_as_sent(&mut conn).await;
+            assert_eq!(lines[0], "HTTP/1.1 200 OK");
+            let lengths: Vec<&str> = lines[1..]
+                .iter()
+                .filter_map(|l| l.split_once(": "))
+                .filter(|(n, _)| n.eq_ignore_ascii_case("content-length"))
+                .map(|(_, v)| v)
+                .collect();
+            assert_eq!(lengths, ["2"], "access log {access_log}: {lines:?}");
+            assert_eq!(body, b"ok");
+        }
+        s.stop().await;
+    }
+}

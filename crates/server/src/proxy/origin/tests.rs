@@ -655,3 +655,22 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_length_said_again_goes_on_as_one_value() {
+    for answer in [
+        &b"HTTP/1.1 200 OK\r\nContent-Length: 2, 2\r\nX-Between: 1\r\n\r\nok"[..],
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nX-Between: 1\r\nContent-Length: 2\r\n\r\nok",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2 , 2\r\nX-Between: 1\r\nContent-Length: 2\r\n\r\nok",
+    ] {
+        for pass in [false, true] {
+            let mut buf = BytesMut::from(answer);
+            let head = parse_head(&mut buf, false, pass).unwrap().unwrap();
+            assert!(head.passed.is_none(), "a list is not passed through");
+            assert_eq!(head.framing, Framing::Length(2));
+            let lengths: Vec<_> = head.headers.get_all(CONTENT_LENGTH).iter().collect();
+            assert_eq!(lengths, ["2"], "{}", String::from_utf8_lossy(answer));
+            assert_eq!(head.headers["x-between"], "1");
+        }
+    }
+}
