@@ -63,8 +63,9 @@ impl RankCache {
         // cache still holds its limit, would be among the first the next
         // pruning forgets: not remembered, which spares a burst's joins
         // (each one new, nearly all of them far back) a key's allocation
-        // and a place in a map they would grow. A later answer within the
-        // cut remembers it (ranks only fall as the queue moves).
+        // and a place in a map they would grow. Its poll answers note it
+        // again, and one within the cut (the queue moved, or the shard fell
+        // below its limit) remembers it.
         if rank > self.cut && self.by_member.len() >= self.limit {
             return;
         }
