@@ -540,40 +540,16 @@ async fn through_the_router_a_proxied_page_carries_the_same_fields() {
 }
 
 async fn proxied_page_fields(access_log: bool) {
-    let raw = raw_origin(
+    let answers = two_pages_from(
         b"HTTP/1.1 200 OK\r\nServer: raw\r\nX-Case: Kept As Sent\r\nSet-Cookie: a=1\r\n\
           Content-Length: 2\r\nSet-Cookie: b=2\r\nConnection: keep-alive\r\n\
           Keep-Alive: timeout=5\r\nAnteroom-Not-A-Command: x\r\n\r\nok",
+        access_log,
     )
     .await;
-    let origin = Origin::start().await;
-    let dir = tempfile::tempdir().unwrap();
-    let toml = ConfigBuilder::new()
-        .server_line(&format!("default_origin = \"http://{raw}\""))
-        .server_line(&format!("access_log = {access_log}"))
-        .embedded(dir.path())
-        .no_rate_limits()
-        .event(Event::at("tickets", origin.addr))
-        .toml();
-    let s = server::TestServer::start_with(&toml, origin, dir).await;
-    let mut conn = tokio::net::TcpStream::connect(s.public).await.unwrap();
-    // Twice on one connection: the second answer comes off a kept origin
-    // connection.
-    for _ in 0..2 {
-        use tokio::io::AsyncWriteExt as _;
-        conn.write_all(b"GET /page HTTP/1.1\r\nHost: shop.example\r\n\r\n")
-            .await
-            .unwrap();
-        let (lines, body) = answer_as_sent(&mut conn).await;
+    for (lines, body) in &answers {
         assert_eq!(lines[0], "HTTP/1.1 200 OK");
-        let named = |name: &str| -> Vec<&str> {
-            lines[1..]
-                .iter()
-                .filter_map(|l| l.split_once(": "))
-                .filter(|(n, _)| n.eq_ignore_ascii_case(name))
-                .map(|(_, v)| v)
-                .collect()
-        };
+        let named = |name| named(lines, name);
         if !access_log {
             // Spelt as sent: passed through, not rebuilt from a map.
             assert!(
@@ -590,7 +566,45 @@ async fn proxied_page_fields(access_log: bool) {
         assert!(named("connection").is_empty() && named("keep-alive").is_empty());
         assert_eq!(body, b"ok");
     }
+}
+
+/// Two `GET /page`s on one visitor connection to a server whose default
+/// origin answers every request with `answer`, the access log on or off:
+/// each answer's head lines and body. (The second answer comes off a kept
+/// origin connection.)
+async fn two_pages_from(answer: &'static [u8], access_log: bool) -> Vec<(Vec<String>, Vec<u8>)> {
+    let raw = raw_origin(answer).await;
+    let origin = Origin::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let toml = ConfigBuilder::new()
+        .server_line(&format!("default_origin = \"http://{raw}\""))
+        .server_line(&format!("access_log = {access_log}"))
+        .embedded(dir.path())
+        .no_rate_limits()
+        .event(Event::at("tickets", origin.addr))
+        .toml();
+    let s = server::TestServer::start_with(&toml, origin, dir).await;
+    let mut conn = tokio::net::TcpStream::connect(s.public).await.unwrap();
+    let mut answers = Vec::new();
+    for _ in 0..2 {
+        use tokio::io::AsyncWriteExt as _;
+        conn.write_all(b"GET /page HTTP/1.1\r\nHost: shop.example\r\n\r\n")
+            .await
+            .unwrap();
+        answers.push(answer_as_sent(&mut conn).await);
+    }
     s.stop().await;
+    answers
+}
+
+/// The values of the head's fields named `name` (in any case), in order.
+fn named<'l>(lines: &'l [String], name: &str) -> Vec<&'l str> {
+    lines[1..]
+        .iter()
+        .filter_map(|l| l.split_once(": "))
+        .filter(|(n, _)| n.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v)
+        .collect()
 }
 
 /// An origin that gives its length as a list of one value said again
@@ -601,38 +615,20 @@ async fn proxied_page_fields(access_log: bool) {
 #[tokio::test]
 async fn an_origins_length_said_again_reaches_the_visitor_once() {
     for access_log in [false, true] {
-        let raw = raw_origin(
+        let answers = two_pages_from(
             b"HTTP/1.1 200 OK\r\nContent-Length: 2, 2\r\nServer: raw\r\n\
               Content-Length: 2\r\n\r\nok",
+            access_log,
         )
         .await;
-        let origin = Origin::start().await;
-        let dir = tempfile::tempdir().unwrap();
-        let toml = ConfigBuilder::new()
-            .server_line(&format!("default_origin = \"http://{raw}\""))
-            .server_line(&format!("access_log = {access_log}"))
-            .embedded(dir.path())
-            .no_rate_limits()
-            .event(Event::at("tickets", origin.addr))
-            .toml();
-        let s = server::TestServer::start_with(&toml, origin, dir).await;
-        let mut conn = tokio::net::TcpStream::connect(s.public).await.unwrap();
-        for _ in 0..2 {
-            use tokio::io::AsyncWriteExt as _;
-            conn.write_all(b"GET /page HTTP/1.1\r\nHost: shop.example\r\n\r\n")
-                .await
-                .unwrap();
-            let (lines, body) = answer_as_sent(&mut conn).await;
+        for (lines, body) in &answers {
             assert_eq!(lines[0], "HTTP/1.1 200 OK");
-            let lengths: Vec<&str> = lines[1..]
-                .iter()
-                .filter_map(|l| l.split_once(": "))
-                .filter(|(n, _)| n.eq_ignore_ascii_case("content-length"))
-                .map(|(_, v)| v)
-                .collect();
-            assert_eq!(lengths, ["2"], "access log {access_log}: {lines:?}");
+            assert_eq!(
+                named(lines, "content-length"),
+                ["2"],
+                "access log {access_log}: {lines:?}"
+            );
             assert_eq!(body, b"ok");
         }
-        s.stop().await;
     }
 }
