@@ -339,11 +339,7 @@ async fn get_from(
     cookie: &str,
 ) -> (u16, serde_json::Value) {
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-    let socket = tokio::net::TcpSocket::new_v4().unwrap();
-    socket
-        .bind(format!("{from}:0").parse().unwrap())
-        .expect("cannot bind a 127/8 address (Linux has them all)");
-    let mut conn = socket.connect(s.public).await.unwrap();
+    let mut conn = crate::support::raw::connect_from(from, s.public).await;
     let head = format!(
         "GET {path} HTTP/1.1\r\nhost: shop.example\r\naccept: application/json\r\n\
          cookie: {cookie}\r\nconnection: close\r\n\r\n"

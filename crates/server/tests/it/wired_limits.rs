@@ -80,11 +80,7 @@ async fn per_session_limits_answer_429_with_retry_after() {
 /// has the whole 127/8) with a browser's headers and no session: its status.
 async fn enter_from(from: &str, s: &crate::support::server::TestServer) -> StatusCode {
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-    let socket = tokio::net::TcpSocket::new_v4().unwrap();
-    socket
-        .bind(format!("{from}:0").parse().unwrap())
-        .expect("cannot bind a 127/8 address (Linux has them all)");
-    let mut conn = socket.connect(s.public).await.unwrap();
+    let mut conn = crate::support::raw::connect_from(from, s.public).await;
     let mut head = format!("POST {ENTER} HTTP/1.1\r\nhost: shop.example\r\n");
     for (name, value) in CHROME.iter().filter(|(n, _)| *n != "connection") {
         head.push_str(&format!("{name}: {value}\r\n"));

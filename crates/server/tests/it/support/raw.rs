@@ -58,3 +58,14 @@ pub async fn connect(addr: SocketAddr) -> TcpStream {
         }
     }
 }
+
+/// Connects to `addr` from the loopback address `from` (Linux has the whole
+/// 127/8): for tests that must tell the server's peer apart from 127.0.0.1,
+/// which every other test connects from and a lost peer reads as.
+pub async fn connect_from(from: &str, addr: SocketAddr) -> TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket
+        .bind(format!("{from}:0").parse().unwrap())
+        .expect("cannot bind a 127/8 address (Linux has them all)");
+    socket.connect(addr).await.unwrap()
+}
