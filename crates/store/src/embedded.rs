@@ -518,6 +518,13 @@ impl QueueStore for EmbeddedStore {
         self.read(event, |_, now_us| now_us)
     }
 
+    async fn anchor_us(&self, event: &EventId) -> Result<i64> {
+        let now = self.now_us(event).await?;
+        let key = event.as_str().to_owned();
+        self.meta_call(move |db, path| disk::anchor(db, path, &key, now))
+            .await
+    }
+
     async fn join(
         &self,
         event: &EventId,

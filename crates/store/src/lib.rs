@@ -263,6 +263,15 @@ pub trait QueueStore: Send + Sync + 'static {
     /// The canonical clock, microseconds since the Unix epoch.
     async fn now_us(&self, event: &EventId) -> Result<i64>;
 
+    /// The event's anchor: the canonical time of the first call for
+    /// `event`, kept, and returned as it is by every later call, from
+    /// every node sharing the store. Set if absent in one step, so nodes
+    /// starting together cannot each fix their own: arrival scores count
+    /// from it, and nodes holding different anchors would order their
+    /// joins against different origins. [`QueueStore::delete_event`]
+    /// forgets it.
+    async fn anchor_us(&self, event: &EventId) -> Result<i64>;
+
     /// Insert-if-absent: a member already waiting keeps its score (a refresh
     /// never moves anybody back); a member admitted or active keeps that state.
     /// The score comes from `anteroom_core::score::arrival_score` at the

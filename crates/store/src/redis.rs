@@ -211,6 +211,11 @@ impl QueueStore for RedisStore {
         self.eval(&scripts::NOW, &call).await
     }
 
+    async fn anchor_us(&self, event: &EventId) -> Result<i64> {
+        let call = scripts::ANCHOR.call(&[EventKeys::new(event).anchor()]);
+        self.eval(&scripts::ANCHOR, &call).await
+    }
+
     async fn join(
         &self,
         event: &EventId,

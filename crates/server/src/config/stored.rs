@@ -206,7 +206,9 @@ pub async fn resolve(
     Ok(out)
 }
 
-/// The event's anchor: its opening time, or the stored anchor, or now (stored).
+/// The event's anchor: its opening time, or the one in its document, or
+/// the store's (set by the first node to ask, so nodes starting together
+/// agree), then kept in the document too, where nodes look for it.
 pub async fn anchor(
     event: &EventConfig,
     mut doc: StoredEvent,
@@ -218,10 +220,10 @@ pub async fn anchor(
     if let Some(a) = doc.anchor_us {
         return Ok(a);
     }
-    let now = store.now_us(&event.id).await?;
-    doc.anchor_us = Some(now);
+    let anchor = store.anchor_us(&event.id).await?;
+    doc.anchor_us = Some(anchor);
     store.put_event_config(&event.id, &to_json(&doc)).await?;
-    Ok(now)
+    Ok(anchor)
 }
 
 /// Who made a stored change, and the file's table it was made against.
@@ -245,7 +247,7 @@ pub async fn put(
     doc.changed_by = Some(change.by);
     doc.changed_at_ms = Some(change.at_ms);
     if doc.anchor_us.is_none() && event.opens_at_ms.is_none() {
-        doc.anchor_us = Some(store.now_us(&event.id).await?);
+        doc.anchor_us = Some(store.anchor_us(&event.id).await?);
     }
     store.put_event_config(&event.id, &to_json(&doc)).await?;
     Ok(match event.opens_at_ms {

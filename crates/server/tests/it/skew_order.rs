@@ -13,8 +13,11 @@ use crate::support::process;
 use crate::support::visitor::Visitor;
 
 use crate::support::process::Node;
+use anteroom::config::stored::{self, StoredEvent};
+use anteroom_store::redis::{RedisConfig, RedisStore};
 use anteroom_store::testing::RedisServer;
 use http::{Method, StatusCode};
+use std::time::Duration;
 
 const EVENT: &str = "tickets";
 const VISITORS: usize = 40;
@@ -79,4 +82,40 @@ async fn alternating_arrivals_on_skewed_nodes_keep_arrival_order() {
     println!(
         "skew: {VISITORS} alternating arrivals, node clocks {skew} ms apart, ranks in arrival order"
     );
+}
+
+/// Nodes starting together on a new store fix one anchor between them.
+/// Arrival scores count from the anchor (an event without `opens_at` opens
+/// when it is first started): were each node to take its own start, the
+/// later node's arrivals would all rank ahead of the earlier node's by the
+/// gap between their starts, for the whole event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_starting_together_count_from_one_anchor() {
+    let redis = RedisServer::start().expect("redis-server (apt-get install redis-server)");
+    let config = RedisConfig {
+        urls: vec![redis.url()],
+        cluster: false,
+        timeout: Duration::from_secs(5),
+    };
+    let nodes = [
+        RedisStore::connect(&config).await.unwrap(),
+        RedisStore::connect(&config).await.unwrap(),
+    ];
+    let toml = process::redis_node(&[redis.url()])
+        .event(process::event(EVENT, "http://127.0.0.1:9", 1))
+        .toml()
+        .replace("{public}", "127.0.0.1:0")
+        .replace("{admin}", "127.0.0.1:0")
+        .replace("{journal}", "unused");
+    let event = &anteroom::Config::from_toml(&toml).unwrap().events[0];
+    // Each read the event's document before either stored an anchor.
+    let (a, b) = tokio::join!(
+        stored::anchor(event, StoredEvent::default(), &nodes[0]),
+        stored::anchor(event, StoredEvent::default(), &nodes[1]),
+    );
+    let (a, b) = (a.unwrap(), b.unwrap());
+    assert_eq!(a, b, "two nodes, two anchors {} µs apart", b - a);
+    // The document a later node starts from holds it too.
+    let docs = stored::read_all(&nodes[0]).await.unwrap();
+    assert_eq!(docs[&event.id].anchor_us, Some(a));
 }

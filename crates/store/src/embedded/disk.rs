@@ -37,6 +37,8 @@ pub(crate) const USED: TableDefinition<&[u8], ()> = TableDefinition::new("used_b
 pub(crate) const REVOKED: TableDefinition<u64, &[u8]> = TableDefinition::new("revoked");
 pub(crate) const ADMIN: TableDefinition<&str, u8> = TableDefinition::new("admin");
 pub(crate) const CONFIGS: TableDefinition<&str, &str> = TableDefinition::new("configs");
+/// Each event's anchor (µs), set once ([`anchor`]).
+pub(crate) const ANCHORS: TableDefinition<&str, i64> = TableDefinition::new("anchors");
 /// Admin audit trail: (event, sequence) → entry JSON, per event in order.
 pub(crate) const AUDIT: TableDefinition<(&str, u64), &str> = TableDefinition::new("audit");
 
@@ -317,6 +319,28 @@ pub(crate) fn put_config(
     w.commit().map_err(|e| storage(path, e))
 }
 
+/// The event's anchor: the one kept, else `now`, kept durably. One write
+/// transaction (redb has one writer at a time), so two callers cannot both
+/// find it absent.
+pub(crate) fn anchor(db: &Database, path: &Path, key: &str, now: i64) -> Result<i64, StoreError> {
+    let mut w = db.begin_write().map_err(|e| storage(path, e))?;
+    w.set_durability(Durability::Immediate)
+        .map_err(|e| storage(path, e))?;
+    let anchor = {
+        let mut t = w.open_table(ANCHORS).map_err(|e| storage(path, e))?;
+        let kept = t.get(key).map_err(|e| storage(path, e))?.map(|v| v.value());
+        match kept {
+            Some(kept) => kept,
+            None => {
+                t.insert(key, now).map_err(|e| storage(path, e))?;
+                now
+            }
+        }
+    };
+    w.commit().map_err(|e| storage(path, e))?;
+    Ok(anchor)
+}
+
 /// Appends an audit entry to an event's trail, dropping the oldest beyond `keep`.
 pub(crate) fn append_audit(
     db: &Database,
@@ -397,6 +421,8 @@ pub(crate) fn forget_event(db: &Database, path: &Path, key: &str) -> Result<(), 
         let mut t = w.open_table(ADMIN).map_err(|e| storage(path, e))?;
         t.remove(key).map_err(|e| storage(path, e))?;
         let mut t = w.open_table(CONFIGS).map_err(|e| storage(path, e))?;
+        t.remove(key).map_err(|e| storage(path, e))?;
+        let mut t = w.open_table(ANCHORS).map_err(|e| storage(path, e))?;
         t.remove(key).map_err(|e| storage(path, e))?;
     }
     w.commit().map_err(|e| storage(path, e))

@@ -101,6 +101,11 @@ impl EventKeys {
     pub(crate) fn state(&self) -> String {
         self.key("state")
     }
+    /// The event's anchor: the canonical µs its arrival scores count from
+    /// when it has no opening time, set once (`anchor.lua`).
+    pub(crate) fn anchor(&self) -> String {
+        self.key("anchor")
+    }
     /// Lifetime totals (`admitted`, `redeemed`).
     pub(crate) fn totals(&self) -> String {
         self.key("totals")
@@ -135,6 +140,7 @@ impl EventKeys {
             self.used(),
             self.revocations(),
             self.state(),
+            self.anchor(),
             self.totals(),
             self.admitted_per_s(),
             self.churn_per_s(),

@@ -39,3 +39,4 @@ pub(crate) static EXPIRE: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!
 pub(crate) static STATS: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("stats.lua")));
 pub(crate) static SHARE: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("share.lua")));
 pub(crate) static NOW: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("now.lua")));
+pub(crate) static ANCHOR: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("anchor.lua")));

@@ -39,6 +39,7 @@ pub(super) async fn delete_event_removes_all_but_the_audit(s: Store, c: Ctx) {
     admit(&s, &ev, 1, 10, HOUR_US).await;
     s.set_admin_state(&ev, AdminState::Closed).await.unwrap();
     s.put_event_config(&ev, "{}").await.unwrap();
+    let anchor = s.anchor_us(&ev).await.unwrap();
     s.append_audit(&ev, r#"{"action":"delete"}"#).await.unwrap();
     s.delete_event(&ev).await.unwrap();
     for m in &ms {
@@ -63,5 +64,11 @@ pub(super) async fn delete_event_removes_all_but_the_audit(s: Store, c: Ctx) {
     assert_eq!(s.audit(&ev, 10).await.unwrap().len(), 1, "the trail stays");
     // The id can be used again from scratch.
     assert!(join_n(&s, &ev, "again", 1).await.len() == 1);
+    // ...and counts from its own start, not the deleted event's.
+    let again = s.anchor_us(&ev).await.unwrap();
+    assert!(
+        again > anchor,
+        "anchor {anchor}, after the deletion {again}"
+    );
     s.delete_event(&ev).await.unwrap();
 }

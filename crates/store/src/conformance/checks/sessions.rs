@@ -308,6 +308,30 @@ pub(super) async fn event_configs_are_stored(s: Store, c: Ctx) {
     assert_eq!(get(&b).as_deref(), Some(r#"{"v":2}"#));
 }
 
+pub(super) async fn anchor_is_set_once_by_the_first_caller(s: Store, c: Ctx) {
+    let (a, b) = (c.event("anchor-a"), c.event("anchor-b"));
+    let before = now(&s, &a).await;
+    // Callers asking together (nodes starting together) all get one value:
+    // a store that read, then wrote, would give each its own time.
+    let mut callers = tokio::task::JoinSet::new();
+    for _ in 0..8 {
+        let (s, a) = (s.clone(), a.clone());
+        callers.spawn(async move { s.anchor_us(&a).await.unwrap() });
+    }
+    let anchors: Vec<i64> = callers.join_all().await;
+    let first = anchors[0];
+    assert!(anchors.iter().all(|&x| x == first), "{anchors:?}");
+    let after = now(&s, &a).await;
+    assert!(
+        (before..=after).contains(&first),
+        "{before} <= {first} <= {after}"
+    );
+    // Kept exactly (not rounded on its way into the store), and per event.
+    assert_eq!(s.anchor_us(&a).await.unwrap(), first);
+    assert!(s.anchor_us(&b).await.unwrap() >= first);
+    assert_eq!(s.anchor_us(&a).await.unwrap(), first);
+}
+
 pub(super) async fn reconcile_active_records_drained_sessions(s: Store, c: Ctx) {
     let ev = c.event("reconcile");
     let ms = join_n(&s, &ev, "m", 3).await;
