@@ -43,6 +43,8 @@ pub struct VisitorRecord {
     pub ended_at: Option<u64>,
     pub redeemed: bool,
     pub released: bool,
+    /// Which of the target nodes answered the enter that joined.
+    pub node: u8,
     pub polls: u32,
     /// Proof-of-work challenges solved.
     pub challenges: u32,
@@ -172,6 +174,10 @@ pub struct Report {
     pub inversions: u64,
     /// Human/bot pairs admitted out of arrival order (policy, for information).
     pub inversions_cross_class: u64,
+    /// Of [`Report::inversions`], the pairs that joined through different
+    /// nodes (`None` with one node): all of them when the nodes disagree on
+    /// the order they put their arrivals in.
+    pub inversions_across_nodes: Option<u64>,
     /// Kendall τ between send order of the joins and admission order (the
     /// server's admission instants where tokens carry them, else first-seen
     /// times, which poll timing scrambles a little even when fair).
@@ -291,19 +297,29 @@ pub fn build(records: &[VisitorRecord], tally: &Tally, facts: RunFacts) -> Repor
         .iter()
         .filter(|r| r.admitted_seen.is_some())
         .collect();
-    let fair: Vec<(bool, Observed)> = admitted
+    let fair: Vec<(bool, u8, Observed)> = admitted
         .iter()
         .filter(|r| !r.pre_open)
-        .filter_map(|r| Some((r.bot, observed(r)?)))
+        .filter_map(|r| Some((r.bot, r.node, observed(r)?)))
         .collect();
-    let class = |bot: bool| -> Vec<Observed> {
+    let class = |bot: bool, node: Option<u8>| -> Vec<Observed> {
         fair.iter()
-            .filter(|(b, _)| *b == bot)
-            .map(|(_, o)| *o)
+            .filter(|(b, n, _)| *b == bot && node.is_none_or(|node| node == *n))
+            .map(|(_, _, o)| *o)
             .collect()
     };
-    let all: Vec<Observed> = fair.iter().map(|(_, o)| *o).collect();
-    let within = certain_inversions(&class(false)) + certain_inversions(&class(true));
+    let all: Vec<Observed> = fair.iter().map(|(_, _, o)| *o).collect();
+    let within = certain_inversions(&class(false, None)) + certain_inversions(&class(true, None));
+    let nodes = tally.requests_by_node.len();
+    let inversions_across_nodes = (nodes > 1).then(|| {
+        let within_nodes: u64 = (0..=u8::try_from(nodes - 1).unwrap_or(u8::MAX))
+            .map(|n| {
+                certain_inversions(&class(false, Some(n)))
+                    + certain_inversions(&class(true, Some(n)))
+            })
+            .sum();
+        within.saturating_sub(within_nodes)
+    });
 
     let mut errors = tally.errors.clone();
     for (kind, n) in &tally.gave_up {
@@ -334,6 +350,7 @@ pub fn build(records: &[VisitorRecord], tally: &Tally, facts: RunFacts) -> Repor
         redeemed: records.iter().filter(|r| r.redeemed).count(),
         inversions: within,
         inversions_cross_class: certain_inversions(&all).saturating_sub(within),
+        inversions_across_nodes,
         kendall_tau: send_order_tau(&all),
         max_origin_concurrency: facts.max_origin_concurrency,
         max_active: facts.max_active,
@@ -473,6 +490,9 @@ pub fn render_text(r: &Report) -> String {
         "inversions            {} (cross-class, by policy: {})\n",
         r.inversions, r.inversions_cross_class
     );
+    if let Some(across) = r.inversions_across_nodes {
+        s += &format!("  across nodes        {across} (joined through different nodes)\n");
+    }
     s += &format!("kendall tau           {}\n", opt(r.kendall_tau, 4));
     s += &format!(
         "origin concurrency    max {} (max_active {}, observed active {})\n",
@@ -603,6 +623,38 @@ mod tests {
             admitted_seen: Some(seen),
             ..VisitorRecord::default()
         }
+    }
+
+    /// The report tells inversions between visitors who joined through
+    /// different nodes from those within one node: nodes that disagree on
+    /// how they order arrivals show up as the first kind only.
+    #[test]
+    fn inversions_across_nodes_are_told_apart() {
+        let on = |node: u8, r: VisitorRecord| VisitorRecord { node, ..r };
+        // A (node 0) joins first but is admitted after B (node 1), who
+        // joined later; C and D, both on node 0, are inverted too.
+        let records = [
+            on(0, admitted(0, 50_000, 300_000, 310_000)),
+            on(1, admitted(10_000, 50_000, 100_000, 110_000)),
+            on(0, admitted(400_000, 450_000, 700_000, 710_000)),
+            on(0, admitted(410_000, 450_000, 500_000, 510_000)),
+        ];
+        let tally = |nodes: usize| Tally {
+            requests_by_node: vec![1; nodes],
+            ..Tally::default()
+        };
+        let r = build(&records, &tally(2), RunFacts::default());
+        assert_eq!(r.inversions, 2);
+        assert_eq!(r.inversions_across_nodes, Some(1));
+        assert!(
+            render_text(&r).contains("across nodes        1 "),
+            "{}",
+            render_text(&r)
+        );
+        // With one node there is nothing to tell apart.
+        let r = build(&records, &tally(1), RunFacts::default());
+        assert_eq!((r.inversions, r.inversions_across_nodes), (2, None));
+        assert!(!render_text(&r).contains("across nodes"));
     }
 
     #[test]

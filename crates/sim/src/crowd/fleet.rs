@@ -496,12 +496,13 @@ impl Fleet {
                 Some((x, id, step, sent)) = inflight.next(), if !inflight.is_empty() => {
                     woke = std::time::Instant::now();
                     self.requests += 1;
-                    if let Some(n) = self.tally.requests_by_node.get_mut(x.conn.node) {
+                    let node = x.conn.node;
+                    if let Some(n) = self.tally.requests_by_node.get_mut(node) {
                         *n += 1;
                     }
                     self.connects += u64::from(x.connected);
                     idle.push(x.conn);
-                    self.answered(id, step, sent, x.result);
+                    self.answered(id, step, sent, node, x.result);
                 }
                 Some(s) = solved.recv() => {
                     woke = std::time::Instant::now();
@@ -548,10 +549,19 @@ impl Fleet {
         }
     }
 
-    fn answered(&mut self, id: u32, step: Step, sent: u64, result: Result<Answer, &'static str>) {
+    /// The answer to visitor `id`'s request for `step`, sent at `sent`
+    /// through a connection to target node `node`.
+    fn answered(
+        &mut self,
+        id: u32,
+        step: Step,
+        sent: u64,
+        node: usize,
+        result: Result<Answer, &'static str>,
+    ) {
         let received = self.now_us();
         match step {
-            Step::Enter => self.on_enter(id, sent, received, result),
+            Step::Enter => self.on_enter(id, sent, received, node, result),
             Step::Poll => self.on_poll(id, sent, received, result),
             Step::Redeem => self.on_redeem(id, received, sent, result),
             Step::Browse => self.on_browse(id, received, result),
@@ -614,7 +624,14 @@ impl Fleet {
         }
     }
 
-    fn on_enter(&mut self, id: u32, sent: u64, received: u64, result: Result<Answer, &str>) {
+    fn on_enter(
+        &mut self,
+        id: u32,
+        sent: u64,
+        received: u64,
+        node: usize,
+        result: Result<Answer, &str>,
+    ) {
         let a = match result {
             Ok(a) => a,
             Err(e) => return self.failed(id, &format!("enter_{e}"), Some(received + RETRY_US)),
@@ -627,6 +644,7 @@ impl Fleet {
                     let v = &mut self.visitors[id as usize];
                     v.arrival_sent = tick_down(sent);
                     v.arrival_received = tick_up(received);
+                    v.node = u8::try_from(node).unwrap_or(u8::MAX);
                     v.failures = 0;
                     v.set(PRE_OPEN, pos.status == "NOT_OPEN");
                     v.set(WAITING, true);

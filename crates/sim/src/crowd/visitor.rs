@@ -86,6 +86,8 @@ pub struct Visitor {
     pub failures: u8,
     pub pages_left: u8,
     pub challenges: u8,
+    /// The target node that answered its joining enter.
+    pub node: u8,
 }
 
 impl Visitor {
@@ -107,6 +109,7 @@ impl Visitor {
             failures: 0,
             pages_left: 0,
             challenges: 0,
+            node: 0,
         }
     }
 
@@ -175,6 +178,7 @@ impl Visitor {
             ended_at: us(self.ended_at),
             redeemed: self.has(REDEEMED),
             released: self.has(RELEASED),
+            node: self.node,
             polls: self.polls,
             challenges: u32::from(self.challenges),
         }

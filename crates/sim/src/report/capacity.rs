@@ -119,6 +119,7 @@ mod tests {
             ended_at: ended,
             redeemed: admitted.is_some(),
             released: ended.is_some(),
+            node: 0,
             polls: 1,
             challenges: 0,
         }

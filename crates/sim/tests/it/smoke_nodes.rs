@@ -69,6 +69,7 @@ async fn two_nodes_on_one_redis_admit_the_whole_crowd_in_order() {
     assert_eq!(r.admitted, 200);
     assert_eq!(r.redeemed, 200);
     assert_eq!(r.inversions, 0);
+    assert_eq!(r.inversions_across_nodes, Some(0));
     let max_origin = r.max_origin_concurrency.unwrap();
     assert!(
         (1..=MAX_ACTIVE).contains(&max_origin),
