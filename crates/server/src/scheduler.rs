@@ -336,11 +336,22 @@ async fn watch_configs(state: Arc<AppState>) {
             else {
                 continue;
             };
-            let anchor = config
-                .opens_at_ms
-                .map(|ms| ms.saturating_mul(1000))
-                .or(doc.anchor_us)
-                .unwrap_or(0);
+            // A document without an anchor (one stored by a node that had
+            // not fixed it yet) takes the store's: an anchor of 0 would put
+            // every arrival at the clamped top score, in no order at all.
+            let anchor = match config.opens_at_ms {
+                Some(ms) => ms.saturating_mul(1000),
+                None => match doc.anchor_us {
+                    Some(anchor) => anchor,
+                    None => match state.store.anchor_us(&id).await {
+                        Ok(anchor) => anchor,
+                        Err(e) => {
+                            tracing::warn!(event = %id, error = %e, "stored event change not applied yet: the store did not give its anchor");
+                            continue;
+                        }
+                    },
+                },
+            };
             match state.upsert_event(config, anchor) {
                 Ok(true) => spawn_event(&state, &id),
                 Ok(false) => {}

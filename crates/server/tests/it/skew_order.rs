@@ -16,6 +16,7 @@ use crate::support::process::Node;
 use anteroom::config::stored::{self, StoredEvent};
 use anteroom_store::redis::{RedisConfig, RedisStore};
 use anteroom_store::testing::RedisServer;
+use anteroom_store::{EventId, QueueStore};
 use http::{Method, StatusCode};
 use std::time::Duration;
 
@@ -118,4 +119,66 @@ async fn nodes_starting_together_count_from_one_anchor() {
     // The document a later node starts from holds it too.
     let docs = stored::read_all(&nodes[0]).await.unwrap();
     assert_eq!(docs[&event.id].anchor_us, Some(a));
+}
+
+/// An event whose stored document carries no anchor (stored by a node
+/// before it fixed one) still orders its arrivals when another node takes
+/// it up: that node asks the store for the anchor rather than counting
+/// from the epoch, where every score would be clamped to one value.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_stored_without_its_anchor_still_orders_its_arrivals() {
+    const LATE: &str = "late";
+    let redis = RedisServer::start().expect("redis-server (apt-get install redis-server)");
+    let config = process::redis_node(&[redis.url()])
+        .event(process::event(EVENT, "http://127.0.0.1:9", 1).admission(HOURLY));
+    let node = Node::in_process(&config.toml()).await;
+    let writer = RedisStore::connect(&RedisConfig {
+        urls: vec![redis.url()],
+        cluster: false,
+        timeout: Duration::from_secs(5),
+    })
+    .await
+    .unwrap();
+    let doc = serde_json::json!({
+        "anchor_us": null,
+        "event": {
+            "id": LATE,
+            "origin": "http://127.0.0.1:9",
+            "paths": ["/late"],
+            "max_active": 1,
+            "admission": {"mode": "batch", "batch_size": 1, "interval": "1h"},
+        },
+    });
+    writer
+        .put_event_config(&EventId::new(LATE).unwrap(), &doc.to_string())
+        .await
+        .unwrap();
+
+    // The node takes the stored event up at its next look at the store.
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    let mut visitors = vec![Visitor::default()];
+    loop {
+        let (status, _, p) = visitors[0].enter(&node, LATE).await;
+        if status == StatusCode::OK {
+            break;
+        }
+        assert_eq!(status, StatusCode::NOT_FOUND, "{p}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the stored event never started"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for _ in 1..12 {
+        let mut v = Visitor::default();
+        let (status, _, p) = v.enter(&node, LATE).await;
+        assert_eq!(status, StatusCode::OK, "{p}");
+        visitors.push(v);
+    }
+    let mut ranks = Vec::new();
+    for v in &mut visitors {
+        ranks.push(v.position(&node, LATE).await["rank"].as_u64().unwrap());
+    }
+    let expected: Vec<u64> = (0..visitors.len() as u64).collect();
+    assert_eq!(ranks, expected, "ranks in arrival order");
 }
