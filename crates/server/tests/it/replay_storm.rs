@@ -14,7 +14,6 @@ use std::time::{Duration, Instant};
 use crate::support::process;
 use crate::support::process::Node;
 use crate::support::visitor::Visitor;
-use anteroom_store::redis::{RedisConfig, RedisStore};
 use anteroom_store::testing::RedisServer;
 use anteroom_store::{EventId, QueueStore};
 use bytes::Bytes;
@@ -112,14 +111,9 @@ async fn ten_thousand_redemptions_of_one_token_over_two_nodes_succeed_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ten_thousand_uses_of_one_pow_nonce_over_two_connections_succeed_once() {
     let redis = RedisServer::start().expect("redis-server (apt-get install redis-server)");
-    let config = RedisConfig {
-        urls: vec![redis.url()],
-        cluster: false,
-        timeout: Duration::from_secs(5),
-    };
     let stores: [Arc<dyn QueueStore>; 2] = [
-        Arc::new(RedisStore::connect(&config).await.unwrap()),
-        Arc::new(RedisStore::connect(&config).await.unwrap()),
+        Arc::new(process::redis_store(&redis.url()).await),
+        Arc::new(process::redis_store(&redis.url()).await),
     ];
     let event = EventId::new("tickets").unwrap();
     let now = stores[0].now_us(&event).await.unwrap();

@@ -302,6 +302,20 @@ pub fn redis_node(urls: &[String]) -> ConfigBuilder {
     node_with(ConfigBuilder::new().redis(urls))
 }
 
+/// A connection of the test's own to the standalone Redis at `url`, as
+/// another gateway node holds one: to read or write the store behind the
+/// nodes' backs.
+pub async fn redis_store(url: &str) -> anteroom_store::redis::RedisStore {
+    let config = anteroom_store::redis::RedisConfig {
+        urls: vec![url.to_owned()],
+        cluster: false,
+        timeout: Duration::from_secs(5),
+    };
+    anteroom_store::redis::RedisStore::connect(&config)
+        .await
+        .expect("connect to the test's redis-server")
+}
+
 /// [`redis_node`] on a Redis Cluster reached through `urls`.
 pub fn redis_cluster_node(urls: &[String]) -> ConfigBuilder {
     node_with(ConfigBuilder::new().redis_cluster(urls))
