@@ -712,6 +712,20 @@ impl QueueStore for EmbeddedStore {
             .await
     }
 
+    async fn replace_event_config(
+        &self,
+        event: &EventId,
+        expected: Option<&str>,
+        json: &str,
+    ) -> Result<bool> {
+        let (key, json) = (event.as_str().to_owned(), json.to_owned());
+        let expected = expected.map(str::to_owned);
+        self.meta_call(move |db, path| {
+            disk::replace_config(db, path, &key, expected.as_deref(), &json)
+        })
+        .await
+    }
+
     async fn event_configs(&self) -> Result<Vec<(EventId, String)>> {
         self.meta_call(|db, path| {
             disk::scan(db, path, disk::CONFIGS, |k, v| {

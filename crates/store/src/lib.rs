@@ -362,6 +362,16 @@ pub trait QueueStore: Send + Sync + 'static {
     /// live change reaches every node and survives restart.
     async fn put_event_config(&self, event: &EventId, json: &str) -> Result<()>;
     async fn event_configs(&self) -> Result<Vec<(EventId, String)>>;
+    /// Stores `json` only while the event's document is still `expected`
+    /// (`None`: no document), in one step; `false`, storing nothing, when
+    /// another writer changed it first. Read, change and replace with it,
+    /// and two nodes changing one event at once cannot lose either change.
+    async fn replace_event_config(
+        &self,
+        event: &EventId,
+        expected: Option<&str>,
+        json: &str,
+    ) -> Result<bool>;
 
     /// Readiness of the data of one event (with Redis Cluster, of its slot's master).
     async fn ping(&self, event: &EventId) -> Result<()>;

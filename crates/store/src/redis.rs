@@ -541,6 +541,22 @@ impl QueueStore for RedisStore {
         .await
     }
 
+    async fn replace_event_config(
+        &self,
+        event: &EventId,
+        expected: Option<&str>,
+        json: &str,
+    ) -> Result<bool> {
+        let mut call = scripts::REPLACE_CONFIG.call(&[CONFIGS.to_owned()]);
+        call.arg(event.as_str())
+            .arg(json)
+            .arg(if expected.is_some() { "1" } else { "0" })
+            .arg(expected.unwrap_or(""));
+        self.eval::<i64>(&scripts::REPLACE_CONFIG, &call)
+            .await
+            .map(|stored| stored == 1)
+    }
+
     async fn event_configs(&self) -> Result<Vec<(EventId, String)>> {
         let rows: Vec<(String, String)> = self.query(redis::cmd("HGETALL").arg(CONFIGS)).await?;
         let mut configs = rows

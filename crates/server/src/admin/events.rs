@@ -56,7 +56,7 @@ pub async fn put(
     let raw: RawEvent = parse_json(&body)?
         .ok_or_else(|| ApiError::BadRequest("an event JSON body is required".into()))?;
     let _writes = state.admin_writes.lock().await;
-    apply(&state, &caller, &id, raw, "put").await
+    apply(&state, &caller, &id, "put", |_| Ok(raw.clone())).await
 }
 
 /// Changes only the fields the body names (a JSON merge patch, RFC 7396:
@@ -80,12 +80,32 @@ pub async fn patch(
         ));
     }
     let _writes = state.admin_writes.lock().await;
-    let rt = event(&state, &id)?;
-    let mut doc = serde_json::to_value(&rt.config.raw).map_err(|_| ApiError::Internal)?;
-    merge_patch(&mut doc, &patch);
-    let raw: RawEvent = serde_json::from_value(doc)
-        .map_err(|e| ApiError::BadRequest(format!("invalid event field: {e}")))?;
-    apply(&state, &caller, &id, raw, "patch").await
+    let running = event(&state, &id)?;
+    apply(&state, &caller, &id, "patch", |current| {
+        // Over the event as the store has it: another node may have
+        // changed it in the seconds before this node took the change up.
+        let current = match current {
+            Current::Deleted => return Err(ApiError::UnknownEvent),
+            Current::Stored(raw) => raw,
+            Current::Running => &running.config.raw,
+        };
+        let mut doc = serde_json::to_value(current).map_err(|_| ApiError::Internal)?;
+        merge_patch(&mut doc, &patch);
+        serde_json::from_value(doc)
+            .map_err(|e| ApiError::BadRequest(format!("invalid event field: {e}")))
+    })
+    .await
+}
+
+/// The event a change is made over, as the store has it.
+enum Current<'a> {
+    /// Changed through the admin API: the stored table (the newest, even
+    /// when this node has not taken it up yet).
+    Stored(&'a RawEvent),
+    /// Never changed through the admin API: the table this node runs.
+    Running,
+    /// Deleted through another node, which this node has not seen yet.
+    Deleted,
 }
 
 /// RFC 7396: objects merge key by key, `null` removes, anything else replaces.
@@ -108,15 +128,59 @@ fn merge_patch(target: &mut Value, patch: &Value) {
     }
 }
 
-/// Validates `raw` as event `id` beside every other event, stores it, puts
-/// it in force here and records the change.
+/// Makes the event `id` with `make` over its current table, validates it
+/// beside every other event, stores it, puts it in force here and records
+/// the change. The store keeps it only if no other node changed the event
+/// since it was read; otherwise it is made again over that change, so two
+/// operators changing one event on two nodes at once lose neither change.
 async fn apply(
     state: &Arc<AppState>,
     caller: &Caller,
     id: &str,
-    mut raw: RawEvent,
     action: &str,
+    make: impl Fn(Current<'_>) -> Result<RawEvent, ApiError>,
 ) -> Result<Response, ApiError> {
+    let running = anteroom_store::EventId::new(id)
+        .ok()
+        .and_then(|e| state.event(&e))
+        .map(|rt| shown(&rt.config.raw));
+    for _ in 0..stored::REPLACE_TRIES {
+        let (expected, doc) = stored::read_one(state.store.as_ref(), id).await?;
+        let current = match &doc.event {
+            _ if doc.deleted => Current::Deleted,
+            Some(raw) => Current::Stored(raw),
+            None => Current::Running,
+        };
+        let before = match current {
+            Current::Stored(raw) => Some(shown(raw)),
+            Current::Running => running.clone(),
+            Current::Deleted => None,
+        };
+        let raw = checked(id, make(current)?)?;
+        let config = validate(state, id, &raw)?;
+        let change = Change {
+            by: caller.name.clone(),
+            at_ms: state.now_ms(),
+            file_base: state.file_events.get(&config.id).cloned(),
+        };
+        let store = state.store.as_ref();
+        let (doc, anchor) = stored::changed(store, doc, &config, &change).await?;
+        if stored::replace(store, &config.id, expected.as_deref(), &doc).await? {
+            return in_force(state, caller, config, anchor, action, before).await;
+        }
+    }
+    Err(ApiError::Conflict {
+        code: "concurrent_change",
+        message: format!(
+            "event {id} was changed elsewhere {} times while this change was made over it; \
+             make the change again",
+            stored::REPLACE_TRIES
+        ),
+    })
+}
+
+/// The table a change gives, with its id the path's and no inline secret.
+fn checked(id: &str, mut raw: RawEvent) -> Result<RawEvent, ApiError> {
     if raw.id.as_deref().is_some_and(|given| given != id) {
         return Err(ApiError::BadRequest(
             "the body's id differs from the path's".into(),
@@ -131,14 +195,19 @@ async fn apply(
                 .into(),
         ));
     }
-    let config = validate(state, id, &raw)?;
-    let before = state.event(&config.id).map(|rt| shown(&rt.config.raw));
-    let change = Change {
-        by: caller.name.clone(),
-        at_ms: state.now_ms(),
-        file_base: state.file_events.get(&config.id).cloned(),
-    };
-    let anchor = stored::put(state.store.as_ref(), &config, change).await?;
+    Ok(raw)
+}
+
+/// Puts a stored change in force on this node, records it and answers
+/// with the event as it now runs.
+async fn in_force(
+    state: &Arc<AppState>,
+    caller: &Caller,
+    config: EventConfig,
+    anchor: i64,
+    action: &str,
+    before: Option<Value>,
+) -> Result<Response, ApiError> {
     let event_id = config.id.clone();
     let new = state
         .upsert_event(config, anchor)

@@ -57,16 +57,67 @@ pub enum StoredError {
 
 /// Reads every stored document; unreadable ones are logged and skipped.
 pub async fn read_all(store: &dyn QueueStore) -> Result<HashMap<EventId, StoredEvent>, StoreError> {
+    Ok(read_all_as_stored(store)
+        .await?
+        .into_iter()
+        .map(|(id, (_, doc))| (id, doc))
+        .collect())
+}
+
+/// Every readable document with its JSON exactly as stored: what a
+/// [`replace`] of it compares with.
+async fn read_all_as_stored(
+    store: &dyn QueueStore,
+) -> Result<HashMap<EventId, (String, StoredEvent)>, StoreError> {
     let mut out = HashMap::new();
     for (id, json) in store.event_configs().await? {
         match serde_json::from_str::<StoredEvent>(&json) {
             Ok(doc) => {
-                out.insert(id, doc);
+                out.insert(id, (json, doc));
             }
             Err(e) => tracing::warn!(event = %id, error = %e, "stored event config ignored"),
         }
     }
     Ok(out)
+}
+
+/// One event's document as stored: its JSON exactly (`None` when there is
+/// none), and the document read from it (the default when there is none or
+/// it does not parse, so a change replaces an unreadable one).
+pub async fn read_one(
+    store: &dyn QueueStore,
+    id: &str,
+) -> Result<(Option<String>, StoredEvent), StoreError> {
+    let json = store
+        .event_configs()
+        .await?
+        .into_iter()
+        .find(|(e, _)| e.as_str() == id)
+        .map(|(_, json)| json);
+    let doc = match json.as_deref().map(serde_json::from_str::<StoredEvent>) {
+        Some(Ok(doc)) => doc,
+        Some(Err(e)) => {
+            tracing::warn!(event = %id, error = %e, "stored event config unreadable: a change replaces it");
+            StoredEvent::default()
+        }
+        None => StoredEvent::default(),
+    };
+    Ok((json, doc))
+}
+
+/// Stores `doc` only while the event's document is still `expected` (the
+/// JSON as read, `None` for none): `false` when another node changed it
+/// first, so a change made over what it read never overwrites a change it
+/// did not see. The caller reads again and makes its change over that.
+pub async fn replace(
+    store: &dyn QueueStore,
+    id: &EventId,
+    expected: Option<&str>,
+    doc: &StoredEvent,
+) -> Result<bool, StoreError> {
+    store
+        .replace_event_config(id, expected, &to_json(doc))
+        .await
 }
 
 /// One top-level key where the file and the stored change differ.
@@ -126,7 +177,11 @@ pub async fn resolve(
     file_events: &[EventConfig],
     store: &dyn QueueStore,
 ) -> Result<Vec<(EventConfig, i64)>, StoredError> {
-    let mut stored = read_all(store).await?;
+    let mut read = read_all_as_stored(store).await?;
+    let mut stored: HashMap<EventId, StoredEvent> = read
+        .iter()
+        .map(|(id, (_, doc))| (id.clone(), doc.clone()))
+        .collect();
     let mut raws: Vec<(String, RawEvent)> = Vec::new();
     let mut rewrite: Vec<(EventId, StoredEvent)> = Vec::new();
     for e in file_events {
@@ -194,8 +249,15 @@ pub async fn resolve(
             anchor_us: anchor,
             ..doc
         };
-        store.put_event_config(&id, &to_json(&doc)).await?;
-        stored.insert(id, doc);
+        let expected = read.remove(&id).map(|(json, _)| json);
+        if replace(store, &id, expected.as_deref(), &doc).await? {
+            stored.insert(id, doc);
+        } else {
+            // Another node stored a change since this one read: the newer
+            // intent, which this node takes up at its next watch of the
+            // store, rather than overwriting it with a merge made without it.
+            tracing::info!(event = %id, "stored event changed by another node while this one started: its change is taken up within seconds");
+        }
     }
     let mut out = Vec::with_capacity(events.len());
     for e in events {
@@ -211,7 +273,7 @@ pub async fn resolve(
 /// agree), then kept in the document too, where nodes look for it.
 pub async fn anchor(
     event: &EventConfig,
-    mut doc: StoredEvent,
+    doc: StoredEvent,
     store: &dyn QueueStore,
 ) -> Result<i64, StoreError> {
     if let Some(ms) = event.opens_at_ms {
@@ -221,10 +283,26 @@ pub async fn anchor(
         return Ok(a);
     }
     let anchor = store.anchor_us(&event.id).await?;
-    doc.anchor_us = Some(anchor);
-    store.put_event_config(&event.id, &to_json(&doc)).await?;
+    // Written into the document as it is now: the one given may be older
+    // than a change another node stored meanwhile, which must be kept.
+    for _ in 0..REPLACE_TRIES {
+        let (expected, mut now) = read_one(store, event.id.as_str()).await?;
+        if now.anchor_us.is_some() {
+            break;
+        }
+        now.anchor_us = Some(anchor);
+        if replace(store, &event.id, expected.as_deref(), &now).await? {
+            break;
+        }
+    }
     Ok(anchor)
 }
+
+/// How many times a change is made again over a document another node
+/// changed meanwhile before the caller gives up (an admin change is then
+/// refused with `409 concurrent_change`, to be made again). Changes are
+/// made by hand, a few at once at most: eight is far beyond it.
+pub const REPLACE_TRIES: usize = 8;
 
 /// Who made a stored change, and the file's table it was made against.
 #[derive(Clone, Debug, Default)]
@@ -234,26 +312,28 @@ pub struct Change {
     pub file_base: Option<RawEvent>,
 }
 
-/// Stores an admin change, keeping the event's anchor.
-pub async fn put(
+/// `doc` (the event's document as read) with the admin change `event`
+/// made, keeping the event's anchor; and that anchor. Store it with
+/// [`replace`].
+pub async fn changed(
     store: &dyn QueueStore,
+    mut doc: StoredEvent,
     event: &EventConfig,
-    change: Change,
-) -> Result<i64, StoreError> {
-    let mut doc = read_all(store).await?.remove(&event.id).unwrap_or_default();
+    change: &Change,
+) -> Result<(StoredEvent, i64), StoreError> {
     doc.event = Some(event.raw.clone());
     doc.deleted = false;
-    doc.file_base = change.file_base;
-    doc.changed_by = Some(change.by);
+    doc.file_base = change.file_base.clone();
+    doc.changed_by = Some(change.by.clone());
     doc.changed_at_ms = Some(change.at_ms);
     if doc.anchor_us.is_none() && event.opens_at_ms.is_none() {
         doc.anchor_us = Some(store.anchor_us(&event.id).await?);
     }
-    store.put_event_config(&event.id, &to_json(&doc)).await?;
-    Ok(match event.opens_at_ms {
+    let anchor = match event.opens_at_ms {
         Some(ms) => ms.saturating_mul(1000),
         None => doc.anchor_us.unwrap_or(0),
-    })
+    };
+    Ok((doc, anchor))
 }
 
 /// Records a deletion (after the store forgot the event), so no node and

@@ -41,6 +41,7 @@ pub(crate) fn all() -> Vec<(&'static str, Check)> {
         claim_tick_once_per_tick,
         admin_state_is_stored,
         event_configs_are_stored,
+        event_config_replace_is_conditional,
         anchor_is_set_once_by_the_first_caller,
         reconcile_active_records_drained_sessions,
         hold_share_keeps_every_node_within_max_active,

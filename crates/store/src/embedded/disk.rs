@@ -319,6 +319,38 @@ pub(crate) fn put_config(
     w.commit().map_err(|e| storage(path, e))
 }
 
+/// Records an event's config document only while the stored one is still
+/// `expected` (`None`: none). One write transaction, as [`anchor`]: no
+/// other writer's change can land between the comparison and the insert.
+pub(crate) fn replace_config(
+    db: &Database,
+    path: &Path,
+    key: &str,
+    expected: Option<&str>,
+    json: &str,
+) -> Result<bool, StoreError> {
+    let mut w = db.begin_write().map_err(|e| storage(path, e))?;
+    w.set_durability(Durability::Immediate)
+        .map_err(|e| storage(path, e))?;
+    let same = {
+        let mut t = w.open_table(CONFIGS).map_err(|e| storage(path, e))?;
+        let same = {
+            let cur = t.get(key).map_err(|e| storage(path, e))?;
+            cur.as_ref().map(|v| v.value()) == expected
+        };
+        if same {
+            t.insert(key, json).map_err(|e| storage(path, e))?;
+        }
+        same
+    };
+    if !same {
+        w.abort().map_err(|e| storage(path, e))?;
+        return Ok(false);
+    }
+    w.commit().map_err(|e| storage(path, e))?;
+    Ok(true)
+}
+
 /// The event's anchor: the one kept, else `now`, kept durably. One write
 /// transaction (redb has one writer at a time), so two callers cannot both
 /// find it absent.

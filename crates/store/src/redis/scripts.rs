@@ -40,3 +40,5 @@ pub(crate) static STATS: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!(
 pub(crate) static SHARE: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("share.lua")));
 pub(crate) static NOW: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("now.lua")));
 pub(crate) static ANCHOR: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("anchor.lua")));
+pub(crate) static REPLACE_CONFIG: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(include_str!("replace_config.lua")));

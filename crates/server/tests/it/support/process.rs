@@ -231,6 +231,32 @@ impl Node {
         (s, b)
     }
 
+    /// An admin call with a JSON body; the answer read as JSON (`null`
+    /// when empty).
+    pub async fn admin_json(
+        &self,
+        method: Method,
+        path: &str,
+        body: &serde_json::Value,
+    ) -> (StatusCode, serde_json::Value) {
+        let headers = [
+            ("authorization".to_owned(), format!("Bearer {ADMIN_TOKEN}")),
+            ("content-type".to_owned(), "application/json".to_owned()),
+        ];
+        let (s, _, b) = send(
+            method,
+            &self.admin_url(path),
+            &headers,
+            Some(body.to_string()),
+        )
+        .await
+        .unwrap();
+        (
+            s,
+            serde_json::from_slice(&b).unwrap_or(serde_json::Value::Null),
+        )
+    }
+
     /// The value of `anteroom_draining{event="E"}`, if exported.
     pub async fn draining_gauge(&self, event: &str) -> Option<f64> {
         self.metric("anteroom_draining", event).await

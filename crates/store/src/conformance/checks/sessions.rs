@@ -308,6 +308,60 @@ pub(super) async fn event_configs_are_stored(s: Store, c: Ctx) {
     assert_eq!(get(&b).as_deref(), Some(r#"{"v":2}"#));
 }
 
+pub(super) async fn event_config_replace_is_conditional(s: Store, c: Ctx) {
+    let (a, b) = (c.event("cfg-cas-a"), c.event("cfg-cas-b"));
+    let get = |s: Store, e: EventId| async move {
+        let all = s.event_configs().await.unwrap();
+        all.into_iter().find(|(id, _)| *id == e).map(|(_, j)| j)
+    };
+    // Creating: only while nothing is stored.
+    assert!(s.replace_event_config(&a, None, "1").await.unwrap());
+    assert!(!s.replace_event_config(&a, None, "9").await.unwrap());
+    assert_eq!(get(s.clone(), a.clone()).await.as_deref(), Some("1"));
+    // Replacing: only what was read, compared whole (a prefix is not it).
+    assert!(!s.replace_event_config(&a, Some("2"), "9").await.unwrap());
+    assert!(!s.replace_event_config(&a, Some(""), "9").await.unwrap());
+    assert!(!s.replace_event_config(&b, Some("1"), "9").await.unwrap());
+    assert_eq!(
+        get(s.clone(), b.clone()).await,
+        None,
+        "nothing stored on a refusal"
+    );
+    assert!(s.replace_event_config(&a, Some("1"), "2").await.unwrap());
+    assert_eq!(get(s.clone(), a.clone()).await.as_deref(), Some("2"));
+    // Writers changing one document at once, each reading, adding one and
+    // replacing until its replace lands: no increment is lost, as one
+    // last-writer-wins write would lose them.
+    let mut writers = tokio::task::JoinSet::new();
+    for _ in 0..6 {
+        let (s, b) = (s.clone(), b.clone());
+        writers.spawn(async move {
+            let mut tries = 0u32;
+            for _ in 0..5 {
+                loop {
+                    tries += 1;
+                    let cur = get(s.clone(), b.clone()).await;
+                    let n: u64 = cur.as_deref().map_or(0, |j| j.parse().unwrap());
+                    let next = (n + 1).to_string();
+                    if s.replace_event_config(&b, cur.as_deref(), &next)
+                        .await
+                        .unwrap()
+                    {
+                        break;
+                    }
+                }
+            }
+            tries
+        });
+    }
+    let tries: u32 = writers.join_all().await.into_iter().sum();
+    assert_eq!(
+        get(s.clone(), b.clone()).await.as_deref(),
+        Some("30"),
+        "after {tries} tries"
+    );
+}
+
 pub(super) async fn anchor_is_set_once_by_the_first_caller(s: Store, c: Ctx) {
     let (a, b) = (c.event("anchor-a"), c.event("anchor-b"));
     let before = now(&s, &a).await;

@@ -1,0 +1,186 @@
+//! Admin changes made on several gateway nodes sharing one Redis. A node
+//! takes up another node's change at its next watch of the store (seconds
+//! later), so an operator's `PATCH` on one node can reach it before that
+//! node has seen a colleague's change made on another a moment earlier.
+//! The change is made over the event as the store has it, and stored only
+//! if nobody changed it meanwhile: neither change is lost.
+
+use crate::support::config::HOURLY;
+use crate::support::process::{self, Node};
+use crate::support::wait_for;
+use anteroom::config::RawEvent;
+use anteroom::config::stored;
+use anteroom_store::EventId;
+use anteroom_store::testing::RedisServer;
+use http::{Method, StatusCode};
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+const EVENT: &str = "tickets";
+const PATH: &str = "/admin/events/tickets";
+
+async fn config_on(node: &Node) -> Value {
+    let (status, body) = node.admin(Method::GET, PATH).await;
+    assert_eq!(status, StatusCode::OK);
+    serde_json::from_slice::<Value>(&body).unwrap()["config"].clone()
+}
+
+async fn two_nodes(redis: &RedisServer) -> (Node, Node) {
+    let config = process::redis_node(&[redis.url()])
+        .gateway_nodes(2)
+        .event(process::event(EVENT, "http://127.0.0.1:9", 1).admission(HOURLY))
+        .toml();
+    (
+        Node::in_process(&config).await,
+        Node::in_process(&config).await,
+    )
+}
+
+/// The event's table as the store has it.
+async fn stored_event(store: &dyn anteroom_store::QueueStore) -> Option<RawEvent> {
+    let mut docs = stored::read_all(store).await.unwrap();
+    docs.remove(&EventId::new(EVENT).unwrap())?.event
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changes_made_on_two_nodes_moments_apart_are_both_kept() {
+    let redis = RedisServer::start().expect("redis-server (apt-get install redis-server)");
+    let (one, two) = two_nodes(&redis).await;
+    let store = process::redis_store(&redis.url()).await;
+    for round in 0..3u64 {
+        // One operator on node one, a colleague on node two a moment later,
+        // each changing a different field.
+        let max_active = 100 + round;
+        let ttl = format!("{}s", 30 + round);
+        let (status, ev) = one
+            .admin_json(Method::PATCH, PATH, &json!({ "max_active": max_active }))
+            .await;
+        assert_eq!(status, StatusCode::OK, "{ev}");
+        let (status, ev) = two
+            .admin_json(Method::PATCH, PATH, &json!({ "token_ttl": ttl }))
+            .await;
+        assert_eq!(status, StatusCode::OK, "{ev}");
+        // Node two's answer is the event with both changes: its change was
+        // made over node one's, not over its own older copy.
+        assert_eq!(
+            ev["config"]["max_active"], max_active,
+            "round {round}: {ev}"
+        );
+        assert_eq!(ev["config"]["token_ttl"], ttl.as_str(), "round {round}");
+        let raw = stored_event(&store).await.unwrap();
+        assert_eq!(raw.max_active, Some(max_active), "round {round}: stored");
+        assert_eq!(
+            raw.token_ttl.as_deref(),
+            Some(ttl.as_str()),
+            "round {round}"
+        );
+    }
+    // Node one takes node two's last change up.
+    wait_for(
+        "node one to take up node two's change",
+        Duration::from_secs(15),
+        || async {
+            let c = config_on(&one).await;
+            c["token_ttl"] == "32s" && c["max_active"] == 102
+        },
+    )
+    .await;
+    // A PUT replaces the whole table, as it says; the next PATCH on the other
+    // node is made over that, even before that node has taken the PUT up.
+    let (status, ev) = one
+        .admin_json(
+            Method::PUT,
+            PATH,
+            &json!({ "paths": ["/tickets"], "origin": "http://127.0.0.1:9", "max_active": 7 }),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{ev}");
+    let (status, ev) = two
+        .admin_json(Method::PATCH, PATH, &json!({ "queue_idle_timeout": "10m" }))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{ev}");
+    assert_eq!(ev["config"]["max_active"], 7, "{ev}");
+    assert!(
+        ev["config"]["token_ttl"].is_null(),
+        "the PUT reset it: {ev}"
+    );
+    // A PATCH on a node that has not yet seen another node's DELETE finds
+    // the event gone, as it is everywhere else, rather than bringing it back.
+    let (status, _) = one
+        .admin(Method::DELETE, &format!("{PATH}?force=true"))
+        .await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let (status, ev) = two
+        .admin_json(Method::PATCH, PATH, &json!({ "max_active": 9 }))
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{ev}");
+    assert_eq!(ev["error"], "unknown_event", "{ev}");
+}
+
+/// `CHANGES` PATCHes on `node`, one after another, each raising `field`.
+async fn raise(node: &Node, field: &str, base: u64) {
+    for i in 1..=CHANGES {
+        let value = match field {
+            "max_active" => json!(base + i),
+            _ => json!(format!("{}s", base + i)),
+        };
+        let (status, ev) = node
+            .admin_json(Method::PATCH, PATH, &json!({ field: value }))
+            .await;
+        assert_eq!(status, StatusCode::OK, "{field} = {value}: {ev}");
+    }
+}
+
+const CHANGES: u64 = 25;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changes_made_on_two_nodes_at_once_are_both_kept() {
+    let redis = RedisServer::start().expect("redis-server (apt-get install redis-server)");
+    let (one, two) = two_nodes(&redis).await;
+    // Each node raises its own field, one change after another, while the
+    // other does the same. Read back from the store at any moment, neither
+    // field may ever go down: a write made over a table read before the
+    // other node's last change would put that field back.
+    let store = process::redis_store(&redis.url()).await;
+    let done = Arc::new(AtomicBool::new(false));
+    let watcher = tokio::spawn({
+        let done = done.clone();
+        async move {
+            let (mut seen, mut backwards) = ((0, 0), Vec::new());
+            while !done.load(Ordering::Relaxed) {
+                let Some(raw) = stored_event(&store).await else {
+                    continue;
+                };
+                let now = (
+                    raw.max_active.unwrap_or(0),
+                    raw.token_ttl
+                        .as_deref()
+                        .and_then(|t| t.trim_end_matches('s').parse::<u64>().ok())
+                        .unwrap_or(0),
+                );
+                if now.0 < seen.0 || now.1 < seen.1 {
+                    backwards.push((seen, now));
+                }
+                seen = (seen.0.max(now.0), seen.1.max(now.1));
+            }
+            (backwards, store)
+        }
+    });
+    tokio::join!(
+        raise(&one, "max_active", 1000),
+        raise(&two, "token_ttl", 100)
+    );
+    done.store(true, Ordering::Relaxed);
+    let (backwards, store) = watcher.await.unwrap();
+    assert!(
+        backwards.is_empty(),
+        "a stored field went back {} times, first (highest seen, then read): {:?}",
+        backwards.len(),
+        &backwards[..backwards.len().min(5)]
+    );
+    let raw = stored_event(&store).await.unwrap();
+    assert_eq!(raw.max_active, Some(1000 + CHANGES));
+    assert_eq!(raw.token_ttl, Some(format!("{}s", 100 + CHANGES)));
+}
