@@ -10,8 +10,8 @@ use crate::support::process::{self, Node};
 use crate::support::wait_for;
 use anteroom::config::RawEvent;
 use anteroom::config::stored;
-use anteroom_store::EventId;
 use anteroom_store::testing::RedisServer;
+use anteroom_store::{EventId, QueueStore};
 use http::{Method, StatusCode};
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -39,7 +39,7 @@ async fn two_nodes(redis: &RedisServer) -> (Node, Node) {
 }
 
 /// The event's table as the store has it.
-async fn stored_event(store: &dyn anteroom_store::QueueStore) -> Option<RawEvent> {
+async fn stored_event(store: &dyn QueueStore) -> Option<RawEvent> {
     let mut docs = stored::read_all(store).await.unwrap();
     docs.remove(&EventId::new(EVENT).unwrap())?.event
 }
@@ -183,4 +183,66 @@ async fn changes_made_on_two_nodes_at_once_are_both_kept() {
     let raw = stored_event(&store).await.unwrap();
     assert_eq!(raw.max_active, Some(1000 + CHANGES));
     assert_eq!(raw.token_ttl, Some(format!("{}s", 100 + CHANGES)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_the_store_keeps_changing_under_is_refused_with_409() {
+    let redis = RedisServer::start().expect("redis-server (apt-get install redis-server)");
+    let (one, _two) = two_nodes(&redis).await;
+    // Writers rewriting the event's document as fast as Redis takes it,
+    // each write different: a change made over what it read finds it
+    // changed again at every round.
+    let done = Arc::new(AtomicBool::new(false));
+    let mut writers = Vec::new();
+    for w in 0..4u64 {
+        let (done, url) = (done.clone(), redis.url());
+        writers.push(tokio::spawn(async move {
+            let store = process::redis_store(&url).await;
+            let id = EventId::new(EVENT).unwrap();
+            let mut n = 0u64;
+            while !done.load(Ordering::Relaxed) {
+                n += 1;
+                let doc = json!({ "event": {
+                    "id": EVENT, "paths": ["/tickets"], "origin": "http://127.0.0.1:9",
+                    "max_active": 1 + w * 1000 + n % 1000,
+                } });
+                store.put_event_config(&id, &doc.to_string()).await.unwrap();
+            }
+        }));
+    }
+    // A writer stalled by the box answers a change 200 now and then; under
+    // steady rewriting the change is refused, never stored over them.
+    let mut refused = None;
+    for _ in 0..50 {
+        let (status, ev) = one
+            .admin_json(Method::PATCH, PATH, &json!({ "token_ttl": "41s" }))
+            .await;
+        match status {
+            StatusCode::CONFLICT => {
+                refused = Some(ev);
+                break;
+            }
+            StatusCode::OK => {}
+            other => panic!("{other}: {ev}"),
+        }
+    }
+    done.store(true, Ordering::Relaxed);
+    for w in writers {
+        w.await.unwrap();
+    }
+    let ev = refused.expect("no 409 in 50 changes under steady rewriting");
+    assert_eq!(ev["error"], "concurrent_change", "{ev}");
+    assert!(
+        ev["message"]
+            .as_str()
+            .unwrap()
+            .contains("make the change again"),
+        "{ev}"
+    );
+    // Once the writers stop, the same change goes through.
+    let (status, ev) = one
+        .admin_json(Method::PATCH, PATH, &json!({ "token_ttl": "41s" }))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{ev}");
+    assert_eq!(ev["config"]["token_ttl"], "41s", "{ev}");
 }
