@@ -49,9 +49,9 @@ use self::actor::{Actor, Op, ReplyTo, lock};
 use self::handoff::Pusher;
 use self::state::EventState;
 use crate::{
-    Admission, AdmitRequest, EventId, EventStats, ExpireRequest, Expired, JoinOutcome, MemberState,
-    Nonce, QueueStore, RedeemOutcome, Result, Revocation, ShareGrant, ShareRequest, StoreError,
-    Touch, Unavailable, UnavailableKind, check_member, check_node,
+    Admission, AdmitRequest, ConfigSet, EventId, EventStats, ExpireRequest, Expired, JoinOutcome,
+    MemberState, Nonce, QueueStore, RedeemOutcome, Result, Revocation, ShareGrant, ShareRequest,
+    StoreError, Touch, Unavailable, UnavailableKind, check_member, check_node,
 };
 
 /// Settings of the embedded store.
@@ -715,21 +715,24 @@ impl QueueStore for EmbeddedStore {
     async fn replace_event_config(
         &self,
         event: &EventId,
-        expected: Option<&str>,
+        generation: u64,
         json: &str,
     ) -> Result<bool> {
         let (key, json) = (event.as_str().to_owned(), json.to_owned());
-        let expected = expected.map(str::to_owned);
-        self.meta_call(move |db, path| {
-            disk::replace_config(db, path, &key, expected.as_deref(), &json)
-        })
-        .await
+        self.meta_call(move |db, path| disk::replace_config(db, path, &key, generation, &json))
+            .await
     }
 
-    async fn event_configs(&self) -> Result<Vec<(EventId, String)>> {
+    async fn event_config_set(&self) -> Result<ConfigSet> {
         self.meta_call(|db, path| {
-            disk::scan(db, path, disk::CONFIGS, |k, v| {
-                Some((EventId::new(k).ok()?, v.to_owned()))
+            let (generation, rows) = disk::configs(db, path)?;
+            let configs = rows
+                .into_iter()
+                .filter_map(|(k, v)| Some((EventId::new(&k).ok()?, v)))
+                .collect();
+            Ok(ConfigSet {
+                generation,
+                configs,
             })
         })
         .await

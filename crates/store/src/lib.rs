@@ -238,6 +238,14 @@ pub struct Revocation {
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
+/// Every event's config document and the generation of the set
+/// ([`QueueStore::event_config_set`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ConfigSet {
+    pub generation: u64,
+    pub configs: Vec<(EventId, String)>,
+}
+
 /// The queue's storage, per event. Implementations are cheap to clone behind
 /// an `Arc` and safe to call from many tasks at once.
 ///
@@ -361,15 +369,23 @@ pub trait QueueStore: Send + Sync + 'static {
     /// Event configuration documents (JSON) put through the admin API, so a
     /// live change reaches every node and survives restart.
     async fn put_event_config(&self, event: &EventId, json: &str) -> Result<()>;
-    async fn event_configs(&self) -> Result<Vec<(EventId, String)>>;
-    /// Stores `json` only while the event's document is still `expected`
-    /// (`None`: no document), in one step; `false`, storing nothing, when
-    /// another writer changed it first. Read, change and replace with it,
-    /// and two nodes changing one event at once cannot lose either change.
+    async fn event_configs(&self) -> Result<Vec<(EventId, String)>> {
+        Ok(self.event_config_set().await?.configs)
+    }
+    /// Every event's document, read in one step with the set's generation:
+    /// a number every change of any document (put, replace, the deletion
+    /// of an event) moves on.
+    async fn event_config_set(&self) -> Result<ConfigSet>;
+    /// Stores the event's document only while the set's generation is still
+    /// `generation` (moving it on), in one step; `false`, storing nothing,
+    /// when any document changed since. Read the set, check a change against
+    /// every event in it and replace with it, and two nodes changing events
+    /// at once can neither lose a change nor store two events that only
+    /// each one alone would allow (two claiming one path).
     async fn replace_event_config(
         &self,
         event: &EventId,
-        expected: Option<&str>,
+        generation: u64,
         json: &str,
     ) -> Result<bool>;
 

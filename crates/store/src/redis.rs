@@ -24,11 +24,11 @@ use redis::cluster::ClusterClientBuilder;
 
 use self::batch::{Batcher, Joins, Polls};
 use self::conn::{Conn, Lua, bounded};
-use self::keys::{AUDITED, CONFIGS, EventKeys};
+use self::keys::{AUDITED, CONFIGS, EventKeys, GENERATION};
 use crate::{
-    Admission, AdmitRequest, EventId, EventStats, ExpireRequest, Expired, JoinOutcome, MemberState,
-    Nonce, QueueStore, RedeemOutcome, Result, Revocation, ShareGrant, ShareRequest, StoreError,
-    Touch, check_member, check_node,
+    Admission, AdmitRequest, ConfigSet, EventId, EventStats, ExpireRequest, Expired, JoinOutcome,
+    MemberState, Nonce, QueueStore, RedeemOutcome, Result, Revocation, ShareGrant, ShareRequest,
+    StoreError, Touch, check_member, check_node,
 };
 
 /// The pub/sub channel of the admission news between nodes (for tests that
@@ -538,37 +538,40 @@ impl QueueStore for RedisStore {
                 .arg(event.as_str())
                 .arg(json),
         )
-        .await
+        .await?;
+        self.query::<()>(redis::cmd("HINCRBY").arg(CONFIGS).arg(GENERATION).arg(1))
+            .await
     }
 
     async fn replace_event_config(
         &self,
         event: &EventId,
-        expected: Option<&str>,
+        generation: u64,
         json: &str,
     ) -> Result<bool> {
         let mut call = scripts::REPLACE_CONFIG.call(&[CONFIGS.to_owned()]);
-        call.arg(event.as_str())
-            .arg(json)
-            .arg(if expected.is_some() { "1" } else { "0" })
-            .arg(expected.unwrap_or(""));
+        call.arg(event.as_str()).arg(json).arg(generation);
         self.eval::<i64>(&scripts::REPLACE_CONFIG, &call)
             .await
             .map(|stored| stored == 1)
     }
 
-    async fn event_configs(&self) -> Result<Vec<(EventId, String)>> {
+    async fn event_config_set(&self) -> Result<ConfigSet> {
         let rows: Vec<(String, String)> = self.query(redis::cmd("HGETALL").arg(CONFIGS)).await?;
-        let mut configs = rows
-            .into_iter()
-            .map(|(id, json)| {
-                EventId::new(&id)
-                    .map(|id| (id, json))
-                    .map_err(|_| StoreError::Corrupt(format!("bad event id {id:?} in {CONFIGS}")))
-            })
-            .collect::<Result<Vec<_>>>()?;
-        configs.sort_by(|a, b| a.0.cmp(&b.0));
-        Ok(configs)
+        let mut set = ConfigSet::default();
+        for (id, json) in rows {
+            if id == GENERATION {
+                set.generation = json.parse().map_err(|_| {
+                    StoreError::Corrupt(format!("bad {GENERATION} {json:?} in {CONFIGS}"))
+                })?;
+                continue;
+            }
+            let id = EventId::new(&id)
+                .map_err(|_| StoreError::Corrupt(format!("bad event id {id:?} in {CONFIGS}")))?;
+            set.configs.push((id, json));
+        }
+        set.configs.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(set)
     }
 
     async fn ping(&self, event: &EventId) -> Result<()> {
@@ -583,6 +586,8 @@ impl QueueStore for RedisStore {
         }
         self.query::<()>(&del).await?;
         self.query::<()>(redis::cmd("HDEL").arg(CONFIGS).arg(event.as_str()))
+            .await?;
+        self.query::<()>(redis::cmd("HINCRBY").arg(CONFIGS).arg(GENERATION).arg(1))
             .await
     }
 

@@ -3,6 +3,7 @@
 //! session eviction. Every change is validated by the same function as the
 //! config file, against every other event, and recorded in the audit trail.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use axum::Extension;
@@ -17,7 +18,7 @@ use sha2::{Digest, Sha256};
 use super::auth::Caller;
 use super::{EventView, audit, event, view};
 use crate::api::{empty, parse_json, read_body};
-use crate::config::stored::{self, Change};
+use crate::config::stored::{self, Change, DocSet};
 use crate::config::{EventConfig, RawEvent, event_set};
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -145,7 +146,13 @@ async fn apply(
         .and_then(|e| state.event(&e))
         .map(|rt| shown(&rt.config.raw));
     for _ in 0..stored::REPLACE_TRIES {
-        let (expected, doc) = stored::read_one(state.store.as_ref(), id).await?;
+        let set = stored::read_set(state.store.as_ref()).await?;
+        let doc = set
+            .docs
+            .iter()
+            .find(|(e, _)| e.as_str() == id)
+            .map(|(_, d)| d.clone())
+            .unwrap_or_default();
         let current = match &doc.event {
             _ if doc.deleted => Current::Deleted,
             Some(raw) => Current::Stored(raw),
@@ -157,7 +164,7 @@ async fn apply(
             Current::Deleted => None,
         };
         let raw = checked(id, make(current)?)?;
-        let config = validate(state, id, &raw)?;
+        let config = validate(state, id, &raw, &set)?;
         let change = Change {
             by: caller.name.clone(),
             at_ms: state.now_ms(),
@@ -165,7 +172,7 @@ async fn apply(
         };
         let store = state.store.as_ref();
         let (doc, anchor) = stored::changed(store, doc, &config, &change).await?;
-        if stored::replace(store, &config.id, expected.as_deref(), &doc).await? {
+        if stored::replace(store, &config.id, set.generation, &doc).await? {
             return in_force(state, caller, config, anchor, action, before).await;
         }
     }
@@ -229,13 +236,35 @@ async fn in_force(
     Ok((StatusCode::OK, Json(view(&rt))).into_response())
 }
 
-/// The same check as the config file's: this event beside all the others.
-fn validate(state: &AppState, id: &str, raw: &RawEvent) -> Result<EventConfig, ApiError> {
-    let events = state.events();
-    let mut keyed: Vec<(String, &RawEvent)> = events
+/// The same check as the config file's: this event beside all the others,
+/// as the store has them where it has them (another node's new event, or
+/// its change of a path, counts before this node takes it up), else as
+/// this node runs them.
+fn validate(
+    state: &AppState,
+    id: &str,
+    raw: &RawEvent,
+    set: &DocSet,
+) -> Result<EventConfig, ApiError> {
+    let mut others: BTreeMap<String, RawEvent> = state
+        .events()
         .iter()
         .filter(|rt| rt.id().as_str() != id)
-        .map(|rt| (format!("events[id={}]", rt.id()), &rt.config.raw))
+        .map(|rt| (rt.id().to_string(), rt.config.raw.clone()))
+        .collect();
+    for (other, doc) in &set.docs {
+        if other.as_str() == id {
+            continue;
+        }
+        if doc.deleted {
+            others.remove(other.as_str());
+        } else if let Some(table) = &doc.event {
+            others.insert(other.to_string(), table.clone());
+        }
+    }
+    let mut keyed: Vec<(String, &RawEvent)> = others
+        .iter()
+        .map(|(other, table)| (format!("events[id={other}]"), table))
         .collect();
     keyed.push(("event".to_owned(), raw));
     let mut configs = event_set(&keyed).map_err(|e| ApiError::BadRequest(e.to_string()))?;

@@ -57,66 +57,56 @@ pub enum StoredError {
 
 /// Reads every stored document; unreadable ones are logged and skipped.
 pub async fn read_all(store: &dyn QueueStore) -> Result<HashMap<EventId, StoredEvent>, StoreError> {
-    Ok(read_all_as_stored(store)
-        .await?
-        .into_iter()
-        .map(|(id, (_, doc))| (id, doc))
-        .collect())
+    Ok(read_set(store).await?.docs)
 }
 
-/// Every readable document with its JSON exactly as stored: what a
-/// [`replace`] of it compares with.
-async fn read_all_as_stored(
-    store: &dyn QueueStore,
-) -> Result<HashMap<EventId, (String, StoredEvent)>, StoreError> {
-    let mut out = HashMap::new();
-    for (id, json) in store.event_configs().await? {
+/// Every readable stored document, read with the set's generation: what a
+/// [`replace`] is made against.
+#[derive(Clone, Debug, Default)]
+pub struct DocSet {
+    pub generation: u64,
+    pub docs: HashMap<EventId, StoredEvent>,
+}
+
+impl DocSet {
+    /// An event's document, the default when it has none (or an unreadable
+    /// one, which a change then replaces).
+    pub fn get(&self, id: &EventId) -> StoredEvent {
+        self.docs.get(id).cloned().unwrap_or_default()
+    }
+}
+
+/// Reads the set of documents; unreadable ones are logged and skipped.
+pub async fn read_set(store: &dyn QueueStore) -> Result<DocSet, StoreError> {
+    let set = store.event_config_set().await?;
+    let mut docs = HashMap::new();
+    for (id, json) in set.configs {
         match serde_json::from_str::<StoredEvent>(&json) {
             Ok(doc) => {
-                out.insert(id, (json, doc));
+                docs.insert(id, doc);
             }
             Err(e) => tracing::warn!(event = %id, error = %e, "stored event config ignored"),
         }
     }
-    Ok(out)
+    Ok(DocSet {
+        generation: set.generation,
+        docs,
+    })
 }
 
-/// One event's document as stored: its JSON exactly (`None` when there is
-/// none), and the document read from it (the default when there is none or
-/// it does not parse, so a change replaces an unreadable one).
-pub async fn read_one(
-    store: &dyn QueueStore,
-    id: &str,
-) -> Result<(Option<String>, StoredEvent), StoreError> {
-    let json = store
-        .event_configs()
-        .await?
-        .into_iter()
-        .find(|(e, _)| e.as_str() == id)
-        .map(|(_, json)| json);
-    let doc = match json.as_deref().map(serde_json::from_str::<StoredEvent>) {
-        Some(Ok(doc)) => doc,
-        Some(Err(e)) => {
-            tracing::warn!(event = %id, error = %e, "stored event config unreadable: a change replaces it");
-            StoredEvent::default()
-        }
-        None => StoredEvent::default(),
-    };
-    Ok((json, doc))
-}
-
-/// Stores `doc` only while the event's document is still `expected` (the
-/// JSON as read, `None` for none): `false` when another node changed it
-/// first, so a change made over what it read never overwrites a change it
-/// did not see. The caller reads again and makes its change over that.
+/// Stores `doc` only while no document changed since the set was read at
+/// `generation`: `false` when another node changed one first, so a change
+/// checked against the set it read (its own event's table, and every other
+/// event's paths) never lands over a change it did not see. The caller
+/// reads again and makes its change over that.
 pub async fn replace(
     store: &dyn QueueStore,
     id: &EventId,
-    expected: Option<&str>,
+    generation: u64,
     doc: &StoredEvent,
 ) -> Result<bool, StoreError> {
     store
-        .replace_event_config(id, expected, &to_json(doc))
+        .replace_event_config(id, generation, &to_json(doc))
         .await
 }
 
@@ -177,11 +167,9 @@ pub async fn resolve(
     file_events: &[EventConfig],
     store: &dyn QueueStore,
 ) -> Result<Vec<(EventConfig, i64)>, StoredError> {
-    let mut read = read_all_as_stored(store).await?;
-    let mut stored: HashMap<EventId, StoredEvent> = read
-        .iter()
-        .map(|(id, (_, doc))| (id.clone(), doc.clone()))
-        .collect();
+    let read = read_set(store).await?;
+    let mut generation = read.generation;
+    let mut stored = read.docs;
     let mut raws: Vec<(String, RawEvent)> = Vec::new();
     let mut rewrite: Vec<(EventId, StoredEvent)> = Vec::new();
     for e in file_events {
@@ -244,19 +232,28 @@ pub async fn resolve(
     let keyed: Vec<(String, &RawEvent)> = raws.iter().map(|(k, r)| (k.clone(), r)).collect();
     let events = event_set(&keyed)?;
     for (id, doc) in rewrite {
-        let anchor = stored.get(&id).and_then(|d| d.anchor_us);
+        let read_then = stored.get(&id).cloned();
         let doc = StoredEvent {
-            anchor_us: anchor,
+            anchor_us: read_then.as_ref().and_then(|d| d.anchor_us),
             ..doc
         };
-        let expected = read.remove(&id).map(|(json, _)| json);
-        if replace(store, &id, expected.as_deref(), &doc).await? {
-            stored.insert(id, doc);
-        } else {
-            // Another node stored a change since this one read: the newer
+        for _ in 0..REPLACE_TRIES {
+            if replace(store, &id, generation, &doc).await? {
+                generation += 1;
+                stored.insert(id.clone(), doc.clone());
+                break;
+            }
+            // Another node stored a change since this one read. A change of
+            // another event leaves this rewrite as good as it was: made again
+            // at the new generation. A change of this event is the newer
             // intent, which this node takes up at its next watch of the
-            // store, rather than overwriting it with a merge made without it.
-            tracing::info!(event = %id, "stored event changed by another node while this one started: its change is taken up within seconds");
+            // store, rather than overwrite it with a merge made without it.
+            let now = read_set(store).await?;
+            if now.docs.get(&id) != read_then.as_ref() {
+                tracing::info!(event = %id, "stored event changed by another node while this one started: its change is taken up within seconds");
+                break;
+            }
+            generation = now.generation;
         }
     }
     let mut out = Vec::with_capacity(events.len());
@@ -286,12 +283,13 @@ pub async fn anchor(
     // Written into the document as it is now: the one given may be older
     // than a change another node stored meanwhile, which must be kept.
     for _ in 0..REPLACE_TRIES {
-        let (expected, mut now) = read_one(store, event.id.as_str()).await?;
+        let set = read_set(store).await?;
+        let mut now = set.get(&event.id);
         if now.anchor_us.is_some() {
             break;
         }
         now.anchor_us = Some(anchor);
-        if replace(store, &event.id, expected.as_deref(), &now).await? {
+        if replace(store, &event.id, set.generation, &now).await? {
             break;
         }
     }

@@ -246,3 +246,65 @@ async fn a_change_the_store_keeps_changing_under_is_refused_with_409() {
     assert_eq!(status, StatusCode::OK, "{ev}");
     assert_eq!(ev["config"]["token_ttl"], "41s", "{ev}");
 }
+
+/// An event table with these paths, for a `PUT`.
+fn table(paths: &[&str]) -> Value {
+    json!({ "paths": paths, "origin": "http://127.0.0.1:9", "max_active": 5 })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_nodes_never_give_one_path_to_two_events() {
+    let redis = RedisServer::start().expect("redis-server (apt-get install redis-server)");
+    let (one, two) = two_nodes(&redis).await;
+    // One after the other: node two has not taken node one's new event up
+    // yet, but checks against the store's events, so the second claim of
+    // the path is refused naming the first.
+    let (status, ev) = one
+        .admin_json(Method::PUT, "/admin/events/first", &table(&["/drop/"]))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{ev}");
+    let (status, ev) = two
+        .admin_json(Method::PUT, "/admin/events/second", &table(&["/drop/"]))
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{ev}");
+    assert!(
+        ev["message"].as_str().unwrap().contains("first"),
+        "names the event holding the path: {ev}"
+    );
+    // At once, both nodes creating an event for one new path, five rounds:
+    // exactly one of each pair is stored, the other refused.
+    let store = process::redis_store(&redis.url()).await;
+    for round in 0..5 {
+        let path = format!("/sale-{round}/");
+        let (a, b) = (
+            format!("/admin/events/a{round}"),
+            format!("/admin/events/b{round}"),
+        );
+        let body = table(&[&path]);
+        let ((sa, ea), (sb, eb)) = tokio::join!(
+            one.admin_json(Method::PUT, &a, &body),
+            two.admin_json(Method::PUT, &b, &body),
+        );
+        let mut statuses = [sa, sb];
+        statuses.sort();
+        assert_eq!(
+            statuses,
+            [StatusCode::OK, StatusCode::BAD_REQUEST],
+            "round {round}: {ea} / {eb}"
+        );
+        let holders: Vec<String> = stored::read_all(&store)
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|(_, doc)| {
+                !doc.deleted
+                    && doc
+                        .event
+                        .as_ref()
+                        .is_some_and(|e| e.paths.as_ref().is_some_and(|p| p.contains(&path)))
+            })
+            .map(|(id, _)| id.to_string())
+            .collect();
+        assert_eq!(holders.len(), 1, "round {round}: stored for {holders:?}");
+    }
+}

@@ -37,6 +37,11 @@ pub(crate) const USED: TableDefinition<&[u8], ()> = TableDefinition::new("used_b
 pub(crate) const REVOKED: TableDefinition<u64, &[u8]> = TableDefinition::new("revoked");
 pub(crate) const ADMIN: TableDefinition<&str, u8> = TableDefinition::new("admin");
 pub(crate) const CONFIGS: TableDefinition<&str, &str> = TableDefinition::new("configs");
+/// The generation of the config documents (one row, [`GENERATION`]),
+/// moved on by every change of any of them.
+pub(crate) const CONFIG_GENERATION: TableDefinition<&str, u64> =
+    TableDefinition::new("config_generation");
+const GENERATION: &str = "generation";
 /// Each event's anchor (µs), set once ([`anchor`]).
 pub(crate) const ANCHORS: TableDefinition<&str, i64> = TableDefinition::new("anchors");
 /// Admin audit trail: (event, sequence) → entry JSON, per event in order.
@@ -316,39 +321,76 @@ pub(crate) fn put_config(
         let mut t = w.open_table(CONFIGS).map_err(|e| storage(path, e))?;
         t.insert(key, json).map_err(|e| storage(path, e))?;
     }
+    next_generation(&w, path)?;
     w.commit().map_err(|e| storage(path, e))
 }
 
-/// Records an event's config document only while the stored one is still
-/// `expected` (`None`: none). One write transaction, as [`anchor`]: no
-/// other writer's change can land between the comparison and the insert.
+/// Records an event's config document only while the documents'
+/// generation is still `generation`, moving it on. One write transaction,
+/// as [`anchor`]: no other writer's change can land between the comparison
+/// and the insert.
 pub(crate) fn replace_config(
     db: &Database,
     path: &Path,
     key: &str,
-    expected: Option<&str>,
+    generation: u64,
     json: &str,
 ) -> Result<bool, StoreError> {
     let mut w = db.begin_write().map_err(|e| storage(path, e))?;
     w.set_durability(Durability::Immediate)
         .map_err(|e| storage(path, e))?;
-    let same = {
-        let mut t = w.open_table(CONFIGS).map_err(|e| storage(path, e))?;
-        let same = {
-            let cur = t.get(key).map_err(|e| storage(path, e))?;
-            cur.as_ref().map(|v| v.value()) == expected
-        };
-        if same {
-            t.insert(key, json).map_err(|e| storage(path, e))?;
-        }
-        same
-    };
-    if !same {
+    if next_generation(&w, path)? != generation + 1 {
         w.abort().map_err(|e| storage(path, e))?;
         return Ok(false);
     }
+    {
+        let mut t = w.open_table(CONFIGS).map_err(|e| storage(path, e))?;
+        t.insert(key, json).map_err(|e| storage(path, e))?;
+    }
     w.commit().map_err(|e| storage(path, e))?;
     Ok(true)
+}
+
+/// Moves the documents' generation on inside `w`; the new one.
+fn next_generation(w: &redb::WriteTransaction, path: &Path) -> Result<u64, StoreError> {
+    let mut t = w
+        .open_table(CONFIG_GENERATION)
+        .map_err(|e| storage(path, e))?;
+    let now = t
+        .get(GENERATION)
+        .map_err(|e| storage(path, e))?
+        .map_or(0, |v| v.value());
+    t.insert(GENERATION, now + 1)
+        .map_err(|e| storage(path, e))?;
+    Ok(now + 1)
+}
+
+/// Every config document and their generation, from one read transaction.
+pub(crate) fn configs(
+    db: &Database,
+    path: &Path,
+) -> Result<(u64, Vec<(String, String)>), StoreError> {
+    let r = db.begin_read().map_err(|e| storage(path, e))?;
+    let generation = match r.open_table(CONFIG_GENERATION) {
+        Ok(t) => t
+            .get(GENERATION)
+            .map_err(|e| storage(path, e))?
+            .map_or(0, |v| v.value()),
+        Err(redb::TableError::TableDoesNotExist(_)) => 0,
+        Err(e) => return Err(storage(path, e)),
+    };
+    let mut rows = Vec::new();
+    match r.open_table(CONFIGS) {
+        Ok(t) => {
+            for row in t.iter().map_err(|e| storage(path, e))? {
+                let (k, v) = row.map_err(|e| storage(path, e))?;
+                rows.push((k.value().to_owned(), v.value().to_owned()));
+            }
+        }
+        Err(redb::TableError::TableDoesNotExist(_)) => {}
+        Err(e) => return Err(storage(path, e)),
+    }
+    Ok((generation, rows))
 }
 
 /// The event's anchor: the one kept, else `now`, kept durably. One write
@@ -457,5 +499,6 @@ pub(crate) fn forget_event(db: &Database, path: &Path, key: &str) -> Result<(), 
         let mut t = w.open_table(ANCHORS).map_err(|e| storage(path, e))?;
         t.remove(key).map_err(|e| storage(path, e))?;
     }
+    next_generation(&w, path)?;
     w.commit().map_err(|e| storage(path, e))
 }

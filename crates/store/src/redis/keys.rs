@@ -13,6 +13,9 @@ use crate::{EventId, Nonce};
 
 /// Hash of event id → configuration JSON, for every event.
 pub(crate) const CONFIGS: &str = "anteroom:{@config}:events";
+/// The field of [`CONFIGS`] that holds the set's generation, moved on by
+/// every change of any document; `@` keeps it apart from every event id.
+pub(crate) const GENERATION: &str = "@generation";
 /// Set of the event ids that have an audit trail (deleted events included).
 pub(crate) const AUDITED: &str = "anteroom:{@audit}:events";
 

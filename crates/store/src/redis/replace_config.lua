@@ -1,18 +1,12 @@
 -- replace_config: stores an event's config document (ARGV[2]) in the
--- configs hash (KEYS[1], field ARGV[1]) only while the field still holds
--- what the caller read: nothing when ARGV[3] is '0', else exactly ARGV[4].
--- 1 when stored, 0 when another writer changed it first. One script, so a
--- change made between the caller's read and this write is never
--- overwritten unseen.
-local cur = redis.call('HGET', KEYS[1], ARGV[1])
-local same
-if ARGV[3] == '0' then
-  same = cur == false
-else
-  same = cur == ARGV[4]
-end
-if not same then
+-- configs hash (KEYS[1], field ARGV[1]) only while the set's generation
+-- (field '@generation', absent = 0) is still ARGV[3], the one the caller
+-- read with the set, and moves it on. 1 when stored, 0 when any document
+-- changed first. One script, so no change lands between the caller's
+-- read and this write unseen.
+local gen = tonumber(redis.call('HGET', KEYS[1], '@generation') or '0')
+if gen ~= tonumber(ARGV[3]) then
   return 0
 end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2], '@generation', string.format('%d', gen + 1))
 return 1

@@ -4,7 +4,7 @@ use anteroom_core::phase::AdminState;
 
 use super::{Store, admit, join_n, now, rank};
 use crate::conformance::{Ctx, HOUR_US, nonce, open_scoring};
-use crate::{EventId, ExpireRequest, MemberState, RedeemOutcome, Touch};
+use crate::{ConfigSet, EventId, ExpireRequest, MemberState, RedeemOutcome, Touch};
 
 pub(super) async fn redeem_is_single_use(s: Store, c: Ctx) {
     let ev = c.event("redeem");
@@ -310,56 +310,75 @@ pub(super) async fn event_configs_are_stored(s: Store, c: Ctx) {
 
 pub(super) async fn event_config_replace_is_conditional(s: Store, c: Ctx) {
     let (a, b) = (c.event("cfg-cas-a"), c.event("cfg-cas-b"));
-    let get = |s: Store, e: EventId| async move {
-        let all = s.event_configs().await.unwrap();
-        all.into_iter().find(|(id, _)| *id == e).map(|(_, j)| j)
+    let get = |set: &ConfigSet, e: &EventId| {
+        set.configs
+            .iter()
+            .find(|(id, _)| id == e)
+            .map(|(_, j)| j.clone())
     };
-    // Creating: only while nothing is stored.
-    assert!(s.replace_event_config(&a, None, "1").await.unwrap());
-    assert!(!s.replace_event_config(&a, None, "9").await.unwrap());
-    assert_eq!(get(s.clone(), a.clone()).await.as_deref(), Some("1"));
-    // Replacing: only what was read, compared whole (a prefix is not it).
-    assert!(!s.replace_event_config(&a, Some("2"), "9").await.unwrap());
-    assert!(!s.replace_event_config(&a, Some(""), "9").await.unwrap());
-    assert!(!s.replace_event_config(&b, Some("1"), "9").await.unwrap());
+    let g0 = s.event_config_set().await.unwrap().generation;
+    assert!(s.replace_event_config(&a, g0, "1").await.unwrap());
+    let set = s.event_config_set().await.unwrap();
+    assert_eq!(get(&set, &a).as_deref(), Some("1"));
+    assert_eq!(set.generation, g0 + 1, "a replace moves the generation on");
+    // Stale: any change since the read, of this document or another one.
+    assert!(!s.replace_event_config(&a, g0, "9").await.unwrap());
+    assert!(!s.replace_event_config(&b, g0, "9").await.unwrap());
+    let set = s.event_config_set().await.unwrap();
     assert_eq!(
-        get(s.clone(), b.clone()).await,
-        None,
+        get(&set, &a).as_deref(),
+        Some("1"),
         "nothing stored on a refusal"
     );
-    assert!(s.replace_event_config(&a, Some("1"), "2").await.unwrap());
-    assert_eq!(get(s.clone(), a.clone()).await.as_deref(), Some("2"));
-    // Writers changing one document at once, each reading, adding one and
-    // replacing until its replace lands: no increment is lost, as one
-    // last-writer-wins write would lose them.
+    assert_eq!(get(&set, &b), None);
+    assert_eq!(set.generation, g0 + 1);
+    // A plain put and a deletion move it on too, so a replace read before
+    // them is refused.
+    s.put_event_config(&b, "2").await.unwrap();
+    let g2 = s.event_config_set().await.unwrap().generation;
+    assert!(g2 > g0 + 1, "a put moves the generation on");
+    s.delete_event(&b).await.unwrap();
+    assert!(
+        !s.replace_event_config(&a, g2, "9").await.unwrap(),
+        "after a deletion"
+    );
+    assert!(s.event_config_set().await.unwrap().generation > g2);
+    // A rule over the whole set holds under writers at once: each adds its
+    // own document only while fewer than three of theirs exist. Were the
+    // documents compared one by one, all six would see room and add theirs.
+    let slot = |w: usize| c.event(&format!("cfg-slot-{w}"));
+    let prefix = slot(0).as_str().trim_end_matches('0').to_owned();
     let mut writers = tokio::task::JoinSet::new();
-    for _ in 0..6 {
-        let (s, b) = (s.clone(), b.clone());
+    for w in 0..6 {
+        let (s, mine, prefix) = (s.clone(), slot(w), prefix.clone());
         writers.spawn(async move {
-            let mut tries = 0u32;
-            for _ in 0..5 {
-                loop {
-                    tries += 1;
-                    let cur = get(s.clone(), b.clone()).await;
-                    let n: u64 = cur.as_deref().map_or(0, |j| j.parse().unwrap());
-                    let next = (n + 1).to_string();
-                    if s.replace_event_config(&b, cur.as_deref(), &next)
-                        .await
-                        .unwrap()
-                    {
-                        break;
-                    }
+            loop {
+                let set = s.event_config_set().await.unwrap();
+                let taken = set
+                    .configs
+                    .iter()
+                    .filter(|(id, _)| id.as_str().starts_with(&prefix))
+                    .count();
+                if taken >= 3 {
+                    return false;
+                }
+                if s.replace_event_config(&mine, set.generation, "{}")
+                    .await
+                    .unwrap()
+                {
+                    return true;
                 }
             }
-            tries
         });
     }
-    let tries: u32 = writers.join_all().await.into_iter().sum();
-    assert_eq!(
-        get(s.clone(), b.clone()).await.as_deref(),
-        Some("30"),
-        "after {tries} tries"
-    );
+    let added = writers.join_all().await.into_iter().filter(|&x| x).count();
+    let set = s.event_config_set().await.unwrap();
+    let slots = set
+        .configs
+        .iter()
+        .filter(|(id, _)| id.as_str().starts_with(&prefix))
+        .count();
+    assert_eq!((added, slots), (3, 3));
 }
 
 pub(super) async fn anchor_is_set_once_by_the_first_caller(s: Store, c: Ctx) {
