@@ -539,8 +539,7 @@ impl QueueStore for RedisStore {
                 .arg(json),
         )
         .await?;
-        self.query::<()>(redis::cmd("HINCRBY").arg(CONFIGS).arg(GENERATION).arg(1))
-            .await
+        self.query::<()>(redis::cmd("INCR").arg(GENERATION)).await
     }
 
     async fn replace_event_config(
@@ -549,7 +548,7 @@ impl QueueStore for RedisStore {
         generation: u64,
         json: &str,
     ) -> Result<bool> {
-        let mut call = scripts::REPLACE_CONFIG.call(&[CONFIGS.to_owned()]);
+        let mut call = scripts::REPLACE_CONFIG.call(&[CONFIGS.to_owned(), GENERATION.to_owned()]);
         call.arg(event.as_str()).arg(json).arg(generation);
         self.eval::<i64>(&scripts::REPLACE_CONFIG, &call)
             .await
@@ -557,21 +556,28 @@ impl QueueStore for RedisStore {
     }
 
     async fn event_config_set(&self) -> Result<ConfigSet> {
-        let rows: Vec<(String, String)> = self.query(redis::cmd("HGETALL").arg(CONFIGS)).await?;
-        let mut set = ConfigSet::default();
-        for (id, json) in rows {
-            if id == GENERATION {
-                set.generation = json.parse().map_err(|_| {
-                    StoreError::Corrupt(format!("bad {GENERATION} {json:?} in {CONFIGS}"))
-                })?;
-                continue;
-            }
-            let id = EventId::new(&id)
-                .map_err(|_| StoreError::Corrupt(format!("bad event id {id:?} in {CONFIGS}")))?;
-            set.configs.push((id, json));
-        }
-        set.configs.sort_by(|a, b| a.0.cmp(&b.0));
-        Ok(set)
+        let call = scripts::CONFIG_SET.call(&[CONFIGS.to_owned(), GENERATION.to_owned()]);
+        let (generation, rows): (Option<String>, Vec<(String, String)>) =
+            self.eval(&scripts::CONFIG_SET, &call).await?;
+        let generation = match generation {
+            None => 0,
+            Some(g) => g.parse().map_err(|_| {
+                StoreError::Corrupt(format!("bad generation {g:?} in {GENERATION}"))
+            })?,
+        };
+        let mut configs = rows
+            .into_iter()
+            .map(|(id, json)| {
+                EventId::new(&id)
+                    .map(|id| (id, json))
+                    .map_err(|_| StoreError::Corrupt(format!("bad event id {id:?} in {CONFIGS}")))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        configs.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(ConfigSet {
+            generation,
+            configs,
+        })
     }
 
     async fn ping(&self, event: &EventId) -> Result<()> {
@@ -587,8 +593,7 @@ impl QueueStore for RedisStore {
         self.query::<()>(&del).await?;
         self.query::<()>(redis::cmd("HDEL").arg(CONFIGS).arg(event.as_str()))
             .await?;
-        self.query::<()>(redis::cmd("HINCRBY").arg(CONFIGS).arg(GENERATION).arg(1))
-            .await
+        self.query::<()>(redis::cmd("INCR").arg(GENERATION)).await
     }
 
     async fn append_audit(&self, event: &EventId, json: &str) -> Result<()> {

@@ -715,10 +715,11 @@ async fn keys_of_other_applications_are_untouched() {
 
 /// The key layout: an event's keys are `anteroom:{<event>}:<name>`, so the
 /// hash tag puts all of them in the event's own cluster slot; the only keys
-/// outside any event's tag are the two cross-event ones, the configs hash
-/// and the set of audited events, tagged with an `@` no event id can hold.
+/// outside any event's tag are the cross-event ones, the configs hash with
+/// its generation and the set of audited events, tagged with an `@` no
+/// event id can hold.
 #[tokio::test]
-async fn every_key_is_under_its_events_hash_tag_or_one_of_the_two_shared_keys() {
+async fn every_key_is_under_its_events_hash_tag_or_a_shared_one() {
     let server = RedisServer::start().unwrap();
     let s = store(&server).await;
     let mut conn = raw(&server).await;
@@ -732,7 +733,11 @@ async fn every_key_is_under_its_events_hash_tag_or_one_of_the_two_shared_keys() 
         .query_async(&mut conn)
         .await
         .unwrap();
-    let shared = ["anteroom:{@config}:events", "anteroom:{@audit}:events"];
+    let shared = [
+        "anteroom:{@config}:events",
+        "anteroom:{@config}:generation",
+        "anteroom:{@audit}:events",
+    ];
     for k in shared {
         assert!(keys.iter().any(|x| x == k), "{k} not written: {keys:?}");
     }

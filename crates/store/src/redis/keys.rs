@@ -3,8 +3,8 @@
 //! Every key of event `E` is `anteroom:{E}:<name>`: the hash tag `{E}` puts all
 //! of an event's keys in one Redis Cluster slot (so its Lua scripts are legal
 //! there) while different events spread across the cluster. The cross-event
-//! keys are [`CONFIGS`] and [`AUDITED`]; `@` cannot appear in an event id, so
-//! they never collide.
+//! keys are [`CONFIGS`] with its [`GENERATION`], and [`AUDITED`]; `@` cannot
+//! appear in an event id, so they never collide.
 //! Nothing outside the `anteroom:` prefix is ever read or written; the one
 //! pub/sub channel (the admission news between nodes, `news::CHANNEL`) is
 //! under it too.
@@ -13,9 +13,11 @@ use crate::{EventId, Nonce};
 
 /// Hash of event id → configuration JSON, for every event.
 pub(crate) const CONFIGS: &str = "anteroom:{@config}:events";
-/// The field of [`CONFIGS`] that holds the set's generation, moved on by
-/// every change of any document; `@` keeps it apart from every event id.
-pub(crate) const GENERATION: &str = "@generation";
+/// The generation of [`CONFIGS`], moved on by every change of any
+/// document. A key of its own in the same slot (so one script reads or
+/// changes both), not a field of the hash, where a node of an earlier
+/// version would read it as an event id and refuse the whole hash.
+pub(crate) const GENERATION: &str = "anteroom:{@config}:generation";
 /// Set of the event ids that have an audit trail (deleted events included).
 pub(crate) const AUDITED: &str = "anteroom:{@audit}:events";
 
