@@ -56,6 +56,9 @@ pub async fn put(
     let body = read_body(req.into_body(), MAX_EVENT_BODY).await?;
     let raw: RawEvent = parse_json(&body)?
         .ok_or_else(|| ApiError::BadRequest("an event JSON body is required".into()))?;
+    // Refused before the store is asked: bad input is a 400 even while the
+    // store is away.
+    let raw = checked(&id, raw)?;
     let _writes = state.admin_writes.lock().await;
     apply(&state, &caller, &id, "put", |_| Ok(raw.clone())).await
 }
