@@ -134,6 +134,20 @@ impl RedisStore {
     async fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T> {
         self.conn.query(cmd, self.timeout).await
     }
+
+    /// Stores (`Some`) or removes (`None`) an event's config document and
+    /// moves the documents' generation on, in one script.
+    async fn write_config(&self, event: &EventId, json: Option<&str>) -> Result<()> {
+        let mut call = scripts::WRITE_CONFIG.call(&[CONFIGS.to_owned(), GENERATION.to_owned()]);
+        call.arg(event.as_str());
+        match json {
+            Some(json) => call.arg("set").arg(json),
+            None => call.arg("del"),
+        };
+        self.eval::<i64>(&scripts::WRITE_CONFIG, &call)
+            .await
+            .map(|_| ())
+    }
 }
 
 /// The `held` entry of a token: tagged `t` so a session (`s`) never reads as one.
@@ -532,14 +546,7 @@ impl QueueStore for RedisStore {
     }
 
     async fn put_event_config(&self, event: &EventId, json: &str) -> Result<()> {
-        self.query::<()>(
-            redis::cmd("HSET")
-                .arg(CONFIGS)
-                .arg(event.as_str())
-                .arg(json),
-        )
-        .await?;
-        self.query::<()>(redis::cmd("INCR").arg(GENERATION)).await
+        self.write_config(event, Some(json)).await
     }
 
     async fn replace_event_config(
@@ -591,9 +598,7 @@ impl QueueStore for RedisStore {
             del.arg(k);
         }
         self.query::<()>(&del).await?;
-        self.query::<()>(redis::cmd("HDEL").arg(CONFIGS).arg(event.as_str()))
-            .await?;
-        self.query::<()>(redis::cmd("INCR").arg(GENERATION)).await
+        self.write_config(event, None).await
     }
 
     async fn append_audit(&self, event: &EventId, json: &str) -> Result<()> {

@@ -44,3 +44,5 @@ pub(crate) static REPLACE_CONFIG: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("replace_config.lua")));
 pub(crate) static CONFIG_SET: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("config_set.lua")));
+pub(crate) static WRITE_CONFIG: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(include_str!("write_config.lua")));
