@@ -134,9 +134,10 @@ fn merge_patch(target: &mut Value, patch: &Value) {
 
 /// Makes the event `id` with `make` over its current table, validates it
 /// beside every other event, stores it, puts it in force here and records
-/// the change. The store keeps it only if no other node changed the event
-/// since it was read; otherwise it is made again over that change, so two
-/// operators changing one event on two nodes at once lose neither change.
+/// the change. The store keeps it only if no event's document changed since
+/// they were read; otherwise it is made and checked again over the newer
+/// ones, so two operators changing events on two nodes at once lose neither
+/// change, and never give one path to two events.
 async fn apply(
     state: &Arc<AppState>,
     caller: &Caller,
@@ -182,7 +183,7 @@ async fn apply(
     Err(ApiError::Conflict {
         code: "concurrent_change",
         message: format!(
-            "event {id} was changed elsewhere {} times while this change was made over it; \
+            "the events were changed elsewhere {} times while this change to {id} was made; \
              make the change again",
             stored::REPLACE_TRIES
         ),
