@@ -2,8 +2,9 @@
 //! takes up another node's change at its next watch of the store (seconds
 //! later), so an operator's `PATCH` on one node can reach it before that
 //! node has seen a colleague's change made on another a moment earlier.
-//! The change is made over the event as the store has it, and stored only
-//! if nobody changed it meanwhile: neither change is lost.
+//! A change is made over, and checked against, the events as the store has
+//! them, and stored only if no event's document changed meanwhile: neither
+//! change is lost, and no path goes to two events.
 
 use crate::support::config::HOURLY;
 use crate::support::process::{self, Node};
