@@ -354,12 +354,7 @@ pub(super) async fn event_config_replace_is_conditional(s: Store, c: Ctx) {
         writers.spawn(async move {
             loop {
                 let set = s.event_config_set().await.unwrap();
-                let taken = set
-                    .configs
-                    .iter()
-                    .filter(|(id, _)| id.as_str().starts_with(&prefix))
-                    .count();
-                if taken >= 3 {
+                if slots_taken(&set, &prefix) >= 3 {
                     return false;
                 }
                 if s.replace_event_config(&mine, set.generation, "{}")
@@ -373,12 +368,15 @@ pub(super) async fn event_config_replace_is_conditional(s: Store, c: Ctx) {
     }
     let added = writers.join_all().await.into_iter().filter(|&x| x).count();
     let set = s.event_config_set().await.unwrap();
-    let slots = set
-        .configs
+    assert_eq!((added, slots_taken(&set, &prefix)), (3, 3));
+}
+
+/// How many documents of the set are named with `prefix`.
+fn slots_taken(set: &ConfigSet, prefix: &str) -> usize {
+    set.configs
         .iter()
-        .filter(|(id, _)| id.as_str().starts_with(&prefix))
-        .count();
-    assert_eq!((added, slots), (3, 3));
+        .filter(|(id, _)| id.as_str().starts_with(prefix))
+        .count()
 }
 
 pub(super) async fn anchor_is_set_once_by_the_first_caller(s: Store, c: Ctx) {
