@@ -46,7 +46,7 @@ fn strip_nulls(v: &mut Value) {
 #[utoipa::path(put, path = "/admin/events/{event}", tag = "admin", security(("bearer" = [])),
     params(("event" = String, Path,)), request_body(content = Object, description = "an [[events]] table as JSON"),
     responses((status = 200, body = EventView), (status = 400, body = crate::error::ErrorBody),
-        (status = 403, body = crate::error::ErrorBody)))]
+        (status = 403, body = crate::error::ErrorBody), (status = 409, body = crate::error::ErrorBody)))]
 pub async fn put(
     State(state): State<Arc<AppState>>,
     Extension(caller): Extension<Caller>,
@@ -68,7 +68,7 @@ pub async fn put(
 #[utoipa::path(patch, path = "/admin/events/{event}", tag = "admin", security(("bearer" = [])),
     params(("event" = String, Path,)), request_body(content = Object, description = "some fields of an [[events]] table"),
     responses((status = 200, body = EventView), (status = 400, body = crate::error::ErrorBody),
-        (status = 404, body = crate::error::ErrorBody)))]
+        (status = 404, body = crate::error::ErrorBody), (status = 409, body = crate::error::ErrorBody)))]
 pub async fn patch(
     State(state): State<Arc<AppState>>,
     Extension(caller): Extension<Caller>,

@@ -363,6 +363,14 @@ async fn admin_needs_the_bearer_token() {
         "{enter}"
     );
     assert!(position["429"].is_object(), "{position}");
+    // So is an admin change refused because the events kept changing.
+    let event = &doc["paths"]["/admin/events/{event}"];
+    for method in ["put", "patch"] {
+        assert!(
+            event[method]["responses"]["409"].is_object(),
+            "{method}: {event}"
+        );
+    }
     s.stop().await;
 }
 
