@@ -19,7 +19,7 @@ use super::auth::Caller;
 use super::{EventView, audit, event, view};
 use crate::api::{empty, parse_json, read_body};
 use crate::config::stored::{self, Change, DocSet};
-use crate::config::{EventConfig, RawEvent, event_set};
+use crate::config::{EventConfig, RawEvent, event_from_raw, event_set};
 use crate::error::ApiError;
 use crate::state::AppState;
 
@@ -263,7 +263,13 @@ fn validate(
         if doc.deleted {
             others.remove(other.as_str());
         } else if let Some(table) = &doc.event {
-            others.insert(other.to_string(), table.clone());
+            // A stored table this node cannot run (its watch of the store
+            // skips it, logged) is left out rather than block every change
+            // of every other event with its error; the one it runs, if any,
+            // stands in.
+            if event_from_raw(&format!("stored event {other}"), table).is_ok() {
+                others.insert(other.to_string(), table.clone());
+            }
         }
     }
     let mut keyed: Vec<(String, &RawEvent)> = others

@@ -309,3 +309,29 @@ async fn two_nodes_never_give_one_path_to_two_events() {
         assert_eq!(holders.len(), 1, "round {round}: stored for {holders:?}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stored_table_no_node_can_run_blocks_no_other_change() {
+    let redis = RedisServer::start().expect("redis-server (apt-get install redis-server)");
+    let (one, _two) = two_nodes(&redis).await;
+    // A document written by hand (or by a node that could run it) whose
+    // table this node refuses: an empty origin.
+    let store = process::redis_store(&redis.url()).await;
+    let broken = json!({ "event": { "id": "broken", "paths": ["/broken/"], "origin": "" } });
+    store
+        .put_event_config(&EventId::new("broken").unwrap(), &broken.to_string())
+        .await
+        .unwrap();
+    let (status, ev) = one
+        .admin_json(Method::PATCH, PATH, &json!({ "max_active": 11 }))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{ev}");
+    assert_eq!(ev["config"]["max_active"], 11, "{ev}");
+    // It is no event here, and its table can be replaced by a good one.
+    let (status, _) = one.admin(Method::GET, "/admin/events/broken").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, ev) = one
+        .admin_json(Method::PUT, "/admin/events/broken", &table(&["/broken/"]))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{ev}");
+}
