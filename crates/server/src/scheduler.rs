@@ -336,6 +336,13 @@ async fn watch_configs(state: Arc<AppState>) {
             else {
                 continue;
             };
+            // Checked beside this node's other events too: a table that
+            // claims one of their paths (config files that differ between
+            // nodes) is refused here, not run as a second event on that path.
+            if let Err(e) = fits_beside_the_others(&state, &id, &raw) {
+                tracing::warn!(event = %id, error = %e, "stored event change not applied: it does not fit beside this node's events");
+                continue;
+            }
             // A document without an anchor (one stored by a node that had
             // not fixed it yet) takes the store's: an anchor of 0 would put
             // every arrival at the clamped top score, in no order at all.
@@ -361,6 +368,23 @@ async fn watch_configs(state: Arc<AppState>) {
             }
         }
     }
+}
+
+/// `raw` as event `id` beside every other event this node runs, by the
+/// same check as the config file's.
+fn fits_beside_the_others(
+    state: &AppState,
+    id: &EventId,
+    raw: &crate::config::RawEvent,
+) -> Result<(), crate::config::ConfigError> {
+    let events = state.events();
+    let mut keyed: Vec<(String, &crate::config::RawEvent)> = events
+        .iter()
+        .filter(|rt| rt.id() != id)
+        .map(|rt| (format!("events[id={}]", rt.id()), &rt.config.raw))
+        .collect();
+    keyed.push((format!("stored event {id}"), raw));
+    crate::config::event_set(&keyed).map(|_| ())
 }
 
 #[cfg(test)]

@@ -335,3 +335,59 @@ async fn a_stored_table_no_node_can_run_blocks_no_other_change() {
         .await;
     assert_eq!(status, StatusCode::OK, "{ev}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_never_takes_up_a_second_event_for_one_of_its_paths() {
+    let redis = RedisServer::start().expect("redis-server (apt-get install redis-server)");
+    let base = process::redis_node(&[redis.url()])
+        .gateway_nodes(2)
+        .event(process::event(EVENT, "http://127.0.0.1:9", 1).admission(HOURLY));
+    // Node two's config file has an event node one's lacks (files that
+    // differ between nodes): node one lets a new event claim its path.
+    let one = Node::in_process(&base.clone().toml()).await;
+    let two = Node::in_process(
+        &base
+            .event(process::event("local", "http://127.0.0.1:9", 1).paths(&["/local/"]))
+            .toml(),
+    )
+    .await;
+    let (status, ev) = one
+        .admin_json(Method::PUT, "/admin/events/other", &table(&["/local/"]))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{ev}");
+    // Two watches of the store later (a marker put after the first has
+    // arrived, then a second after the first marker), node two has looked
+    // at the claim and kept its own event on the path.
+    for marker in ["marker-1", "marker-2"] {
+        let path = format!("/{marker}/");
+        let (status, ev) = one
+            .admin_json(
+                Method::PUT,
+                &format!("/admin/events/{marker}"),
+                &table(&[&path]),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{ev}");
+        wait_for(
+            "node two to take the marker up",
+            Duration::from_secs(15),
+            || async {
+                two.admin(Method::GET, &format!("/admin/events/{marker}"))
+                    .await
+                    .0
+                    == StatusCode::OK
+            },
+        )
+        .await;
+    }
+    let (status, _) = two.admin(Method::GET, "/admin/events/other").await;
+    assert_eq!(
+        status,
+        StatusCode::NOT_FOUND,
+        "node two runs a second event on /local/"
+    );
+    let (status, body) = two.admin(Method::GET, "/admin/events/local").await;
+    assert_eq!(status, StatusCode::OK);
+    let local: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(local["config"]["paths"], json!(["/local/"]), "{local}");
+}
