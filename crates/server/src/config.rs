@@ -25,6 +25,7 @@ use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
 
 pub use raw::{RawConfig, RawEvent};
+pub(crate) use validate::path_key;
 pub use validate::{event_from_raw, event_set};
 
 /// Largest total size of a request's headers the gate accepts (API.md: 431 above).

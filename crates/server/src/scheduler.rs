@@ -339,8 +339,8 @@ async fn watch_configs(state: Arc<AppState>) {
             // Checked beside this node's other events too: a table that
             // claims one of their paths (config files that differ between
             // nodes) is refused here, not run as a second event on that path.
-            if let Err(e) = fits_beside_the_others(&state, &id, &raw) {
-                tracing::warn!(event = %id, error = %e, "stored event change not applied: it does not fit beside this node's events");
+            if let Some(taken) = path_held_by_another(&state, &config) {
+                tracing::warn!(event = %id, path = %taken.0, by = %taken.1, "stored event change not applied: another event of this node protects that path");
                 continue;
             }
             // A document without an anchor (one stored by a node that had
@@ -370,21 +370,29 @@ async fn watch_configs(state: Arc<AppState>) {
     }
 }
 
-/// `raw` as event `id` beside every other event this node runs, by the
-/// same check as the config file's.
-fn fits_beside_the_others(
+/// A path of `config` that another event this node runs already protects,
+/// with that event; by the config file's rule, from the events as this node
+/// validated them (no secret file is read again).
+fn path_held_by_another(
     state: &AppState,
-    id: &EventId,
-    raw: &crate::config::RawEvent,
-) -> Result<(), crate::config::ConfigError> {
+    config: &crate::config::EventConfig,
+) -> Option<(String, EventId)> {
+    let key = |p: &str| crate::config::path_key(p).ok();
     let events = state.events();
-    let mut keyed: Vec<(String, &crate::config::RawEvent)> = events
-        .iter()
-        .filter(|rt| rt.id() != id)
-        .map(|rt| (format!("events[id={}]", rt.id()), &rt.config.raw))
-        .collect();
-    keyed.push((format!("stored event {id}"), raw));
-    crate::config::event_set(&keyed).map(|_| ())
+    for p in &config.paths {
+        let Some(mine) = key(p) else { continue };
+        for rt in events.iter().filter(|rt| *rt.id() != config.id) {
+            if rt
+                .config
+                .paths
+                .iter()
+                .any(|q| key(q).as_ref() == Some(&mine))
+            {
+                return Some((p.clone(), rt.id().clone()));
+            }
+        }
+    }
+    None
 }
 
 #[cfg(test)]

@@ -73,9 +73,8 @@ pub fn event_set(events: &[(String, &RawEvent)]) -> Result<Vec<EventConfig>> {
             ));
         }
         for (j, p) in event.paths.iter().enumerate() {
-            let canonical = crate::routes::check_prefix(p)
-                .map_err(|e| ConfigError::new(format!("{key}.paths[{j}]"), e.to_string()))?
-                .to_ascii_lowercase();
+            let canonical = path_key(p)
+                .map_err(|e| ConfigError::new(format!("{key}.paths[{j}]"), e.to_string()))?;
             if let Some(owner) = prefixes.get(&canonical) {
                 return Err(ConfigError::new(
                     format!("{key}.paths[{j}]"),
@@ -90,6 +89,13 @@ pub fn event_set(events: &[(String, &RawEvent)]) -> Result<Vec<EventConfig>> {
         out.push(event);
     }
     Ok(out)
+}
+
+/// A path prefix as the gate matches it: two prefixes with one key are one
+/// path to the gate (`/Tickets/` and `/tickets/`), so no two events may
+/// hold them.
+pub(crate) fn path_key(prefix: &str) -> std::result::Result<String, impl std::fmt::Display> {
+    crate::routes::check_prefix(prefix).map(|p| p.to_ascii_lowercase())
 }
 
 fn admin_tokens(s: &super::raw::RawServer) -> Result<Vec<AdminToken>> {
