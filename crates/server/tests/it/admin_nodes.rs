@@ -6,7 +6,7 @@
 //! them, and stored only if no event's document changed meanwhile: neither
 //! change is lost, and no path goes to two events.
 
-use crate::support::config::HOURLY;
+use crate::support::config::{ConfigBuilder, HOURLY};
 use crate::support::process::{self, Node};
 use crate::support::wait_for;
 use anteroom::config::RawEvent;
@@ -28,11 +28,15 @@ async fn config_on(node: &Node) -> Value {
     serde_json::from_slice::<Value>(&body).unwrap()["config"].clone()
 }
 
-async fn two_nodes(redis: &RedisServer) -> (Node, Node) {
-    let config = process::redis_node(&[redis.url()])
+/// The config of two nodes on `redis`, both with the one event.
+fn two_node_config(redis: &RedisServer) -> ConfigBuilder {
+    process::redis_node(&[redis.url()])
         .gateway_nodes(2)
         .event(process::event(EVENT, "http://127.0.0.1:9", 1).admission(HOURLY))
-        .toml();
+}
+
+async fn two_nodes(redis: &RedisServer) -> (Node, Node) {
+    let config = two_node_config(redis).toml();
     (
         Node::in_process(&config).await,
         Node::in_process(&config).await,
@@ -339,9 +343,7 @@ async fn a_stored_table_no_node_can_run_blocks_no_other_change() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_never_takes_up_a_second_event_for_one_of_its_paths() {
     let redis = RedisServer::start().expect("redis-server (apt-get install redis-server)");
-    let base = process::redis_node(&[redis.url()])
-        .gateway_nodes(2)
-        .event(process::event(EVENT, "http://127.0.0.1:9", 1).admission(HOURLY));
+    let base = two_node_config(&redis);
     // Node two's config file has an event node one's lacks (files that
     // differ between nodes): node one lets a new event claim its path.
     let one = Node::in_process(&base.clone().toml()).await;
