@@ -145,18 +145,16 @@ async fn apply(
     action: &str,
     make: impl Fn(Current<'_>) -> Result<RawEvent, ApiError>,
 ) -> Result<Response, ApiError> {
-    let running = anteroom_store::EventId::new(id)
-        .ok()
-        .and_then(|e| state.event(&e))
+    // An id no event can have finds no document and no running event; the
+    // check below refuses it, naming the key.
+    let key = anteroom_store::EventId::new(id).ok();
+    let running = key
+        .as_ref()
+        .and_then(|e| state.event(e))
         .map(|rt| shown(&rt.config.raw));
     for _ in 0..stored::REPLACE_TRIES {
         let set = stored::read_set(state.store.as_ref()).await?;
-        let doc = set
-            .docs
-            .iter()
-            .find(|(e, _)| e.as_str() == id)
-            .map(|(_, d)| d.clone())
-            .unwrap_or_default();
+        let doc = key.as_ref().map(|k| set.get(k)).unwrap_or_default();
         let current = match &doc.event {
             _ if doc.deleted => Current::Deleted,
             Some(raw) => Current::Stored(raw),
