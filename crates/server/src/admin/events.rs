@@ -19,7 +19,7 @@ use super::auth::Caller;
 use super::{EventView, audit, event, view};
 use crate::api::{empty, parse_json, read_body};
 use crate::config::stored::{self, Change, DocSet};
-use crate::config::{EventConfig, RawEvent, event_from_raw, event_set};
+use crate::config::{EventConfig, RawEvent, event_beside, event_from_raw};
 use crate::error::ApiError;
 use crate::state::AppState;
 
@@ -238,22 +238,27 @@ async fn in_force(
     Ok((StatusCode::OK, Json(view(&rt))).into_response())
 }
 
-/// The same check as the config file's: this event beside all the others,
-/// as the store has them where it has them (another node's new event, or
-/// its change of a path, counts before this node takes it up), else as
-/// this node runs them.
+/// The same check as the config file's: this event in full, beside all the
+/// others, as the store has them where it has them (another node's new
+/// event, or its change of a path, counts before this node takes it up),
+/// else as this node runs them. The others count by their ids and paths
+/// (as this node checked them when it took them up): checking them again
+/// would read their key files anew, so one removed since start would refuse
+/// every change of every other event.
 fn validate(
     state: &AppState,
     id: &str,
     raw: &RawEvent,
     set: &DocSet,
 ) -> Result<EventConfig, ApiError> {
-    let mut others: BTreeMap<String, RawEvent> = state
-        .events()
+    let events = state.events();
+    let mut others: BTreeMap<&str, &EventConfig> = events
         .iter()
         .filter(|rt| rt.id().as_str() != id)
-        .map(|rt| (rt.id().to_string(), rt.config.raw.clone()))
+        .map(|rt| (rt.id().as_str(), &rt.config))
         .collect();
+    // The stored tables, each checked once, kept alive beside `others`.
+    let mut stored: Vec<EventConfig> = Vec::new();
     for (other, doc) in &set.docs {
         if other.as_str() == id {
             continue;
@@ -265,18 +270,18 @@ fn validate(
             // skips it, logged) is left out rather than block every change
             // of every other event with its error; the one it runs, if any,
             // stands in.
-            if event_from_raw(&format!("stored event {other}"), table).is_ok() {
-                others.insert(other.to_string(), table.clone());
+            if let Ok(config) = event_from_raw(&format!("stored event {other}"), table) {
+                others.remove(other.as_str());
+                stored.push(config);
             }
         }
     }
-    let mut keyed: Vec<(String, &RawEvent)> = others
-        .iter()
-        .map(|(other, table)| (format!("events[id={other}]"), table))
-        .collect();
-    keyed.push(("event".to_owned(), raw));
-    let mut configs = event_set(&keyed).map_err(|e| ApiError::BadRequest(e.to_string()))?;
-    configs.pop().ok_or(ApiError::Internal)
+    let held = others
+        .values()
+        .copied()
+        .chain(stored.iter())
+        .map(|e| (&e.id, e.paths.as_slice()));
+    event_beside("event", raw, held).map_err(|e| ApiError::BadRequest(e.to_string()))
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -369,3 +369,50 @@ fn the_jwt_key_comes_from_a_file_or_the_environment() {
         )
     );
 }
+
+#[test]
+fn an_event_beside_others_follows_the_files_rules_across_events() {
+    let running = Config::from_toml(BASE).unwrap().events;
+    let held = || running.iter().map(|e| (&e.id, e.paths.as_slice()));
+    let table = |id: &str, path: &str| RawEvent {
+        id: Some(id.to_owned()),
+        origin: Some("http://127.0.0.1:9001".to_owned()),
+        paths: Some(vec![path.to_owned()]),
+        ..RawEvent::default()
+    };
+    // A prefix the gate takes for the other's is refused, in any spelling.
+    for path in ["/tickets", "/TICKETS/"] {
+        let err = event_beside("event", &table("vip", path), held())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("event.paths[0]")
+                && err.contains("already protected by another event (\"drop\")"),
+            "{err}"
+        );
+    }
+    let err = event_beside("event", &table("drop", "/vip"), held())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("event.id") && err.contains("duplicate event id"),
+        "{err}"
+    );
+    // The event itself is checked in full.
+    let err = event_beside(
+        "event",
+        &RawEvent {
+            origin: None,
+            ..table("vip", "/vip")
+        },
+        held(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("event.origin"), "{err}");
+    let ok = event_beside("event", &table("vip", "/vip"), held()).unwrap();
+    assert_eq!(
+        (ok.id.as_str(), ok.paths.as_slice()),
+        ("vip", &["/vip".to_owned()][..])
+    );
+}

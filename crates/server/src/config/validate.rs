@@ -63,32 +63,80 @@ pub fn event_set(events: &[(String, &RawEvent)]) -> Result<Vec<EventConfig>> {
     let mut ids = HashSet::new();
     let mut prefixes: HashMap<String, EventId> = HashMap::new();
     for (key, e) in events {
-        // Name the event in the message too, unless its id is what is wrong.
-        let named = e.id.as_deref().filter(|id| EventId::new(id).is_ok());
-        let event = event_from_raw(key, e).map_err(|err| err.in_event(named))?;
+        let event = event_named(key, e)?;
         if !ids.insert(event.id.clone()) {
             return Err(ConfigError::new(
                 format!("{key}.id"),
                 format!("duplicate event id {:?}", event.id.as_str()),
             ));
         }
-        for (j, p) in event.paths.iter().enumerate() {
-            let canonical = path_key(p)
-                .map_err(|e| ConfigError::new(format!("{key}.paths[{j}]"), e.to_string()))?;
-            if let Some(owner) = prefixes.get(&canonical) {
-                return Err(ConfigError::new(
-                    format!("{key}.paths[{j}]"),
-                    format!(
-                        "{p:?} is already protected by another event ({:?})",
-                        owner.as_str()
-                    ),
-                ));
-            }
-            prefixes.insert(canonical, event.id.clone());
-        }
+        claim_paths(key, &event, &mut prefixes)?;
         out.push(event);
     }
     Ok(out)
+}
+
+/// One event checked in full beside others given by what they hold, their
+/// ids and path prefixes: the same rules across events as [`event_set`],
+/// without checking the others again. The admin API's change is checked
+/// this way against the events a node runs: checking them again would read
+/// their key files anew, and one removed since start would refuse every
+/// change of every other event.
+pub fn event_beside<'a>(
+    key: &str,
+    raw: &RawEvent,
+    others: impl IntoIterator<Item = (&'a EventId, &'a [String])>,
+) -> Result<EventConfig> {
+    let event = event_named(key, raw)?;
+    let mut prefixes: HashMap<String, EventId> = HashMap::new();
+    for (id, paths) in others {
+        if *id == event.id {
+            return Err(ConfigError::new(
+                format!("{key}.id"),
+                format!("duplicate event id {:?}", event.id.as_str()),
+            ));
+        }
+        // The others were checked when they were taken up: a prefix that
+        // no longer passes (none should) holds nothing.
+        for p in paths {
+            if let Ok(canonical) = path_key(p) {
+                prefixes.insert(canonical, id.clone());
+            }
+        }
+    }
+    claim_paths(key, &event, &mut prefixes)?;
+    Ok(event)
+}
+
+/// [`event_from_raw`], its errors naming the event too, unless its id is
+/// what is wrong.
+fn event_named(key: &str, e: &RawEvent) -> Result<EventConfig> {
+    let named = e.id.as_deref().filter(|id| EventId::new(id).is_ok());
+    event_from_raw(key, e).map_err(|err| err.in_event(named))
+}
+
+/// Takes `event`'s path prefixes into `prefixes`, refusing one another
+/// event holds already.
+fn claim_paths(
+    key: &str,
+    event: &EventConfig,
+    prefixes: &mut HashMap<String, EventId>,
+) -> Result<()> {
+    for (j, p) in event.paths.iter().enumerate() {
+        let canonical = path_key(p)
+            .map_err(|e| ConfigError::new(format!("{key}.paths[{j}]"), e.to_string()))?;
+        if let Some(owner) = prefixes.get(&canonical) {
+            return Err(ConfigError::new(
+                format!("{key}.paths[{j}]"),
+                format!(
+                    "{p:?} is already protected by another event ({:?})",
+                    owner.as_str()
+                ),
+            ));
+        }
+        prefixes.insert(canonical, event.id.clone());
+    }
+    Ok(())
 }
 
 /// A path prefix as the gate matches it: two prefixes with one key are one

@@ -633,6 +633,68 @@ async fn the_admin_api_never_returns_or_stores_a_secret() {
     }
 }
 
+/// A running event's key file removed (or unreadable) after start: the
+/// node runs on with the key it read, and a change to any other event is
+/// checked beside what that event claims (its id and paths), not by reading
+/// its files again. Its own change still reads them, and is refused.
+#[tokio::test]
+async fn a_key_file_gone_since_start_blocks_no_other_events_change() {
+    let key_dir = tempfile::tempdir().unwrap();
+    let key_file = key_dir.path().join("jwt.key");
+    std::fs::write(&key_file, format!("{JWT_SECRET}\n")).unwrap();
+    let s = TestServer::start(&format!(
+        "identity = \"jwt\"\njwt = {{ algorithm = \"HS256\", secret_file = \"{}\" }}",
+        key_file.display()
+    ))
+    .await;
+    std::fs::remove_file(&key_file).unwrap();
+    let (status, ev) = call(
+        &s,
+        Method::PATCH,
+        "/admin/events/other",
+        ADMIN_TOKEN,
+        Some(json!({"max_active": 7})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{ev}");
+    assert_eq!(ev["config"]["max_active"], 7);
+    // Its paths are still its own.
+    let origin = format!("http://{}", s.origin_addr);
+    let (status, err) = call(
+        &s,
+        Method::PUT,
+        "/admin/events/vip",
+        ADMIN_TOKEN,
+        Some(json!({"origin": origin, "paths": ["/TICKETS/"]})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{err}");
+    let msg = err["message"].as_str().unwrap();
+    assert!(
+        msg.contains("event.paths[0]")
+            && msg.contains("already protected by another event (\"tickets\")"),
+        "{msg}"
+    );
+    // A change of the event itself is checked in full: its file is read.
+    let (status, err) = call(
+        &s,
+        Method::PATCH,
+        "/admin/events/tickets",
+        ADMIN_TOKEN,
+        Some(json!({"max_active": 5})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{err}");
+    assert!(
+        err["message"]
+            .as_str()
+            .unwrap()
+            .contains("event.jwt.secret_file"),
+        "{err}"
+    );
+    s.stop().await;
+}
+
 fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     let mut out = Vec::new();
     for e in std::fs::read_dir(dir).unwrap() {
