@@ -65,10 +65,7 @@ pub fn event_set(events: &[(String, &RawEvent)]) -> Result<Vec<EventConfig>> {
     for (key, e) in events {
         let event = event_named(key, e)?;
         if !ids.insert(event.id.clone()) {
-            return Err(ConfigError::new(
-                format!("{key}.id"),
-                format!("duplicate event id {:?}", event.id.as_str()),
-            ));
+            return Err(duplicate_id(key, &event.id));
         }
         claim_paths(key, &event, &mut prefixes)?;
         out.push(event);
@@ -91,10 +88,7 @@ pub fn event_beside<'a>(
     let mut prefixes: HashMap<String, EventId> = HashMap::new();
     for (id, paths) in others {
         if *id == event.id {
-            return Err(ConfigError::new(
-                format!("{key}.id"),
-                format!("duplicate event id {:?}", event.id.as_str()),
-            ));
+            return Err(duplicate_id(key, id));
         }
         // The others were checked when they were taken up: a prefix that
         // no longer passes (none should) holds nothing.
@@ -106,6 +100,13 @@ pub fn event_beside<'a>(
     }
     claim_paths(key, &event, &mut prefixes)?;
     Ok(event)
+}
+
+fn duplicate_id(key: &str, id: &EventId) -> ConfigError {
+    ConfigError::new(
+        format!("{key}.id"),
+        format!("duplicate event id {:?}", id.as_str()),
+    )
 }
 
 /// [`event_from_raw`], its errors naming the event too, unless its id is
