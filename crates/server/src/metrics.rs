@@ -84,6 +84,10 @@ fn describe() {
         "anteroom_drain_share",
         "Visitors this node may admit on its own should it lose the store (its reserve held in the store), per event"
     );
+    metrics::describe_gauge!(
+        "anteroom_stored_event_refused",
+        "1 while this node refuses to run the event's table as stored through the admin API (another of its events protects that path, or the table does not validate here, e.g. a key file missing on this node); 0 once it runs it or the table is gone"
+    );
     metrics::describe_counter!("anteroom_polls_total", "Position polls, per event");
     metrics::describe_counter!(
         "anteroom_redeems_total",

@@ -315,32 +315,45 @@ fn micros(d: Duration) -> i64 {
 async fn watch_configs(state: Arc<AppState>) {
     let mut every = tokio::time::interval(WATCH_CONFIGS_EVERY);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut refusals = Refusals::default();
     loop {
         every.tick().await;
         let Ok(docs) = stored::read_all(state.store.as_ref()).await else {
             continue;
         };
-        for (id, doc) in docs {
+        for (id, doc) in &docs {
             if doc.deleted {
+                refusals.cleared(id);
                 // Deleted through another node: its tasks here end at their next turn.
-                if state.remove_event(&id).is_some() {
+                if state.remove_event(id).is_some() {
                     tracing::info!(event = %id, "event deleted on another node; stopped here");
                 }
                 continue;
             }
-            let Some(raw) = doc.event else { continue };
-            if state.event(&id).is_some_and(|rt| rt.config.raw == raw) {
+            let Some(raw) = &doc.event else { continue };
+            if state.event(id).is_some_and(|rt| rt.config.raw == *raw) {
+                refusals.cleared(id);
                 continue;
             }
-            let Ok(config) = crate::config::event_from_raw(&format!("stored event {id}"), &raw)
-            else {
-                continue;
+            let config = match crate::config::event_from_raw(&format!("stored event {id}"), raw) {
+                Ok(config) => config,
+                Err(e) => {
+                    // A table this node cannot run (a key file missing
+                    // here, say) while another node runs it.
+                    if refusals.refused(id, raw, &e.to_string()) {
+                        tracing::warn!(event = %id, error = %e, "stored event change not applied: its table does not validate on this node");
+                    }
+                    continue;
+                }
             };
             // Checked beside this node's other events too: a table that
             // claims one of their paths (config files that differ between
             // nodes) is refused here, not run as a second event on that path.
             if let Some(taken) = path_held_by_another(&state, &config) {
-                tracing::warn!(event = %id, path = %taken.0, by = %taken.1, "stored event change not applied: another event of this node protects that path");
+                let why = format!("path {} is protected by event {} here", taken.0, taken.1);
+                if refusals.refused(id, raw, &why) {
+                    tracing::warn!(event = %id, path = %taken.0, by = %taken.1, "stored event change not applied: another event of this node protects that path");
+                }
                 continue;
             }
             // A document without an anchor (one stored by a node that had
@@ -350,7 +363,7 @@ async fn watch_configs(state: Arc<AppState>) {
                 Some(ms) => ms.saturating_mul(1000),
                 None => match doc.anchor_us {
                     Some(anchor) => anchor,
-                    None => match state.store.anchor_us(&id).await {
+                    None => match state.store.anchor_us(id).await {
                         Ok(anchor) => anchor,
                         Err(e) => {
                             tracing::warn!(event = %id, error = %e, "stored event change not applied yet: the store did not give its anchor");
@@ -360,14 +373,71 @@ async fn watch_configs(state: Arc<AppState>) {
                 },
             };
             match state.upsert_event(config, anchor) {
-                Ok(true) => spawn_event(&state, &id),
-                Ok(false) => {}
+                Ok(new) => {
+                    if refusals.cleared(id) {
+                        tracing::info!(event = %id, "stored event change applied after all");
+                    }
+                    if new {
+                        spawn_event(&state, id);
+                    }
+                }
                 Err(e) => {
-                    tracing::warn!(event = %id, error = %e, "stored event change not applied")
+                    if refusals.refused(id, raw, &format!("{e:#}")) {
+                        tracing::warn!(event = %id, error = %e, "stored event change not applied");
+                    }
                 }
             }
         }
+        // A refused table removed from the store stands refused no more.
+        refusals.keep_only(|id| docs.contains_key(id));
     }
+}
+
+/// The stored event tables this node refuses to run, each with the table
+/// refused and why. The watch looks at the store every few seconds, and a
+/// refusal lasts as long as the nodes' config or key files disagree: a log
+/// line each time would bury everything else, so one is written per table
+/// and reason, and `anteroom_stored_event_refused{event}` shows the refusal
+/// while it lasts (1), and its end (0).
+#[derive(Default)]
+struct Refusals(std::collections::HashMap<EventId, (crate::config::RawEvent, String)>);
+
+impl Refusals {
+    /// Notes that `id`'s stored table `raw` was refused for `why`; true when
+    /// that is news (a refusal of another table, or for another reason).
+    fn refused(&mut self, id: &EventId, raw: &crate::config::RawEvent, why: &str) -> bool {
+        if self
+            .0
+            .get(id)
+            .is_some_and(|(r, w)| r == raw && w.as_str() == why)
+        {
+            return false;
+        }
+        self.0.insert(id.clone(), (raw.clone(), why.to_owned()));
+        refused_gauge(id, 1.0);
+        true
+    }
+
+    /// Notes that `id`'s stored table is refused no more (it runs, or was
+    /// deleted); true when it had been.
+    fn cleared(&mut self, id: &EventId) -> bool {
+        let was = self.0.remove(id).is_some();
+        if was {
+            refused_gauge(id, 0.0);
+        }
+        was
+    }
+
+    fn keep_only(&mut self, keep: impl Fn(&EventId) -> bool) {
+        let gone: Vec<EventId> = self.0.keys().filter(|id| !keep(id)).cloned().collect();
+        for id in gone {
+            self.cleared(&id);
+        }
+    }
+}
+
+fn refused_gauge(id: &EventId, value: f64) {
+    metrics::gauge!("anteroom_stored_event_refused", "event" => id.to_string()).set(value);
 }
 
 /// A path of `config` that another event this node runs already protects,
@@ -435,6 +505,31 @@ mod tests {
                 30
             ));
         }
+    }
+
+    #[test]
+    fn a_refusal_is_news_once_per_table_and_reason() {
+        let (a, b) = (EventId::new("a").unwrap(), EventId::new("b").unwrap());
+        let table = |origin: &str| crate::config::RawEvent {
+            origin: Some(origin.to_owned()),
+            ..Default::default()
+        };
+        let mut refusals = Refusals::default();
+        assert!(refusals.refused(&a, &table("x"), "path /p/ taken"));
+        // The next watches find the same refusal: nothing new to log.
+        assert!(!refusals.refused(&a, &table("x"), "path /p/ taken"));
+        // Another reason, or another table, is news.
+        assert!(refusals.refused(&a, &table("x"), "cannot read key"));
+        assert!(refusals.refused(&a, &table("y"), "cannot read key"));
+        assert!(refusals.refused(&b, &table("y"), "cannot read key"));
+        // Applied (or deleted): cleared once, and a later refusal is news.
+        assert!(refusals.cleared(&a));
+        assert!(!refusals.cleared(&a));
+        assert!(refusals.refused(&a, &table("y"), "cannot read key"));
+        // Tables gone from the store stand refused no more.
+        refusals.keep_only(|id| *id == a);
+        assert!(!refusals.cleared(&b));
+        assert!(refusals.cleared(&a));
     }
 
     #[test]

@@ -393,3 +393,65 @@ async fn a_node_never_takes_up_a_second_event_for_one_of_its_paths() {
     let local: Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(local["config"]["paths"], json!(["/local/"]), "{local}");
 }
+
+/// A node that refuses a stored event says so on its `/metrics` while the
+/// refusal lasts, and stops saying it once it runs the event. Process nodes:
+/// each has its own metrics (in-process nodes would share one recorder).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_shows_the_stored_events_it_refuses_until_it_runs_them() {
+    let redis = RedisServer::start().expect("redis-server (apt-get install redis-server)");
+    let dir = Arc::new(tempfile::tempdir().unwrap());
+    let base = two_node_config(&redis);
+    let one = Node::start(&base.clone().toml(), dir.clone()).await;
+    // Node two's config file has an event node one's lacks.
+    let two = Node::start(
+        &base
+            .event(process::event("local", "http://127.0.0.1:9", 1).paths(&["/local/"]))
+            .toml(),
+        dir,
+    )
+    .await;
+    let (status, ev) = one
+        .admin_json(Method::PUT, "/admin/events/other", &table(&["/local/"]))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{ev}");
+    // A table no node can run (an empty origin), stored by hand.
+    let store = process::redis_store(&redis.url()).await;
+    let broken = json!({ "event": { "id": "broken", "paths": ["/broken/"], "origin": "" } });
+    store
+        .put_event_config(&EventId::new("broken").unwrap(), &broken.to_string())
+        .await
+        .unwrap();
+    until(&two, "other", 1.0).await;
+    until(&two, "broken", 1.0).await;
+    until(&one, "broken", 1.0).await;
+    // Node one runs "other": it never refused it.
+    assert_eq!(one.metric(REFUSED, "other").await, None);
+
+    // Both tables made runnable: each node runs them and the refusals end.
+    for (id, path) in [("other", "/elsewhere/"), ("broken", "/broken/")] {
+        let (status, ev) = one
+            .admin_json(Method::PUT, &format!("/admin/events/{id}"), &table(&[path]))
+            .await;
+        assert_eq!(status, StatusCode::OK, "{ev}");
+    }
+    until(&two, "other", 0.0).await;
+    until(&two, "broken", 0.0).await;
+    until(&one, "broken", 0.0).await;
+    for id in ["other", "broken"] {
+        let (status, _) = two.admin(Method::GET, &format!("/admin/events/{id}")).await;
+        assert_eq!(status, StatusCode::OK, "node two runs {id}");
+    }
+}
+
+const REFUSED: &str = "anteroom_stored_event_refused";
+
+/// Waits until `node`'s `/metrics` gives `event` the refusal gauge `value`.
+async fn until(node: &Node, event: &str, value: f64) {
+    wait_for(
+        &format!("{REFUSED}{{event={event}}} {value}"),
+        Duration::from_secs(20),
+        || async { node.metric(REFUSED, event).await == Some(value) },
+    )
+    .await;
+}
