@@ -202,6 +202,12 @@ pub struct Report {
     /// told its visitor.
     pub admission_to_visitor_p50_ms: Option<f64>,
     pub admission_to_visitor_p99_ms: Option<f64>,
+    /// How long a slot was held, on average, by the visitors who gave it
+    /// back: from the admission to the release (or the last page), split
+    /// into the wait until the visitor heard of it and the session after.
+    /// `max_active` over the whole is the turnover the slots allow, so this
+    /// says where a drain short of the capacity went.
+    pub slot_hold: Option<capacity::SlotHold>,
     /// How far the server's wall clock ran ahead of the run's clock, at
     /// most (0 when they agreed): token times were moved back by it
     /// ([`clock::align`]) before fairness and lags were judged.
@@ -362,6 +368,7 @@ pub fn build(records: &[VisitorRecord], tally: &Tally, facts: RunFacts) -> Repor
         server_peak_rss_bytes: facts.server_peak_rss_bytes,
         admission_to_visitor_p50_ms: ms(lag.percentile(50.0)),
         admission_to_visitor_p99_ms: ms(lag.percentile(99.0)),
+        slot_hold: capacity::slot_hold(records),
         server_clock_ahead_ms: facts.aligned.ahead_us as f64 / 1000.0,
         token_times_clamped: facts.aligned.clamped,
         eta_honest_share,
@@ -515,6 +522,12 @@ pub fn render_text(r: &Report) -> String {
         opt(r.admission_to_visitor_p50_ms, 0),
         opt(r.admission_to_visitor_p99_ms, 0)
     );
+    if let Some(h) = &r.slot_hold {
+        s += &format!(
+            "slot held             mean {:.0} ms: {:.0} ms until the visitor heard, {:.0} ms of session\n",
+            h.mean_ms, h.notice_mean_ms, h.session_mean_ms
+        );
+    }
     if r.server_clock_ahead_ms > 0.0 || r.token_times_clamped > 0 {
         s += &format!(
             "server clock ahead    up to {:.1} ms (token times moved back by it); {} more clamped\n",

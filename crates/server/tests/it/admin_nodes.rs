@@ -253,6 +253,17 @@ async fn a_change_the_store_keeps_changing_under_is_refused_with_409() {
 }
 
 /// An event table with these paths, for a `PUT`.
+/// Stores, by hand, the table of an event "broken" on `/broken/` that no
+/// node can run: its origin is empty.
+async fn store_broken_table(redis: &RedisServer) {
+    let store = process::redis_store(&redis.url()).await;
+    let broken = json!({ "event": { "id": "broken", "paths": ["/broken/"], "origin": "" } });
+    store
+        .put_event_config(&EventId::new("broken").unwrap(), &broken.to_string())
+        .await
+        .unwrap();
+}
+
 fn table(paths: &[&str]) -> Value {
     json!({ "paths": paths, "origin": "http://127.0.0.1:9", "max_active": 5 })
 }
@@ -319,13 +330,8 @@ async fn a_stored_table_no_node_can_run_blocks_no_other_change() {
     let redis = RedisServer::start().expect("redis-server (apt-get install redis-server)");
     let (one, _two) = two_nodes(&redis).await;
     // A document written by hand (or by a node that could run it) whose
-    // table this node refuses: an empty origin.
-    let store = process::redis_store(&redis.url()).await;
-    let broken = json!({ "event": { "id": "broken", "paths": ["/broken/"], "origin": "" } });
-    store
-        .put_event_config(&EventId::new("broken").unwrap(), &broken.to_string())
-        .await
-        .unwrap();
+    // table this node refuses.
+    store_broken_table(&redis).await;
     let (status, ev) = one
         .admin_json(Method::PATCH, PATH, &json!({ "max_active": 11 }))
         .await;
@@ -415,13 +421,7 @@ async fn a_node_shows_the_stored_events_it_refuses_until_it_runs_them() {
         .admin_json(Method::PUT, "/admin/events/other", &table(&["/local/"]))
         .await;
     assert_eq!(status, StatusCode::OK, "{ev}");
-    // A table no node can run (an empty origin), stored by hand.
-    let store = process::redis_store(&redis.url()).await;
-    let broken = json!({ "event": { "id": "broken", "paths": ["/broken/"], "origin": "" } });
-    store
-        .put_event_config(&EventId::new("broken").unwrap(), &broken.to_string())
-        .await
-        .unwrap();
+    store_broken_table(&redis).await;
     until(&two, "other", 1.0).await;
     until(&two, "broken", 1.0).await;
     until(&one, "broken", 1.0).await;

@@ -77,6 +77,34 @@ pub fn admission_to_visitor(records: &[VisitorRecord]) -> Hist {
     h
 }
 
+/// The mean time a slot was held, over the visitors who gave theirs back
+/// (see [`super::Report::slot_hold`]).
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct SlotHold {
+    pub mean_ms: f64,
+    pub notice_mean_ms: f64,
+    pub session_mean_ms: f64,
+    pub visitors: usize,
+}
+
+pub fn slot_hold(records: &[VisitorRecord]) -> Option<SlotHold> {
+    let (mut notice, mut session, mut n) = (0u64, 0u64, 0usize);
+    for r in records {
+        if let (Some(at), Some(seen), Some(ended)) = (r.admitted_at, r.admitted_seen, r.ended_at) {
+            notice += seen.saturating_sub(at);
+            session += ended.saturating_sub(seen.max(at));
+            n += 1;
+        }
+    }
+    let mean = |total: u64| total as f64 / n as f64 / 1000.0;
+    (n > 0).then(|| SlotHold {
+        mean_ms: mean(notice + session),
+        notice_mean_ms: mean(notice),
+        session_mean_ms: mean(session),
+        visitors: n,
+    })
+}
+
 /// Admissions a second once the first `max_active` are out: the slots'
 /// turnover, which `max_active` / the session length bounds. The first
 /// `max_active` admissions fill empty slots at the opening, all at once, so
@@ -134,6 +162,23 @@ mod tests {
             visitor(0, Some(100), Some(150), Some(200)),
         ];
         assert_eq!(capacity_use(&r, 1, 300, 0), Some(1.0));
+    }
+
+    #[test]
+    fn a_slot_is_held_from_the_admission_to_its_release() {
+        // Times in µs: heard of after 10 ms and 30 ms, sessions of 2 s and
+        // 2.1 s; a visitor still browsing (no end) is left out.
+        let r = vec![
+            visitor(0, Some(0), Some(10_000), Some(2_010_000)),
+            visitor(0, Some(1_000), Some(31_000), Some(2_131_000)),
+            visitor(0, Some(5_000), Some(6_000), None),
+        ];
+        let h = slot_hold(&r).unwrap();
+        assert_eq!(h.visitors, 2);
+        assert!((h.notice_mean_ms - 20.0).abs() < 1e-9, "{h:?}");
+        assert!((h.session_mean_ms - 2_050.0).abs() < 1e-9, "{h:?}");
+        assert!((h.mean_ms - 2_070.0).abs() < 1e-9, "{h:?}");
+        assert_eq!(slot_hold(&r[2..]), None);
     }
 
     #[test]
