@@ -318,10 +318,19 @@ async fn watch_configs(state: Arc<AppState>) {
     let mut refusals = Refusals::default();
     loop {
         every.tick().await;
-        let Ok(docs) = stored::read_all(state.store.as_ref()).await else {
+        let Ok(set) = stored::read_docs(state.store.as_ref()).await else {
             continue;
         };
-        for (id, doc) in &docs {
+        for u in &set.unreadable {
+            // The node goes on with what it runs of that event, if
+            // anything (a newer version's key, say, during a rolling
+            // upgrade).
+            if refusals.refused(&u.id, Refused::Unreadable(&u.json), &u.error) {
+                tracing::warn!(event = %u.id, error = %u.error, "stored event config ignored: this node cannot read it");
+            }
+        }
+        let docs = &set.docs;
+        for (id, doc) in docs {
             if doc.deleted {
                 refusals.cleared(id);
                 // Deleted through another node: its tasks here end at their next turn.
@@ -340,7 +349,7 @@ async fn watch_configs(state: Arc<AppState>) {
                 Err(e) => {
                     // A table this node cannot run (a key file missing
                     // here, say) while another node runs it.
-                    if refusals.refused(id, raw, &e.to_string()) {
+                    if refusals.refused(id, Refused::Table(raw), &e.to_string()) {
                         tracing::warn!(event = %id, error = %e, "stored event change not applied: its table does not validate on this node");
                     }
                     continue;
@@ -351,7 +360,7 @@ async fn watch_configs(state: Arc<AppState>) {
             // nodes) is refused here, not run as a second event on that path.
             if let Some(taken) = path_held_by_another(&state, &config) {
                 let why = format!("path {} is protected by event {} here", taken.0, taken.1);
-                if refusals.refused(id, raw, &why) {
+                if refusals.refused(id, Refused::Table(raw), &why) {
                     tracing::warn!(event = %id, path = %taken.0, by = %taken.1, "stored event change not applied: another event of this node protects that path");
                 }
                 continue;
@@ -382,38 +391,71 @@ async fn watch_configs(state: Arc<AppState>) {
                     }
                 }
                 Err(e) => {
-                    if refusals.refused(id, raw, &format!("{e:#}")) {
+                    if refusals.refused(id, Refused::Table(raw), &format!("{e:#}")) {
                         tracing::warn!(event = %id, error = %e, "stored event change not applied");
                     }
                 }
             }
         }
         // A refused table removed from the store stands refused no more.
-        refusals.keep_only(|id| docs.contains_key(id));
+        refusals
+            .keep_only(|id| docs.contains_key(id) || set.unreadable.iter().any(|u| u.id == *id));
     }
 }
 
-/// The stored event tables this node refuses to run, each with the table
-/// refused and why. The watch looks at the store every few seconds, and a
-/// refusal lasts as long as the nodes' config or key files disagree: a log
-/// line each time would bury everything else, so one is written per table
-/// and reason, and `anteroom_stored_event_refused{event}` shows the refusal
-/// while it lasts (1), and its end (0).
+/// The stored event tables this node refuses to run (or cannot read at
+/// all), each with what was refused and why. The watch looks at the store
+/// every few seconds, and a refusal lasts as long as the nodes' config or
+/// key files (or versions) disagree: a log line each time would bury
+/// everything else, so one is written per table and reason, and
+/// `anteroom_stored_event_refused{event}` shows the refusal while it lasts
+/// (1), and its end (0).
 #[derive(Default)]
-struct Refusals(std::collections::HashMap<EventId, (crate::config::RawEvent, String)>);
+struct Refusals(std::collections::HashMap<EventId, (RefusedOwned, String)>);
+
+/// What was refused: a table, or a document this node cannot read at all.
+#[derive(Clone, Copy)]
+enum Refused<'a> {
+    Table(&'a crate::config::RawEvent),
+    Unreadable(&'a str),
+}
+
+/// A [`Refused`] as kept between watches.
+enum RefusedOwned {
+    Table(Box<crate::config::RawEvent>),
+    Unreadable(String),
+}
+
+impl Refused<'_> {
+    fn is(self, owned: &RefusedOwned) -> bool {
+        match (self, owned) {
+            (Self::Table(a), RefusedOwned::Table(b)) => *a == **b,
+            (Self::Unreadable(a), RefusedOwned::Unreadable(b)) => a == b,
+            _ => false,
+        }
+    }
+
+    fn kept(self) -> RefusedOwned {
+        match self {
+            Self::Table(t) => RefusedOwned::Table(Box::new(t.clone())),
+            Self::Unreadable(j) => RefusedOwned::Unreadable(j.to_owned()),
+        }
+    }
+}
 
 impl Refusals {
-    /// Notes that `id`'s stored table `raw` was refused for `why`; true when
-    /// that is news (a refusal of another table, or for another reason).
-    fn refused(&mut self, id: &EventId, raw: &crate::config::RawEvent, why: &str) -> bool {
+    /// Notes that `id`'s stored table (or unreadable document) `what` was
+    /// refused for `why`; true when that is news (a refusal of another
+    /// table, or for another reason).
+    fn refused(&mut self, id: &EventId, what: Refused<'_>, why: &str) -> bool {
         if self
             .0
             .get(id)
-            .is_some_and(|(r, w)| r == raw && w.as_str() == why)
+            .is_some_and(|(r, w)| what.is(r) && w.as_str() == why)
         {
             return false;
         }
-        self.0.insert(id.clone(), (raw.clone(), why.to_owned()));
+        self.0.insert(id.clone(), (what.kept(), why.to_owned()));
         refused_gauge(id, 1.0);
         true
     }
@@ -510,26 +552,37 @@ mod tests {
     #[test]
     fn a_refusal_is_news_once_per_table_and_reason() {
         let (a, b) = (EventId::new("a").unwrap(), EventId::new("b").unwrap());
-        let table = |origin: &str| crate::config::RawEvent {
-            origin: Some(origin.to_owned()),
-            ..Default::default()
-        };
+        let (x, y) = (table("x"), table("y"));
+        let (x, y) = (Refused::Table(&x), Refused::Table(&y));
         let mut refusals = Refusals::default();
-        assert!(refusals.refused(&a, &table("x"), "path /p/ taken"));
+        assert!(refusals.refused(&a, x, "path /p/ taken"));
         // The next watches find the same refusal: nothing new to log.
-        assert!(!refusals.refused(&a, &table("x"), "path /p/ taken"));
+        assert!(!refusals.refused(&a, x, "path /p/ taken"));
         // Another reason, or another table, is news.
-        assert!(refusals.refused(&a, &table("x"), "cannot read key"));
-        assert!(refusals.refused(&a, &table("y"), "cannot read key"));
-        assert!(refusals.refused(&b, &table("y"), "cannot read key"));
+        assert!(refusals.refused(&a, x, "cannot read key"));
+        assert!(refusals.refused(&a, y, "cannot read key"));
+        assert!(refusals.refused(&b, y, "cannot read key"));
+        // A document that does not parse: news once per text.
+        let unknown = Refused::Unreadable(r#"{"event":{"later":1}}"#);
+        assert!(refusals.refused(&b, unknown, "unknown field `later`"));
+        assert!(!refusals.refused(&b, unknown, "unknown field `later`"));
+        let other = Refused::Unreadable(r#"{"event":{"later":2}}"#);
+        assert!(refusals.refused(&b, other, "unknown field `later`"));
         // Applied (or deleted): cleared once, and a later refusal is news.
         assert!(refusals.cleared(&a));
         assert!(!refusals.cleared(&a));
-        assert!(refusals.refused(&a, &table("y"), "cannot read key"));
+        assert!(refusals.refused(&a, y, "cannot read key"));
         // Tables gone from the store stand refused no more.
         refusals.keep_only(|id| *id == a);
         assert!(!refusals.cleared(&b));
         assert!(refusals.cleared(&a));
+    }
+
+    fn table(origin: &str) -> crate::config::RawEvent {
+        crate::config::RawEvent {
+            origin: Some(origin.to_owned()),
+            ..Default::default()
+        }
     }
 
     #[test]

@@ -66,6 +66,18 @@ pub async fn read_all(store: &dyn QueueStore) -> Result<HashMap<EventId, StoredE
 pub struct DocSet {
     pub generation: u64,
     pub docs: HashMap<EventId, StoredEvent>,
+    /// The documents that did not parse (hand-written, or stored by a
+    /// newer version with a key this one does not know), left out of
+    /// `docs`: each one's text and why.
+    pub unreadable: Vec<Unreadable>,
+}
+
+/// A stored document that did not parse.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unreadable {
+    pub id: EventId,
+    pub json: String,
+    pub error: String,
 }
 
 impl DocSet {
@@ -78,19 +90,35 @@ impl DocSet {
 
 /// Reads the set of documents; unreadable ones are logged and skipped.
 pub async fn read_set(store: &dyn QueueStore) -> Result<DocSet, StoreError> {
+    let set = read_docs(store).await?;
+    for u in &set.unreadable {
+        tracing::warn!(event = %u.id, error = %u.error, "stored event config ignored");
+    }
+    Ok(set)
+}
+
+/// Reads the set of documents, the unreadable ones set apart unlogged: for
+/// the watch of the store, which logs each once, not at every look.
+pub async fn read_docs(store: &dyn QueueStore) -> Result<DocSet, StoreError> {
     let set = store.event_config_set().await?;
     let mut docs = HashMap::new();
+    let mut unreadable = Vec::new();
     for (id, json) in set.configs {
         match serde_json::from_str::<StoredEvent>(&json) {
             Ok(doc) => {
                 docs.insert(id, doc);
             }
-            Err(e) => tracing::warn!(event = %id, error = %e, "stored event config ignored"),
+            Err(e) => unreadable.push(Unreadable {
+                id,
+                json,
+                error: e.to_string(),
+            }),
         }
     }
     Ok(DocSet {
         generation: set.generation,
         docs,
+        unreadable,
     })
 }
 

@@ -422,14 +422,29 @@ async fn a_node_shows_the_stored_events_it_refuses_until_it_runs_them() {
         .await;
     assert_eq!(status, StatusCode::OK, "{ev}");
     store_broken_table(&redis).await;
+    // A document with a key this version does not know (as a newer node
+    // would store it during a rolling upgrade): no node can read it.
+    let store = process::redis_store(&redis.url()).await;
+    let newer = json!({ "event": { "id": "newer", "paths": ["/newer/"],
+        "origin": "http://127.0.0.1:9", "a_later_key": 1 } });
+    store
+        .put_event_config(&EventId::new("newer").unwrap(), &newer.to_string())
+        .await
+        .unwrap();
     until(&two, "other", 1.0).await;
+    until(&two, "newer", 1.0).await;
+    until(&one, "newer", 1.0).await;
     until(&two, "broken", 1.0).await;
     until(&one, "broken", 1.0).await;
     // Node one runs "other": it never refused it.
     assert_eq!(one.metric(REFUSED, "other").await, None);
 
     // Both tables made runnable: each node runs them and the refusals end.
-    for (id, path) in [("other", "/elsewhere/"), ("broken", "/broken/")] {
+    for (id, path) in [
+        ("other", "/elsewhere/"),
+        ("broken", "/broken/"),
+        ("newer", "/newer/"),
+    ] {
         let (status, ev) = one
             .admin_json(Method::PUT, &format!("/admin/events/{id}"), &table(&[path]))
             .await;
@@ -438,7 +453,9 @@ async fn a_node_shows_the_stored_events_it_refuses_until_it_runs_them() {
     until(&two, "other", 0.0).await;
     until(&two, "broken", 0.0).await;
     until(&one, "broken", 0.0).await;
-    for id in ["other", "broken"] {
+    until(&two, "newer", 0.0).await;
+    until(&one, "newer", 0.0).await;
+    for id in ["other", "broken", "newer"] {
         let (status, _) = two.admin(Method::GET, &format!("/admin/events/{id}")).await;
         assert_eq!(status, StatusCode::OK, "node two runs {id}");
     }
