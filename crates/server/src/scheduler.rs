@@ -339,7 +339,11 @@ async fn watch_configs(state: Arc<AppState>) {
                 }
                 continue;
             }
-            let Some(raw) = &doc.event else { continue };
+            let Some(raw) = &doc.event else {
+                // No table stored (only the file's base): nothing refused.
+                refusals.cleared(id);
+                continue;
+            };
             if state.event(id).is_some_and(|rt| rt.config.raw == *raw) {
                 refusals.cleared(id);
                 continue;
