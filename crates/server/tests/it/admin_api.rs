@@ -252,22 +252,28 @@ async fn patch_changes_only_the_fields_it_names() {
     s.stop().await;
 }
 
+/// Puts an event "vip" on `path`, which must be refused with `400`; the
+/// refusal's message.
+async fn refused_vip_on(s: &TestServer, origin: &str, path: &str) -> String {
+    let (status, err) = call(
+        s,
+        Method::PUT,
+        "/admin/events/vip",
+        ADMIN_TOKEN,
+        Some(json!({"origin": origin, "paths": [path]})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{path}: {err}");
+    err["message"].as_str().unwrap().to_owned()
+}
+
 #[tokio::test]
 async fn put_validates_exactly_like_the_config_file() {
     let s = TestServer::start("").await;
     let origin = format!("http://{}", s.origin_addr);
     // A path another event owns is refused, in any spelling the gate treats as the same.
     for path in ["/tickets", "/TICKETS/", "/other"] {
-        let (status, err) = call(
-            &s,
-            Method::PUT,
-            "/admin/events/vip",
-            ADMIN_TOKEN,
-            Some(json!({"origin": origin, "paths": [path]})),
-        )
-        .await;
-        assert_eq!(status, StatusCode::BAD_REQUEST, "{path}");
-        let msg = err["message"].as_str().unwrap();
+        let msg = refused_vip_on(&s, &origin, path).await;
         assert!(
             msg.contains("event.paths[0]") && msg.contains("already protected by another event"),
             "{msg}"
@@ -660,16 +666,7 @@ async fn a_key_file_gone_since_start_blocks_no_other_events_change() {
     assert_eq!(ev["config"]["max_active"], 7);
     // Its paths are still its own.
     let origin = format!("http://{}", s.origin_addr);
-    let (status, err) = call(
-        &s,
-        Method::PUT,
-        "/admin/events/vip",
-        ADMIN_TOKEN,
-        Some(json!({"origin": origin, "paths": ["/TICKETS/"]})),
-    )
-    .await;
-    assert_eq!(status, StatusCode::BAD_REQUEST, "{err}");
-    let msg = err["message"].as_str().unwrap();
+    let msg = refused_vip_on(&s, &origin, "/TICKETS/").await;
     assert!(
         msg.contains("event.paths[0]")
             && msg.contains("already protected by another event (\"tickets\")"),
