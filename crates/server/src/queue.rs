@@ -62,15 +62,6 @@ pub struct Joined {
     pub state: MemberState,
 }
 
-/// A successful redeem, and where its single use was recorded.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Redeemed {
-    /// The store consumed the nonce.
-    InStore,
-    /// A token this node signed while draining, used up in its local set.
-    Locally,
-}
-
 /// The store calls of one request for one event.
 #[derive(Clone, Copy)]
 pub struct Queue<'r> {
@@ -167,20 +158,29 @@ impl<'r> Queue<'r> {
     }
 
     /// Redeems `member`'s admission token `nonce`, opening a session that
-    /// ends at `session_end_us` at first: a token this node signed while
+    /// ends at `session_end_us` at first, and says when the session started
+    /// (the identity its passes carry): a token this node signed while
     /// draining is redeemed against its local single-use set (the store
-    /// never saw that nonce), any other by the store.
+    /// never saw that nonce) and starts on this node's clock; any other is
+    /// redeemed by the store, whose canonical clock dates it in the same
+    /// atomic step, so no revocation made before the redeem can end it and
+    /// every one made after it does.
+    /// `now_ms` is this node's clock as the redeem began.
     pub async fn redeem(
         &self,
         member: &str,
         nonce: &Nonce,
         session_end_us: i64,
-    ) -> Result<Redeemed, ApiError> {
-        let local = self
-            .drain()
-            .redeem_local(member, nonce, session_end_us.div_euclid(1000));
-        let (outcome, from) = match local {
-            Some(Ok(outcome)) => (outcome, Redeemed::Locally),
+        now_ms: i64,
+    ) -> Result<i64, ApiError> {
+        let local = self.drain().redeem_local(
+            member,
+            nonce,
+            session_end_us.div_euclid(1000),
+            now_ms.saturating_mul(1000),
+        );
+        let outcome = match local {
+            Some(Ok(outcome)) => outcome,
             Some(Err(failed)) => {
                 tracing::error!(event = %self.rt.id(), error = %failed.error, path = %failed.path.display(), "drain journal write failed; redeem refused");
                 return Err(draining_error());
@@ -190,11 +190,11 @@ impl<'r> Queue<'r> {
                     .state
                     .store
                     .redeem(self.rt.id(), member, nonce, session_end_us);
-                (timed_store("redeem", call).await?, Redeemed::InStore)
+                timed_store("redeem", call).await?
             }
         };
         match outcome {
-            RedeemOutcome::Redeemed => Ok(from),
+            RedeemOutcome::Redeemed { at_us } => Ok(at_us),
             RedeemOutcome::AlreadyUsed => Err(ApiError::TokenUsed),
             RedeemOutcome::NotAdmitted => Err(ApiError::InvalidToken),
         }
@@ -239,11 +239,6 @@ impl<'r> Queue<'r> {
             }
         });
         true
-    }
-
-    /// The store's canonical time now, in µs.
-    pub async fn now_us(&self) -> Result<i64, StoreError> {
-        timed_store("now", self.state.store.now_us(self.rt.id())).await
     }
 
     /// Ends `member`'s presence in the event (waiting, admitted or active)

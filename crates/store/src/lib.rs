@@ -188,8 +188,11 @@ pub struct ShareGrant {
 /// What `redeem` found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RedeemOutcome {
-    /// The nonce was consumed; the member now holds an active session.
-    Redeemed,
+    /// The nonce was consumed; the member now holds an active session,
+    /// which started at `at_us` on the store's canonical clock (the time
+    /// the store took the redeem), so that a revocation of this member read
+    /// later on that clock ends it, and none made before it does.
+    Redeemed { at_us: i64 },
     /// The nonce was consumed before (any second redemption, even by the same session).
     AlreadyUsed,
     /// No such outstanding token for this member (never issued, expired or evicted).

@@ -310,12 +310,12 @@ impl QueueStore for RedisStore {
         let keys = [k.held(), k.used(), k.active(), k.totals()];
         let mut call = scripts::REDEEM.call(&keys);
         call.arg(member).arg(&nonce[..]).arg(session_expires_at_us);
-        match self.eval::<i64>(&scripts::REDEEM, &call).await? {
-            0 => Ok(RedeemOutcome::Redeemed),
-            1 => Ok(RedeemOutcome::AlreadyUsed),
-            2 => Ok(RedeemOutcome::NotAdmitted),
-            other => Err(StoreError::Corrupt(format!(
-                "unknown redeem outcome {other} from redis"
+        match self.eval::<Vec<i64>>(&scripts::REDEEM, &call).await?[..] {
+            [0, at_us] => Ok(RedeemOutcome::Redeemed { at_us }),
+            [1] => Ok(RedeemOutcome::AlreadyUsed),
+            [2] => Ok(RedeemOutcome::NotAdmitted),
+            ref other => Err(StoreError::Corrupt(format!(
+                "unknown redeem outcome {other:?} from redis"
             ))),
         }
     }

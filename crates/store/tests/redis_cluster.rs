@@ -35,11 +35,11 @@ async fn round_trip(s: &RedisStore, e: &EventId) -> Result<(), StoreError> {
     };
     let got = s.admit(e, &req).await?;
     assert_eq!(got.len(), 2);
-    assert_eq!(
+    assert!(matches!(
         s.redeem(e, &got[0].member, &got[0].nonce, now + 60_000_000)
             .await?,
-        RedeemOutcome::Redeemed
-    );
+        RedeemOutcome::Redeemed { .. }
+    ));
     assert_eq!(
         s.status(e, "c", Touch::Seen).await?,
         MemberState::Waiting {

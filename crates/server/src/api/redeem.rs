@@ -20,7 +20,7 @@ use crate::error::ApiError;
 use crate::identity::{self, Mint};
 use crate::page::RedeemFailure;
 use crate::passes;
-use crate::queue::{self, Queue};
+use crate::queue::Queue;
 use crate::state::{AppState, EventRuntime};
 
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
@@ -204,13 +204,10 @@ async fn redeem(
     }
     // The first end is the idle timeout (capped by the lifetime).
     let session_end_us = crate::admission::lifecycle::session_end_us(rt, now, now);
-    let queue = Queue::new(state, rt);
-    let redeem_started = std::time::Instant::now();
-    let used = queue
-        .redeem(&visitor.member, &claims.nonce, session_end_us)
+    let session_start_us = Queue::new(state, rt)
+        .redeem(&visitor.member, &claims.nonce, session_end_us, now)
         .await?;
     rt.counters.redeems.increment(1);
-    let session_start_us = session_start_us(&queue, used, now, redeem_started).await;
     let (pass, expires_at_ms) = passes::issue(
         &state.keyring,
         rt,
@@ -227,33 +224,6 @@ async fn redeem(
         },
         cookie,
     ))
-}
-
-/// The session's identity: its start on the store's clock, as of just
-/// before the redeem (the canonical time read after it, less the time the
-/// redeem took), so it is earlier than any revocation of this session and
-/// later than any revocation of this member's previous ones (see
-/// `state::revocations`). Read only after a successful redeem, so a storm
-/// of replayed tokens costs the store nothing more. A session admitted
-/// locally while draining, or a store that does not answer now, falls back
-/// to this node's clock.
-async fn session_start_us(
-    queue: &Queue<'_>,
-    used: queue::Redeemed,
-    now_ms: i64,
-    redeem_started: std::time::Instant,
-) -> i64 {
-    let local = now_ms.saturating_mul(1000);
-    if used == queue::Redeemed::Locally {
-        return local;
-    }
-    match queue.now_us().await {
-        Ok(t) => {
-            let took = i64::try_from(redeem_started.elapsed().as_micros()).unwrap_or(i64::MAX);
-            t.saturating_sub(took)
-        }
-        Err(_) => local,
-    }
 }
 
 /// Ends the caller's active session or leaves the queue; frees the slot.

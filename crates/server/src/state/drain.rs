@@ -152,6 +152,7 @@ impl DrainState {
         member: &str,
         nonce: &Nonce,
         session_end_ms: i64,
+        now_us: i64,
     ) -> Option<Result<RedeemOutcome, JournalFailed>> {
         let mut inner = lock(&self.inner);
         let local = inner.local.get_mut(nonce)?;
@@ -177,7 +178,7 @@ impl DrainState {
             }
         }
         local.redeemed_until_ms = Some(session_end_ms);
-        Some(Ok(RedeemOutcome::Redeemed))
+        Some(Ok(RedeemOutcome::Redeemed { at_us: now_us }))
     }
 }
 

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use anteroom_store::Revocation;
 
 /// Ended sessions of one event. A session is identified by its member and
-/// its start (the store's canonical time just before its redeem, carried in
+/// its start (the store's canonical time of its redeem, carried in
 /// the signed pass): a revocation of a member at canonical time `t` ends
 /// every session of that member that started at or before `t`, whatever its
 /// passes' issue times, while a later session of the same member (after

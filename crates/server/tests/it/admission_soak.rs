@@ -144,7 +144,7 @@ async fn soak(seed: u64, mode: Mode) {
                             .await
                             .unwrap();
                         let next = match out {
-                            RedeemOutcome::Redeemed => {
+                            RedeemOutcome::Redeemed { .. } => {
                                 redeemed += 1;
                                 let release_at = rng.chance(60).then(|| step + 1 + rng.below(10));
                                 Visitor::Active { release_at }

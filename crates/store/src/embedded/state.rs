@@ -303,7 +303,7 @@ impl EventState {
         // token itself is refused, so the record has done its job.
         self.mark_used(used, token_exp);
         self.counters.redeemed_total += 1;
-        Ok(RedeemOutcome::Redeemed)
+        Ok(RedeemOutcome::Redeemed { at_us: now_us })
     }
 
     pub(crate) fn extend(&mut self, member: &str, expires_at_us: i64) -> Result<bool, StoreError> {

@@ -28,10 +28,10 @@ pub(super) async fn redeem_is_single_use(s: Store, c: Ctx) {
         RedeemOutcome::NotAdmitted,
         "a waiting member"
     );
-    assert_eq!(
+    assert!(matches!(
         s.redeem(&ev, &ms[0], &na, sess).await.unwrap(),
-        RedeemOutcome::Redeemed
-    );
+        RedeemOutcome::Redeemed { .. }
+    ));
     assert_eq!(
         s.status(&ev, &ms[0], Touch::Peek).await.unwrap(),
         MemberState::Active {
@@ -48,9 +48,40 @@ pub(super) async fn redeem_is_single_use(s: Store, c: Ctx) {
         RedeemOutcome::AlreadyUsed,
         "other member, used nonce"
     );
-    assert_eq!(
+    assert!(matches!(
         s.redeem(&ev, &ms[1], &nb, sess).await.unwrap(),
-        RedeemOutcome::Redeemed
+        RedeemOutcome::Redeemed { .. }
+    ));
+}
+
+/// A redeem says when, on the store's canonical clock, its session
+/// started: between the clock's readings around the call, and no later than
+/// the revocation of the release that ends it (a pass carries that start,
+/// and a revocation ends the sessions that started at or before it).
+pub(super) async fn redeem_tells_when_its_session_started(s: Store, c: Ctx) {
+    let ev = c.event("redeem_at");
+    let ms = join_n(&s, &ev, "m", 1).await;
+    let got = admit(&s, &ev, 1, 10, HOUR_US).await;
+    let before = now(&s, &ev).await;
+    let redeemed = s
+        .redeem(&ev, &ms[0], &got[0].nonce, before + HOUR_US)
+        .await
+        .unwrap();
+    let after = now(&s, &ev).await;
+    let RedeemOutcome::Redeemed { at_us } = redeemed else {
+        panic!("the admitted member's token is redeemed: {redeemed:?}");
+    };
+    assert!(
+        (before..=after).contains(&at_us),
+        "the session's start {at_us} lies between the clock's readings {before} and {after}"
+    );
+    assert!(s.release(&ev, &ms[0]).await.unwrap());
+    let revoked = s.revocations_since(&ev, before).await.unwrap();
+    assert!(
+        revoked
+            .iter()
+            .any(|r| r.member == ms[0] && r.at_us >= at_us),
+        "the release revokes the session that started at {at_us}: {revoked:?}"
     );
 }
 
@@ -59,12 +90,12 @@ pub(super) async fn release_ends_every_presence(s: Store, c: Ctx) {
     let ms = join_n(&s, &ev, "m", 4).await;
     let t = now(&s, &ev).await;
     let got = admit(&s, &ev, 2, 10, HOUR_US).await;
-    assert_eq!(
+    assert!(matches!(
         s.redeem(&ev, &ms[1], &got[1].nonce, t + HOUR_US)
             .await
             .unwrap(),
-        RedeemOutcome::Redeemed
-    );
+        RedeemOutcome::Redeemed { .. }
+    ));
     for m in [&ms[0], &ms[1], &ms[3]] {
         assert!(s.release(&ev, m).await.unwrap(), "release {m}");
         assert_eq!(
