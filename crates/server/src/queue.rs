@@ -165,6 +165,7 @@ impl<'r> Queue<'r> {
     /// redeemed by the store, whose canonical clock dates it in the same
     /// atomic step, so no revocation made before the redeem can end it and
     /// every one made after it does.
+    ///
     /// `now_ms` is this node's clock as the redeem began.
     pub async fn redeem(
         &self,
