@@ -99,6 +99,12 @@ impl<'r> Queue<'r> {
         let outcome = timed_store("join", self.state.store.join(self.rt.id(), member, scoring))
             .await
             .map_err(|e| self.store_error(e))?;
+        if outcome.new {
+            // Always told, not only while the scheduler idles: its view of
+            // the queue is a snapshot up to half a second old, so it may go
+            // idle after this join; the permit then wakes it at once.
+            self.rt.live.arrivals.notify_one();
+        }
         Ok(Joined {
             new: outcome.new,
             state: self.seen(member, outcome.state),

@@ -94,7 +94,8 @@ pub fn tick_every(a: &Admission) -> Duration {
 }
 
 /// How often an event ticks: every tick of its grid while visitors wait
-/// (a freed slot is handed on at once), else once a [`SLOW_TICK`].
+/// (a freed slot is handed on at once), else once a [`SLOW_TICK`], or at the
+/// grid's next tick once somebody joins (`Live::arrivals`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Pace {
     Fast,
@@ -121,16 +122,22 @@ async fn schedule(state: Arc<AppState>, id: EventId) {
             .unwrap_or(1000)
             .max(1);
         // Every node sees the queue through its refreshed snapshot (twice a
-        // second), so all of them speed up and slow down together.
+        // second), so all of them speed up and slow down together; the node
+        // a visitor joins through wakes at once.
         let pace = if rt.live.stats_and_admin().0.waiting > 0 {
             Pace::Fast
         } else {
             Pace::Slow
         };
-        let now = state.now_ms();
-        let tick = next_tick(now, tick_ms, pace);
-        let wait = u64::try_from(tick * tick_ms - now).unwrap_or(0);
-        tokio::time::sleep(Duration::from_millis(wait)).await;
+        let tick = match pace {
+            Pace::Fast => until_tick(&state, tick_ms, Pace::Fast).await,
+            // Somebody joined since (on this node): the queue is not idle
+            // any more, whatever the snapshot says.
+            Pace::Slow => tokio::select! {
+                tick = until_tick(&state, tick_ms, Pace::Slow) => tick,
+                () = rt.live.arrivals.notified() => until_tick(&state, tick_ms, Pace::Fast).await,
+            },
+        };
         let Some(rt) = state.event(&id) else { return };
         match tick_once(&state, &rt, u64::try_from(tick).unwrap_or(0), tick_ms).await {
             Ok(n) if n > 0 => tracing::debug!(event = %id, admitted = n, "admitted"),
@@ -144,6 +151,15 @@ async fn schedule(state: Arc<AppState>, id: EventId) {
             crate::drain::share::renew(&state, &rt).await;
         }
     }
+}
+
+/// Waits for the next tick at `pace` and says which it is.
+async fn until_tick(state: &AppState, tick_ms: i64, pace: Pace) -> i64 {
+    let now = state.now_ms();
+    let tick = next_tick(now, tick_ms, pace);
+    let wait = u64::try_from(tick * tick_ms - now).unwrap_or(0);
+    tokio::time::sleep(Duration::from_millis(wait)).await;
+    tick
 }
 
 /// One admission tick: claim → expire → learn outcomes → phase → observe →

@@ -55,6 +55,12 @@ pub struct Live {
     pub admission: admission::AdmissionLive,
     /// Session extensions this node sent lately (one write per burst).
     pub renewals: Mutex<renewals::Renewals>,
+    /// Told of every new arrival in the queue: an idle event's scheduler
+    /// (ticking once a second while its snapshot shows nobody waiting)
+    /// wakes for the next tick of its grid, so a visitor who joins a queue
+    /// with free slots is admitted within a fast tick, not up to a second
+    /// later while the slots stand empty.
+    pub arrivals: tokio::sync::Notify,
 }
 
 /// What the scheduler keeps between ticks of one event.

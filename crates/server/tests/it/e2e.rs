@@ -432,6 +432,57 @@ async fn a_released_slot_goes_to_the_next_visitor_within_a_fast_tick() {
     s.stop().await;
 }
 
+/// A visitor who joins a queue nobody waited in, with slots free, is
+/// admitted at the scheduler's next fast tick. An event nobody waits in
+/// ticks once a second; the join wakes it, so the slots do not stand empty
+/// until that idle tick (in a crowd that trickles in about as fast as it is
+/// admitted, the queue empties again and again). The join is made just
+/// after a second's start, so the idle tick is most of a second away; the
+/// server's clock is this process's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_join_into_an_idle_queue_is_admitted_at_the_next_fast_tick() {
+    use std::time::{SystemTime, UNIX_EPOCH};
+    let now_ms = || {
+        let t = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+        i64::try_from(t.as_millis()).unwrap()
+    };
+    let origin = Origin::start().await;
+    let origin_addr = origin.addr;
+    let dir = tempfile::tempdir().unwrap();
+    let tickets = Event::at("tickets", origin_addr)
+        .max_active(5)
+        .continuous(600);
+    let toml = server::config(dir.path(), origin_addr, tickets).toml();
+    let s = TestServer::start_with(&toml, origin, dir).await;
+    let mut last = 0;
+    for round in 0..3 {
+        wait_until("just past the start of a second", || async {
+            let now = now_ms();
+            now.div_euclid(1000) > last && (50..150).contains(&now.rem_euclid(1000))
+        })
+        .await;
+        let joined = now_ms();
+        last = joined.div_euclid(1000);
+        let mut v = Visitor::default();
+        let (status, _) = v.json(Method::POST, &s.url(ENTER), None).await;
+        assert_eq!(status, StatusCode::OK);
+        server::poll_until(&v, &s.url(POSITION), "ADMITTED").await;
+        let admitted = now_ms();
+        let idle_tick = (joined.div_euclid(1000) + 1) * 1000;
+        assert!(
+            admitted < idle_tick,
+            "round {round}: admitted {} ms after the join, not before the idle tick {} ms after it",
+            admitted - joined,
+            idle_tick - joined
+        );
+        // Nobody waits again: by the next round's second the scheduler's
+        // snapshot (refreshed twice a second) shows an idle queue again.
+        let (status, _, _) = v.call(Method::POST, &s.url(RELEASE), &[], None).await;
+        assert_eq!(status, StatusCode::NO_CONTENT);
+    }
+    s.stop().await;
+}
+
 /// The enter answer times a visitor's first poll on their turn: the free
 /// slots cover the first two visitors (`tickets` has two), so they are told
 /// to poll again within about half a second — an admitted visitor who has
