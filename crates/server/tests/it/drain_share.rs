@@ -69,18 +69,15 @@ async fn setup() -> Setup {
         assert_eq!(status, StatusCode::OK, "{p}");
         waiting.push(v);
     }
-    // B's first tick may admit one more (B's policy owes its first batch
-    // unless it lost that tick to A): wait until B has ticked a few times,
-    // so that first batch is settled either way, then let anybody it
-    // admitted in, so every visitor B still knows as waiting is waiting in
-    // the store too and no batch lands after the cut.
-    wait_for("B ticks", Duration::from_secs(10), || async {
-        b.metric_with(
-            "anteroom_store_latency_seconds_count",
-            &[("op", "claim_tick")],
-        )
-        .await
-        .is_some_and(|n| n >= 3.0)
+    // Each node's policy owes its first batch (of one) until it admits it
+    // on a tick it wins or forfeits it on one it loses, and the holder's
+    // batch may have been either node's: wait until both have tried a few
+    // ticks since the queue filled, so both first batches are settled, then
+    // let anybody admitted in, so every visitor B still knows as waiting is
+    // waiting in the store too and no batch lands after the cut.
+    let (a0, b0) = (claims(&a).await, claims(&b).await);
+    wait_for("both nodes tick", Duration::from_secs(10), || async {
+        claims(&a).await >= a0 + 3.0 && claims(&b).await >= b0 + 3.0
     })
     .await;
     for v in &mut waiting {
@@ -90,14 +87,20 @@ async fn setup() -> Setup {
             assert_eq!(v.redeem(&b, EVENT, &token).await, StatusCode::OK);
         }
     }
+    // Each node renews its reserve about once a second from its snapshot
+    // of the queue: one renewed before the admissions above reached its
+    // snapshot holds more than its half for a while (the store grants only
+    // what is free, so the other gets less). Wait until both hold their
+    // half of what is left, as the store counts it now.
     for n in [&a, &b] {
         wait_for(
-            "both nodes hold a drain reserve",
+            "both nodes hold their half of the free capacity",
             Duration::from_secs(10),
             || async {
+                let half = MAX_ACTIVE.saturating_sub(store_used(&a).await) / 2;
                 n.metric("anteroom_drain_share", EVENT)
                     .await
-                    .is_some_and(|s| s >= 1.0)
+                    .is_some_and(|s| half >= 1 && s == half as f64)
             },
         )
         .await;
@@ -112,6 +115,16 @@ async fn setup() -> Setup {
         b,
         waiting,
     }
+}
+
+/// The ticks `n` tried to claim so far.
+async fn claims(n: &Node) -> f64 {
+    n.metric_with(
+        "anteroom_store_latency_seconds_count",
+        &[("op", "claim_tick")],
+    )
+    .await
+    .unwrap_or(0.0)
 }
 
 /// Active + outstanding as the store counts them (read through A).
