@@ -90,6 +90,7 @@ impl RedisStore {
             let client = ClusterClientBuilder::new(cfg.urls.clone())
                 .connection_timeout(cfg.timeout)
                 .response_timeout(cfg.timeout)
+                .tcp_settings(conn::tcp())
                 .build()
                 .map_err(|_| StoreError::InvalidInput("invalid redis cluster url"))?;
             Conn::Cluster(bounded(cfg.timeout, client.get_async_connection()).await?)
@@ -99,8 +100,8 @@ impl RedisStore {
                     "standalone redis takes exactly one url",
                 ));
             };
-            let client = redis::Client::open(url.as_str())
-                .map_err(|_| StoreError::InvalidInput("invalid redis url"))?;
+            let client =
+                conn::client(url).map_err(|_| StoreError::InvalidInput("invalid redis url"))?;
             // One reconnect attempt per failure, not redis-rs's default six with
             // growing pauses: a dead server must look dead (connection refused,
             // drain at once), not like a hang that every caller waits out.

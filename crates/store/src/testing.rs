@@ -1,15 +1,18 @@
 //! Test helpers that start real `redis-server` processes on free loopback
 //! ports and stop them by PID: a standalone [`RedisServer`] and a
-//! [`RedisCluster`] of masters. Shared by this crate's tests, the server's and
-//! the sim's, behind the `conformance` feature.
+//! [`RedisCluster`] of masters, and a [`DistantProxy`] that puts a server a
+//! network's delay away. Shared by this crate's tests, the server's and the
+//! sim's, behind the `conformance` feature.
 //!
 //! A missing `redis-server` / `redis-cli` is an error naming the package to
 //! install, so a test never passes silently without Redis.
 
 mod cluster;
+mod distant;
 mod server;
 
 pub use self::cluster::RedisCluster;
+pub use self::distant::DistantProxy;
 pub use self::server::RedisServer;
 
 /// Waits (10 s at most) until `n` connections to the Redis at `url`

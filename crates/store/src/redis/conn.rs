@@ -6,7 +6,10 @@ use std::time::Duration;
 
 use redis::aio::ConnectionManager;
 use redis::cluster_async::ClusterConnection;
-use redis::{Arg, Cmd, ErrorKind, FromRedisValue, RedisError, Script, ServerErrorKind};
+use redis::io::tcp::TcpSettings;
+use redis::{
+    Arg, Cmd, ErrorKind, FromRedisValue, IntoConnectionInfo, RedisError, Script, ServerErrorKind,
+};
 
 use crate::{StoreError, Unavailable, UnavailableKind};
 
@@ -16,6 +19,23 @@ use crate::{StoreError, Unavailable, UnavailableKind};
 pub(crate) enum Conn {
     Single(ConnectionManager),
     Cluster(ClusterConnection),
+}
+
+/// The TCP settings of every connection to Redis: `TCP_NODELAY` on, which
+/// redis-rs leaves off. Each connection is multiplexed (the join and poll
+/// batchers, a tick's reads, every task of the node share one), so a
+/// request is often written while an earlier one is unanswered; Nagle's
+/// algorithm would hold it until that answer brings the acknowledgement,
+/// a whole round trip, and requests meant to travel together would go one
+/// round trip apart.
+pub(crate) fn tcp() -> TcpSettings {
+    TcpSettings::default().set_nodelay(true)
+}
+
+/// A client for the standalone server (or one node) at `url`, on [`tcp`].
+pub(crate) fn client(url: &str) -> Result<redis::Client, RedisError> {
+    let info = url.into_connection_info()?.set_tcp_settings(tcp());
+    redis::Client::open(info)
 }
 
 impl Conn {

@@ -136,7 +136,7 @@ async fn subscribe_once(
     timeout: Duration,
 ) -> Result<redis::aio::PubSub, crate::StoreError> {
     bounded(timeout, async {
-        let client = redis::Client::open(url)?;
+        let client = super::conn::client(url)?;
         let mut pubsub = client.get_async_pubsub().await?;
         pubsub.subscribe(CHANNEL).await?;
         Ok(pubsub)
