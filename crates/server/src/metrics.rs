@@ -103,6 +103,10 @@ fn describe() {
         "Time to the origin's response head"
     );
     metrics::describe_histogram!(
+        "anteroom_admission_tick_seconds",
+        "Admission ticks this node won, from the claim to the last store call, by event"
+    );
+    metrics::describe_histogram!(
         "anteroom_store_latency_seconds",
         "Queue store call latency, by operation"
     );

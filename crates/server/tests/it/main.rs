@@ -27,6 +27,7 @@ mod browser_prewindow;
 mod browser_stream;
 mod browser_tls;
 mod conn_flood;
+mod distant_store;
 mod door;
 mod drain_share;
 mod drain_slow_store;
