@@ -38,6 +38,22 @@ enum Command {
     /// Admitted visitors' session cookies and unredeemed tokens, one per
     /// line, for a redeem benchmark (`scripts/bench-http redeem`).
     Tokens(anteroom_sim::http::TokensArgs),
+    /// A TCP proxy that puts a server (Redis) a fixed delay away: every
+    /// request arrives `--delay-ms` late, as across a network.
+    Distant(DistantArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct DistantArgs {
+    /// Address to listen on.
+    #[arg(long)]
+    listen: std::net::SocketAddr,
+    /// The loopback port to forward to.
+    #[arg(long)]
+    to: u16,
+    /// How long each request is held before it is passed on.
+    #[arg(long)]
+    delay_ms: u64,
 }
 
 #[tokio::main]
@@ -52,5 +68,11 @@ async fn main() -> anyhow::Result<()> {
         Command::Origin(args) => anteroom_sim::origin::run(args).await,
         Command::Http(args) => anteroom_sim::http::run(args).await,
         Command::Tokens(args) => anteroom_sim::http::tokens(args).await,
+        Command::Distant(args) => {
+            let listener = tokio::net::TcpListener::bind(args.listen).await?;
+            let delay = std::time::Duration::from_millis(args.delay_ms);
+            anteroom_store::testing::serve_distant(listener, args.to, delay).await;
+            Ok(())
+        }
     }
 }

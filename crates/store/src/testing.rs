@@ -12,7 +12,7 @@ mod distant;
 mod server;
 
 pub use self::cluster::RedisCluster;
-pub use self::distant::DistantProxy;
+pub use self::distant::{DistantProxy, serve as serve_distant};
 pub use self::server::RedisServer;
 
 /// Waits (10 s at most) until `n` connections to the Redis at `url`

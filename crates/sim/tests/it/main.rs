@@ -7,6 +7,7 @@ mod support;
 
 mod crowd_fake;
 mod crowd_limits;
+mod distant;
 mod smoke;
 mod smoke_nodes;
 mod stats;

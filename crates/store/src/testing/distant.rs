@@ -19,17 +19,21 @@ impl DistantProxy {
     pub async fn start(target: u16, delay: Duration) -> anyhow::Result<Self> {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let port = listener.local_addr()?.port();
-        let accept = tokio::spawn(async move {
-            while let Ok((client, _)) = listener.accept().await {
-                tokio::spawn(forward(client, target, delay));
-            }
-        })
-        .abort_handle();
+        let accept = tokio::spawn(serve(listener, target, delay)).abort_handle();
         Ok(Self { port, accept })
     }
 
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
+    }
+}
+
+/// Forwards each connection `listener` accepts to `127.0.0.1:target`, its
+/// requests `delay` late (also the simulator's `distant`, for rehearsals
+/// with the store across a network).
+pub async fn serve(listener: TcpListener, target: u16, delay: Duration) {
+    while let Ok((client, _)) = listener.accept().await {
+        tokio::spawn(forward(client, target, delay));
     }
 }
 
