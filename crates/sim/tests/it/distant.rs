@@ -18,8 +18,14 @@ async fn distant_passes_commands_a_delay_late() {
         .spawn()
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
-    while tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err() {
-        assert!(Instant::now() < deadline, "anteroom-sim distant did not listen");
+    while tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .is_err()
+    {
+        assert!(
+            Instant::now() < deadline,
+            "anteroom-sim distant did not listen"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let mut conn = redis::Client::open(format!("redis://127.0.0.1:{port}"))
@@ -33,5 +39,8 @@ async fn distant_passes_commands_a_delay_late() {
     child.kill().unwrap();
     child.wait().unwrap();
     assert_eq!(answer, "PONG");
-    assert!(took >= Duration::from_millis(40), "a round trip took {took:?}");
+    assert!(
+        took >= Duration::from_millis(40),
+        "a round trip took {took:?}"
+    );
 }
