@@ -7,6 +7,7 @@ pub mod auth;
 pub mod dashboard;
 pub mod events;
 pub mod openapi;
+pub mod refusals;
 pub mod state;
 
 use std::sync::Arc;
@@ -74,6 +75,7 @@ pub fn router(state: Arc<AppState>) -> Router {
             delete(events::evict),
         )
         .route("/admin/audit", get(audit::list))
+        .route("/admin/refusals", get(refusals::list))
         .route("/admin/whoami", get(auth::whoami))
         .route_layer(middleware::from_fn_with_state(
             state.clone(),

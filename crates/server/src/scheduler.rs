@@ -354,9 +354,10 @@ fn micros(d: Duration) -> i64 {
 async fn watch_configs(state: Arc<AppState>) {
     let mut every = tokio::time::interval(WATCH_CONFIGS_EVERY);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut refusals = Refusals::default();
+    let mut refusals = Refusals::shown_in(state.refusals.clone());
     loop {
         every.tick().await;
+        refusals.now_ms = state.now_ms();
         let Ok(set) = stored::read_docs(state.store.as_ref()).await else {
             continue;
         };
@@ -453,8 +454,15 @@ async fn watch_configs(state: Arc<AppState>) {
 /// everything else, so one is written per table and reason, and
 /// `anteroom_stored_event_refused{event}` shows the refusal while it lasts
 /// (1), and its end (0).
+/// `GET /admin/refusals` lists them with their reasons.
 #[derive(Default)]
-struct Refusals(std::collections::HashMap<EventId, (RefusedOwned, String)>);
+struct Refusals {
+    kept: std::collections::HashMap<EventId, (RefusedOwned, String)>,
+    /// What the admin API shows: each refusal's reason and its start.
+    shown: Arc<std::sync::Mutex<crate::state::Refusals>>,
+    /// The time of the watch under way, which dates a new refusal.
+    now_ms: i64,
+}
 
 /// What was refused: a table, or a document this node cannot read at all.
 #[derive(Clone, Copy)]
@@ -487,18 +495,30 @@ impl Refused<'_> {
 }
 
 impl Refusals {
+    fn shown_in(shown: Arc<std::sync::Mutex<crate::state::Refusals>>) -> Self {
+        Self {
+            shown,
+            ..Self::default()
+        }
+    }
+
     /// Notes that `id`'s stored table (or unreadable document) `what` was
     /// refused for `why`; true when that is news (a refusal of another
     /// table, or for another reason).
     fn refused(&mut self, id: &EventId, what: Refused<'_>, why: &str) -> bool {
         if self
-            .0
+            .kept
             .get(id)
             .is_some_and(|(r, w)| what.is(r) && w.as_str() == why)
         {
             return false;
         }
-        self.0.insert(id.clone(), (what.kept(), why.to_owned()));
+        self.kept.insert(id.clone(), (what.kept(), why.to_owned()));
+        let shown = crate::state::Refusal {
+            reason: why.to_owned(),
+            since_ms: self.now_ms,
+        };
+        lock(&self.shown).insert(id.clone(), shown);
         refused_gauge(id, 1.0);
         true
     }
@@ -506,15 +526,16 @@ impl Refusals {
     /// Notes that `id`'s stored table is refused no more (it runs, or was
     /// deleted); true when it had been.
     fn cleared(&mut self, id: &EventId) -> bool {
-        let was = self.0.remove(id).is_some();
+        let was = self.kept.remove(id).is_some();
         if was {
+            lock(&self.shown).remove(id);
             refused_gauge(id, 0.0);
         }
         was
     }
 
     fn keep_only(&mut self, keep: impl Fn(&EventId) -> bool) {
-        let gone: Vec<EventId> = self.0.keys().filter(|id| !keep(id)).cloned().collect();
+        let gone: Vec<EventId> = self.kept.keys().filter(|id| !keep(id)).cloned().collect();
         for id in gone {
             self.cleared(&id);
         }
@@ -611,14 +632,36 @@ mod tests {
         assert!(!refusals.refused(&b, unknown, "unknown field `later`"));
         let other = Refused::Unreadable(r#"{"event":{"later":2}}"#);
         assert!(refusals.refused(&b, other, "unknown field `later`"));
+        // The admin API shows the latest reason of each, dated by the watch
+        // that found it.
+        let shown = |r: &Refusals| {
+            lock(&r.shown)
+                .iter()
+                .map(|(id, r)| (id.to_string(), r.reason.clone(), r.since_ms))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            shown(&refusals),
+            [
+                ("a".into(), "cannot read key".into(), 0),
+                ("b".into(), "unknown field `later`".into(), 0)
+            ]
+        );
         // Applied (or deleted): cleared once, and a later refusal is news.
         assert!(refusals.cleared(&a));
         assert!(!refusals.cleared(&a));
+        refusals.now_ms = 5_000;
         assert!(refusals.refused(&a, y, "cannot read key"));
+        assert_eq!(
+            shown(&refusals)[0],
+            ("a".into(), "cannot read key".into(), 5_000)
+        );
         // Tables gone from the store stand refused no more.
         refusals.keep_only(|id| *id == a);
         assert!(!refusals.cleared(&b));
+        assert_eq!(shown(&refusals).len(), 1);
         assert!(refusals.cleared(&a));
+        assert_eq!(shown(&refusals), []);
     }
 
     fn table(origin: &str) -> crate::config::RawEvent {

@@ -207,7 +207,20 @@ pub struct AppState {
     pub admin_writes: tokio::sync::Mutex<()>,
     /// Open push streams and the per-event fan-out behind them.
     pub push: crate::push::Push,
+    /// The stored event tables this node refuses to run, kept by the watch
+    /// of stored configs (`scheduler`), shown by `GET /admin/refusals`.
+    pub refusals: Arc<Mutex<Refusals>>,
     events: RwLock<Arc<Events>>,
+}
+
+/// Refused stored tables by event.
+pub type Refusals = std::collections::BTreeMap<EventId, Refusal>;
+
+/// Why this node does not run an event's stored table, since when.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refusal {
+    pub reason: String,
+    pub since_ms: i64,
 }
 
 impl std::fmt::Debug for AppState {
@@ -258,6 +271,7 @@ impl AppState {
                 .collect(),
             admin_writes: tokio::sync::Mutex::new(()),
             push: crate::push::Push::new(config.server.max_streams),
+            refusals: Arc::default(),
             events: RwLock::new(Arc::new(Events::build(list))),
         })
     }

@@ -28,6 +28,7 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
         crate::admin::state::reopen,
         crate::admin::events::evict,
         crate::admin::audit::list,
+        crate::admin::refusals::list,
         crate::admin::metrics,
         crate::admin::ready,
     ),
@@ -42,6 +43,8 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
         crate::admin::StatsView,
         crate::admin::audit::AuditEntry,
         crate::admin::audit::AuditView,
+        crate::admin::refusals::RefusalEntry,
+        crate::admin::refusals::RefusalsView,
     ))
 )]
 struct Doc;

@@ -438,6 +438,19 @@ async fn a_node_shows_the_stored_events_it_refuses_until_it_runs_them() {
     until(&one, "broken", 1.0).await;
     // Node one runs "other": it never refused it.
     assert_eq!(one.metric(REFUSED, "other").await, None);
+    // And each node's admin API says why, with no access to its log.
+    let why = refusals(&two).await;
+    let events: Vec<&str> = why.iter().map(|(e, _)| e.as_str()).collect();
+    assert_eq!(events, ["broken", "newer", "other"], "{why:?}");
+    assert!(why[0].1.contains("origin"), "{why:?}");
+    assert!(why[1].1.contains("a_later_key"), "{why:?}");
+    assert!(
+        why[2].1.contains("/local/ is protected by event local"),
+        "{why:?}"
+    );
+    let why = refusals(&one).await;
+    let events: Vec<&str> = why.iter().map(|(e, _)| e.as_str()).collect();
+    assert_eq!(events, ["broken", "newer"], "{why:?}");
 
     // Both tables made runnable: each node runs them and the refusals end.
     for (id, path) in [
@@ -459,6 +472,27 @@ async fn a_node_shows_the_stored_events_it_refuses_until_it_runs_them() {
         let (status, _) = two.admin(Method::GET, &format!("/admin/events/{id}")).await;
         assert_eq!(status, StatusCode::OK, "node two runs {id}");
     }
+    assert_eq!(refusals(&two).await, []);
+    assert_eq!(refusals(&one).await, []);
+}
+
+/// `GET /admin/refusals` of `node`: each refused event with its reason, after
+/// checking that each entry is dated.
+async fn refusals(node: &Node) -> Vec<(String, String)> {
+    let (status, body) = node.admin(Method::GET, "/admin/refusals").await;
+    assert_eq!(status, StatusCode::OK);
+    let view: Value = serde_json::from_slice(&body).unwrap();
+    let list = view["refusals"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{view}"));
+    list.iter()
+        .map(|r| {
+            assert!(r["since_ms"].as_i64().is_some_and(|ms| ms > 0), "{r}");
+            assert!(r["since"].as_str().is_some_and(|t| t.ends_with('Z')), "{r}");
+            let text = |k: &str| r[k].as_str().unwrap_or_else(|| panic!("{r}")).to_owned();
+            (text("event"), text("reason"))
+        })
+        .collect()
 }
 
 const REFUSED: &str = "anteroom_stored_event_refused";
