@@ -11,6 +11,8 @@
   var TOKEN_KEY = "anteroom.dashboard.token";
   var HISTORY_KEY = "anteroom.dashboard.history";
   var POLL_MS = 1000;
+  // Refusals change when config files or versions do: a look every 5 s.
+  var REFUSALS_EVERY = 5;
   var WINDOW_MS = 15 * 60 * 1000;
   var SVG = "http://www.w3.org/2000/svg";
 
@@ -20,6 +22,7 @@
   var timer = null;
   var readOnly = false;
   var lastOk = 0;
+  var polls = 0;
 
   function token() { return sessionStorage.getItem(TOKEN_KEY); }
 
@@ -60,6 +63,7 @@
     $("events").hidden = true;
     $("signout").hidden = true;
     $("readonly").hidden = true;
+    $("refusals").hidden = true;
     $("conn").textContent = "";
     $("login-error").textContent = message || "";
     $("token").value = "";
@@ -110,6 +114,7 @@
       if (!events) return;
       lastOk = Date.now();
       render(events, lastOk);
+      if (polls++ % REFUSALS_EVERY === 0) refusals();
       $("conn").textContent = "Live · updated " + new Date(lastOk).toLocaleTimeString();
       timer = setTimeout(poll, POLL_MS);
     }).catch(function () {
@@ -117,6 +122,24 @@
       $("conn").textContent = "Admin API unreachable, retrying" + since;
       timer = setTimeout(poll, POLL_MS * 2);
     });
+  }
+
+  // The tables stored through the admin API that this node refuses to run
+  // (its config or key files differ from the other nodes'), with the
+  // node's reason. A server without the endpoint (404) shows nothing.
+  function refusals() {
+    api("GET", "/admin/refusals").then(function (res) {
+      return res.ok ? res.json() : null;
+    }).then(function (view) {
+      if (!view || !Array.isArray(view.refusals)) return;
+      var list = $("refusals-list");
+      list.textContent = "";
+      view.refusals.forEach(function (r) {
+        var since = new Date(r.since_ms).toLocaleTimeString();
+        list.appendChild(el("li", "", r.event + ": " + r.reason + " (since " + since + ")"));
+      });
+      $("refusals").hidden = view.refusals.length === 0;
+    }, function () {});
   }
 
   function record(ev, now) {

@@ -5,14 +5,16 @@
 //! violation.
 
 use crate::support::config::ADMIN_TOKEN;
+use crate::support::process::{self, Node};
 use crate::support::server;
 use crate::support::visitor::Visitor;
 
 use std::time::{Duration, Instant};
 
 use crate::support::browser::axe::{axe_check, axe_source};
-use crate::support::browser::{artifacts_dir, wait_for, with_browser_args};
+use crate::support::browser::{artifacts_dir, wait_for, with_browser, with_browser_args};
 use crate::support::server::TestServer;
+use anteroom_store::testing::RedisServer;
 use anyhow::{Context, Result, bail, ensure};
 use fantoccini::{Client, Locator};
 use http::{Method, StatusCode};
@@ -316,6 +318,66 @@ async fn dashboard_signs_in_shows_live_figures_and_steers() {
                 .await?;
             ensure!(!controls.is_displayed().await?, "{event}: controls shown");
         }
+        Ok(())
+    })
+    .await;
+}
+
+/// A node that refuses a table stored through the admin API shows which and
+/// why on its dashboard, and stops once it runs the table. Two nodes on one
+/// real Redis, in process: the second's config file protects the path the
+/// first stores another event on.
+#[tokio::test(flavor = "multi_thread")]
+async fn dashboard_shows_the_stored_events_its_node_refuses() {
+    let axe = axe_source();
+    let redis = RedisServer::start().expect("redis-server (apt-get install redis-server)");
+    let origin = "http://127.0.0.1:9";
+    let base = process::redis_node(&[redis.url()])
+        .gateway_nodes(2)
+        .event(process::event("tickets", origin, 1));
+    let one = Node::in_process(&base.clone().toml()).await;
+    let local = process::event("local", origin, 1).paths(&["/local/"]);
+    let two = Node::in_process(&base.event(local).toml()).await;
+    let table = |path: &str| json!({ "paths": [path], "origin": origin, "max_active": 5 });
+    let (status, ev) = one
+        .admin_json(Method::PUT, "/admin/events/other", &table("/local/"))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{ev}");
+    let url = two.admin_url("/dashboard");
+    let one = &one;
+    with_browser(|client| async move {
+        fit_viewport(&client, 1280, 800).await?;
+        client.goto(&url).await?;
+        let field = client.find(Locator::Id("token")).await?;
+        field.send_keys(ADMIN_TOKEN).await?;
+        client
+            .find(Locator::Css("#login-form button"))
+            .await?
+            .click()
+            .await?;
+        wait_text(
+            &client,
+            "#refusals-list",
+            "other: path /local/ is protected by event local here",
+        )
+        .await?;
+        axe_check(&client, &axe, "a refusal shown").await?;
+        screenshot(&client, 1280, "dashboard-refusal-1280.png").await?;
+
+        // The table made runnable: node two runs it and the notice goes.
+        let (status, ev) = one
+            .admin_json(Method::PUT, "/admin/events/other", &table("/elsewhere/"))
+            .await;
+        ensure!(status == StatusCode::OK, "{ev}");
+        wait_for("the refusal notice gone", STEP, || async {
+            let shown = client
+                .find(Locator::Id("refusals"))
+                .await?
+                .is_displayed()
+                .await?;
+            Ok((!shown).then_some(()))
+        })
+        .await?;
         Ok(())
     })
     .await;
