@@ -232,6 +232,16 @@ pub struct EventStats {
     pub no_shows_last_5m: u64,
 }
 
+/// What an admission tick reads once it has claimed its tick
+/// ([`QueueStore::claim_tick_and_read`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TickView {
+    /// The store's canonical clock when the tick was claimed.
+    pub now_us: i64,
+    pub stats: EventStats,
+    pub admin: AdminState,
+}
+
 /// A session whose pass must stop working (released, evicted, expired).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Revocation {
@@ -364,6 +374,32 @@ pub trait QueueStore: Send + Sync + 'static {
     /// Cluster-wide tick guard: `true` for exactly one caller per
     /// `(event, tick)`, however many gateway nodes ask.
     async fn claim_tick(&self, event: &EventId, tick: u64, ttl_ms: u64) -> Result<bool>;
+
+    /// [`Self::claim_tick`], and for the caller that wins it what the tick
+    /// reads next: the store's clock, the event's counts and its admin
+    /// state; `None` for every other caller. A store across a network
+    /// answers it in one round trip (Redis: one script); this default makes
+    /// the calls, the reads together.
+    async fn claim_tick_and_read(
+        &self,
+        event: &EventId,
+        tick: u64,
+        ttl_ms: u64,
+    ) -> Result<Option<TickView>> {
+        if !self.claim_tick(event, tick, ttl_ms).await? {
+            return Ok(None);
+        }
+        let (now_us, stats, admin) = futures::try_join!(
+            self.now_us(event),
+            self.stats(event),
+            self.admin_state(event)
+        )?;
+        Ok(Some(TickView {
+            now_us,
+            stats,
+            admin,
+        }))
+    }
 
     /// Pause / resume / close, shared by every node and durable.
     async fn set_admin_state(&self, event: &EventId, state: AdminState) -> Result<()>;

@@ -28,7 +28,7 @@ use self::keys::{AUDITED, CONFIGS, EventKeys, GENERATION};
 use crate::{
     Admission, AdmitRequest, ConfigSet, EventId, EventStats, ExpireRequest, Expired, JoinOutcome,
     MemberState, Nonce, QueueStore, RedeemOutcome, Result, Revocation, ShareGrant, ShareRequest,
-    StoreError, Touch, check_member, check_node,
+    StoreError, TickView, Touch, check_member, check_node,
 };
 
 /// The pub/sub channel of the admission news between nodes (for tests that
@@ -148,6 +148,63 @@ impl RedisStore {
         self.eval::<i64>(&scripts::WRITE_CONFIG, &call)
             .await
             .map(|_| ())
+    }
+}
+
+/// The keys of stats.lua (and of tick.lua's first seven).
+fn stats_keys(k: &EventKeys) -> [String; 7] {
+    [
+        k.queue(),
+        k.active(),
+        k.held(),
+        k.totals(),
+        k.admitted_per_s(),
+        k.churn_per_s(),
+        k.no_shows_per_s(),
+    ]
+}
+
+/// stats.lua's nine numbers.
+fn stats_from(v: &[i64]) -> Result<EventStats> {
+    let [
+        waiting,
+        active,
+        outstanding,
+        admitted_total,
+        redeemed_total,
+        a1,
+        a5,
+        churn,
+        no_shows,
+    ] = v[..]
+    else {
+        return Err(StoreError::Corrupt(format!(
+            "stats script returned {} numbers, not 9",
+            v.len()
+        )));
+    };
+    Ok(EventStats {
+        waiting: count(waiting),
+        active: count(active),
+        outstanding: count(outstanding),
+        admitted_total: count(admitted_total),
+        redeemed_total: count(redeemed_total),
+        admitted_last_1m: count(a1),
+        admitted_last_5m: count(a5),
+        churn_last_1m: count(churn),
+        no_shows_last_5m: count(no_shows),
+    })
+}
+
+/// An event's admin state as stored (unset: running).
+fn admin_from(stored: Option<&str>) -> Result<AdminState> {
+    match stored {
+        None | Some("running") => Ok(AdminState::Running),
+        Some("paused") => Ok(AdminState::Paused),
+        Some("closed") => Ok(AdminState::Closed),
+        Some(other) => Err(StoreError::Corrupt(format!(
+            "unknown admin state {other:?} in redis"
+        ))),
     }
 }
 
@@ -422,47 +479,11 @@ impl QueueStore for RedisStore {
     }
 
     async fn stats(&self, event: &EventId) -> Result<EventStats> {
-        let k = EventKeys::new(event);
-        let keys = [
-            k.queue(),
-            k.active(),
-            k.held(),
-            k.totals(),
-            k.admitted_per_s(),
-            k.churn_per_s(),
-            k.no_shows_per_s(),
-        ];
+        let keys = stats_keys(&EventKeys::new(event));
         let v: Vec<i64> = self
             .eval(&scripts::STATS, &scripts::STATS.call(&keys))
             .await?;
-        let [
-            waiting,
-            active,
-            outstanding,
-            admitted_total,
-            redeemed_total,
-            a1,
-            a5,
-            churn,
-            no_shows,
-        ] = v[..]
-        else {
-            return Err(StoreError::Corrupt(format!(
-                "stats script returned {} numbers, not 9",
-                v.len()
-            )));
-        };
-        Ok(EventStats {
-            waiting: count(waiting),
-            active: count(active),
-            outstanding: count(outstanding),
-            admitted_total: count(admitted_total),
-            redeemed_total: count(redeemed_total),
-            admitted_last_1m: count(a1),
-            admitted_last_5m: count(a5),
-            churn_last_1m: count(churn),
-            no_shows_last_5m: count(no_shows),
-        })
+        stats_from(&v)
     }
 
     async fn revocations_since(&self, event: &EventId, since_us: i64) -> Result<Vec<Revocation>> {
@@ -536,14 +557,30 @@ impl QueueStore for RedisStore {
         let stored: Option<String> = self
             .query(redis::cmd("GET").arg(EventKeys::new(event).state()))
             .await?;
-        match stored.as_deref() {
-            None | Some("running") => Ok(AdminState::Running),
-            Some("paused") => Ok(AdminState::Paused),
-            Some("closed") => Ok(AdminState::Closed),
-            Some(other) => Err(StoreError::Corrupt(format!(
-                "unknown admin state {other:?} in redis"
-            ))),
+        admin_from(stored.as_deref())
+    }
+
+    async fn claim_tick_and_read(
+        &self,
+        event: &EventId,
+        tick: u64,
+        ttl_ms: u64,
+    ) -> Result<Option<TickView>> {
+        let k = EventKeys::new(event);
+        let mut keys = stats_keys(&k).to_vec();
+        keys.extend([k.tick(tick), k.state()]);
+        let mut call = scripts::TICK.call(&keys);
+        call.arg(ttl_ms.max(1));
+        let (won, now_us, stats, admin): (i64, i64, Vec<i64>, Option<String>) =
+            self.eval(&scripts::TICK, &call).await?;
+        if won == 0 {
+            return Ok(None);
         }
+        Ok(Some(TickView {
+            now_us,
+            stats: stats_from(&stats)?,
+            admin: admin_from(admin.as_deref())?,
+        }))
     }
 
     async fn put_event_config(&self, event: &EventId, json: &str) -> Result<()> {

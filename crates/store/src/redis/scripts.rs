@@ -37,6 +37,15 @@ pub(crate) static RECONCILE: LazyLock<Lua> = LazyLock::new(|| {
 });
 pub(crate) static EXPIRE: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("expire.lua")));
 pub(crate) static STATS: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("stats.lua")));
+/// stats.lua as a function, then the claim that calls it.
+pub(crate) static TICK: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(concat!(
+        "local function stats()\n",
+        include_str!("stats.lua"),
+        "end\n",
+        include_str!("tick.lua")
+    ))
+});
 pub(crate) static SHARE: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("share.lua")));
 pub(crate) static NOW: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("now.lua")));
 pub(crate) static ANCHOR: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("anchor.lua")));

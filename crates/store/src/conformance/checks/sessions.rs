@@ -315,6 +315,57 @@ pub(super) async fn claim_tick_once_per_tick(s: Store, c: Ctx) {
     assert!(!s.claim_tick(&ev, 8, 60_000).await.unwrap());
 }
 
+/// One caller wins a tick, whichever call claims it, and only the winner
+/// reads: the store's clock at the claim, the counts, the admin state.
+pub(super) async fn claim_tick_and_read_reads_for_the_winner_only(s: Store, c: Ctx) {
+    let ev = c.event("tickread");
+    join_n(&s, &ev, "m", 3).await;
+    admit(&s, &ev, 1, 10, HOUR_US).await;
+    s.set_admin_state(&ev, AdminState::Paused).await.unwrap();
+    let before = now(&s, &ev).await;
+    let tasks: Vec<_> = (0..8)
+        .map(|_| {
+            let (s, ev) = (s.clone(), ev.clone());
+            tokio::spawn(async move { s.claim_tick_and_read(&ev, 7, 60_000).await.unwrap() })
+        })
+        .collect();
+    let mut views = Vec::new();
+    for t in tasks {
+        views.extend(t.await.unwrap());
+    }
+    let after = now(&s, &ev).await;
+    assert_eq!(views.len(), 1, "exactly one claimer per tick reads");
+    let view = &views[0];
+    assert!(
+        (before..=after).contains(&view.now_us),
+        "read at {} between {before} and {after}",
+        view.now_us
+    );
+    assert_eq!(view.admin, AdminState::Paused);
+    assert_eq!(view.stats, s.stats(&ev).await.unwrap());
+    let st = &view.stats;
+    assert_eq!((st.waiting, st.outstanding, st.admitted_total), (2, 1, 1));
+    // Either call claims the tick for the other.
+    assert!(s.claim_tick(&ev, 8, 60_000).await.unwrap());
+    assert!(
+        s.claim_tick_and_read(&ev, 8, 60_000)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        s.claim_tick_and_read(&ev, 9, 60_000)
+            .await
+            .unwrap()
+            .is_some()
+    );
+    assert!(!s.claim_tick(&ev, 9, 60_000).await.unwrap());
+    // An event nobody paused reads as running.
+    let other = c.event("tickread2");
+    let fresh = s.claim_tick_and_read(&other, 7, 60_000).await.unwrap();
+    assert_eq!(fresh.map(|v| v.admin), Some(AdminState::Running));
+}
+
 pub(super) async fn admin_state_is_stored(s: Store, c: Ctx) {
     let ev = c.event("admin");
     assert_eq!(
