@@ -67,6 +67,18 @@ async fn screenshot(client: &Client, width: u32, name: &str) -> Result<()> {
     Ok(())
 }
 
+/// Types `token` into the sign-in form and submits it.
+async fn sign_in(client: &Client, token: &str) -> Result<()> {
+    let field = client.find(Locator::Id("token")).await?;
+    field.send_keys(token).await?;
+    client
+        .find(Locator::Css("#login-form button"))
+        .await?
+        .click()
+        .await?;
+    Ok(())
+}
+
 async fn text_of(client: &Client, css: &str) -> Result<String> {
     Ok(client.find(Locator::Css(css)).await?.text().await?)
 }
@@ -181,21 +193,10 @@ async fn dashboard_signs_in_shows_live_figures_and_steers() {
         // A wrong token is refused and asked for again.
         let field = client.find(Locator::Id("token")).await?;
         ensure!(field.attr("type").await?.as_deref() == Some("password"));
-        field.send_keys("not-the-token").await?;
-        client
-            .find(Locator::Css("#login-form button"))
-            .await?
-            .click()
-            .await?;
+        sign_in(&client, "not-the-token").await?;
         wait_text(&client, "#login-error", "refused").await?;
 
-        let field = client.find(Locator::Id("token")).await?;
-        field.send_keys(ADMIN_TOKEN).await?;
-        client
-            .find(Locator::Css("#login-form button"))
-            .await?
-            .click()
-            .await?;
+        sign_in(&client, ADMIN_TOKEN).await?;
         wait_text(&client, "[data-event=tickets] [data-stat=waiting]", "3").await?;
         let url = client.current_url().await?;
         ensure!(
@@ -295,13 +296,7 @@ async fn dashboard_signs_in_shows_live_figures_and_steers() {
 
         // A read-only token (named, role "read") hides the controls: the page
         // asks the real `GET /admin/whoami`.
-        let field = client.find(Locator::Id("token")).await?;
-        field.send_keys(VIEWER_TOKEN).await?;
-        client
-            .find(Locator::Css("#login-form button"))
-            .await?
-            .click()
-            .await?;
+        sign_in(&client, VIEWER_TOKEN).await?;
         wait_text(&client, "[data-event=tickets] [data-stat=waiting]", "1").await?;
         wait_for("the read-only notice", STEP, || async {
             Ok(client
@@ -348,13 +343,7 @@ async fn dashboard_shows_the_stored_events_its_node_refuses() {
     with_browser(|client| async move {
         fit_viewport(&client, 1280, 800).await?;
         client.goto(&url).await?;
-        let field = client.find(Locator::Id("token")).await?;
-        field.send_keys(ADMIN_TOKEN).await?;
-        client
-            .find(Locator::Css("#login-form button"))
-            .await?
-            .click()
-            .await?;
+        sign_in(&client, ADMIN_TOKEN).await?;
         wait_text(
             &client,
             "#refusals-list",
