@@ -453,8 +453,7 @@ async fn watch_configs(state: Arc<AppState>) {
 /// key files (or versions) disagree: a log line each time would bury
 /// everything else, so one is written per table and reason, and
 /// `anteroom_stored_event_refused{event}` shows the refusal while it lasts
-/// (1), and its end (0).
-/// `GET /admin/refusals` lists them with their reasons.
+/// (1), and its end (0); `GET /admin/refusals` lists each with its reason.
 #[derive(Default)]
 struct Refusals {
     kept: std::collections::HashMap<EventId, (RefusedOwned, String)>,
