@@ -44,7 +44,8 @@ async fn forward(client: TcpStream, target: u16, delay: Duration) {
         return;
     };
     // Nagle's algorithm would hold a request behind the last one's
-    // acknowledgement (up to 40 ms on loopback): the delay is to be AWAY.
+    // acknowledgement (up to 40 ms on loopback): the only delay added is
+    // to be `delay`.
     let _ = (client.set_nodelay(true), server.set_nodelay(true));
     let (mut from_client, mut to_client) = client.into_split();
     let (mut from_server, mut to_server) = server.into_split();
