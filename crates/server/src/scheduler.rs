@@ -263,21 +263,16 @@ pub async fn tick_once(
             n
         })
         .collect::<Vec<_>>();
-    // With several nodes the admission stays out of the others' holds.
-    let (room, max_active) =
-        crate::drain::share::before_admit(state, rt, nonces.len() as u64).await?;
-    if room == 0 {
-        return Ok(0);
-    }
     let request = AdmitRequest {
-        max: room.min(nonces.len() as u64),
-        max_active,
+        max: nonces.len() as u64,
+        max_active: rt.config.max_active,
         nonces,
         // The store stamps the expiry at its pop: `now_us` is older by the
         // round trips above, and another node may have admitted in between.
         token_ttl_us: micros(rt.config.token_ttl),
     };
-    let admitted = timed_store("admit", store.admit(id, &request)).await?.len() as u64;
+    // With several nodes the admission stays out of the others' holds.
+    let admitted = crate::drain::share::admit(state, rt, &request).await?.len() as u64;
     // Summed over the ticks of a second, reported at its full tick.
     let mut memory = lock(&rt.live.policy);
     memory.last_admitted = memory.last_admitted.saturating_add(admitted);

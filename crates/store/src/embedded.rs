@@ -161,6 +161,18 @@ struct Inner {
 /// One event's holds, by node id.
 type Holds = HashMap<String, Hold>;
 
+/// Forgets the holds lapsed at `now_us` and sums what the nodes other than
+/// `node` hold.
+fn other_holds(holds: &mut Holds, node: &str, now_us: i64) -> u64 {
+    holds.retain(|_, h| h.expires_at_us > now_us);
+    holds
+        .iter()
+        .filter(|(n, _)| *n != node)
+        .fold(0u64, |sum, (_, h)| {
+            sum.saturating_add(h.reserve).saturating_add(h.pending)
+        })
+}
+
 /// One node's hold on an event's capacity (see [`QueueStore::hold_share`]).
 struct Hold {
     reserve: u64,
@@ -557,6 +569,30 @@ impl QueueStore for EmbeddedStore {
         .await
     }
 
+    async fn admit_sharing(
+        &self,
+        event: &EventId,
+        req: &AdmitRequest,
+        node: &str,
+    ) -> Result<Vec<Admission>> {
+        check_node(node)?;
+        let now_us = self.now_us(event).await?;
+        // Not one step with the admission, as on Redis: one process is the
+        // whole cluster here (see `Inner::shares`).
+        let others = {
+            let mut shares = locked(&self.inner.shares);
+            let holds = shares.entry(event.clone()).or_default();
+            let others = other_holds(holds, node, now_us);
+            holds.remove(node);
+            others
+        };
+        let req = AdmitRequest {
+            max_active: req.max_active.saturating_sub(others),
+            ..req.clone()
+        };
+        self.admit(event, &req).await
+    }
+
     async fn redeem(
         &self,
         event: &EventId,
@@ -610,13 +646,7 @@ impl QueueStore for EmbeddedStore {
         let used = stats.active.saturating_add(stats.outstanding);
         let mut shares = locked(&self.inner.shares);
         let holds = shares.entry(event.clone()).or_default();
-        holds.retain(|_, h| h.expires_at_us > now_us);
-        let others = holds
-            .iter()
-            .filter(|(n, _)| **n != req.node)
-            .fold(0u64, |sum, (_, h)| {
-                sum.saturating_add(h.reserve).saturating_add(h.pending)
-            });
+        let others = other_holds(holds, &req.node, now_us);
         if req.ttl_ms == 0 {
             holds.remove(&req.node);
             return Ok(ShareGrant {

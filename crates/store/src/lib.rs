@@ -169,7 +169,11 @@ pub struct ShareRequest {
     /// Slots the node wants held for its own admissions should it lose the
     /// store (its drain share).
     pub reserve: u64,
-    /// Slots the node is about to admit through the store (its next `admit`).
+    /// Slots the node is about to admit through the store (its next
+    /// `admit`). Anteroom's nodes ask for none: they admit with
+    /// [`QueueStore::admit_sharing`], which needs no hold first. It stays
+    /// part of the hold so that a node of an earlier version, which holds
+    /// its admissions this way, is still counted during a rolling upgrade.
     pub pending: u64,
     /// How long the hold lasts unless renewed; `0` drops it.
     pub ttl_ms: u64,
@@ -315,6 +319,22 @@ pub trait QueueStore: Send + Sync + 'static {
     /// best-ranked waiters, records one nonce each as their outstanding token,
     /// and counts them. Never admits while the event is paused or closed.
     async fn admit(&self, event: &EventId, req: &AdmitRequest) -> Result<Vec<Admission>>;
+
+    /// [`Self::admit`] by `node`, one of several gateway nodes that hold
+    /// shares of the event's capacity ([`Self::hold_share`]), in the same
+    /// atomic step: forgets lapsed holds, drops `node`'s own hold (its
+    /// admission comes out of its reserve) and takes at most
+    /// `req.max_active - active - outstanding - the other nodes' live
+    /// holds`. So active + outstanding + every live hold stays within
+    /// `max_active`, as with a hold of the admission followed by the admit,
+    /// but in one call, and no hold of the admitted slots outlives their
+    /// admission (they are counted as outstanding at once).
+    async fn admit_sharing(
+        &self,
+        event: &EventId,
+        req: &AdmitRequest,
+        node: &str,
+    ) -> Result<Vec<Admission>>;
 
     /// Atomically consumes `nonce` if it is `member`'s outstanding token and
     /// opens an active session ending at `session_expires_at_us`.

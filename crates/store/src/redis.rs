@@ -149,6 +149,64 @@ impl RedisStore {
             .await
             .map(|_| ())
     }
+
+    /// `admit`, or `admit_sharing` as `node`: the nodes' holds are the
+    /// script's eighth key and the node its fourth argument.
+    async fn admit_with(
+        &self,
+        event: &EventId,
+        req: &AdmitRequest,
+        node: Option<&str>,
+    ) -> Result<Vec<Admission>> {
+        let max = req
+            .max
+            .min(u64::try_from(req.nonces.len()).unwrap_or(u64::MAX));
+        if max == 0 {
+            return Ok(Vec::new());
+        }
+        let k = EventKeys::new(event);
+        let mut keys = vec![
+            k.queue(),
+            k.held(),
+            k.token_batches(),
+            k.token_batch_members(),
+            k.state(),
+            k.totals(),
+            k.admitted_per_s(),
+        ];
+        if node.is_some() {
+            keys.push(k.shares());
+        }
+        // Only the nonces that can be used travel to Redis.
+        let take = usize::try_from(max).unwrap_or(usize::MAX);
+        let mut call = scripts::ADMIT.call(&keys);
+        call.arg(max)
+            .arg(req.max_active)
+            // Lua counts in doubles: kept where `now + ttl` stays exact
+            // (2^52 µs is 142 years).
+            .arg(req.token_ttl_us.clamp(-(1 << 52), 1 << 52))
+            .arg(node.unwrap_or(""));
+        for nonce in &req.nonces[..take] {
+            call.arg(&token_entry(nonce)[..]);
+        }
+        let members: Vec<String> = self.eval(&scripts::ADMIT, &call).await?;
+        if members.len() > take {
+            return Err(StoreError::Corrupt(
+                "admit returned more members than nonces".into(),
+            ));
+        }
+        if !members.is_empty() {
+            self.news.publish(&self.conn, event);
+        }
+        Ok(members
+            .into_iter()
+            .zip(&req.nonces)
+            .map(|(member, nonce)| Admission {
+                member,
+                nonce: *nonce,
+            })
+            .collect())
+    }
 }
 
 /// The keys of stats.lua (and of tick.lua's first seven).
@@ -310,50 +368,17 @@ impl QueueStore for RedisStore {
     }
 
     async fn admit(&self, event: &EventId, req: &AdmitRequest) -> Result<Vec<Admission>> {
-        let max = req
-            .max
-            .min(u64::try_from(req.nonces.len()).unwrap_or(u64::MAX));
-        if max == 0 {
-            return Ok(Vec::new());
-        }
-        let k = EventKeys::new(event);
-        let keys = [
-            k.queue(),
-            k.held(),
-            k.token_batches(),
-            k.token_batch_members(),
-            k.state(),
-            k.totals(),
-            k.admitted_per_s(),
-        ];
-        // Only the nonces that can be used travel to Redis.
-        let take = usize::try_from(max).unwrap_or(usize::MAX);
-        let mut call = scripts::ADMIT.call(&keys);
-        call.arg(max)
-            .arg(req.max_active)
-            // Lua counts in doubles: kept where `now + ttl` stays exact
-            // (2^52 µs is 142 years).
-            .arg(req.token_ttl_us.clamp(-(1 << 52), 1 << 52));
-        for nonce in &req.nonces[..take] {
-            call.arg(&token_entry(nonce)[..]);
-        }
-        let members: Vec<String> = self.eval(&scripts::ADMIT, &call).await?;
-        if members.len() > take {
-            return Err(StoreError::Corrupt(
-                "admit returned more members than nonces".into(),
-            ));
-        }
-        if !members.is_empty() {
-            self.news.publish(&self.conn, event);
-        }
-        Ok(members
-            .into_iter()
-            .zip(&req.nonces)
-            .map(|(member, nonce)| Admission {
-                member,
-                nonce: *nonce,
-            })
-            .collect())
+        self.admit_with(event, req, None).await
+    }
+
+    async fn admit_sharing(
+        &self,
+        event: &EventId,
+        req: &AdmitRequest,
+        node: &str,
+    ) -> Result<Vec<Admission>> {
+        check_node(node)?;
+        self.admit_with(event, req, Some(node)).await
     }
 
     async fn redeem(

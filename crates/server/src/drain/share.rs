@@ -15,12 +15,12 @@
 //!
 //! What the node may count on (its budget) is a lower bound of its hold in
 //! the store: a renewal whose answer was lost may have lowered it, and a
-//! node that is about to admit gives its reserve up first (its admission
+//! node that admits gives its reserve up in the same step (its admission
 //! comes out of it).
 
 use std::time::Instant;
 
-use anteroom_store::{ShareRequest, StoreError};
+use anteroom_store::{Admission, AdmitRequest, ShareRequest, StoreError};
 
 use super::of;
 use crate::locks::lock;
@@ -87,26 +87,29 @@ pub async fn renew(state: &AppState, rt: &EventRuntime) {
     }
 }
 
-/// Before an `admit` of `want` through the store: holds them as pending
-/// (giving this node's reserve up, since the admission comes out of it).
-/// Returns how many may be admitted and the `max_active` the admit must
-/// keep (the other nodes' holds taken off).
-pub async fn before_admit(
+/// Admits through the store: with several nodes, as this node
+/// (`admit_sharing`), which stays out of the other nodes' holds and gives
+/// this node's reserve up (its admission comes out of it) in the same step.
+/// One store call: a hold of the admission first, then the admit, took two
+/// round trips, and the hold outlived the admission until the next renewal,
+/// counted beside the slots it had become.
+pub async fn admit(
     state: &AppState,
     rt: &EventRuntime,
-    want: u64,
-) -> Result<(u64, u64), StoreError> {
-    let max_active = rt.config.max_active;
-    if !shared(state) {
-        return Ok((want, max_active));
-    }
-    let Some(req) = request(state, rt, 0, want) else {
-        return Ok((want, max_active));
+    req: &AdmitRequest,
+) -> Result<Vec<Admission>, StoreError> {
+    let node = if shared(state) {
+        state.drain_journal.get().map(|j| j.node_id())
+    } else {
+        None
     };
+    let Some(node) = node else {
+        return timed_store("admit", state.store.admit(rt.id(), req)).await;
+    };
+    // Sent but unanswered, the store may have dropped the reserve already.
     lock(&of(rt).inner).share.floor = 0;
     gauge(rt, 0);
-    let grant = timed_store("hold_share", state.store.hold_share(rt.id(), &req)).await?;
-    Ok((grant.pending, max_active.saturating_sub(grant.others)))
+    timed_store("admit", state.store.admit_sharing(rt.id(), req, node)).await
 }
 
 /// `anteroom_drain_share{event}`: what this node may admit on its own now.

@@ -7,7 +7,7 @@
 //! admissions finds them in its journal on restart and records them before
 //! admitting again: its visitors keep working, nobody gets in twice.
 
-use crate::support::config::HOURLY;
+use crate::support::config::{FAST_BATCH, HOURLY};
 use crate::support::origin::Origin;
 use crate::support::process;
 use crate::support::visitor::Visitor;
@@ -353,4 +353,65 @@ async fn a_draining_node_killed_after_admitting_reconciles_its_journal_on_restar
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert!(s.waiting.iter().all(|v| v.redeems <= 1));
+}
+
+/// The store calls `n` made of `op` so far.
+async fn store_calls(n: &Node, op: &str) -> f64 {
+    n.metric_with("anteroom_store_latency_seconds_count", &[("op", op)])
+        .await
+        .unwrap_or(0.0)
+}
+
+/// An admission by one of several nodes is one store call that stays out
+/// of the other nodes' holds and gives up the node's own: no hold of the
+/// admitted slots is made first (a round trip more on every admitting
+/// tick) and none is left behind, where the other nodes would count the
+/// slots twice, once as taken and once as held, until the next renewal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_admission_among_several_nodes_is_one_store_call_and_leaves_no_hold() {
+    let redis = RedisServer::start().expect("redis-server (apt-get install redis-server)");
+    let origin = process::origin().await;
+    let config = process::redis_node(&[redis.url()])
+        .gateway_nodes(2)
+        .event(process::event(EVENT, &origin.url(), 1000).admission(FAST_BATCH))
+        .toml();
+    let node = Node::start(&config, Arc::new(tempfile::tempdir().unwrap())).await;
+    for _ in 0..60 {
+        let (status, _, p) = Visitor::default().enter(&node, EVENT).await;
+        assert_eq!(status, StatusCode::OK, "{p}");
+    }
+    let (admits0, holds0) = (
+        store_calls(&node, "admit").await,
+        store_calls(&node, "hold_share").await,
+    );
+    // One admission every 100 ms, each on a tick of its own.
+    wait_for(
+        "twenty admitting ticks",
+        Duration::from_secs(20),
+        || async { store_calls(&node, "admit").await >= admits0 + 20.0 },
+    )
+    .await;
+    let admits = store_calls(&node, "admit").await - admits0;
+    let holds = store_calls(&node, "hold_share").await - holds0;
+    // The reserve's renewals remain, about one a second.
+    assert!(
+        holds < admits / 2.0,
+        "{holds} holds for {admits} admissions: each admission is held first"
+    );
+    let out = std::process::Command::new("redis-cli")
+        .args(["-p", &redis.port().to_string(), "--raw"])
+        .args(["HVALS", &format!("anteroom:{{{EVENT}}}:shares")])
+        .output()
+        .expect("redis-cli (apt-get install redis-server)");
+    assert!(out.status.success(), "redis-cli HVALS");
+    // Each hold is `reserve:pending:expiry`.
+    let holds = String::from_utf8_lossy(&out.stdout).into_owned();
+    for hold in holds.lines().filter(|l| !l.is_empty()) {
+        let pending = hold.split(':').nth(1);
+        assert_eq!(
+            pending,
+            Some("0"),
+            "a hold outlived its admission: {holds:?}"
+        );
+    }
 }

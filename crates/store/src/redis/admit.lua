@@ -1,11 +1,23 @@
 -- admit: release the best-ranked waiters with one outstanding token each.
 -- KEYS: 1 queue, 2 held, 3 token batches, 4 token batch members,
---       5 admin state, 6 totals, 7 admissions per second
--- ARGV: 1 max, 2 max_active, 3 token lifetime (us), 4.. one `held` token entry
---       per admission ('t' .. nonce, tagged by the caller)
--- Returns the admitted members, best first; member i got ARGV[3 + i].
+--       5 admin state, 6 totals, 7 admissions per second,
+--       8 the nodes' holds (only when admitting as one of several nodes)
+-- ARGV: 1 max, 2 max_active, 3 token lifetime (us), 4 the admitting node's id
+--       ('' when alone), 5.. one `held` token entry per admission
+--       ('t' .. nonce, tagged by the caller)
+-- Returns the admitted members, best first; member i got ARGV[4 + i].
 local t = redis.call('TIME')
 local now = t[1] * 1000000 + t[2]
+
+local max_active = tonumber(ARGV[2])
+if KEYS[8] then
+  -- One of several nodes: the admission stays out of the other nodes'
+  -- holds, and comes out of this node's own reserve, which it gives up
+  -- (its next renewal holds one again). In the same step as the pop, so no
+  -- hold of slots about to be taken is needed, and none outlives them.
+  max_active = max_active - other_holds(KEYS[8], ARGV[4], now)
+  redis.call('HDEL', KEYS[8], ARGV[4])
+end
 
 local st = redis.call('GET', KEYS[5])
 if st == 'paused' or st == 'closed' then return {} end
@@ -14,7 +26,7 @@ if st == 'paused' or st == 'closed' then return {} end
 -- entry until the expire sweep (or redeem, release) drops it: the slot count
 -- is the size of that hash, so no counter can drift.
 local used = redis.call('HLEN', KEYS[2])
-local n = math.min(tonumber(ARGV[1]), tonumber(ARGV[2]) - used, #ARGV - 3)
+local n = math.min(tonumber(ARGV[1]), max_active - used, #ARGV - 4)
 if n <= 0 then return {} end
 
 -- ZRANGE + ZREMRANGEBYRANK rather than ZPOPMIN: the scores are not needed,
@@ -41,7 +53,7 @@ for first = 1, #members, CHUNK do
   local j = 1
   for i = first, last do
     held[j] = members[i]
-    held[j + 1] = ARGV[3 + i] .. exp
+    held[j + 1] = ARGV[4 + i] .. exp
     j = j + 2
   end
   redis.call('HSET', KEYS[2], unpack(held))

@@ -1,6 +1,7 @@
 //! The Lua scripts of the Redis backend, one per multi-step operation, each
 //! atomic on the node that holds its event's slot. Scripts that touch the
-//! `held` hash share its helpers (`held.lua`), prepended at compile time.
+//! `held` hash share its helpers (`held.lua`), and those that read the
+//! nodes' holds theirs (`shares.lua`), prepended at compile time.
 
 use std::sync::LazyLock;
 
@@ -14,8 +15,13 @@ pub(crate) static STATUS: LazyLock<Lua> = LazyLock::new(|| {
         include_str!("status.lua")
     ))
 });
-pub(crate) static ADMIT: LazyLock<Lua> =
-    LazyLock::new(|| Lua::new(concat!(include_str!("held.lua"), include_str!("admit.lua"))));
+pub(crate) static ADMIT: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(concat!(
+        include_str!("held.lua"),
+        include_str!("shares.lua"),
+        include_str!("admit.lua")
+    ))
+});
 pub(crate) static REDEEM: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(concat!(
         include_str!("held.lua"),
@@ -46,7 +52,12 @@ pub(crate) static TICK: LazyLock<Lua> = LazyLock::new(|| {
         include_str!("tick.lua")
     ))
 });
-pub(crate) static SHARE: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("share.lua")));
+pub(crate) static SHARE: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(concat!(
+        include_str!("shares.lua"),
+        include_str!("share.lua")
+    ))
+});
 pub(crate) static NOW: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("now.lua")));
 pub(crate) static ANCHOR: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("anchor.lua")));
 pub(crate) static REPLACE_CONFIG: LazyLock<Lua> =

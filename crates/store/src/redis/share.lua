@@ -7,16 +7,7 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local node = ARGV[1]
 local ttl_ms = tonumber(ARGV[5])
-local others = 0
-local flat = redis.call('HGETALL', KEYS[2])
-for i = 1, #flat, 2 do
-  local r, p, exp = string.match(flat[i + 1], '^(%d+):(%d+):(%d+)$')
-  if not exp or tonumber(exp) <= now then
-    redis.call('HDEL', KEYS[2], flat[i])
-  elseif flat[i] ~= node then
-    others = others + tonumber(r) + tonumber(p)
-  end
-end
+local others = other_holds(KEYS[2], node, now)
 if ttl_ms <= 0 then
   redis.call('HDEL', KEYS[2], node)
   return {0, 0, others}

@@ -4,7 +4,7 @@ use anteroom_core::phase::AdminState;
 
 use super::{Store, admit, join_n, now, rank};
 use crate::conformance::{Ctx, HOUR_US, nonce, open_scoring};
-use crate::{ConfigSet, EventId, ExpireRequest, MemberState, RedeemOutcome, Touch};
+use crate::{AdmitRequest, ConfigSet, EventId, ExpireRequest, MemberState, RedeemOutcome, Touch};
 
 pub(super) async fn redeem_is_single_use(s: Store, c: Ctx) {
     let ev = c.event("redeem");
@@ -583,4 +583,68 @@ pub(super) async fn hold_share_keeps_every_node_within_max_active(s: Store, c: C
         "an empty node id is refused"
     );
     assert_eq!(ms.len(), 4);
+}
+
+pub(super) async fn admit_sharing_stays_out_of_other_holds_and_drops_its_own(s: Store, c: Ctx) {
+    let ev = c.event("share-admit");
+    join_n(&s, &ev, "m", 8).await;
+    let ask = |node: &str, reserve: u64, ttl_ms: u64| crate::ShareRequest {
+        node: node.to_owned(),
+        max_active: 6,
+        reserve,
+        pending: 0,
+        ttl_ms,
+    };
+    let hour = 3_600_000;
+    let sharing = |node: &'static str, max: u64| {
+        let s = s.clone();
+        let ev = ev.clone();
+        async move {
+            let req = AdmitRequest {
+                max,
+                max_active: 6,
+                nonces: (0..max).map(|_| nonce()).collect(),
+                token_ttl_us: HOUR_US,
+            };
+            s.admit_sharing(&ev, &req, node).await.unwrap()
+        }
+    };
+    // a holds 2 and b 3 of the 6: b may admit its own 3 and the one free
+    // slot, never a's 2.
+    s.hold_share(&ev, &ask("a", 2, hour)).await.unwrap();
+    let b = s.hold_share(&ev, &ask("b", 3, hour)).await.unwrap();
+    assert_eq!((b.reserve, b.others), (3, 2));
+    let got = sharing("b", 10).await;
+    assert_eq!(got.len(), 4, "6 less a's 2: {got:?}");
+    // b's hold went with its admission: the 4 admitted count once, as
+    // outstanding, not again as a hold.
+    let a = s.hold_share(&ev, &ask("a", 9, hour)).await.unwrap();
+    assert_eq!(
+        (a.reserve, a.others),
+        (2, 0),
+        "b holds nothing after admitting"
+    );
+    // Now a's 2 are its own to admit, and nobody else's.
+    assert!(sharing("b", 10).await.is_empty(), "a's hold is kept from b");
+    assert_eq!(sharing("a", 10).await.len(), 2);
+    assert_eq!(s.stats(&ev).await.unwrap().outstanding, 6);
+    // A lapsed hold is forgotten: it keeps nothing from anyone.
+    let ev2 = c.event("share-lapse");
+    join_n(&s, &ev2, "m", 3).await;
+    s.hold_share(&ev2, &ask("a", 2, 1)).await.unwrap();
+    let lapsed = now(&s, &ev2).await + 2_000;
+    while now(&s, &ev2).await <= lapsed {
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+    }
+    let req = AdmitRequest {
+        max: 3,
+        max_active: 3,
+        nonces: (0..3).map(|_| nonce()).collect(),
+        token_ttl_us: HOUR_US,
+    };
+    assert_eq!(s.admit_sharing(&ev2, &req, "b").await.unwrap().len(), 3);
+    assert!(
+        s.admit_sharing(&ev2, &req, "").await.is_err(),
+        "an empty node id is refused"
+    );
 }
