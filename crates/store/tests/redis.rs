@@ -1170,33 +1170,9 @@ async fn admission_news_resumes_after_the_subscription_is_cut() {
 /// trips.
 #[tokio::test(flavor = "multi_thread")]
 async fn calls_made_together_are_answered_within_one_round_trip() {
-    const AWAY: Duration = Duration::from_millis(30);
-    async fn timed<T>(call: impl Future<Output = anteroom_store::Result<T>>) -> Duration {
-        let started = Instant::now();
-        call.await.unwrap();
-        started.elapsed()
-    }
+    let away = Duration::from_millis(30);
     let server = RedisServer::start().unwrap();
-    let proxy = DistantProxy::start(server.port(), AWAY).await.unwrap();
+    let proxy = DistantProxy::start(server.port(), away).await.unwrap();
     let s = support::connect(vec![proxy.url()], false).await;
-    let id = event("tickets");
-    // The first call of each script finds it not loaded and sends it.
-    s.now_us(&id).await.unwrap();
-    s.stats(&id).await.unwrap();
-    let mut took = Vec::new();
-    for _ in 0..16 {
-        // A call alone, then three together, as an admission tick makes.
-        s.now_us(&id).await.unwrap();
-        let (now, stats, admin) = tokio::join!(
-            timed(s.now_us(&id)),
-            timed(s.stats(&id)),
-            timed(s.admin_state(&id))
-        );
-        took.extend([now, stats, admin]);
-    }
-    let slowest = took.iter().max().unwrap();
-    assert!(
-        *slowest < AWAY * 3 / 2,
-        "reads made together with Redis {AWAY:?} away took {took:?}: one round trip is {AWAY:?}"
-    );
+    support::answered_together_within_one_round_trip(&s, away).await;
 }

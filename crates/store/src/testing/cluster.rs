@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 
 use super::MISSING_REDIS;
+use super::distant::DistantProxy;
 use super::server::{RedisServer, free_cluster_port};
 
 /// How long the cluster may take to report `cluster_state:ok` everywhere.
@@ -90,6 +91,48 @@ impl RedisCluster {
         self.nodes.iter().map(RedisServer::url).collect()
     }
 
+    /// Puts every node `delay` away: a [`DistantProxy`] in front of each,
+    /// and each node announcing its proxy's port (`cluster-announce-port`;
+    /// the bus port stays the node's own), so a cluster client, which
+    /// connects to the addresses the nodes announce, reaches every node
+    /// through its proxy. Returns once every node's view names only the
+    /// proxies; the proxies stop when dropped.
+    pub async fn distant(&self, delay: Duration) -> anyhow::Result<Vec<DistantProxy>> {
+        let mut proxies = Vec::with_capacity(self.nodes.len());
+        for node in &self.nodes {
+            let proxy = DistantProxy::start(node.port(), delay).await?;
+            let bus = (u32::from(node.port()) + 10_000).to_string();
+            cli(
+                node.port(),
+                &["CONFIG", "SET", "cluster-announce-bus-port", &bus],
+            )?;
+            let port = proxy.port.to_string();
+            cli(
+                node.port(),
+                &["CONFIG", "SET", "cluster-announce-port", &port],
+            )?;
+            proxies.push(proxy);
+        }
+        let wanted: Vec<u16> = proxies.iter().map(|p| p.port).collect();
+        let deadline = Instant::now() + READY_DEADLINE;
+        for node in &self.nodes {
+            loop {
+                let ports = master_ports(&cli(node.port(), &["CLUSTER", "NODES"])?);
+                if ports.len() == wanted.len() && ports.iter().all(|p| wanted.contains(p)) {
+                    break;
+                }
+                if Instant::now() > deadline {
+                    bail!(
+                        "node {} still announces {ports:?}, not the proxies {wanted:?}",
+                        node.port()
+                    );
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        Ok(proxies)
+    }
+
     /// The port of the master that holds the slot of `event_id`'s keys.
     pub fn master_for_event(&self, event_id: &str) -> anyhow::Result<u16> {
         let probe = self
@@ -151,6 +194,21 @@ impl RedisCluster {
         node.restart()?;
         self.wait_ok()
     }
+}
+
+/// The client ports of the masters a `CLUSTER NODES` reply lists.
+fn master_ports(nodes: &str) -> Vec<u16> {
+    nodes
+        .lines()
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let (addr, flags) = (fields.get(1)?, fields.get(2)?);
+            if !flags.contains("master") {
+                return None;
+            }
+            addr.split(['@', ':']).nth(1)?.parse().ok()
+        })
+        .collect()
 }
 
 /// `true` when a `CLUSTER NODES` slot field (`5461` or `0-5460`) holds `slot`.

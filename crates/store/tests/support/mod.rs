@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use anteroom_core::score::JoinScoring;
-use anteroom_store::EventId;
 use anteroom_store::redis::{RedisConfig, RedisStore};
+use anteroom_store::{EventId, QueueStore};
 
 /// The store's call timeout in these tests.
 pub const TIMEOUT: Duration = Duration::from_millis(500);
@@ -40,4 +40,34 @@ pub fn open() -> JoinScoring {
         tiebreak: 0,
         behind: false,
     }
+}
+
+/// Sixteen rounds of one call alone, then three together, as an admission
+/// tick made them, on a store whose Redis is `away`: each of the three must
+/// be answered within one round trip (and a half, for the box's noise).
+pub async fn answered_together_within_one_round_trip(s: &RedisStore, away: Duration) {
+    async fn timed<T>(call: impl Future<Output = anteroom_store::Result<T>>) -> Duration {
+        let started = std::time::Instant::now();
+        call.await.unwrap();
+        started.elapsed()
+    }
+    let id = event("tickets");
+    // The first call of each script finds it not loaded and sends it.
+    s.now_us(&id).await.unwrap();
+    s.stats(&id).await.unwrap();
+    let mut took = Vec::new();
+    for _ in 0..16 {
+        s.now_us(&id).await.unwrap();
+        let (now, stats, admin) = tokio::join!(
+            timed(s.now_us(&id)),
+            timed(s.stats(&id)),
+            timed(s.admin_state(&id))
+        );
+        took.extend([now, stats, admin]);
+    }
+    let slowest = took.iter().max().unwrap();
+    assert!(
+        *slowest < away * 3 / 2,
+        "reads made together with Redis {away:?} away took {took:?}: one round trip is {away:?}"
+    );
 }
