@@ -39,18 +39,15 @@ fn ttl_ms(rt: &EventRuntime) -> u64 {
     u64::try_from(hold.as_millis()).unwrap_or(u64::MAX)
 }
 
-fn request(
-    state: &AppState,
-    rt: &EventRuntime,
-    reserve: u64,
-    pending: u64,
-) -> Option<ShareRequest> {
+/// A renewal of this node's hold: a reserve of `reserve`, nothing pending
+/// (its admissions need no hold: `admit_sharing`).
+fn request(state: &AppState, rt: &EventRuntime, reserve: u64) -> Option<ShareRequest> {
     let node = state.drain_journal.get()?.node_id().to_owned();
     Some(ShareRequest {
         node,
         max_active: rt.config.max_active,
         reserve,
-        pending,
+        pending: 0,
         ttl_ms: ttl_ms(rt),
     })
 }
@@ -65,7 +62,7 @@ pub async fn renew(state: &AppState, rt: &EventRuntime) {
     let (stats, _) = rt.live.stats_and_admin();
     let used = stats.active.saturating_add(stats.outstanding);
     let want = rt.config.max_active.saturating_sub(used) / state.server.drain.gateway_nodes;
-    let Some(req) = request(state, rt, want, 0) else {
+    let Some(req) = request(state, rt, want) else {
         return;
     };
     {
