@@ -205,9 +205,11 @@ pub async fn tick_once(
     let (now_us, admin) = (view.now_us, view.admin);
     let stats = if full {
         let idle_us = micros(rt.config.queue_idle_timeout);
-        let expired = timed_store(
+        // The counts read again after the sweep, in its last call: they
+        // count the slots the sweep freed.
+        let (expired, stats) = timed_store(
             "expire",
-            store.expire(
+            store.expire_and_stats(
                 id,
                 &ExpireRequest {
                     waiting_seen_before_us: now_us.saturating_sub(idle_us),
@@ -217,8 +219,6 @@ pub async fn tick_once(
         .await?;
         lock(&rt.live.admission.eta)
             .record_abandoned(now_us.div_euclid(1000), expired.idle_waiters);
-        // Read again after the sweep: it counts the slots the sweep freed.
-        let stats = timed_store("stats", store.stats(id)).await?;
         learn_outcomes(rt, &mode, tick, previous_full, &stats, &expired);
         stats
     } else {

@@ -379,6 +379,19 @@ pub trait QueueStore: Send + Sync + 'static {
 
     async fn stats(&self, event: &EventId) -> Result<EventStats>;
 
+    /// [`Self::expire`], then [`Self::stats`] as the sweep left them: the
+    /// admission tick that sweeps decides on those counts. A store across a
+    /// network answers both in the sweep's last round trip (Redis: its last
+    /// script reads them too); this default makes the two calls.
+    async fn expire_and_stats(
+        &self,
+        event: &EventId,
+        req: &ExpireRequest,
+    ) -> Result<(Expired, EventStats)> {
+        let expired = self.expire(event, req).await?;
+        Ok((expired, self.stats(event).await?))
+    }
+
     /// Revocations recorded at or after `since_us` (canonical), oldest first.
     async fn revocations_since(&self, event: &EventId, since_us: i64) -> Result<Vec<Revocation>>;
 

@@ -210,6 +210,42 @@ impl RedisStore {
 }
 
 /// The keys of stats.lua (and of tick.lua's first seven).
+/// A call of expire.lua, or of expire_read.lua (`with_totals`: its one
+/// key more): the event's keys as the sweep expects them, and its limits.
+fn expire_call(
+    script: &Lua,
+    event: &EventId,
+    req: &ExpireRequest,
+    with_totals: bool,
+) -> redis::Cmd {
+    let k = EventKeys::new(event);
+    let mut keys = vec![
+        k.queue(),
+        k.seen(),
+        k.held(),
+        k.token_batches(),
+        k.token_batch_members(),
+        k.active(),
+        k.used(),
+        k.revocations(),
+        k.admitted_per_s(),
+        k.churn_per_s(),
+        k.no_shows_per_s(),
+        k.join_batches(),
+        k.join_batch_members(),
+    ];
+    if with_totals {
+        keys.push(k.totals());
+    }
+    let mut call = script.call(&keys);
+    call.arg(req.waiting_seen_before_us)
+        .arg(EXPIRE_BATCH)
+        .arg(REVOCATION_RETENTION_US)
+        .arg(EXPIRE_TOKEN_BATCHES)
+        .arg(EXPIRE_JOIN_BATCHES);
+    call
+}
+
 fn stats_keys(k: &EventKeys) -> [String; 7] {
     [
         k.queue(),
@@ -468,28 +504,7 @@ impl QueueStore for RedisStore {
     }
 
     async fn expire(&self, event: &EventId, req: &ExpireRequest) -> Result<Expired> {
-        let k = EventKeys::new(event);
-        let keys = [
-            k.queue(),
-            k.seen(),
-            k.held(),
-            k.token_batches(),
-            k.token_batch_members(),
-            k.active(),
-            k.used(),
-            k.revocations(),
-            k.admitted_per_s(),
-            k.churn_per_s(),
-            k.no_shows_per_s(),
-            k.join_batches(),
-            k.join_batch_members(),
-        ];
-        let mut call = scripts::EXPIRE.call(&keys);
-        call.arg(req.waiting_seen_before_us)
-            .arg(EXPIRE_BATCH)
-            .arg(REVOCATION_RETENTION_US)
-            .arg(EXPIRE_TOKEN_BATCHES)
-            .arg(EXPIRE_JOIN_BATCHES);
+        let call = expire_call(&scripts::EXPIRE, event, req, false);
         let mut total = Expired::default();
         loop {
             let (idle, tokens, sessions, more): (i64, i64, i64, i64) =
@@ -499,6 +514,25 @@ impl QueueStore for RedisStore {
             total.sessions += count(sessions);
             if more == 0 {
                 return Ok(total);
+            }
+        }
+    }
+
+    async fn expire_and_stats(
+        &self,
+        event: &EventId,
+        req: &ExpireRequest,
+    ) -> Result<(Expired, EventStats)> {
+        let call = expire_call(&scripts::EXPIRE_READ, event, req, true);
+        let mut total = Expired::default();
+        loop {
+            let (idle, tokens, sessions, more, counts): (i64, i64, i64, i64, Vec<i64>) =
+                self.eval(&scripts::EXPIRE_READ, &call).await?;
+            total.idle_waiters += count(idle);
+            total.unredeemed_tokens += count(tokens);
+            total.sessions += count(sessions);
+            if more == 0 {
+                return Ok((total, stats_from(&counts)?));
             }
         }
     }

@@ -1176,3 +1176,30 @@ async fn calls_made_together_are_answered_within_one_round_trip() {
     let s = support::connect(vec![proxy.url()], false).await;
     support::answered_together_within_one_round_trip(&s, away).await;
 }
+
+/// The admission tick that sweeps decides on the counts the sweep left:
+/// with Redis 30 ms away, the sweep and those counts take one round trip,
+/// not one for the sweep and another for the counts.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sweep_reads_the_counts_it_left_in_its_own_round_trip() {
+    let away = Duration::from_millis(30);
+    let server = RedisServer::start().unwrap();
+    let proxy = DistantProxy::start(server.port(), away).await.unwrap();
+    let s = support::connect(vec![proxy.url()], false).await;
+    let id = event("tickets");
+    let req = ExpireRequest {
+        waiting_seen_before_us: 0,
+    };
+    // The first call finds the script not loaded and sends it.
+    s.expire_and_stats(&id, &req).await.unwrap();
+    let mut took = Vec::new();
+    for _ in 0..8 {
+        let started = Instant::now();
+        s.expire_and_stats(&id, &req).await.unwrap();
+        took.push(started.elapsed());
+    }
+    assert!(
+        took.iter().all(|t| *t < away * 3 / 2),
+        "a sweep and its counts with Redis {away:?} away took {took:?}: one round trip is {away:?}"
+    );
+}

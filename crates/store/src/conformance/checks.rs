@@ -48,6 +48,7 @@ pub(crate) fn all() -> Vec<(&'static str, Check)> {
         reconcile_active_records_drained_sessions,
         hold_share_keeps_every_node_within_max_active,
         admit_sharing_stays_out_of_other_holds_and_drops_its_own,
+        expire_and_stats_reads_the_counts_the_sweep_left,
         repeated_calls_are_idempotent,
         events_side_by_side,
         concurrent_joins_get_distinct_ranks,

@@ -42,16 +42,21 @@ pub(crate) static RECONCILE: LazyLock<Lua> = LazyLock::new(|| {
     ))
 });
 pub(crate) static EXPIRE: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("expire.lua")));
-pub(crate) static STATS: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("stats.lua")));
-/// stats.lua as a function, then the claim that calls it.
-pub(crate) static TICK: LazyLock<Lua> = LazyLock::new(|| {
+/// expire.lua as the function `sweep`, then the counts after it.
+pub(crate) static EXPIRE_READ: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(concat!(
-        "local function stats()\n",
         include_str!("stats.lua"),
+        "local function sweep()\n",
+        include_str!("expire.lua"),
         "end\n",
-        include_str!("tick.lua")
+        include_str!("expire_read.lua")
     ))
 });
+pub(crate) static STATS: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(concat!(include_str!("stats.lua"), "return stats(KEYS)\n")));
+/// The claim, then (for its winner) the reads, stats.lua's among them.
+pub(crate) static TICK: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(concat!(include_str!("stats.lua"), include_str!("tick.lua"))));
 pub(crate) static SHARE: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(concat!(
         include_str!("shares.lua"),

@@ -2,7 +2,7 @@
 -- tick: claims an admission tick and, when this caller wins it, reads what
 -- the tick needs in the same step, so a node across a network waits one
 -- round trip before it decides instead of two (claim, then the reads).
--- KEYS: 1-7 as stats.lua, 8 the tick's guard, 9 the admin state
+-- KEYS: 1-7 as stats.lua's, 8 the tick's guard, 9 the admin state
 -- ARGV: 1 the guard's lifetime in ms
 -- Returns {0, 0, {}, false} when another caller holds the tick, else
 -- {1, now_us, <stats.lua's numbers>, the admin state (false when unset)}.
@@ -11,4 +11,4 @@ if not redis.call('SET', KEYS[8], 1, 'NX', 'PX', ARGV[1]) then
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-return {1, now, stats(), redis.call('GET', KEYS[9])}
+return {1, now, stats(KEYS), redis.call('GET', KEYS[9])}

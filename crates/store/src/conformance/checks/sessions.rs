@@ -648,3 +648,62 @@ pub(super) async fn admit_sharing_stays_out_of_other_holds_and_drops_its_own(s: 
         "an empty node id is refused"
     );
 }
+
+pub(super) async fn expire_and_stats_reads_the_counts_the_sweep_left(s: Store, c: Ctx) {
+    let ev = c.event("sweep-read");
+    let sc = open_scoring(&*s, &ev).await;
+    s.join(&ev, "idle", &sc).await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(3)).await;
+    let cutoff = now(&s, &ev).await;
+    tokio::time::sleep(std::time::Duration::from_millis(3)).await;
+    let ms = join_n(&s, &ev, "m", 5).await;
+    let t = now(&s, &ev).await;
+    // Admit "idle" and m000 (tokens that expired at once), then m001 and
+    // m002: one session ended, one running. m003 and m004 wait.
+    admit(&s, &ev, 2, 10, -1).await;
+    let live = admit(&s, &ev, 2, 10, HOUR_US).await;
+    s.redeem(&ev, &ms[1], &live[0].nonce, t - 1).await.unwrap();
+    s.redeem(&ev, &ms[2], &live[1].nonce, t + HOUR_US)
+        .await
+        .unwrap();
+    let before = s.stats(&ev).await.unwrap();
+    assert_eq!(
+        (before.waiting, before.active, before.outstanding),
+        (2, 2, 2)
+    );
+    let (e, after) = s
+        .expire_and_stats(
+            &ev,
+            &ExpireRequest {
+                waiting_seen_before_us: cutoff,
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!((e.idle_waiters, e.unredeemed_tokens, e.sessions), (0, 2, 1));
+    assert_eq!(
+        (after.waiting, after.active, after.outstanding),
+        (2, 1, 0),
+        "the counts as the sweep left them: {after:?}"
+    );
+    assert_eq!(after, s.stats(&ev).await.unwrap());
+    // An idle waiter leaves the count too.
+    let ev = c.event("sweep-read-idle");
+    let sc = open_scoring(&*s, &ev).await;
+    s.join(&ev, "old", &sc).await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(3)).await;
+    let cutoff = now(&s, &ev).await;
+    tokio::time::sleep(std::time::Duration::from_millis(3)).await;
+    s.join(&ev, "fresh", &sc).await.unwrap();
+    let (e, after) = s
+        .expire_and_stats(
+            &ev,
+            &ExpireRequest {
+                waiting_seen_before_us: cutoff,
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!((e.idle_waiters, after.waiting), (1, 1));
+    assert_eq!(after.churn_last_1m, 1, "{after:?}");
+}
