@@ -671,15 +671,7 @@ pub(super) async fn expire_and_stats_reads_the_counts_the_sweep_left(s: Store, c
         (before.waiting, before.active, before.outstanding),
         (2, 2, 2)
     );
-    let (e, after) = s
-        .expire_and_stats(
-            &ev,
-            &ExpireRequest {
-                waiting_seen_before_us: cutoff,
-            },
-        )
-        .await
-        .unwrap();
+    let (e, after) = sweep_and_read(&s, &ev, cutoff).await;
     assert_eq!((e.idle_waiters, e.unredeemed_tokens, e.sessions), (0, 2, 1));
     assert_eq!(
         (after.waiting, after.active, after.outstanding),
@@ -695,15 +687,19 @@ pub(super) async fn expire_and_stats_reads_the_counts_the_sweep_left(s: Store, c
     let cutoff = now(&s, &ev).await;
     tokio::time::sleep(std::time::Duration::from_millis(3)).await;
     s.join(&ev, "fresh", &sc).await.unwrap();
-    let (e, after) = s
-        .expire_and_stats(
-            &ev,
-            &ExpireRequest {
-                waiting_seen_before_us: cutoff,
-            },
-        )
-        .await
-        .unwrap();
+    let (e, after) = sweep_and_read(&s, &ev, cutoff).await;
     assert_eq!((e.idle_waiters, after.waiting), (1, 1));
     assert_eq!(after.churn_last_1m, 1, "{after:?}");
+}
+
+/// `expire_and_stats` of the waiters not seen since `cutoff`.
+async fn sweep_and_read(
+    s: &Store,
+    ev: &EventId,
+    cutoff: i64,
+) -> (crate::Expired, crate::EventStats) {
+    let req = ExpireRequest {
+        waiting_seen_before_us: cutoff,
+    };
+    s.expire_and_stats(ev, &req).await.unwrap()
 }
