@@ -1198,8 +1198,12 @@ async fn a_sweep_reads_the_counts_it_left_in_its_own_round_trip() {
         s.expire_and_stats(&id, &req).await.unwrap();
         took.push(started.elapsed());
     }
+    // The median: two calls take two round trips every time, a stall of
+    // the box delays one now and then.
+    let mut sorted = took.clone();
+    sorted.sort();
     assert!(
-        took.iter().all(|t| *t < away * 3 / 2),
+        sorted[sorted.len() / 2] < away * 3 / 2,
         "a sweep and its counts with Redis {away:?} away took {took:?}: one round trip is {away:?}"
     );
 }

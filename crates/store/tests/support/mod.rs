@@ -43,8 +43,11 @@ pub fn open() -> JoinScoring {
 }
 
 /// Sixteen rounds of one call alone, then three together, as an admission
-/// tick made them, on a store whose Redis is `away`: each of the three must
-/// be answered within one round trip (and a half, for the box's noise).
+/// tick made them, on a store whose Redis is `away`: the three of a round
+/// must be answered together, within half a round trip of each other.
+/// Nagle's hold answers the second and third a whole round trip after the
+/// first; a stall of the box (a loaded CI runner) delays all three alike,
+/// and says nothing about the socket.
 pub async fn answered_together_within_one_round_trip(s: &RedisStore, away: Duration) {
     async fn timed<T>(call: impl Future<Output = anteroom_store::Result<T>>) -> Duration {
         let started = std::time::Instant::now();
@@ -55,7 +58,7 @@ pub async fn answered_together_within_one_round_trip(s: &RedisStore, away: Durat
     // The first call of each script finds it not loaded and sends it.
     s.now_us(&id).await.unwrap();
     s.stats(&id).await.unwrap();
-    let mut took = Vec::new();
+    let mut rounds = Vec::new();
     for _ in 0..16 {
         s.now_us(&id).await.unwrap();
         let (now, stats, admin) = tokio::join!(
@@ -63,11 +66,17 @@ pub async fn answered_together_within_one_round_trip(s: &RedisStore, away: Durat
             timed(s.stats(&id)),
             timed(s.admin_state(&id))
         );
-        took.extend([now, stats, admin]);
+        rounds.push([now, stats, admin]);
     }
-    let slowest = took.iter().max().unwrap();
-    assert!(
-        *slowest < away * 3 / 2,
-        "reads made together with Redis {away:?} away took {took:?}: one round trip is {away:?}"
-    );
+    for round in &rounds {
+        let (first, last) = (round.iter().min().unwrap(), round.iter().max().unwrap());
+        assert!(
+            *first >= away,
+            "a call answered in {first:?}, sooner than the proxy's {away:?}"
+        );
+        assert!(
+            *last - *first < away / 2,
+            "reads made together with Redis {away:?} away were answered apart: {rounds:?}"
+        );
+    }
 }
