@@ -3,8 +3,17 @@
 //! the event's id when the key is inside `[[events]]`, and where the value
 //! came from. figment's own text repeats itself through its error chain and
 //! names keys with its profile (`default.events.0.max_active`).
+//!
+//! The line never repeats the value it refuses. Any key can be given the
+//! wrong type, a secret's too (`ANTEROOM_KEYS__SECRETS=…` is a string where a
+//! list belongs), and this line goes to standard error, which systemd and
+//! Kubernetes keep in their logs. The key, the source and the kind of value
+//! found are what an operator acts on; the value is in their own file. A
+//! TOML syntax error keeps its line, column and reason but not the excerpt
+//! of the line it quotes, for the same reason.
 
 use figment::Figment;
+use figment::error::{Actual, Kind};
 use serde::Deserialize;
 
 /// Just the ids of `[[events]]`, read leniently so that another bad field
@@ -48,11 +57,70 @@ fn one(e: &figment::Error, ids: &[Option<String>]) -> String {
             None => format!(" (in {})", m.name),
         })
         .unwrap_or_default();
+    let kind = without_values(&e.kind);
     if key.is_empty() {
-        format!("{}{origin}", e.kind)
+        format!("{kind}{origin}")
     } else {
-        format!("{key}{event}: {}{origin}", e.kind)
+        format!("{key}{event}: {kind}{origin}")
     }
+}
+
+/// figment's text for `kind`, less the refused value itself.
+fn without_values(kind: &Kind) -> String {
+    match kind {
+        Kind::InvalidType(found, expected) => {
+            format!("invalid type: found {}, expected {expected}", what(found))
+        }
+        Kind::InvalidValue(found, expected) => {
+            format!("invalid value: found {}, expected {expected}", what(found))
+        }
+        Kind::UnknownVariant(_, expected) => {
+            format!("unknown variant, expected one of {}", expected.join(", "))
+        }
+        Kind::ISizeOutOfRange(_) | Kind::USizeOutOfRange(_) => "integer out of range".into(),
+        Kind::Unsupported(found) => format!("unsupported type `{}`", what(found)),
+        Kind::UnsupportedKey(found, need) => {
+            format!(
+                "unsupported type `{}` for key: must be `{need}`",
+                what(found)
+            )
+        }
+        Kind::Message(message) => without_excerpt(message),
+        // Field names and lengths are the file's shape, not its values.
+        other => other.to_string(),
+    }
+}
+
+/// The kind of a found value, as figment names it, without the value.
+fn what(found: &Actual) -> String {
+    match found {
+        Actual::Bool(_) => "bool".into(),
+        Actual::Unsigned(_) => "unsigned int".into(),
+        Actual::Signed(_) => "signed int".into(),
+        Actual::Float(_) => "float".into(),
+        Actual::Char(_) => "char".into(),
+        Actual::Str(_) => "string".into(),
+        Actual::Bytes(_) => "bytes".into(),
+        Actual::Other(_) => "value".into(),
+        shape => shape.to_string(),
+    }
+}
+
+/// A TOML parse error quotes the offending line between `|` gutters:
+/// keep every other line (the position and the reason).
+fn without_excerpt(message: &str) -> String {
+    let kept: Vec<&str> = message
+        .lines()
+        .map(str::trim)
+        .filter(|line| {
+            !line.is_empty()
+                && !line.starts_with('|')
+                && !line
+                    .split_once('|')
+                    .is_some_and(|(gutter, _)| gutter.trim().chars().all(|c| c.is_ascii_digit()))
+        })
+        .collect();
+    kept.join(": ")
 }
 
 /// `["events", "0", "max_active"]` as `events[0].max_active`.

@@ -113,7 +113,7 @@ fn invalid_values_name_their_key() {
     );
     check(
         ("[server]", "[server]\nevent_loops = -1"),
-        "configuration could not be read: server.event_loops: invalid value signed int `-1`, expected u64 (in TOML source string)",
+        "configuration could not be read: server.event_loops: invalid value: found signed int, expected u64 (in TOML source string)",
     );
     check(
         ("[server]", "[server]\nlog_format = \"xml\""),
@@ -415,4 +415,59 @@ fn an_event_beside_others_follows_the_files_rules_across_events() {
         (ok.id.as_str(), ok.paths.as_slice()),
         ("vip", &["/vip".to_owned()][..])
     );
+}
+
+/// The text of a figment refusal, for the tests below.
+fn refusal(result: Result<Config, LoadError>) -> String {
+    match result {
+        Ok(_) => panic!("the document was accepted"),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+#[allow(clippy::result_large_err)] // figment's Jail API fixes the error type
+fn a_refused_value_is_named_by_its_key_and_kind_never_quoted() {
+    const SECRET: &str = "s3cret-s3cret-s3cret-s3cret-s3cret";
+    // A secret given as a string where the file takes a list of them.
+    let text = BASE.replace(
+        "secrets = [\"0123456789abcdef0123456789abcdef\"]",
+        &format!("secrets = \"{SECRET}\""),
+    );
+    let err = refusal(Config::from_toml(&text));
+    assert!(
+        err.contains("keys.secrets: invalid type: found string, expected a sequence"),
+        "{err}"
+    );
+    assert!(!err.contains(SECRET), "{err}");
+    // Every kind of value keeps its kind and loses its text.
+    let err = refusal(Config::from_toml(
+        &BASE.replace("batch_size = 5", "batch_size = -7331"),
+    ));
+    assert!(
+        err.contains("events[0].admission.batch_size (event \"drop\"): invalid value: found signed int, expected"),
+        "{err}"
+    );
+    assert!(!err.contains("7331"), "{err}");
+
+    // A syntax error on the secret's own line: where, and why, but not the line.
+    let text = BASE.replace("admin-token-123\"", &format!("{SECRET}\n"));
+    let err = refusal(Config::from_toml(&text));
+    assert!(err.contains("line 3"), "the position is kept: {err}");
+    assert!(!err.contains(SECRET), "{err}");
+
+    // The same secret set in the environment under the list's key.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("anteroom.toml");
+    std::fs::write(&file, BASE).unwrap();
+    figment::Jail::expect_with(|jail| {
+        jail.set_env("ANTEROOM_KEYS__SECRETS", SECRET);
+        let err = refusal(Config::load(Some(&file), &Overrides::default()));
+        assert!(
+            err.contains("keys.secrets: invalid type: found string, expected a sequence"),
+            "{err}"
+        );
+        assert!(!err.contains(SECRET), "{err}");
+        Ok(())
+    });
 }
