@@ -74,7 +74,49 @@ fn invalid_values_name_their_key() {
     check(
         ("http://127.0.0.1:9000", "ftp://x"),
         &format!(
-            "{inv}events[0].origin (event \"drop\"): \"ftp://x\" must be an http:// or https:// URL with a host"
+            "{inv}events[0].origin (event \"drop\"): \"ftp://x\" must be an http:// URL with a host"
+        ),
+    );
+    // The proxy and the health probe speak plain HTTP: an https:// origin
+    // would start and then answer every admitted visitor with a 502.
+    check(
+        ("http://127.0.0.1:9000", "https://app.example.com"),
+        &format!(
+            "{inv}events[0].origin (event \"drop\"): \"https://app.example.com\" must be an http:// URL: Anteroom speaks plain HTTP/1.1 to its origin (keep the origin on a private network, or give an https-only origin a local TLS proxy)"
+        ),
+    );
+    // Credentials are refused and never quoted back.
+    check(
+        (
+            "http://127.0.0.1:9000",
+            "http://ops:hunter2@127.0.0.1:9000/app",
+        ),
+        &format!(
+            "{inv}events[0].origin (event \"drop\"): \"http://…@127.0.0.1:9000/app\" must not carry credentials (user:password@)"
+        ),
+    );
+    check(
+        ("http://127.0.0.1:9000", "http://127.0.0.1:9000/app?v=2"),
+        &format!(
+            "{inv}events[0].origin (event \"drop\"): \"http://127.0.0.1:9000/app?v=2\" must not carry a query: each request keeps its own"
+        ),
+    );
+    check(
+        (
+            "[server]",
+            "[server]\ndefault_origin = \"https://127.0.0.1:9000\"",
+        ),
+        &format!(
+            "{inv}server.default_origin: \"https://127.0.0.1:9000\" must be an http:// URL: Anteroom speaks plain HTTP/1.1 to its origin (keep the origin on a private network, or give an https-only origin a local TLS proxy)"
+        ),
+    );
+    check(
+        (
+            "admission = { mode = \"batch\", batch_size = 5, interval = \"100ms\" }",
+            "admission = { mode = \"capacity\", health_url = \"http://a:b@o:1/h\", field = \"c\", target = 4 }",
+        ),
+        &format!(
+            "{inv}events[0].admission.health_url (event \"drop\"): \"http://…@o:1/h\" must not carry credentials (user:password@)"
         ),
     );
     check(

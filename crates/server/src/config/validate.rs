@@ -708,7 +708,7 @@ fn admission(key: &str, a: Option<&RawAdmission>) -> Result<Admission> {
         "capacity" => {
             let url = a.health_url.as_deref().unwrap_or("");
             Ok(Admission::Capacity {
-                health_url: origin(&k("health_url"), url)?,
+                health_url: http_url(&k("health_url"), url)?,
                 field: a.field.clone().unwrap_or_else(|| "concurrency".to_owned()),
                 target: a
                     .target
@@ -790,18 +790,62 @@ fn addr(key: &str, value: &str) -> Result<SocketAddr> {
     })
 }
 
+/// An origin: a plain `http://` URL (see [`http_url`]) whose path, if any,
+/// goes in front of every request's.
 fn origin(key: &str, value: &str) -> Result<http::Uri> {
-    let uri: http::Uri = value
-        .parse()
-        .map_err(|_| ConfigError::new(key, format!("{value:?} is not a URL")))?;
-    let scheme_ok = matches!(uri.scheme_str(), Some("http") | Some("https"));
-    if !scheme_ok || uri.authority().is_none() {
+    let uri = http_url(key, value)?;
+    // A request's target replaces everything after the origin's path.
+    if uri.query().is_some() {
         return Err(ConfigError::new(
             key,
-            format!("{value:?} must be an http:// or https:// URL with a host"),
+            format!(
+                "{:?} must not carry a query: each request keeps its own",
+                without_credentials(value)
+            ),
         ));
     }
     Ok(uri)
+}
+
+/// A plain `http://` URL with a host and no credentials: an origin or its
+/// health URL. The proxy and the health probe speak plain HTTP/1.1 to the
+/// origin, so an `https://` origin would start and then fail every admitted
+/// visitor's request with a 502; it is refused here instead, by its key.
+/// `user:password@` would be sent to the origin as part of its `Host` and
+/// written into this node's logs with every origin failure, so it is
+/// refused too, and never quoted back.
+fn http_url(key: &str, value: &str) -> Result<http::Uri> {
+    let shown = without_credentials(value);
+    let uri: http::Uri = value
+        .parse()
+        .map_err(|_| ConfigError::new(key, format!("{shown:?} is not a URL")))?;
+    let Some(authority) = uri.authority().filter(|_| uri.scheme_str() == Some("http")) else {
+        let why = if uri.scheme_str() == Some("https") {
+            "must be an http:// URL: Anteroom speaks plain HTTP/1.1 to its origin (keep the origin on a private network, or give an https-only origin a local TLS proxy)"
+        } else {
+            "must be an http:// URL with a host"
+        };
+        return Err(ConfigError::new(key, format!("{shown:?} {why}")));
+    };
+    if authority.as_str().contains('@') {
+        return Err(ConfigError::new(
+            key,
+            format!("{shown:?} must not carry credentials (user:password@)"),
+        ));
+    }
+    Ok(uri)
+}
+
+/// `value` with whatever stands before an `@` in its authority replaced by
+/// `…`, for quoting a URL in an error.
+fn without_credentials(value: &str) -> String {
+    let start = value.find("://").map_or(0, |i| i + 3);
+    let rest = &value[start..];
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    match rest[..end].rfind('@') {
+        Some(at) => format!("{}…{}", &value[..start], &rest[at..]),
+        None => value.to_owned(),
+    }
 }
 
 fn timestamp(key: &str, value: &str) -> Result<i64> {
