@@ -51,6 +51,14 @@ impl Captcha {
                 "must be an http:// URL (no TLS client is built in; use a local egress proxy)",
             ));
         }
+        // The URL is in every warning about the provider; credentials for an
+        // egress proxy belong in the proxy's own configuration.
+        if verify_url
+            .authority()
+            .is_some_and(|a| a.as_str().contains('@'))
+        {
+            return Err(invalid("must not carry credentials (user:password@)"));
+        }
         let mut connector = HttpConnector::new();
         connector.set_connect_timeout(Some(cfg.timeout));
         Ok(Self {

@@ -222,11 +222,18 @@ async fn captcha_policy_without_a_provider_places_at_the_back() {
 }
 
 #[test]
-fn only_plain_http_verify_urls_start() {
-    for url in [
-        "https://challenges.cloudflare.com/turnstile/v0/siteverify",
-        "not a url",
-        "/siteverify",
+fn only_plain_http_verify_urls_without_credentials_start() {
+    for (url, why) in [
+        (
+            "https://challenges.cloudflare.com/turnstile/v0/siteverify",
+            "must be an http:// URL",
+        ),
+        ("not a url", "not a URL"),
+        ("/siteverify", "must be an http:// URL"),
+        (
+            "http://egress:hunter2@127.0.0.1:3128/siteverify",
+            "must not carry credentials",
+        ),
     ] {
         let cfg = BotsConfig {
             captcha: Some(CaptchaConfig {
@@ -241,6 +248,8 @@ fn only_plain_http_verify_urls_start() {
             .err()
             .unwrap();
         assert!(err.to_string().contains("bots.captcha.verify_url"), "{err}");
+        assert!(err.to_string().contains(why), "{url}: {err}");
+        assert!(!err.to_string().contains("hunter2"), "{err}");
         assert!(
             !format!("{cfg:?}").contains("s3cret"),
             "the secret must not be logged"
