@@ -209,7 +209,6 @@ impl RedisStore {
     }
 }
 
-/// The keys of stats.lua (and of tick.lua's first seven).
 /// A call of expire.lua, or of expire_read.lua (`with_totals`: its one
 /// key more): the event's keys as the sweep expects them, and its limits.
 fn expire_call(
@@ -246,6 +245,7 @@ fn expire_call(
     call
 }
 
+/// The keys of stats.lua (and of tick.lua's first seven).
 fn stats_keys(k: &EventKeys) -> [String; 7] {
     [
         k.queue(),

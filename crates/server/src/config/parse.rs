@@ -10,7 +10,9 @@
 //! Kubernetes keep in their logs. The key, the source and the kind of value
 //! found are what an operator acts on; the value is in their own file. A
 //! TOML syntax error keeps its line, column and reason but not the excerpt
-//! of the line it quotes, for the same reason.
+//! of the line it quotes, for the same reason. (A stored document's parse
+//! error follows the same rule in `stored::without_values`, from
+//! serde_json's text, which has no structured kind to rebuild it from.)
 
 use figment::Figment;
 use figment::error::{Actual, Kind};
