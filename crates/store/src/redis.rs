@@ -313,6 +313,14 @@ fn count(v: i64) -> u64 {
     u64::try_from(v).unwrap_or(0)
 }
 
+/// Adds one round of the sweep (the script frees at most a batch a call,
+/// and says whether more is left) to what the sweep freed so far.
+fn add_round(total: &mut Expired, idle: i64, tokens: i64, sessions: i64) {
+    total.idle_waiters += count(idle);
+    total.unredeemed_tokens += count(tokens);
+    total.sessions += count(sessions);
+}
+
 /// The state of a member holding a slot, from `held_state`'s text: a token
 /// (16-byte nonce then decimal expiry) or a session's decimal end.
 fn decode_held(token: bool, text: &[u8]) -> Result<MemberState> {
@@ -509,9 +517,7 @@ impl QueueStore for RedisStore {
         loop {
             let (idle, tokens, sessions, more): (i64, i64, i64, i64) =
                 self.eval(&scripts::EXPIRE, &call).await?;
-            total.idle_waiters += count(idle);
-            total.unredeemed_tokens += count(tokens);
-            total.sessions += count(sessions);
+            add_round(&mut total, idle, tokens, sessions);
             if more == 0 {
                 return Ok(total);
             }
@@ -528,9 +534,7 @@ impl QueueStore for RedisStore {
         loop {
             let (idle, tokens, sessions, more, counts): (i64, i64, i64, i64, Vec<i64>) =
                 self.eval(&scripts::EXPIRE_READ, &call).await?;
-            total.idle_waiters += count(idle);
-            total.unredeemed_tokens += count(tokens);
-            total.sessions += count(sessions);
+            add_round(&mut total, idle, tokens, sessions);
             if more == 0 {
                 return Ok((total, stats_from(&counts)?));
             }
