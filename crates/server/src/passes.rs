@@ -340,8 +340,13 @@ pub async fn refresh_revocations(
     state: &AppState,
     rt: &EventRuntime,
 ) -> Result<(), anteroom_store::StoreError> {
-    let keep_us =
-        i64::try_from((rt.config.pass_ttl + REVOCATION_MARGIN).as_micros()).unwrap_or(i64::MAX);
+    let keep_us = i64::try_from(
+        rt.config
+            .pass_ttl
+            .saturating_add(REVOCATION_MARGIN)
+            .as_micros(),
+    )
+    .unwrap_or(i64::MAX);
     let since = read(&rt.live.revocations).since_us;
     let since = match since {
         Some(s) => s,

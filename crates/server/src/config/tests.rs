@@ -71,6 +71,19 @@ fn invalid_values_name_their_key() {
             "{inv}events[0].token_ttl (event \"drop\"): \"soon\" is not a duration like \"90s\" or \"10m\""
         ),
     );
+    // Every duration is bounded: one near u64::MAX seconds overflowed the
+    // sums it goes into, and a pass_ttl of that size made nodes panic.
+    check(
+        (
+            "id = \"drop\"",
+            "id = \"drop\"\npass_ttl = \"18446744073709551615s\"",
+        ),
+        &format!("{inv}events[0].pass_ttl (event \"drop\"): must be at most 365d"),
+    );
+    check(
+        ("[server]", "[server]\nshutdown_grace = \"366d\""),
+        &format!("{inv}server.shutdown_grace: must be at most 365d"),
+    );
     check(
         ("http://127.0.0.1:9000", "ftp://x"),
         &format!(
@@ -410,6 +423,58 @@ fn the_jwt_key_comes_from_a_file_or_the_environment() {
             "{inv}events[0].jwt.secret (event \"drop\"): HS256 needs a secret of at least 32 bytes (secret_file, secret_env or secret)"
         )
     );
+}
+
+/// A key file's path can come through the admin API, and validation runs
+/// on the event loop: a FIFO (whose `open` waits for a writer) froze every
+/// connection of the node, and `/dev/zero` would be read until memory ran
+/// out. Only a regular file of at most 64 KiB is read.
+#[test]
+fn a_key_file_that_is_not_a_small_regular_file_is_refused_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("fifo");
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        &fifo,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o600),
+        0,
+    )
+    .unwrap();
+    let big = dir.path().join("big");
+    std::fs::write(&big, "k".repeat(64 * 1024 + 1)).unwrap();
+    let inv = "invalid configuration: ";
+    for (path, why) in [
+        (fifo.display().to_string(), "not a regular file"),
+        ("/dev/zero".to_owned(), "not a regular file"),
+        (dir.path().display().to_string(), "not a regular file"),
+        (big.display().to_string(), "larger than 64 KiB"),
+    ] {
+        let text = BASE.replacen(
+            "id = \"drop\"",
+            &format!(
+                "id = \"drop\"\nidentity = \"jwt\"\njwt = {{ algorithm = \"HS256\", secret_file = \"{path}\" }}"
+            ),
+            1,
+        );
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(
+                Config::from_toml(&text)
+                    .map(drop)
+                    .map_err(|e| e.to_string()),
+            );
+        });
+        let got = rx
+            .recv_timeout(Duration::from_secs(10))
+            .unwrap_or_else(|_| panic!("reading {path} hung"));
+        assert_eq!(
+            got,
+            Err(format!(
+                "{inv}events[0].jwt.secret_file (event \"drop\"): cannot read \"{path}\": {why}"
+            )),
+        );
+    }
 }
 
 #[test]

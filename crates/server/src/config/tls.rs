@@ -246,7 +246,7 @@ fn hsts(v: &str) -> Result<http::HeaderValue> {
 
 fn duration(key: &str, v: &str) -> Result<Duration> {
     match humantime::parse_duration(v) {
-        Ok(d) if !d.is_zero() => Ok(d),
+        Ok(d) if !d.is_zero() => super::validate::at_most_a_year(key, d),
         _ => Err(ConfigError::new(
             key,
             format!("{v:?} is not a positive duration like \"10s\""),

@@ -677,13 +677,44 @@ fn one_source(
     let k = format!("{key}.{name}");
     match source {
         Source::Inline => Ok((*value).to_owned()),
-        Source::File => std::fs::read_to_string(value)
+        Source::File => read_key_file(value)
             .map(|t| t.trim().to_owned())
             .map_err(|e| ConfigError::new(k, format!("cannot read {value:?}: {e}"))),
         Source::Env => std::env::var(value)
             .map(|t| t.trim().to_owned())
             .map_err(|_| ConfigError::new(k, format!("environment variable {value:?} is not set"))),
     }
+}
+
+/// The most of a key file read: a secret or a PEM public key is a few
+/// hundred bytes.
+const KEY_FILE_LIMIT: u64 = 64 * 1024;
+
+/// A key file's text. The path may come through the admin API, and
+/// validation runs on the event loop: a FIFO there would block `open`
+/// until something writes to it (every connection of the node waited with
+/// it), and `/dev/zero` would be read until memory ran out. So the file is
+/// opened without blocking, must be a regular file (checked on the opened
+/// file, so it cannot be swapped in between) and is read up to a limit.
+fn read_key_file(path: &str) -> std::io::Result<String> {
+    use std::io::{Error, ErrorKind, Read};
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
+        .open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(Error::new(ErrorKind::InvalidInput, "not a regular file"));
+    }
+    let mut text = String::new();
+    file.take(KEY_FILE_LIMIT + 1).read_to_string(&mut text)?;
+    if text.len() as u64 > KEY_FILE_LIMIT {
+        return Err(Error::new(
+            ErrorKind::InvalidInput,
+            format!("larger than {} KiB", KEY_FILE_LIMIT / 1024),
+        ));
+    }
+    Ok(text)
 }
 
 fn admission(key: &str, a: Option<&RawAdmission>) -> Result<Admission> {
@@ -862,14 +893,31 @@ fn timestamp(key: &str, value: &str) -> Result<i64> {
     Ok(i64::try_from(ms).unwrap_or(i64::MAX))
 }
 
+/// The longest duration any key takes. Every duration is added to clock
+/// readings and to other durations, and converted to microseconds in an
+/// `i64`: a value near `u64::MAX` seconds, which `humantime` parses, would
+/// overflow there (a `pass_ttl` of that size, stored through the admin API,
+/// made every node panic at start). A year is far beyond any sensible
+/// setting and far inside every sum.
+pub(crate) const LONGEST: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// `d` if it is at most [`LONGEST`], else the error naming `key`.
+pub(crate) fn at_most_a_year(key: &str, d: Duration) -> Result<Duration> {
+    if d > LONGEST {
+        return Err(ConfigError::new(key, "must be at most 365d"));
+    }
+    Ok(d)
+}
+
 fn duration(key: &str, value: Option<&str>, default: &str) -> Result<Duration> {
     let value = value.unwrap_or(default);
-    humantime::parse_duration(value).map_err(|_| {
+    let d = humantime::parse_duration(value).map_err(|_| {
         ConfigError::new(
             key,
             format!("{value:?} is not a duration like \"90s\" or \"10m\""),
         )
-    })
+    })?;
+    at_most_a_year(key, d)
 }
 
 fn positive(key: &str, value: Option<&str>, default: &str) -> Result<Duration> {

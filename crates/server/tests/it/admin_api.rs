@@ -213,6 +213,12 @@ async fn patch_changes_only_the_fields_it_names() {
     for (patch, needle) in [
         (json!({"origin": ""}), "event.origin"),
         (json!({"token_ttl": "soon"}), "event.token_ttl"),
+        // A duration past any sum it goes into: stored, it made every node
+        // panic at start.
+        (
+            json!({"pass_ttl": "18446744073709551615s"}),
+            "event.pass_ttl",
+        ),
         (json!({"nope": 1}), "unknown field"),
         (json!({"id": "other"}), "id differs"),
         (json!([1]), "JSON object"),
