@@ -84,6 +84,24 @@ impl Conn {
     /// poll with a waker that wakes nobody puts that one in its place; out
     /// of the task's budget, which a timer's poll otherwise spends (and
     /// when it is spent, returns before the waker is replaced).
+    /// Whether this idle connection has said nothing since its last answer.
+    /// An origin that writes past an answer's framing (a body on a `HEAD`
+    /// answer, more than its `Content-Length`) would otherwise have those
+    /// bytes read as the next visitor's answer, and each answer after them
+    /// on the connection handed to the request after the one that asked for
+    /// it. So, as nginx does with its kept upstream connections, one that
+    /// became readable while idle (bytes, or the origin's close) is not used
+    /// again. tokio reads the socket only when the event loop has seen it
+    /// become readable, so a quiet connection costs no system call; bytes
+    /// that arrive after the loop last looked are not seen here (nginx has
+    /// the same window), only those that arrived before.
+    fn is_quiet(&mut self) -> bool {
+        matches!(
+            self.stream.try_read_buf(&mut self.buf),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock
+        )
+    }
+
     fn forget_waker(&mut self) {
         let mut timer = self.timer.as_mut();
         let once = tokio::task::unconstrained(std::future::poll_fn(move |cx| {
@@ -106,7 +124,8 @@ thread_local! {
     static POOL: RefCell<Vec<(String, Vec<Idle>)>> = const { RefCell::new(Vec::new()) };
 }
 
-/// The newest idle connection to `key` that has not idled out by `now`.
+/// The newest idle connection to `key` that has not idled out by `now`
+/// and has stayed quiet ([`Conn::is_quiet`]); the others are closed.
 fn checkout(key: &str, now: Instant) -> Option<Conn> {
     POOL.with(|pool| {
         let mut pool = pool.borrow_mut();
@@ -117,7 +136,12 @@ fn checkout(key: &str, now: Instant) -> Option<Conn> {
             .take_while(|i| now.duration_since(i.since) >= POOL_IDLE_TIMEOUT)
             .count();
         idle.drain(..stale);
-        idle.pop().map(|i| i.conn)
+        while let Some(mut i) = idle.pop() {
+            if i.conn.is_quiet() {
+                return Some(i.conn);
+            }
+        }
+        None
     })
 }
 

@@ -373,6 +373,77 @@ async fn a_silent_origin_is_a_timeout_and_a_closed_port_unreachable() {
     assert_eq!(err.status(), StatusCode::BAD_GATEWAY);
 }
 
+/// Bytes an origin writes past an answer, once that answer was read whole
+/// and its connection kept (a body on a `HEAD` answer, more than its
+/// `Content-Length`), must never be read as the next request's answer:
+/// they made it one, and every later answer on that connection went to the
+/// request after the one that asked for it.
+#[tokio::test]
+async fn bytes_an_idle_connection_receives_are_never_the_next_answer() {
+    const OK: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+    const INJECTED: &[u8] =
+        b"HTTP/1.1 200 OK\r\nContent-Length: 7\r\nX-Injected: yes\r\n\r\nspoofed";
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (go, go_rx) = tokio::sync::oneshot::channel::<()>();
+    let (written, written_rx) = tokio::sync::oneshot::channel::<()>();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let counter = accepted.clone();
+    tokio::spawn(async move {
+        let mut later = Some((go_rx, written));
+        loop {
+            let Ok((mut s, _)) = listener.accept().await else {
+                return;
+            };
+            counter.fetch_add(1, Ordering::SeqCst);
+            let mut script = later.take();
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                loop {
+                    let mut chunk = [0u8; 4096];
+                    let n = s.read(&mut chunk).await.unwrap_or(0);
+                    if n == 0 {
+                        return;
+                    }
+                    buf.extend_from_slice(&chunk[..n]);
+                    while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                        buf.drain(..end + 4);
+                        s.write_all(OK).await.unwrap();
+                        // The first connection, once its answer was read
+                        // and it sits idle in the pool, says more.
+                        if let Some((go_rx, written)) = script.take() {
+                            go_rx.await.unwrap();
+                            s.write_all(INJECTED).await.unwrap();
+                            written.send(()).unwrap();
+                        }
+                    }
+                }
+            });
+        }
+    });
+    let target: Uri = format!("http://{addr}/").parse().unwrap();
+    assert_eq!(
+        get(&target).await.unwrap(),
+        (StatusCode::OK, b"ok".to_vec())
+    );
+    go.send(()).unwrap();
+    written_rx.await.unwrap();
+    // One turn of the runtime, which polls its I/O driver: the event loop
+    // has then seen the idle connection become readable.
+    tokio::task::yield_now().await;
+    for _ in 0..3 {
+        assert_eq!(
+            get(&target).await.unwrap(),
+            (StatusCode::OK, b"ok".to_vec())
+        );
+    }
+    assert_eq!(
+        accepted.load(Ordering::SeqCst),
+        2,
+        "the connection that spoke out of turn was replaced, and the new one kept"
+    );
+}
+
 #[tokio::test]
 async fn a_body_cut_short_is_an_error_and_its_connection_is_not_kept() {
     let (target, accepted) = origin(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nonly5", 1).await;
