@@ -17,8 +17,12 @@
   var SVG = "http://www.w3.org/2000/svg";
 
   var $ = function (id) { return document.getElementById(id); };
+  // Maps keyed by event id are objects without a prototype: an event may
+  // be called "constructor" or "__proto__" (any [A-Za-z0-9_-] id is), and
+  // on a plain object those names find Object.prototype's members.
+  function dict() { return Object.create(null); }
   var history = loadHistory();
-  var cards = {};
+  var cards = dict();
   var timer = null;
   var readOnly = false;
   var lastOk = 0;
@@ -29,8 +33,12 @@
   function loadHistory() {
     try {
       var h = JSON.parse(sessionStorage.getItem(HISTORY_KEY) || "{}");
-      return h && typeof h === "object" ? h : {};
-    } catch (e) { return {}; }
+      var out = dict();
+      if (h && typeof h === "object") {
+        Object.keys(h).forEach(function (id) { if (Array.isArray(h[id])) out[id] = h[id]; });
+      }
+      return out;
+    } catch (e) { return dict(); }
   }
 
   // Saved after every refresh (a few kilobytes per event at most), so a
@@ -160,7 +168,7 @@
   }
 
   function render(events, now) {
-    var seen = {};
+    var seen = dict();
     events.forEach(function (ev) {
       seen[ev.id] = true;
       record(ev, now);
@@ -487,9 +495,9 @@
     });
     $("signout").addEventListener("click", function () {
       sessionStorage.removeItem(HISTORY_KEY);
-      history = {};
+      history = dict();
       Object.keys(cards).forEach(function (id) { cards[id].root.remove(); });
-      cards = {};
+      cards = dict();
       showLogin("");
     });
     if (token()) start(); else showLogin("");

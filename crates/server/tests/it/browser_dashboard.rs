@@ -371,3 +371,57 @@ async fn dashboard_shows_the_stored_events_its_node_refuses() {
     })
     .await;
 }
+
+/// An event id may be any `[A-Za-z0-9_-]` name, "constructor" and
+/// "__proto__" too: on a plain object those find `Object.prototype`'s
+/// members, and the page kept an event's history and card in plain objects,
+/// so one such event stopped every card from updating.
+#[tokio::test(flavor = "multi_thread")]
+async fn events_named_like_object_members_get_their_cards() {
+    let s = TestServer::start("").await;
+    for id in ["constructor", "__proto__"] {
+        let table = json!({ "paths": [format!("/{id}/")], "origin": "http://127.0.0.1:9", "max_active": 3 });
+        let (status, _, body) = s
+            .admin_call(
+                Method::PUT,
+                &format!("/admin/events/{id}"),
+                Some(ADMIN_TOKEN),
+                Some(&table.to_string()),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+    }
+    let (status, _) = Visitor::default()
+        .json(
+            Method::POST,
+            &s.url("/api/queue/enter?eventId=tickets"),
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let url = format!("http://{}/dashboard", s.admin);
+    with_browser(|client| async move {
+        fit_viewport(&client, 1280, 800).await?;
+        client.goto(&url).await?;
+        sign_in(&client, ADMIN_TOKEN).await?;
+        wait_badges(&client, "constructor", "OPEN").await?;
+        wait_badges(&client, "__proto__", "OPEN").await?;
+        wait_text(
+            &client,
+            "[data-event=constructor] [data-stat=capacity]",
+            "/ 3",
+        )
+        .await?;
+        // Another event's card still follows its figures, and the page says
+        // it is live, not that the API is unreachable.
+        wait_text(&client, "[data-event=tickets] [data-stat=outstanding]", "1").await?;
+        wait_text(&client, "#conn", "Live").await?;
+        // A reload restores the charts' history kept for those ids.
+        client.refresh().await?;
+        wait_badges(&client, "__proto__", "OPEN").await?;
+        wait_text(&client, "#conn", "Live").await?;
+        Ok(())
+    })
+    .await;
+    s.stop().await;
+}
