@@ -58,6 +58,14 @@ use super::{Answer, ClientScheme, HotRoutes, MAX_BUF, PassedFields};
 const MAX_HEADERS: usize = 100;
 /// The read buffer's first size and what each read makes room for.
 const READ_CHUNK: usize = 8 * 1024;
+/// Answers made but not yet written are written once they hold this much,
+/// before more requests are answered. Pipelined requests are answered in a
+/// row and their answers written together (one write for many small ones),
+/// but a client that sends many and reads none must not make the
+/// connection hold all their answers: at this size the door waits on the
+/// client, as hyper's bounded write buffer does, and reads no more of its
+/// requests meanwhile. The same bound holds a streamed body's frames.
+const MAX_OUT: usize = 64 * 1024;
 /// The largest request body the door reads with its head (the queue API's
 /// are a few hundred bytes); a larger one is hyper's, with its limits.
 const MAX_BODY: usize = 16 * 1024;
@@ -149,6 +157,12 @@ where
                             let _ = stream.shutdown().await;
                         }
                         return Left::Closed;
+                    }
+                    if out.len() >= MAX_OUT {
+                        if write_out(&mut stream, &out).await.is_err() {
+                            return Left::Closed;
+                        }
+                        out.clear();
                     }
                     deadline = None;
                 }
@@ -585,6 +599,12 @@ where
         }
         if length.is_none() {
             out.extend_from_slice(b"\r\n");
+        }
+        if out.len() >= MAX_OUT {
+            // A body whose frames are all ready (an origin faster than the
+            // client) goes out at the client's pace, not into memory.
+            write_out(stream, out).await?;
+            out.clear();
         }
     }
     if failed || length.is_some_and(|n| sent != n) {

@@ -10,7 +10,11 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _, DuplexStream};
 use super::*;
 use crate::serve::{ConnectionSlot, HotAnswer, HotWholeAnswer};
 
-/// Takes `GET /hot` (any query); answers its query and `Cookie` back.
+/// The body of `GET /hot?big`.
+const BIG: usize = 8 * 1024;
+
+/// Takes `GET /hot` (any query); answers its query and `Cookie` back
+/// (`?big`: [`BIG`] bytes instead).
 struct Echo;
 
 impl HotRoutes for Echo {
@@ -26,6 +30,9 @@ impl HotRoutes for Echo {
             .unwrap_or_default();
         let query = head.uri.query().unwrap_or("").to_owned();
         Box::pin(async move {
+            if query == "big" {
+                return "b".repeat(BIG).into_response();
+            }
             (
                 [(header::CONTENT_TYPE, "application/json")],
                 format!("{{\"q\":\"{query}\",\"cookie\":\"{cookie}\"}}"),
@@ -60,6 +67,7 @@ impl HotRoutes for Echo {
                 return axum::response::Response::new(axum::body::Body::from(body)).into();
             }
             let pieces: Vec<Result<Bytes, std::io::Error>> = match query.as_str() {
+                "many" => (0..100).map(|_| Ok(Bytes::from(vec![b'm'; BIG]))).collect(),
                 "broken" => vec![
                     Ok(Bytes::from_static(b"half")),
                     Err(std::io::Error::other("origin gone")),
@@ -288,6 +296,86 @@ async fn kept_alive_and_pipelined_requests_are_answered_in_order() {
 
     drop(client);
     assert_eq!(task.await.unwrap(), None, "a closed client ends the door");
+}
+
+/// The door's side of a connection, noting the most bytes it offered to
+/// one write: what it held of answers not yet written.
+struct Noting {
+    inner: DuplexStream,
+    most: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl AsyncRead for Noting {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Noting {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        self.most
+            .fetch_max(buf.len(), std::sync::atomic::Ordering::SeqCst);
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// Many pipelined requests read at once are answered in a row, but their
+/// answers are written as they pass [`MAX_OUT`]: a client that sent
+/// thousands and read none made the connection hold every answer (8 to 17
+/// MB for 90 KB of requests), where hyper's write buffer is bounded.
+#[tokio::test]
+async fn pipelined_answers_are_written_before_they_pile_up() {
+    const N: usize = 600;
+    let (mut client, server) = tokio::io::duplex(1 << 20);
+    let most = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let noting = Noting {
+        inner: server,
+        most: most.clone(),
+    };
+    let (_stop_tx, mut stop) = watch::channel(false);
+    let task = tokio::spawn(async move {
+        let visit = Visit {
+            peer: "127.0.0.1:1".parse().unwrap(),
+            scheme: ClientScheme::Http,
+            header_read_timeout: Duration::from_secs(10),
+        };
+        let hot = hot();
+        matches!(serve(noting, &hot, visit, &mut stop).await, Left::Closed)
+    });
+    // All of them in one write: the door's reads find hundreds at once.
+    client
+        .write_all(&b"GET /hot?big HTTP/1.1\r\n\r\n".repeat(N))
+        .await
+        .unwrap();
+    let all = answers(&mut client, N).await;
+    assert!(all.iter().all(|(_, body)| body.len() == BIG));
+    // A streamed body whose frames are all ready goes out at the same pace.
+    client
+        .write_all(b"GET /whole?many HTTP/1.1\r\n\r\n")
+        .await
+        .unwrap();
+    assert_eq!(streamed(&mut client).await.1.len(), 100 * BIG);
+    let most = most.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        most <= MAX_OUT + BIG + 1024,
+        "{most} bytes of answers held before a write"
+    );
+    drop(client);
+    assert!(task.await.unwrap());
 }
 
 #[tokio::test]
