@@ -179,6 +179,8 @@ pub async fn read_body(body: Body, limit: usize) -> Result<Bytes, ApiError> {
     axum::body::to_bytes(body, limit).await.map_err(|e| {
         if crate::serve::is_body_timeout(&e) {
             ApiError::BodyTimeout
+        } else if crate::serve::is_broken_body(&e) {
+            ApiError::BadRequest("the request body was malformed or cut short".to_owned())
         } else {
             ApiError::BodyTooLarge
         }

@@ -255,6 +255,12 @@ impl Proxy {
             };
             match sent {
                 Ok(answer) => answer,
+                Err(err) if err.is_visitors() => {
+                    // Anyone can send a broken body: not worth a warning,
+                    // and never the origin's failure in an operator's log.
+                    tracing::debug!(error = %err, "proxy: the visitor's request failed");
+                    err.into_response().into()
+                }
                 Err(err) => {
                     let origin = &outgoing.origin;
                     tracing::warn!(error = ?err, origin = %origin, "proxy: origin failed");

@@ -444,6 +444,24 @@ impl std::fmt::Display for BodyTimeout {
 
 impl std::error::Error for BodyTimeout {}
 
+/// A request body that broke off or broke its framing (a malformed chunk,
+/// a connection closed inside it): the visitor's failure, whoever reads
+/// the body, never the origin's.
+#[derive(Debug)]
+pub struct BrokenBody(Box<dyn std::error::Error + Send + Sync>);
+
+impl std::fmt::Display for BrokenBody {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the request body was malformed or cut short")
+    }
+}
+
+impl std::error::Error for BrokenBody {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&*self.0)
+    }
+}
+
 impl<B> hyper::body::Body for ReadTimeoutBody<B>
 where
     B: hyper::body::Body + Unpin,
@@ -476,7 +494,7 @@ where
                 }
                 Poll::Ready(Some(Ok(frame)))
             }
-            Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e.into()))),
+            Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(Box::new(BrokenBody(e.into()))))),
             Poll::Ready(None) => Poll::Ready(None),
             Poll::Pending => {
                 let timeout = this.timeout;
@@ -509,6 +527,19 @@ pub fn is_body_timeout(err: &(dyn std::error::Error + 'static)) -> bool {
     let mut cause = Some(err);
     while let Some(e) = cause {
         if e.is::<BodyTimeout>() {
+            return true;
+        }
+        cause = e.source();
+    }
+    false
+}
+
+/// Whether `err` (or one of its causes) is a request body that broke off
+/// or broke its framing ([`BrokenBody`]).
+pub fn is_broken_body(err: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = Some(err);
+    while let Some(e) = cause {
+        if e.is::<BrokenBody>() {
             return true;
         }
         cause = e.source();

@@ -9,13 +9,15 @@ use http::StatusCode;
 use thiserror::Error;
 
 /// Why forwarding failed. Upstream failures (the origin is down, slow or
-/// misconfigured) are never the visitor's fault, so never a 4xx; the two
-/// visitor-side ones (a body that stopped arriving, an upgrade other than
-/// WebSocket) are.
+/// misconfigured) are never the visitor's fault, so never a 4xx; the
+/// visitor-side ones (a body that stopped arriving or broke its framing,
+/// an upgrade other than WebSocket) are.
 #[derive(Debug, Error)]
 pub enum ProxyError {
     #[error("the request body stopped arriving")]
     BodyTimeout,
+    #[error("the request body was malformed or cut short")]
+    BrokenBody,
     #[error("only WebSocket upgrades are accepted")]
     UpgradeRefused,
     #[error("the origin is not an absolute http:// URL")]
@@ -39,6 +41,9 @@ impl ProxyError {
         if crate::serve::is_body_timeout(&err) {
             return Self::BodyTimeout;
         }
+        if crate::serve::is_broken_body(&err) {
+            return Self::BrokenBody;
+        }
         let mut source = err.source();
         while let Some(cause) = source {
             if cause
@@ -56,7 +61,7 @@ impl ProxyError {
         match self {
             Self::Timeout => StatusCode::GATEWAY_TIMEOUT,
             Self::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
-            Self::UpgradeRefused => StatusCode::BAD_REQUEST,
+            Self::UpgradeRefused | Self::BrokenBody => StatusCode::BAD_REQUEST,
             _ => StatusCode::BAD_GATEWAY,
         }
     }
@@ -67,8 +72,18 @@ impl ProxyError {
             Self::Timeout => "gateway_timeout",
             Self::BodyTimeout => "body_timeout",
             Self::UpgradeRefused => "upgrade_not_supported",
+            Self::BrokenBody => "bad_request",
             _ => "bad_gateway",
         }
+    }
+
+    /// Whether the visitor's request, not the origin, failed: logged as
+    /// such, never as the origin's failure.
+    pub fn is_visitors(&self) -> bool {
+        matches!(
+            self,
+            Self::BodyTimeout | Self::BrokenBody | Self::UpgradeRefused
+        )
     }
 }
 

@@ -628,3 +628,68 @@ async fn an_origins_length_said_again_reaches_the_visitor_once() {
         }
     }
 }
+
+/// Sends `head` and `body` on a new connection to `s` and reads the answer
+/// to the end (the server closes a connection whose body broke).
+async fn raw_exchange(s: &server::TestServer, head: &str, body: &[u8]) -> String {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let mut conn = tokio::net::TcpStream::connect(s.public).await.unwrap();
+    conn.write_all(head.as_bytes()).await.unwrap();
+    conn.write_all(body).await.unwrap();
+    let mut got = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), conn.read_to_end(&mut got))
+        .await
+        .expect("an answer, then the close")
+        .unwrap();
+    String::from_utf8_lossy(&got).into_owned()
+}
+
+/// A visitor's malformed chunked body (a bad size line, a size past u64)
+/// is the visitor's failure: `400 bad_request`, and never a sample of the
+/// origin failing. It was a `502` counted as the origin's error, so one
+/// admitted visitor could push the error rate adaptive admission steers by
+/// far past `max_error_rate` and slow admission for everyone.
+#[tokio::test]
+async fn a_malformed_request_body_is_the_visitors_400_not_the_origins_failure() {
+    let (s, _origin) = start_server("").await;
+    let mut v = Visitor::default();
+    admit(&s, &mut v).await;
+    let cookies = v
+        .cookies
+        .iter()
+        .map(|(k, val)| format!("{k}={val}"))
+        .collect::<Vec<_>>()
+        .join("; ");
+    let bodies: [&[u8]; 2] = [b"1\nx\n0\n\n", b"ffffffffffffffffff\r\nx\r\n0\r\n\r\n"];
+    // The queue API reading such a body says the same (it said 413).
+    for path in ["/tickets/buy", "/shop", "/api/queue/enter?eventId=tickets"] {
+        for body in bodies {
+            let head = format!(
+                "POST {path} HTTP/1.1\r\nHost: shop.example\r\nCookie: {cookies}\r\n\
+                 Transfer-Encoding: chunked\r\n\r\n"
+            );
+            let answer = raw_exchange(&s, &head, body).await;
+            assert!(
+                answer.starts_with("HTTP/1.1 400 "),
+                "{path} {body:?}: {answer}"
+            );
+            assert!(answer.contains("\"error\":\"bad_request\""), "{answer}");
+        }
+    }
+    // The admitted visitor's pages still come, and the gate counts no
+    // origin failure among its samples.
+    let (status, _, _) = v
+        .call(http::Method::GET, &s.url("/tickets/page"), &[], None)
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, _, body) = s
+        .admin_get(
+            "/admin/events/tickets",
+            Some(crate::support::config::ADMIN_TOKEN),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let ev: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(ev["stats"]["origin_error_rate"], 0.0, "{ev}");
+    s.stop().await;
+}
