@@ -16,7 +16,9 @@ use anteroom_core::phase::AdminState;
 use anteroom_store::EventId;
 use axum::Json;
 use axum::Router;
-use axum::extract::{Path, State};
+use axum::extract::State;
+
+use crate::error::Path;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware;
 use axum::response::{IntoResponse, Response};

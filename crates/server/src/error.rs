@@ -207,6 +207,30 @@ impl IntoResponse for ApiError {
     }
 }
 
+/// axum's `Path` extractor, refusing with [`ApiError::BadRequest`]: axum's
+/// own rejection is plain text (a path segment that is not UTF-8, such as
+/// `/admin/events/%FF`), and every 4xx Anteroom makes is JSON with a
+/// stable code.
+pub struct Path<T>(pub T);
+
+impl<S, T> axum::extract::FromRequestParts<S> for Path<T>
+where
+    T: serde::de::DeserializeOwned + Send,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &S,
+    ) -> Result<Self, Self::Rejection> {
+        axum::extract::Path::<T>::from_request_parts(parts, state)
+            .await
+            .map(|axum::extract::Path(t)| Path(t))
+            .map_err(|e| ApiError::BadRequest(e.body_text()))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -10,8 +10,8 @@
 
 use std::sync::Arc;
 
+use crate::error::Path;
 use axum::Router;
-use axum::extract::Path;
 use axum::http::{HeaderName, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;

@@ -8,7 +8,9 @@ use std::sync::Arc;
 
 use axum::Extension;
 use axum::Json;
-use axum::extract::{Path, Query, Request, State};
+use axum::extract::{Query, Request, State};
+
+use crate::error::Path;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;

@@ -6,7 +6,9 @@ use std::sync::Arc;
 
 use anteroom_core::phase::AdminState;
 use axum::Extension;
-use axum::extract::{Path, State};
+use axum::extract::State;
+
+use crate::error::Path;
 use axum::http::StatusCode;
 use axum::response::Response;
 

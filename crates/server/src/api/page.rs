@@ -10,7 +10,9 @@
 use std::sync::Arc;
 
 use anteroom_store::EventId;
-use axum::extract::{Path, Request, State};
+use axum::extract::{Request, State};
+
+use crate::error::Path;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
 use rand::RngCore;

@@ -6,7 +6,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use axum::Router;
-use axum::extract::{Path, Request, State};
+use axum::extract::{Request, State};
+
+use crate::error::Path;
 use axum::response::{IntoResponse as _, Response};
 use http::{HeaderValue, StatusCode, header};
 

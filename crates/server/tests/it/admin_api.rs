@@ -770,3 +770,40 @@ async fn the_audit_endpoint_filters_and_bounds() {
     assert_eq!(status, StatusCode::UNAUTHORIZED);
     s.stop().await;
 }
+
+/// A path segment that is not UTF-8 is refused as every other bad request
+/// is: `400` JSON with a stable code. axum's own rejection was plain text.
+#[tokio::test]
+async fn a_path_segment_that_is_not_utf8_is_a_json_400() {
+    let s = TestServer::start("").await;
+    let admin = format!("http://{}", s.admin);
+    let public = format!("http://{}", s.public);
+    let auth = vec![("authorization".to_owned(), format!("Bearer {ADMIN_TOKEN}"))];
+    for (method, url, headers) in [
+        (Method::GET, format!("{admin}/admin/events/%FF"), &auth),
+        (
+            Method::POST,
+            format!("{admin}/admin/events/%FF/pause"),
+            &auth,
+        ),
+        (
+            Method::DELETE,
+            format!("{admin}/admin/events/tickets/sessions/%C3%28"),
+            &auth,
+        ),
+        (Method::GET, format!("{admin}/dashboard/%FF"), &vec![]),
+        (Method::GET, format!("{public}/queue/%FF"), &vec![]),
+        (Method::GET, format!("{public}/_anteroom/%FF"), &vec![]),
+    ] {
+        let (status, headers, body) =
+            crate::support::server::send(method.clone(), &url, headers, None).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{method} {url}");
+        assert_eq!(
+            headers["content-type"], "application/json",
+            "{method} {url}"
+        );
+        let body: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(body["error"], "bad_request", "{method} {url}: {body}");
+    }
+    s.stop().await;
+}
