@@ -36,6 +36,18 @@ pub(super) fn is_hop_by_hop(name: &HeaderName) -> bool {
     is_hop_by_hop_name(name.as_str().as_bytes())
 }
 
+/// Whether an answer's field (name and value as they came off the wire)
+/// sets one of Anteroom's own cookies ([`crate::identity::is_own_cookie`]):
+/// the origin, or another app behind the default origin, must not fix a
+/// visitor's session or clear their pass, as the visitor's own such
+/// cookies never reach the origin.
+pub(super) fn sets_own_cookie(name: &[u8], value: &[u8]) -> bool {
+    name.eq_ignore_ascii_case(b"set-cookie") && {
+        let cookie = value.split(|b| *b == b'=').next().unwrap_or(b"");
+        crate::identity::is_own_cookie(cookie.trim_ascii())
+    }
+}
+
 /// Whether a name as it came off the wire, in any case, is one of
 /// [`HOP_BY_HOP`]: a name of any other length is settled by its length
 /// alone.
@@ -410,8 +422,9 @@ pub(super) fn rewrite_request(
     for_origin(&visitor, fwd, extra, headers);
 }
 
-/// Rewrites an origin's response headers for the visitor; a `101` keeps
-/// what the visitor needs to finish the upgrade.
+/// Rewrites an origin's response headers for the visitor (no hop-by-hop
+/// field, no `Set-Cookie` of Anteroom's own cookies); a `101` keeps what
+/// the visitor needs to finish the upgrade.
 pub(super) fn rewrite_response(headers: &mut HeaderMap, status: StatusCode) {
     let upgrade = if status == StatusCode::SWITCHING_PROTOCOLS {
         headers.get(UPGRADE).cloned()
@@ -419,6 +432,23 @@ pub(super) fn rewrite_response(headers: &mut HeaderMap, status: StatusCode) {
         None
     };
     strip_hop_by_hop(headers);
+    let set_cookie = http::header::SET_COOKIE;
+    if headers
+        .get_all(&set_cookie)
+        .iter()
+        .any(|v| sets_own_cookie(b"set-cookie", v.as_bytes()))
+    {
+        let kept: Vec<HeaderValue> = headers
+            .get_all(&set_cookie)
+            .iter()
+            .filter(|v| !sets_own_cookie(b"set-cookie", v.as_bytes()))
+            .cloned()
+            .collect();
+        headers.remove(&set_cookie);
+        for v in kept {
+            headers.append(&set_cookie, v);
+        }
+    }
     if let Some(protocol) = upgrade {
         headers.insert(CONNECTION, HeaderValue::from_static("upgrade"));
         headers.insert(UPGRADE, protocol);

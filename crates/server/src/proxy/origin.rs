@@ -528,7 +528,10 @@ fn parse_head(buf: &mut BytesMut, head_only: bool, pass: bool) -> Result<Option<
             }
             // The answer's hop-by-hop fields stay on the origin's hop: the
             // visitor's hop gets its own framing and connection handling.
-            if !super::headers::is_hop_by_hop_name(name) {
+            // Nor does the origin set Anteroom's own cookies.
+            if !super::headers::is_hop_by_hop_name(name)
+                && !super::headers::sets_own_cookie(name, h.value)
+            {
                 kept[fields] = (at(name), at(h.value));
                 fields += 1;
                 kept_bytes += name.len() + h.value.len() + 4;

@@ -569,6 +569,20 @@ async fn proxied_page_fields(access_log: bool) {
 /// each answer's head lines and body. (The second answer comes off a kept
 /// origin connection.)
 async fn two_pages_from(answer: &'static [u8], access_log: bool) -> Vec<(Vec<String>, Vec<u8>)> {
+    two_answers_to(
+        b"GET /page HTTP/1.1\r\nHost: shop.example\r\n\r\n",
+        answer,
+        access_log,
+    )
+    .await
+}
+
+/// [`two_pages_from`] for any `request` (sent twice).
+async fn two_answers_to(
+    request: &[u8],
+    answer: &'static [u8],
+    access_log: bool,
+) -> Vec<(Vec<String>, Vec<u8>)> {
     let raw = raw_origin(answer).await;
     let origin = Origin::start().await;
     let dir = tempfile::tempdir().unwrap();
@@ -584,9 +598,7 @@ async fn two_pages_from(answer: &'static [u8], access_log: bool) -> Vec<(Vec<Str
     let mut answers = Vec::new();
     for _ in 0..2 {
         use tokio::io::AsyncWriteExt as _;
-        conn.write_all(b"GET /page HTTP/1.1\r\nHost: shop.example\r\n\r\n")
-            .await
-            .unwrap();
+        conn.write_all(request).await.unwrap();
         answers.push(answer_as_sent(&mut conn).await);
     }
     s.stop().await;
@@ -692,4 +704,35 @@ async fn a_malformed_request_body_is_the_visitors_400_not_the_origins_failure() 
     let ev: serde_json::Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(ev["stats"]["origin_error_rate"], 0.0, "{ev}");
     s.stop().await;
+}
+
+/// An origin (or another app behind the default origin) cannot set or
+/// clear Anteroom's own cookies in any of their forms: a visitor's session
+/// fixed, or their pass wiped, from outside the waiting room. Its other
+/// cookies reach the visitor, whichever client fetched the answer (the
+/// lean one for a `GET`, hyper's pool for a `POST`) and whoever writes it.
+#[tokio::test]
+async fn an_origin_cannot_set_anterooms_own_cookies() {
+    const ANSWER: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\
+        Set-Cookie: anteroom_pass=forged; Path=/\r\n\
+        Set-Cookie: shop=1; Path=/\r\n\
+        set-cookie: __Host-Anteroom_SID=fixed; Path=/; Secure\r\n\
+        Set-Cookie:  __Secure-anteroom_pass = x\r\n\
+        Set-Cookie: cart=2\r\n\r\nok";
+    for access_log in [false, true] {
+        for request in [
+            &b"GET /page HTTP/1.1\r\nHost: shop.example\r\n\r\n"[..],
+            b"POST /page HTTP/1.1\r\nHost: shop.example\r\nContent-Length: 2\r\n\r\nhi",
+        ] {
+            for (lines, body) in two_answers_to(request, ANSWER, access_log).await {
+                assert_eq!(
+                    named(&lines, "set-cookie"),
+                    ["shop=1; Path=/", "cart=2"],
+                    "access log {access_log}, {}: {lines:?}",
+                    String::from_utf8_lossy(request)
+                );
+                assert_eq!(body, b"ok");
+            }
+        }
+    }
 }
