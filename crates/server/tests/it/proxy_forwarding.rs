@@ -736,3 +736,61 @@ async fn an_origin_cannot_set_anterooms_own_cookies() {
         }
     }
 }
+
+/// An origin's `204` and `304` reach the visitor without a length, as
+/// hyper writes them (a `204` must carry none; a `304`'s would be read as
+/// the length of the page it stands for), whoever writes the answer; the
+/// next answer on the connection follows right after the head.
+#[tokio::test]
+async fn bodiless_answers_carry_no_length() {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    for answer in [
+        &b"HTTP/1.1 204 No Content\r\nServer: raw\r\n\r\n"[..],
+        b"HTTP/1.1 304 Not Modified\r\nETag: \"v1\"\r\n\r\n",
+    ] {
+        let answer: &'static [u8] = answer;
+        for access_log in [false, true] {
+            let raw = raw_origin(answer).await;
+            let origin = Origin::start().await;
+            let dir = tempfile::tempdir().unwrap();
+            let toml = ConfigBuilder::new()
+                .server_line(&format!("default_origin = \"http://{raw}\""))
+                .server_line(&format!("access_log = {access_log}"))
+                .embedded(dir.path())
+                .no_rate_limits()
+                .event(Event::at("tickets", origin.addr))
+                .toml();
+            let s = server::TestServer::start_with(&toml, origin, dir).await;
+            let mut conn = tokio::net::TcpStream::connect(s.public).await.unwrap();
+            conn.write_all(
+                b"GET /page HTTP/1.1\r\nHost: shop.example\r\n\r\n"
+                    .repeat(2)
+                    .as_slice(),
+            )
+            .await
+            .unwrap();
+            let mut got = Vec::new();
+            let mut buf = [0u8; 4096];
+            while got.windows(4).filter(|w| w == b"\r\n\r\n").count() < 2 {
+                let n = tokio::time::timeout(Duration::from_secs(10), conn.read(&mut buf))
+                    .await
+                    .expect("two answers")
+                    .unwrap();
+                assert!(n > 0, "closed after {}", String::from_utf8_lossy(&got));
+                got.extend_from_slice(&buf[..n]);
+            }
+            let text = String::from_utf8_lossy(&got).to_ascii_lowercase();
+            let status = &String::from_utf8_lossy(&answer[9..12]).into_owned();
+            assert_eq!(
+                text.matches(&format!("http/1.1 {status}")).count(),
+                2,
+                "access log {access_log}: {text}"
+            );
+            assert!(
+                !text.contains("content-length") && !text.contains("transfer-encoding"),
+                "access log {access_log}: {text}"
+            );
+            s.stop().await;
+        }
+    }
+}
