@@ -141,15 +141,7 @@ fn whole(answer: Answer, hsts: Option<HeaderValue>) -> Answer {
 
 /// [`whole`] for an answer without passed fields.
 fn whole_response(mut response: Response, hsts: Option<HeaderValue>) -> Response {
-    // A `204` carries no length (RFC 9110 8.6), and a `304`'s would be
-    // taken as the length of the page it stands for, so neither is given
-    // one here, as hyper gives them none.
-    let status = response.status();
-    let bodiless = status.is_informational()
-        || status == http::StatusCode::NO_CONTENT
-        || status == http::StatusCode::NOT_MODIFIED;
-    if !bodiless
-        && !response.headers().contains_key(header::CONTENT_LENGTH)
+    if !response.headers().contains_key(header::CONTENT_LENGTH)
         && let Some(size) = axum::body::HttpBody::size_hint(response.body()).exact()
     {
         response

@@ -412,13 +412,16 @@ fn parse(buf: &[u8], hot: &dyn HotRoutes) -> Parsed {
 /// `content-length` and `date` as hyper adds them, `connection: close` when
 /// the connection closes after it, and the body.
 async fn encode(response: axum::response::Response, close: bool, out: &mut Vec<u8>) {
-    let (parts, body) = response.into_parts();
+    let (mut parts, body) = response.into_parts();
     let body = whole_body(body).await;
     let status = parts.status;
     status_line(status, out);
-    let written = fields(None, &parts.headers, out);
     // A 204 and a 304 carry no body and no length (as hyper writes them).
     let bodiless = status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED;
+    if bodiless {
+        without_framing(&mut parts.headers);
+    }
+    let written = fields(None, &parts.headers, out);
     if !bodiless && written.length.is_none() {
         out.extend_from_slice(b"content-length: ");
         out.extend_from_slice(itoa::Buffer::new().format(body.len()).as_bytes());
@@ -428,6 +431,15 @@ async fn encode(response: axum::response::Response, close: bool, out: &mut Vec<u
     if !bodiless {
         out.extend_from_slice(&body);
     }
+}
+
+/// A bodiless answer's fields without a length or a coding: hyper writes
+/// neither on a `1xx`, `204` or `304` (a `204` must carry none, and a
+/// `304`'s length would be read as the length of the page it stands for),
+/// though the router gives an empty body's answer a `content-length: 0`.
+fn without_framing(headers: &mut HeaderMap) {
+    headers.remove(CONTENT_LENGTH);
+    headers.remove(http::header::TRANSFER_ENCODING);
 }
 
 fn status_line(status: StatusCode, out: &mut Vec<u8>) {
@@ -523,11 +535,14 @@ where
 {
     use http_body_util::BodyExt as _;
     let Answer { response, passed } = answer;
-    let (parts, mut body) = response.into_parts();
+    let (mut parts, mut body) = response.into_parts();
     let status = parts.status;
     let bodiless = status.is_informational()
         || status == StatusCode::NO_CONTENT
         || status == StatusCode::NOT_MODIFIED;
+    if bodiless {
+        without_framing(&mut parts.headers);
+    }
     status_line(status, out);
     let written = fields(passed.as_ref(), &parts.headers, out);
     let declared = match written.length {
