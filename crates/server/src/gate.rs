@@ -367,15 +367,25 @@ impl Forward {
             rt.live
                 .admission
                 .record_origin(done_ms, done_ms - pass.now_ms, status);
-            if commands::take(response.headers_mut()).release {
+            let cookie = if commands::take(response.headers_mut()).release {
                 commands::release(state, rt, member, pass.session_start_us).await;
                 let text = passes.as_ref().and_then(Passes::text);
-                let cleared = passes::cookie_over(state, rt, text, member, None);
-                response.headers_mut().append(header::SET_COOKIE, cleared);
-            } else if let Some(cookie) = renewal.take() {
-                response.headers_mut().append(header::SET_COOKIE, cookie);
+                Some(passes::cookie_over(state, rt, text, member, None))
+            } else {
+                renewal.take()
+            };
+            match cookie {
+                Some(cookie) => {
+                    // Rare (once per half a pass's life): the origin's
+                    // passed fields go into the map to be edited.
+                    let mut response = answer.into_response();
+                    let headers = response.headers_mut();
+                    headers.append(header::SET_COOKIE, cookie);
+                    private_to_the_visitor(headers);
+                    response.into()
+                }
+                None => answer,
             }
-            answer
         }
     }
 }
@@ -587,6 +597,48 @@ impl Protected<'_> {
     }
 }
 
+/// Makes an answer that carries the visitor's pass cookie private to the
+/// visitor: the cookie starts with the visitor's session id, which the
+/// gate takes as who they are, so a shared cache in front of Anteroom that
+/// stored the origin's publicly cacheable page with it would hand that
+/// admission to everyone it serves the page to. Only Anteroom knows it
+/// added the cookie. An answer already `private` or `no-store` is left as
+/// it is; otherwise `public` and `s-maxage` go and `private` comes first,
+/// the origin's other directives (its `max-age` for the visitor's own
+/// browser) kept.
+fn private_to_the_visitor(headers: &mut HeaderMap) {
+    let mut kept = Vec::new();
+    for value in headers.get_all(header::CACHE_CONTROL) {
+        for directive in value.as_bytes().split(|b| *b == b',') {
+            let directive = directive.trim_ascii();
+            let name = directive
+                .split(|b| *b == b'=')
+                .next()
+                .unwrap_or(b"")
+                .trim_ascii();
+            if directive.eq_ignore_ascii_case(b"private") || name.eq_ignore_ascii_case(b"no-store")
+            {
+                return;
+            }
+            if !directive.is_empty()
+                && !name.eq_ignore_ascii_case(b"public")
+                && !name.eq_ignore_ascii_case(b"s-maxage")
+            {
+                kept.push(directive);
+            }
+        }
+    }
+    let mut value = b"private".to_vec();
+    for directive in kept {
+        value.extend_from_slice(b", ");
+        value.extend_from_slice(directive);
+    }
+    // Made of the origin's own valid bytes and ASCII.
+    if let Ok(value) = HeaderValue::from_bytes(&value) {
+        headers.insert(header::CACHE_CONTROL, value);
+    }
+}
+
 /// The origin's request for `req`, from the TCP peer `ip`, with `extra`
 /// added (see [`crate::proxy::Proxy::prepare`]).
 fn prepare(
@@ -642,4 +694,41 @@ fn header_value(s: &str) -> HeaderValue {
 
 fn count(outcome: &'static str) {
     crate::metrics::count_gate(outcome);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_answer_with_the_pass_is_made_private_and_keeps_its_other_directives() {
+        for (given, made) in [
+            (&[][..], Some("private")),
+            (&["public"], Some("private")),
+            (&["public, max-age=600"], Some("private, max-age=600")),
+            (
+                &["max-age=0, S-MaxAge=10 ,must-revalidate"],
+                Some("private, max-age=0, must-revalidate"),
+            ),
+            (&["public", "max-age=5"], Some("private, max-age=5")),
+            // Already kept from shared caches: left as it is.
+            (&["Private, max-age=60"], None),
+            (&["no-store"], None),
+            (&["max-age=60", "no-store"], None),
+        ] {
+            let mut headers = HeaderMap::new();
+            for v in given {
+                headers.append(header::CACHE_CONTROL, HeaderValue::from_static(v));
+            }
+            let before = headers.clone();
+            private_to_the_visitor(&mut headers);
+            match made {
+                Some(made) => {
+                    let all: Vec<_> = headers.get_all(header::CACHE_CONTROL).iter().collect();
+                    assert_eq!(all, [made], "{given:?}");
+                }
+                None => assert_eq!(headers, before, "{given:?}"),
+            }
+        }
+    }
 }

@@ -239,10 +239,14 @@ fn status_json(status: Status) -> &'static str {
 /// A `200` with a JSON body written by hand (see [`JsonObject`]).
 pub(crate) fn json_response(body: Vec<u8>) -> Response {
     let mut r = Response::new(axum::body::Body::from(body));
-    r.headers_mut().insert(
+    let h = r.headers_mut();
+    h.insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
     );
+    // One visitor's place, or their admission token: never for a cache in
+    // front of Anteroom to keep and hand to the next visitor.
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     r
 }
 

@@ -794,3 +794,59 @@ async fn bodiless_answers_carry_no_length() {
         }
     }
 }
+
+/// A renewed pass's cookie starts with the visitor's session id, which the
+/// gate takes as who they are: the answer it rides on is made private to
+/// the visitor, or a shared cache that stored the origin's publicly
+/// cacheable page with it would hand that admission to everyone it serves.
+#[tokio::test]
+async fn an_answer_carrying_a_renewed_pass_is_private_to_the_visitor() {
+    let raw = raw_origin(
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\
+          Cache-Control: public, max-age=600, s-maxage=3600\r\n\r\nok",
+    )
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let toml = ConfigBuilder::new()
+        .embedded(dir.path())
+        .no_rate_limits()
+        .event(
+            Event::at("tickets", raw)
+                .admission(FAST_BATCH)
+                .line("pass_ttl = \"2s\""),
+        )
+        .toml();
+    let s = server::TestServer::start_with(&toml, Origin::start().await, dir).await;
+    let mut v = Visitor::default();
+    admit(&s, &mut v).await;
+    // Until the pass is past half its life, the origin's answer goes on as
+    // it came; the answer that renews it is private.
+    let renewed = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let (status, headers, _) = v
+                .call(http::Method::GET, &s.url("/tickets/page"), &[], None)
+                .await;
+            assert_eq!(status, StatusCode::OK);
+            if headers.get("set-cookie").is_some() {
+                return headers;
+            }
+            assert_eq!(
+                headers["cache-control"],
+                "public, max-age=600, s-maxage=3600"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("a renewal within 10 s");
+    assert!(
+        renewed["set-cookie"]
+            .to_str()
+            .unwrap()
+            .contains("anteroom_pass="),
+        "{renewed:?}"
+    );
+    assert_eq!(renewed.get_all("cache-control").iter().count(), 1);
+    assert_eq!(renewed["cache-control"], "private, max-age=600");
+    s.stop().await;
+}
