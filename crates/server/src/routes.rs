@@ -78,8 +78,9 @@ pub fn check_prefix(prefix: &str) -> Result<String, NormalizeError> {
 ///
 /// - every segment but the prefix's last compares after dropping its
 ///   `;params` (servlet containers strip them from every segment, so
-///   `/tickets;x=1/vip` is `/tickets/vip` there) and its trailing dots (IIS
-///   and Windows file systems drop them);
+///   `/tickets;x=1/vip` is `/tickets/vip` there), its trailing dots (IIS
+///   and Windows file systems drop them) and the encoded spaces at either
+///   end (`%20`: Spring's `trimTokens` trims them);
 /// - the prefix's last segment also matches the same name followed by `.`
 ///   or `;` and anything after it: Rails' `(.:format)`, Spring's suffix
 ///   matching and servlet path parameters route `/tickets.json`,
@@ -134,14 +135,17 @@ pub fn matches_prefix(path: &[u8], prefix: &[u8]) -> bool {
 /// segment with that byte, so any other first byte is a miss.
 fn may_begin(rest: &[u8], want: &[u8]) -> bool {
     match want.first() {
-        Some(&w) if !matches!(w, b';' | b'%' | b'.' | b'/') => {
-            rest.first().is_some_and(|s| s.eq_ignore_ascii_case(&w))
-        }
+        // A segment that starts with an escape may be an encoded space
+        // the origin trims: only the whole comparison can tell.
+        Some(&w) if !matches!(w, b';' | b'%' | b'.' | b'/') => rest
+            .first()
+            .is_some_and(|s| *s == b'%' || s.eq_ignore_ascii_case(&w)),
         _ => true,
     }
 }
 
-/// `segment` without its `;params` (`;` or `%3B`) and trailing dots.
+/// `segment` without its `;params` (`;` or `%3B`), its trailing dots and
+/// the encoded spaces (`%20`) at either end.
 fn bare(segment: &[u8]) -> &[u8] {
     // Parameters can only start at a `;` or a `%`: the other bytes are
     // passed over without a look at what follows them.
@@ -149,10 +153,18 @@ fn bare(segment: &[u8]) -> &[u8] {
         .find(|&i| matches!(segment[i], b';' | b'%') && param_start(&segment[i..]))
         .unwrap_or(segment.len());
     let mut name = &segment[..end];
-    while let Some(rest) = name.strip_suffix(b".") {
+    while let Some(rest) = name.strip_prefix(b"%20") {
         name = rest;
     }
-    name
+    loop {
+        if let Some(rest) = name.strip_suffix(b".") {
+            name = rest;
+        } else if let Some(rest) = name.strip_suffix(b"%20") {
+            name = rest;
+        } else {
+            return name;
+        }
+    }
 }
 
 /// Whether `segment` is `name` followed by a format suffix or parameters.

@@ -171,6 +171,10 @@ fn decode_unreserved(path: &str) -> Result<String, NormalizeError> {
         };
         match value {
             0 => return Err(NormalizeError::Nul),
+            // An origin may strip an encoded tab or line break from a
+            // segment (Spring's `trimTokens`), or a log read it as a new
+            // line: refused encoded as raw.
+            1..=0x1F | 0x7F => return Err(NormalizeError::ControlChar),
             b'/' => return Err(NormalizeError::EncodedSlash),
             b'\\' => return Err(NormalizeError::Backslash),
             // C0 and C1 never start valid UTF-8; they only appear in

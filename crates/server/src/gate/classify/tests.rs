@@ -91,6 +91,10 @@ fn spellings_of_a_protected_prefix() {
     check("/tickets.json/extra", P("drop"));
     check("/tickets.", P("drop"));
     check("/tickets...", P("drop"));
+    // Encoded spaces an origin trims from a segment.
+    check("/tickets%20", P("drop"));
+    check("/%20tickets/2026", P("drop"));
+    check("/tickets%20.%20", P("drop"));
     check("/tickets;jsessionid=x", P("drop"));
     check("/tickets;jsessionid=x/2026", P("drop"));
     check("/tickets%2ejson", P("drop"));
@@ -168,6 +172,15 @@ fn ambiguous_spellings_are_refused() {
         R(Refusal::Path(NormalizeError::Backslash)),
     );
     check("/tickets%00.json", R(Refusal::Path(NormalizeError::Nul)));
+    for control in [
+        "/tickets%09",
+        "/tickets%0a/x",
+        "/tickets%0D",
+        "/tickets%7F",
+        "/%1Ftickets",
+    ] {
+        check(control, R(Refusal::Path(NormalizeError::ControlChar)));
+    }
     check(
         "/public/..;/tickets",
         R(Refusal::Path(NormalizeError::DotSegmentParam)),
@@ -189,8 +202,9 @@ fn ambiguous_spellings_are_refused() {
 
 /// Where a lenient origin routes `path`: it decodes every escape (up to
 /// three times, for stacks that decode again), reads `\` as `/`, drops
-/// `;params` from every segment, resolves dot segments, ignores case and
-/// trailing dots, and routes `name.format` to `name`. The event whose
+/// `;params` from every segment, resolves dot segments, ignores case,
+/// trailing dots and spaces at either end of a segment, and routes
+/// `name.format` to `name`. The event whose
 /// prefix it lands under, longest first.
 fn origin_route(path: &str) -> Option<&'static str> {
     let mut bytes = path.as_bytes().to_vec();
@@ -206,7 +220,13 @@ fn origin_route(path: &str) -> Option<&'static str> {
             ".." => {
                 segments.pop();
             }
-            s => segments.push(s.trim_end_matches('.').to_ascii_lowercase()),
+            s => {
+                let mut s = s.trim_start_matches(' ');
+                while s.ends_with(['.', ' ']) {
+                    s = s.trim_end_matches('.').trim_end_matches(' ');
+                }
+                segments.push(s.to_ascii_lowercase());
+            }
         }
     }
     let mut prefixes = PREFIXES.to_vec();
@@ -243,7 +263,7 @@ fn target() -> impl Strategy<Value = String> {
         1 => Just("\\".to_owned()),
         1 => Just("?".to_owned()),
         1 => Just("#".to_owned()),
-        2 => "%(2[eEfF5]|3[bB]|5[cC]|00|74|54|[0-9a-fA-F]{2})",
+        2 => "%(2[eEfF5]|3[bB]|5[cC]|00|74|54|20|09|[0-9a-fA-F]{2})",
         1 => "[a-z]{1,3}",
         1 => any::<char>().prop_map(String::from),
     ];
