@@ -55,6 +55,20 @@ pub fn client_ip(peer: IpAddr, headers: &HeaderMap, trusted: &[IpNet]) -> IpAddr
 
 /// One `X-Forwarded-For` entry: a bare address, or `ip:port` / `[v6]:port`
 /// as some load balancers write it.
+/// The key one client is counted under: IPv4 as its IPv4-mapped IPv6 form
+/// (never a /64 prefix key, whose low 64 bits are zero), IPv6 as its /64
+/// prefix, since one subscriber is handed a whole /64 and can take any
+/// address in it.
+pub fn address_key(ip: IpAddr) -> u128 {
+    match ip {
+        IpAddr::V4(v4) => u128::from(v4.to_ipv6_mapped()),
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => u128::from(v4.to_ipv6_mapped()),
+            None => u128::from(v6) & !u128::from(u64::MAX),
+        },
+    }
+}
+
 fn parse_hop(hop: &str) -> Option<IpAddr> {
     let hop = hop.trim();
     hop.parse::<IpAddr>()

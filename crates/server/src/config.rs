@@ -111,6 +111,10 @@ pub struct ServerConfig {
     /// `server.max_streams`: open push streams this node holds at once;
     /// past it a stream is refused (`503` + `Retry-After`) and the page polls.
     pub max_streams: usize,
+    /// `server.max_streams_per_address`: open push streams one client
+    /// address (an IPv6 client by its /64) holds on this node, so that a
+    /// few addresses cannot take every stream.
+    pub max_streams_per_address: usize,
     /// Drain mode: `server.gateway_nodes`, `server.drain_after` (with `store.timeout`)
     /// and the test-only `server.test_clock_offset_ms`.
     pub drain: crate::config::drain::DrainSettings,

@@ -118,7 +118,7 @@ fn describe() {
     metrics::describe_counter!("anteroom_streams_opened_total", "Push streams opened");
     metrics::describe_counter!(
         "anteroom_streams_refused_total",
-        "Push streams refused (past server.max_streams)"
+        "Push streams refused (past server.max_streams or the address's server.max_streams_per_address)"
     );
     metrics::describe_counter!(
         "anteroom_stream_messages_total",

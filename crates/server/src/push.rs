@@ -97,10 +97,16 @@ impl Tick {
     }
 }
 
-/// The node's push streams: the cap, the hubs, the shutdown signal.
+/// Streams open per client address ([`crate::client_ip::address_key`]);
+/// only addresses with streams open are in it.
+type ByAddress = Arc<std::sync::Mutex<HashMap<u128, usize>>>;
+
+/// The node's push streams: the caps, the hubs, the shutdown signal.
 pub struct Push {
     max_streams: usize,
+    per_address: usize,
     open: Arc<AtomicUsize>,
+    by_address: ByAddress,
     hubs: std::sync::Mutex<HashMap<EventId, Arc<Hub>>>,
     closing: watch::Sender<bool>,
 }
@@ -115,17 +121,38 @@ impl std::fmt::Debug for Push {
 }
 
 impl Push {
-    pub fn new(max_streams: usize) -> Self {
+    pub fn new(max_streams: usize, per_address: usize) -> Self {
         Self {
             max_streams,
+            per_address,
             open: Arc::default(),
+            by_address: Arc::default(),
             hubs: std::sync::Mutex::default(),
             closing: watch::channel(false).0,
         }
     }
 
-    /// A place for one more stream, or `None` at `server.max_streams`.
-    pub fn try_open(&self) -> Option<StreamPermit> {
+    /// A place for one more stream of the client at `ip`, or `None` at
+    /// `server.max_streams`, or when that client's address already holds
+    /// `server.max_streams_per_address`: without the second cap, a client
+    /// that cycles session cookies (no join needed: a stream before the
+    /// opening follows the event) could hold every stream of the node from
+    /// an address or two, and every other visitor would poll.
+    pub fn try_open(&self, ip: std::net::IpAddr) -> Option<StreamPermit> {
+        let key = crate::client_ip::address_key(ip);
+        {
+            let mut by_address = lock(&self.by_address);
+            let held = by_address.entry(key).or_insert(0);
+            if *held >= self.per_address {
+                return None;
+            }
+            *held += 1;
+        }
+        // Dropped on the way out below, it gives the address's place back.
+        let mut permit = StreamPermit {
+            open: None,
+            address: Some((self.by_address.clone(), key)),
+        };
         let taken = self
             .open
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
@@ -133,9 +160,8 @@ impl Push {
             })
             .ok()?;
         metrics::gauge!("anteroom_streams_open").set((taken + 1) as f64);
-        Some(StreamPermit {
-            open: self.open.clone(),
-        })
+        permit.open = Some(self.open.clone());
+        Some(permit)
     }
 
     /// Streams open now.
@@ -220,16 +246,30 @@ impl Push {
     }
 }
 
-/// One open stream's place under `server.max_streams`.
+/// One open stream's place under `server.max_streams` and its address's
+/// under `server.max_streams_per_address`, given back when dropped.
 #[derive(Debug)]
 pub struct StreamPermit {
-    open: Arc<AtomicUsize>,
+    open: Option<Arc<AtomicUsize>>,
+    address: Option<(ByAddress, u128)>,
 }
 
 impl Drop for StreamPermit {
     fn drop(&mut self) {
-        let left = self.open.fetch_sub(1, Ordering::AcqRel).saturating_sub(1);
-        metrics::gauge!("anteroom_streams_open").set(left as f64);
+        if let Some(open) = &self.open {
+            let left = open.fetch_sub(1, Ordering::AcqRel).saturating_sub(1);
+            metrics::gauge!("anteroom_streams_open").set(left as f64);
+        }
+        if let Some((by_address, key)) = &self.address {
+            let mut by_address = lock(by_address);
+            if let Some(held) = by_address.get_mut(key) {
+                *held = held.saturating_sub(1);
+                if *held == 0 {
+                    // The map holds only addresses with streams open.
+                    by_address.remove(key);
+                }
+            }
+        }
     }
 }
 
@@ -325,21 +365,60 @@ mod tests {
         assert_eq!(t.admitted_after(1), Some(200 + 40 - RECENT as u64));
     }
 
+    fn ip(text: &str) -> std::net::IpAddr {
+        text.parse().unwrap()
+    }
+
     #[test]
     fn the_cap_counts_open_streams_and_frees_on_drop() {
-        let push = Push::new(2);
-        let a = push.try_open().unwrap();
-        let _b = push.try_open().unwrap();
-        assert!(push.try_open().is_none());
+        let push = Push::new(2, 10);
+        let a = push.try_open(ip("10.0.0.1")).unwrap();
+        let _b = push.try_open(ip("10.0.0.2")).unwrap();
+        assert!(push.try_open(ip("10.0.0.3")).is_none());
         drop(a);
         assert_eq!(push.open(), 1);
-        assert!(push.try_open().is_some());
-        assert!(Push::new(0).try_open().is_none(), "0 turns streams off");
+        assert!(push.try_open(ip("10.0.0.3")).is_some());
+        assert!(
+            Push::new(0, 10).try_open(ip("10.0.0.1")).is_none(),
+            "0 turns streams off"
+        );
+    }
+
+    #[test]
+    fn one_address_holds_at_most_its_share_and_gets_it_back() {
+        let push = Push::new(100, 2);
+        let a = push.try_open(ip("10.0.0.1")).unwrap();
+        let _b = push.try_open(ip("10.0.0.1")).unwrap();
+        assert!(push.try_open(ip("10.0.0.1")).is_none(), "past its share");
+        // An IPv6 client is one client across its /64.
+        let _c = push.try_open(ip("2001:db8::1")).unwrap();
+        let _d = push.try_open(ip("2001:db8::ffff:2")).unwrap();
+        assert!(push.try_open(ip("2001:db8::3")).is_none());
+        assert!(
+            push.try_open(ip("2001:db8:0:1::1")).is_some(),
+            "another /64"
+        );
+        // Another client is not held back by it.
+        assert!(push.try_open(ip("10.0.0.2")).is_some());
+        drop(a);
+        assert!(push.try_open(ip("10.0.0.1")).is_some());
+        // A refusal at the node's cap gives the address's place back.
+        let full = Push::new(1, 5);
+        let _only = full.try_open(ip("10.0.0.9")).unwrap();
+        for _ in 0..10 {
+            assert!(full.try_open(ip("10.0.0.1")).is_none());
+        }
+        assert!(
+            lock(&full.by_address)
+                .get(&crate::client_ip::address_key(ip("10.0.0.1")))
+                .is_none()
+        );
+        assert_eq!(full.open(), 1);
     }
 
     #[tokio::test]
     async fn a_kick_is_kept_for_a_hub_that_is_not_waiting_yet() {
-        let push = Push::new(10);
+        let push = Push::new(10, 10);
         let event = EventId::new("tickets").unwrap();
         let (_stream, hub) = push.subscribe(&event, || (0, 0));
         let hub = hub.expect("the first stream starts the hub");

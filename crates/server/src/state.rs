@@ -270,7 +270,10 @@ impl AppState {
                 .map(|e| (e.id.clone(), e.raw.redacted()))
                 .collect(),
             admin_writes: tokio::sync::Mutex::new(()),
-            push: crate::push::Push::new(config.server.max_streams),
+            push: crate::push::Push::new(
+                config.server.max_streams,
+                config.server.max_streams_per_address,
+            ),
             refusals: Arc::default(),
             events: RwLock::new(Arc::new(Events::build(list))),
         })

@@ -83,7 +83,7 @@ pub async fn stream(
     // a reconnect loop is limited like a poll loop.
     let ip = super::client_ip(&state, &parts.extensions, &parts.headers);
     let visitor = super::enter::polling_visitor(&state, &rt, &parts.headers, ip)?;
-    let Some(permit) = state.push.try_open() else {
+    let Some(permit) = state.push.try_open(ip) else {
         metrics::counter!("anteroom_streams_refused_total").increment(1);
         return Ok(refused());
     };
@@ -123,7 +123,7 @@ fn event_stream(body: Body) -> Response {
 fn refused() -> Response {
     let body = ErrorBody {
         error: "too_many_streams",
-        message: "this node holds as many push streams as it may; poll /api/queue/position instead"
+        message: "this node holds as many push streams as it may, for all or for this address; poll /api/queue/position instead"
             .into(),
         challenge: None,
     };

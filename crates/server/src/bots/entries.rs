@@ -14,7 +14,7 @@ use std::sync::Mutex;
 
 use anteroom_store::EventId;
 
-use super::rate::ip_key;
+use crate::client_ip::address_key;
 
 /// Addresses tracked per node at most; past it new addresses go uncounted
 /// (and are counted in a metric) rather than memory growing without bound.
@@ -98,7 +98,7 @@ impl EntryCounter {
         }
         let windows = self.windows.lock().unwrap_or_else(|p| p.into_inner());
         let recent = windows
-            .get(&(event.clone(), ip_key(ip)))
+            .get(&(event.clone(), address_key(ip)))
             .map_or(0, |w| w.recent(now_ms, cap.window_ms));
         extra_bits(recent, cap.per_window)
     }
@@ -109,7 +109,7 @@ impl EntryCounter {
             return;
         }
         let mut windows = self.windows.lock().unwrap_or_else(|p| p.into_inner());
-        let key = (event.clone(), ip_key(ip));
+        let key = (event.clone(), address_key(ip));
         if !windows.contains_key(&key) && windows.len() >= MAX_ADDRESSES {
             metrics::counter!("anteroom_entry_cap_untracked_total").increment(1);
             return;

@@ -87,7 +87,8 @@ impl Limiters {
             RateKind::Position => &self.position,
         };
         if let Some(l) = &pair.ip {
-            l.check_key(&ip_key(ip)).map_err(|n| self.refusal(&n))?;
+            l.check_key(&crate::client_ip::address_key(ip))
+                .map_err(|n| self.refusal(&n))?;
         }
         if let Some(l) = &pair.session
             && !session.is_empty()
@@ -136,16 +137,4 @@ impl Limiters {
 
 fn quota(per_second: u32) -> Option<Quota> {
     NonZeroU32::new(per_second).map(Quota::per_second)
-}
-
-/// IPv4 as its IPv4-mapped IPv6 form (never a /64 prefix key, whose low 64
-/// bits are zero), IPv6 as its /64 prefix.
-pub(crate) fn ip_key(ip: IpAddr) -> u128 {
-    match ip {
-        IpAddr::V4(v4) => u128::from(v4.to_ipv6_mapped()),
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => u128::from(v4.to_ipv6_mapped()),
-            None => u128::from(v6) & !u128::from(u64::MAX),
-        },
-    }
 }

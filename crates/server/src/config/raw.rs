@@ -60,6 +60,8 @@ pub struct RawServer {
     pub access_log: Option<bool>,
     /// Open push streams (`GET /api/queue/stream`) per node; `0` turns them off.
     pub max_streams: Option<u64>,
+    /// Open push streams per client address (an IPv6 client by its /64) on a node.
+    pub max_streams_per_address: Option<u64>,
     /// Drain mode: gateway nodes sharing the store; each drains within 1/n of the capacity left.
     pub gateway_nodes: Option<u64>,
     /// Drain mode: how long a store that times out must keep failing before its events drain.

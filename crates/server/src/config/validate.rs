@@ -261,6 +261,13 @@ fn server(raw: &RawConfig) -> Result<ServerConfig> {
             "must be between 0 and 10000000",
         ));
     }
+    let per_address = s.max_streams_per_address.unwrap_or(100);
+    if !(1..=10_000_000).contains(&per_address) {
+        return Err(ConfigError::new(
+            "server.max_streams_per_address",
+            "must be between 1 and 10000000",
+        ));
+    }
     Ok(ServerConfig {
         listen: addr(
             "server.listen",
@@ -285,6 +292,7 @@ fn server(raw: &RawConfig) -> Result<ServerConfig> {
         shutdown_grace: duration("server.shutdown_grace", s.shutdown_grace.as_deref(), "10s")?,
         access_log: s.access_log.unwrap_or(false),
         max_streams: usize::try_from(max_streams).unwrap_or(usize::MAX),
+        max_streams_per_address: usize::try_from(per_address).unwrap_or(usize::MAX),
         drain: drain_settings(s)?,
         drain_journal: PathBuf::new(),
         trusted_proxies: Vec::new(),

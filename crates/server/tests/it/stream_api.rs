@@ -33,14 +33,27 @@ struct Sse {
 
 impl Sse {
     async fn open(s: &TestServer, v: &Visitor) -> (StatusCode, http::HeaderMap, Option<Self>) {
-        let client: Client<HttpConnector, Empty<Bytes>> =
+        Self::open_from(s, v, None).await
+    }
+
+    /// [`Sse::open`] through a trusted proxy that says the client is at
+    /// `client`, when given.
+    async fn open_from(
+        s: &TestServer,
+        v: &Visitor,
+        client: Option<&str>,
+    ) -> (StatusCode, http::HeaderMap, Option<Self>) {
+        let http: Client<HttpConnector, Empty<Bytes>> =
             Client::builder(TokioExecutor::new()).build_http();
         let jar: Vec<String> = v.cookies.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        let req = http::Request::get(s.url(STREAM))
+        let mut req = http::Request::get(s.url(STREAM))
             .header("accept", "text/event-stream")
-            .header("cookie", jar.join("; "))
-            .body(Empty::new())
-            .unwrap();
+            .header("cookie", jar.join("; "));
+        if let Some(client) = client {
+            req = req.header("x-forwarded-for", client);
+        }
+        let req = req.body(Empty::new()).unwrap();
+        let client = http;
         let res = client.request(req).await.unwrap();
         let (parts, body) = res.into_parts();
         let sse = (parts.status == StatusCode::OK).then(|| Sse {
@@ -91,6 +104,8 @@ async fn start(max_active: u64, max_streams: u64) -> TestServer {
         .admission(FAST_BATCH);
     let toml = server::config(dir.path(), origin_addr, tickets)
         .server_line(&format!("max_streams = {max_streams}"))
+        // Every visitor here comes from one loopback address.
+        .server_line(&format!("max_streams_per_address = {}", max_streams.max(1)))
         .toml();
     TestServer::start_with(&toml, origin, dir).await
 }
@@ -229,6 +244,50 @@ async fn past_max_streams_a_stream_is_refused_with_503_and_retry_after() {
         Sse::open(&s, &b).await.0 == StatusCode::OK
     })
     .await;
+}
+
+/// One client address holds at most `server.max_streams_per_address` of
+/// the node's streams, so a few addresses cycling session cookies cannot
+/// take every stream; other clients are not held back by it, and a closed
+/// stream gives its address's place back.
+#[tokio::test(flavor = "multi_thread")]
+async fn one_address_holds_at_most_its_share_of_the_streams() {
+    let origin = Origin::start().await;
+    let origin_addr = origin.addr;
+    let dir = tempfile::tempdir().unwrap();
+    let tickets = Event::at("tickets", origin_addr)
+        .max_active(2)
+        .admission(FAST_BATCH);
+    let toml = server::config(dir.path(), origin_addr, tickets)
+        .server_line("max_streams = 100")
+        .server_line("max_streams_per_address = 2")
+        .limit("trusted_proxies = [\"127.0.0.1/32\"]")
+        .toml();
+    let s = TestServer::start_with(&toml, origin, dir).await;
+    s.pause("tickets", "pause").await;
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        let v = joined(&s).await;
+        let (status, _, sse) = Sse::open_from(&s, &v, Some("203.0.113.7")).await;
+        assert_eq!(status, StatusCode::OK);
+        let mut sse = sse.unwrap();
+        sse.next(Duration::from_secs(10)).await.unwrap();
+        held.push(sse);
+    }
+    let third = joined(&s).await;
+    let (status, headers, _) = Sse::open_from(&s, &third, Some("203.0.113.7")).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(headers.get("retry-after").is_some(), "{headers:?}");
+    // Another client opens one.
+    let (status, _, _other) = Sse::open_from(&s, &third, Some("203.0.113.8")).await;
+    assert_eq!(status, StatusCode::OK);
+    // The address's place frees when one of its streams goes.
+    drop(held.pop());
+    server::wait_until("the closed stream's place freed", || async {
+        Sse::open_from(&s, &third, Some("203.0.113.7")).await.0 == StatusCode::OK
+    })
+    .await;
+    s.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -57,6 +57,8 @@ pub fn config(origin: &str, store: &Store<'_>, event: &Event<'_>) -> anteroom::C
 [server]
 admin_token = "sim-admin-token-0123456789"
 insecure_cookies = true
+# The whole crowd comes from one loopback address.
+max_streams_per_address = 100000
 {journal}
 [store]
 {store}
