@@ -71,15 +71,27 @@ impl JwtVerifier {
         let key = decoding_key(config.algorithm, &config.key)?;
         let mut validation = Validation::new(config.algorithm);
         validation.algorithms = vec![config.algorithm];
-        validation.set_required_spec_claims(&["exp", "sub"]);
-        validation.leeway = 5;
+        // jsonwebtoken checks `iss` and `aud` only when the token has them:
+        // a configured issuer or audience must also be present, or any
+        // token of the same key that lacks them (another app's, another
+        // kind of token) would get a place in the queue.
+        let mut required = vec!["exp", "sub"];
         match &config.audience {
-            Some(aud) => validation.set_audience(&[aud]),
+            Some(aud) => {
+                validation.set_audience(&[aud]);
+                required.push("aud");
+            }
             None => validation.validate_aud = false,
         }
         if let Some(iss) = &config.issuer {
             validation.set_issuer(&[iss]);
+            required.push("iss");
         }
+        validation.set_required_spec_claims(&required);
+        // A token not valid yet (a presale's, handed out early) is refused
+        // like an expired one; `nbf` is optional, checked when present.
+        validation.validate_nbf = true;
+        validation.leeway = 5;
         Ok(Self { key, validation })
     }
 
@@ -141,6 +153,60 @@ mod tests {
             ))
             .is_err()
         );
+    }
+
+    fn signed(claims: &serde_json::Value) -> String {
+        encode(
+            &Header::new(Algorithm::HS256),
+            claims,
+            &EncodingKey::from_secret(SECRET.as_bytes()),
+        )
+        .unwrap()
+    }
+
+    /// A configured issuer and audience must be in the token, not only
+    /// right when present, and a token is refused before its `nbf`.
+    #[test]
+    fn issuer_audience_and_not_before_are_enforced() {
+        let v = JwtVerifier::new(&JwtConfig {
+            algorithm: Algorithm::HS256,
+            key: SECRET.into(),
+            issuer: Some("https://id.example".into()),
+            audience: Some("anteroom".into()),
+        })
+        .unwrap();
+        let exp = 4_000_000_000u64;
+        let good = serde_json::json!({"sub": "u", "exp": exp, "iss": "https://id.example", "aud": "anteroom"});
+        assert_eq!(v.subject(&signed(&good)).unwrap(), "u");
+        for (why, claims) in [
+            (
+                "no iss",
+                serde_json::json!({"sub": "u", "exp": exp, "aud": "anteroom"}),
+            ),
+            (
+                "no aud",
+                serde_json::json!({"sub": "u", "exp": exp, "iss": "https://id.example"}),
+            ),
+            ("neither", serde_json::json!({"sub": "u", "exp": exp})),
+            (
+                "wrong iss",
+                serde_json::json!({"sub": "u", "exp": exp, "iss": "https://evil.example", "aud": "anteroom"}),
+            ),
+            (
+                "wrong aud",
+                serde_json::json!({"sub": "u", "exp": exp, "iss": "https://id.example", "aud": "other"}),
+            ),
+            (
+                "not yet valid",
+                serde_json::json!({"sub": "u", "exp": exp, "iss": "https://id.example", "aud": "anteroom", "nbf": exp - 1}),
+            ),
+        ] {
+            assert!(v.subject(&signed(&claims)).is_err(), "{why} was accepted");
+        }
+        // Without issuer or audience configured, neither is asked for; a
+        // past `nbf` is fine.
+        let past = serde_json::json!({"sub": "u", "exp": exp, "nbf": 1_000_000_000u64});
+        assert_eq!(verifier().subject(&signed(&past)).unwrap(), "u");
     }
 
     #[test]
