@@ -37,7 +37,7 @@ pub use challenge::{EnterAnswer, PowAnswer};
 pub use config::{
     BotsConfig, CaptchaConfig, ChallengeLevel, EventBots, HighRiskPolicy, ReputationFiles,
 };
-pub use entries::EntryCap;
+pub use entries::{EntryCap, Pending};
 pub use rate::{RateKind, RateLimited, RateLimits};
 pub use signals::{EnterSignals, HeaderSignals, signals_from_headers};
 
@@ -71,10 +71,24 @@ pub struct Entry<'a> {
 }
 
 /// The visitor may join.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Debug)]
 pub enum EnterVerdict {
-    /// Where in the queue: by arrival, or behind every verified visitor.
-    Join { placement: Placement },
+    /// Where in the queue: by arrival, or behind every verified visitor;
+    /// and the entry the join makes, counted against its address until the
+    /// join ends ([`entries::Pending::joined`] if it made a new one).
+    Join {
+        placement: Placement,
+        entry: Option<entries::Pending>,
+    },
+}
+
+impl EnterVerdict {
+    /// Where the visitor joins.
+    pub fn placement(&self) -> Placement {
+        match self {
+            Self::Join { placement, .. } => *placement,
+        }
+    }
 }
 
 /// The visitor may not join yet.
@@ -217,12 +231,6 @@ impl BotDefence {
         self.inner.throttled.flush(store).await
     }
 
-    /// Counts one new queue entry from `ip` against the event's entry cap.
-    pub fn record_entry(&self, event: &EventId, ip: std::net::IpAddr, now_ms: i64) {
-        let inner = &self.inner;
-        inner.entries.record(inner.entry_cap, event, ip, now_ms);
-    }
-
     /// Re-reads the reputation files now; on error the old lists stay.
     pub fn reload(&self) -> Result<(), BotsError> {
         self.inner.reputation.reload().map(|_| ())
@@ -316,9 +324,26 @@ impl BotDefence {
         if high && ev.high_risk == HighRiskPolicy::Reject {
             return Err(BotRejection::Blocked);
         }
+        let (over_cap, entry_pending) = self
+            .entry_price(event, session, req.ip, store, now_ms)
+            .await;
         if high && ev.high_risk == HighRiskPolicy::Captcha {
             if let Some(captcha) = &self.inner.captcha {
-                return self.captcha_step(captcha, token, req).await;
+                self.captcha_step(captcha, token, req).await?;
+                // Past the address's entry cap a CAPTCHA does not buy an
+                // arrival place: one farmed CAPTCHA per entry would
+                // undercut the rising proof-of-work price (and a bot can
+                // look high-risk on purpose). Such an entry goes behind
+                // every verified visitor.
+                let placement = if over_cap.is_some() {
+                    Placement::Behind
+                } else {
+                    Placement::ByArrival
+                };
+                return Ok(EnterVerdict::Join {
+                    placement,
+                    entry: entry_pending,
+                });
             }
             // Without a provider the safest open door is the back of the queue.
             tracing::warn!(event = %event, "high_risk = captcha but no bots.captcha configured; placing at the back");
@@ -329,9 +354,6 @@ impl BotDefence {
             ChallengeLevel::Medium => risk.level >= RiskLevel::Medium,
             ChallengeLevel::All => true,
         };
-        let over_cap = self
-            .entry_price(event, session, req.ip, store, now_ms)
-            .await;
         if needs_pow || over_cap.is_some() {
             self.pow_step(entry, pow, over_cap.unwrap_or(0), store, now_ms)
                 .await?;
@@ -346,13 +368,17 @@ impl BotDefence {
         } else {
             Placement::ByArrival
         };
-        Ok(EnterVerdict::Join { placement })
+        Ok(EnterVerdict::Join {
+            placement,
+            entry: entry_pending,
+        })
     }
 
     /// The extra proof-of-work bits the entry cap asks of this join, if the
-    /// address is over it. A visitor already in the queue (a reload, a
-    /// second tab) makes no new entry and pays nothing; that costs one
-    /// store read, only for addresses over the cap.
+    /// address is over it, and the join's entry, counted against the
+    /// address while the join is in flight. A visitor already in the queue
+    /// (a reload, a second tab) makes no new entry and pays nothing; that
+    /// costs one store read, only for addresses over the cap.
     async fn entry_price(
         &self,
         event: &EventId,
@@ -360,15 +386,19 @@ impl BotDefence {
         ip: std::net::IpAddr,
         store: &dyn QueueStore,
         now_ms: i64,
-    ) -> Option<u8> {
+    ) -> (Option<u8>, Option<entries::Pending>) {
         let inner = &self.inner;
-        let extra = inner.entries.price(inner.entry_cap, event, ip, now_ms)?;
+        let (extra, pending) = inner.entries.price(inner.entry_cap, event, ip, now_ms);
+        let Some(extra) = extra else {
+            return (None, pending);
+        };
         match store.status(event, session, Touch::Peek).await {
             Ok(anteroom_store::MemberState::None) | Err(_) => {
                 metrics::counter!("anteroom_entry_cap_priced_total").increment(1);
-                Some(extra)
+                (Some(extra), pending)
             }
-            Ok(_) => None,
+            // Queued already: no new entry, nothing to count.
+            Ok(_) => (None, None),
         }
     }
 
@@ -434,14 +464,10 @@ impl BotDefence {
         captcha: &captcha::Captcha,
         token: Option<&str>,
         req: &EnterSignals<'_>,
-    ) -> Result<EnterVerdict, BotRejection> {
+    ) -> Result<(), BotRejection> {
         let reason = match token {
             None => "captcha_required",
-            Some(token) if captcha.verify(token, req.ip).await => {
-                return Ok(EnterVerdict::Join {
-                    placement: Placement::ByArrival,
-                });
-            }
+            Some(token) if captcha.verify(token, req.ip).await => return Ok(()),
             Some(_) => "captcha_failed",
         };
         Err(BotRejection::CaptchaRequired {

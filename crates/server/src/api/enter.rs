@@ -128,7 +128,7 @@ pub async fn bot_check(
     visit: &Visit<'_>,
     visitor: &Visitor,
     answer: Option<&EnterAnswer>,
-) -> Result<Placement, ApiError> {
+) -> Result<(Placement, Option<crate::bots::Pending>), ApiError> {
     let Visit { state, rt, .. } = *visit;
     let req = state.bots.signals(visit.headers, visit.ip);
     let entry = Entry {
@@ -143,7 +143,7 @@ pub async fn bot_check(
         .gate_enter(&entry, state.store.as_ref(), state.now_ms())
         .await;
     match verdict {
-        Ok(EnterVerdict::Join { placement }) => Ok(placement),
+        Ok(EnterVerdict::Join { placement, entry }) => Ok((placement, entry)),
         Err(r) => Err(ApiError::from(r)),
     }
 }
@@ -162,7 +162,7 @@ pub async fn join_checked(
     if matches!(state.phase_of(rt), Phase::Scheduled | Phase::Closed) {
         return Ok(visit.position(member, &MemberState::None));
     }
-    let placement = bot_check(visit, visitor, answer).await?;
+    let (placement, entry) = bot_check(visit, visitor, answer).await?;
     let scoring = JoinScoring::new(
         &state.score_key,
         rt.id().as_str(),
@@ -172,8 +172,12 @@ pub async fn join_checked(
         placement,
     );
     let joined = visit.queue().join(member, &scoring).await?;
-    if joined.new {
-        state.bots.record_entry(rt.id(), visit.ip, state.now_ms());
+    // Counted against the address from its pricing until now (dropped
+    // here when the visitor was queued already).
+    if joined.new
+        && let Some(entry) = entry
+    {
+        entry.joined(state.now_ms());
     }
     // A burst's first polls spread over a few seconds instead of arriving
     // together one `pollAfterMs` after the burst.

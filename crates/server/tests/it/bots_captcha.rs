@@ -115,12 +115,7 @@ async fn verified_token_joins_normally() {
     let (url, seen) = fake_provider().await;
     let d = with_captcha(&url);
     let got = enter(&d, &curl(), Some("good")).await;
-    assert_eq!(
-        got.unwrap(),
-        EnterVerdict::Join {
-            placement: Placement::ByArrival
-        }
-    );
+    assert_eq!(got.unwrap().placement(), Placement::ByArrival);
     let form = seen.lock().unwrap()[0].clone();
     assert_eq!(form, "secret=s3cret&response=good&remoteip=100.64.0.9");
 }
@@ -186,10 +181,8 @@ async fn medium_risk_still_solves_proof_of_work() {
         "{got:?}"
     );
     assert_eq!(
-        enter(&d, &chrome(), None).await.unwrap(),
-        EnterVerdict::Join {
-            placement: Placement::ByArrival
-        }
+        enter(&d, &chrome(), None).await.unwrap().placement(),
+        Placement::ByArrival
     );
     assert!(seen.lock().unwrap().is_empty());
 }
@@ -213,12 +206,7 @@ async fn captcha_policy_without_a_provider_places_at_the_back() {
         answer: None,
     };
     let got = d.gate_enter(&entry, &store, NOW).await;
-    assert_eq!(
-        got.unwrap(),
-        EnterVerdict::Join {
-            placement: Placement::Behind
-        }
-    );
+    assert_eq!(got.unwrap().placement(), Placement::Behind);
 }
 
 #[test]
@@ -255,4 +243,41 @@ fn only_plain_http_verify_urls_without_credentials_start() {
             "the secret must not be logged"
         );
     }
+}
+
+/// Past the address's entry cap a CAPTCHA does not buy an arrival place:
+/// one farmed CAPTCHA per entry would undercut the rising proof-of-work
+/// price the cap asks of everyone else (and a bot can look high-risk on
+/// purpose). Those entries join behind every verified visitor.
+#[tokio::test]
+async fn past_the_entry_cap_a_captcha_joins_behind() {
+    let (url, _) = fake_provider().await;
+    let cfg = BotsConfig {
+        captcha: Some(CaptchaConfig {
+            verify_url: url,
+            secret: "s3cret".into(),
+            site_key: Some("site-key-1".into()),
+            timeout: Duration::from_millis(300),
+        }),
+        ..BotsConfig::default()
+    };
+    let limits = RateLimits {
+        entries_per_ip: 2,
+        ..RateLimits::default()
+    };
+    let d = BotDefence::new(&cfg, limits, crate::support::bots::keyring()).unwrap();
+    for _ in 0..2 {
+        match enter(&d, &curl(), Some("good")).await.unwrap() {
+            EnterVerdict::Join {
+                placement,
+                entry: Some(entry),
+            } => {
+                assert_eq!(placement, Placement::ByArrival);
+                entry.joined(NOW);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    let past = enter(&d, &curl(), Some("good")).await.unwrap();
+    assert_eq!(past.placement(), Placement::Behind);
 }

@@ -87,6 +87,34 @@ async fn past_the_entry_cap_an_address_pays_proof_of_work_rising_with_the_excess
     assert_eq!(paid, [Some(8), Some(8), Some(9), Some(9)]);
 }
 
+/// Joins sent at one moment from one address are priced one after the
+/// other: each in flight counts as an entry. They were all priced by the
+/// count from before any of them, so 60 at once all joined free under a
+/// cap of 3.
+#[tokio::test]
+async fn joins_sent_together_cannot_share_the_free_entries() {
+    let head = "[limits]\nper_ip_per_second = 0\nper_session_per_second = 0\n\
+                entries_per_ip = 3\nentries_window = \"10m\"\n\
+                trusted_proxies = [\"127.0.0.1/32\"]";
+    let s = start(head, "bots = { challenge = \"off\", difficulty = 8 }").await;
+    let s = &s;
+    let h = with_xff(CHROME, NAT);
+    let answers = futures::future::join_all((0..60).map(|_| {
+        let h = h.clone();
+        async move {
+            let mut v = Visitor::default();
+            call(s, &mut v, Method::POST, ENTER, &h, None).await.0
+        }
+    }))
+    .await;
+    let free = answers.iter().filter(|s| **s == StatusCode::OK).count();
+    let priced = answers
+        .iter()
+        .filter(|s| **s == StatusCode::UNAUTHORIZED)
+        .count();
+    assert_eq!((free, priced), (3, 57), "{answers:?}");
+}
+
 #[tokio::test]
 async fn a_rate_limited_poll_still_keeps_the_place_from_the_idle_sweep() {
     // One poll a second per address. A client without a session hammers
