@@ -269,6 +269,39 @@ impl BotDefence {
         self.inner.limiters.check_ip(kind, ip)
     }
 
+    /// Whether `answer` answers what enter could have asked this caller:
+    /// a proof-of-work answer to a challenge issued for this event and
+    /// session (its signature, binding, expiry and work checked, nothing
+    /// spent), or a CAPTCHA token on an event that asks for one. Such an
+    /// answer follows the call that asked for it within the second, so it
+    /// is counted against the address alone; a made-up one (any string and
+    /// a number) must not buy its way past the session limit.
+    pub fn answers_what_enter_asks(
+        &self,
+        ev: &EventBots,
+        event: &EventId,
+        session: &str,
+        answer: &EnterAnswer,
+        now_ms: i64,
+    ) -> bool {
+        let pow = match answer.pow_answer() {
+            PowAnswer::Answer { challenge, nonce } => anteroom_core::pow::verify(
+                &self.inner.keyring,
+                challenge,
+                nonce,
+                event.as_str(),
+                session,
+                now_ms,
+            )
+            .is_ok(),
+            PowAnswer::None | PowAnswer::Garbage => false,
+        };
+        let captcha = answer.captcha_token.is_some()
+            && ev.high_risk == HighRiskPolicy::Captcha
+            && self.inner.captcha.is_some();
+        pow || captcha
+    }
+
     /// Scores a request: header signals plus the IP's reputation.
     pub fn assess(&self, req: &EnterSignals<'_>) -> Assessment {
         let lists = self.inner.reputation.current();

@@ -13,7 +13,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
 use super::{QueuePosition, Visit, add_cookie, client_ip, parse_json, read_body, resolve_event};
-use crate::bots::{EnterAnswer, EnterVerdict, Entry, EventBots, PowAnswer, RateKind};
+use crate::bots::{EnterAnswer, EnterVerdict, Entry, EventBots, RateKind};
 use crate::error::ApiError;
 use crate::identity::{self, Mint, Visitor};
 use crate::queue::{Queue, Read, draining_error};
@@ -77,10 +77,16 @@ pub async fn enter_from(
     // the cookie so the retry is the same session. The answer to a
     // challenge follows the call that asked for it within the second: under
     // the session limit a real browser would have it refused and solve
-    // twice, so it counts against the address alone (a garbage answer
-    // still counts against both).
+    // twice, so it counts against the address alone (an answer to nothing
+    // enter asked, such as a made-up challenge, still counts against both).
     let answering = body.as_ref().is_some_and(|a| {
-        matches!(a.pow_answer(), PowAnswer::Answer { .. }) || a.captcha_token.is_some()
+        state.bots.answers_what_enter_asks(
+            &EventBots::from(&rt.config.bots),
+            rt.id(),
+            &visitor.member,
+            a,
+            state.now_ms(),
+        )
     });
     let limited = if answering {
         state.bots.check_rate_ip(RateKind::Enter, visit.ip)

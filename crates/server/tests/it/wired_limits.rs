@@ -76,6 +76,27 @@ async fn per_session_limits_answer_429_with_retry_after() {
     s.stop().await;
 }
 
+/// An answer to a challenge is counted against the address alone (it
+/// follows the call that asked for it within the second), but only a real
+/// one: a made-up challenge and a number, or a CAPTCHA token where none is
+/// asked, bought its way past the session limit.
+#[tokio::test]
+async fn only_a_real_answer_is_spared_the_session_limit() {
+    let head = "[limits]\nper_ip_per_second = 0\nentries_per_ip = 0\nper_session_per_second = 1";
+    let s = start(head, "").await;
+    for junk in [
+        serde_json::json!({"challenge": "made-up", "nonce": 1}),
+        serde_json::json!({"captchaToken": "x"}),
+    ] {
+        let mut v = Visitor::default();
+        let (status, _, _) = call(&s, &mut v, Method::POST, ENTER, CHROME, None).await;
+        assert_eq!(status, StatusCode::OK);
+        let (status, h, body) = call(&s, &mut v, Method::POST, ENTER, CHROME, Some(&junk)).await;
+        limited(status, &h, &body);
+    }
+    s.stop().await;
+}
+
 /// A join sent over a connection from `from` (any loopback address: Linux
 /// has the whole 127/8) with a browser's headers and no session: its status.
 async fn enter_from(from: &str, s: &crate::support::server::TestServer) -> StatusCode {
