@@ -143,6 +143,28 @@ impl Wal {
             read[i] = true;
             chain(&bytes[i], upto, &mut out)?;
         }
+        // A file that starts with a whole record (its checksum holds) past
+        // the one after the last read: the records between are missing.
+        // Every round of the log starts right after a checkpoint, so that
+        // happens only when the redb file lost what it held (emptied,
+        // replaced by an older copy); going on would clear the log and lose
+        // its acknowledged joins for good. Not after a failed write in this
+        // process (`upto`), where records past it were refused anyway.
+        if upto.is_none() {
+            for (i, b) in bytes.iter().enumerate() {
+                if let Some(seq) = first_record(b).filter(|&seq| !read[i] && seq > out.seq + 1) {
+                    return Err(Error::new(
+                        ErrorKind::InvalidData,
+                        format!(
+                            "the write-ahead log starts at record {seq}, but the redb file holds \
+                             records up to {} only: the records between are missing (was the \
+                             redb file emptied or replaced?)",
+                            out.seq
+                        ),
+                    ));
+                }
+            }
+        }
         Ok(out)
     }
 
@@ -248,6 +270,17 @@ fn chain(bytes: &[u8], upto: Option<u64>, out: &mut Replayed) -> Result<(), Erro
         at += HEADER + n;
     }
     Ok(())
+}
+
+/// The sequence of the whole record at the start of `bytes`, if one is
+/// there (its checksum holds).
+fn first_record(bytes: &[u8]) -> Option<u64> {
+    let head = bytes.get(..HEADER)?;
+    let n = u32::from_le_bytes(word(head, 0)) as usize;
+    let seq = u64::from_le_bytes(word(head, 4));
+    let crc = u32::from_le_bytes(word(head, 12));
+    let payload = bytes.get(HEADER..HEADER.checked_add(n)?)?;
+    (checksum(seq, payload) == crc).then_some(seq)
 }
 
 fn checksum(seq: u64, payload: &[u8]) -> u32 {
@@ -460,6 +493,40 @@ mod tests {
         // Opened again with nothing new: the same, nothing replayed twice.
         let (db, _) = open_event(&path, &opts(), None).unwrap();
         assert_eq!(waiting(&db, &path), ["a", "b", "c", "d"]);
+    }
+
+    /// An event file emptied (or replaced by an older copy) while its log
+    /// holds acknowledged records: the open is refused as corrupt, and the
+    /// log is kept, rather than the file taken as a new event and the log
+    /// cleared with every join in it.
+    #[test]
+    fn a_log_that_does_not_follow_on_from_the_file_is_refused_and_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("e.redb");
+        {
+            let (_db, mut wal) = open_event(&path, &opts(), None).unwrap();
+            wal.append(&batch(&["a"], 1), counters(1)).unwrap();
+            wal.append(&batch(&["b"], 2), counters(2)).unwrap();
+        }
+        {
+            // The next open writes 1–2 into the file and starts the log
+            // again after them; 3 is acknowledged, then the process dies.
+            let (_db, mut wal) = open_event(&path, &opts(), None).unwrap();
+            wal.append(&batch(&["c"], 3), counters(3)).unwrap();
+        }
+        std::fs::File::create(&path).unwrap().set_len(0).unwrap();
+        let logs = paths_for(&path);
+        let sizes = || logs.each_ref().map(|l| std::fs::metadata(l).unwrap().len());
+        let before = sizes();
+        match open_event(&path, &opts(), None) {
+            Err(StoreError::Corrupt(m)) => {
+                assert!(m.contains("records between are missing"), "{m}")
+            }
+            Err(e) => panic!("{e}"),
+            Ok(_) => panic!("an emptied file was taken as a new event"),
+        }
+        assert_eq!(sizes(), before, "the log is kept");
+        assert!(before[0] > 0);
     }
 
     #[test]
