@@ -131,6 +131,9 @@ struct Inner {
     entries: entries::EntryCounter,
     entry_cap: EntryCap,
     throttled: seen::ThrottledSeen,
+    /// Whether the missing CAPTCHA provider was logged: every high-risk
+    /// arrival meets it, and a visitor decides what looks high-risk.
+    told_no_captcha: std::sync::atomic::AtomicBool,
 }
 
 impl BotDefence {
@@ -162,6 +165,7 @@ impl BotDefence {
                     window_ms: limits.entries_window_ms,
                 },
                 throttled: seen::ThrottledSeen::default(),
+                told_no_captcha: std::sync::atomic::AtomicBool::new(false),
             }),
         })
     }
@@ -378,8 +382,15 @@ impl BotDefence {
                     entry: entry_pending,
                 });
             }
-            // Without a provider the safest open door is the back of the queue.
-            tracing::warn!(event = %event, "high_risk = captcha but no bots.captcha configured; placing at the back");
+            // Without a provider the safest open door is the back of the
+            // queue. Said once: any visitor can look high-risk.
+            if !self
+                .inner
+                .told_no_captcha
+                .swap(true, std::sync::atomic::Ordering::Relaxed)
+            {
+                tracing::warn!(event = %event, "high_risk = captcha but no bots.captcha configured; placing high-risk visitors at the back (said once)");
+            }
         }
         let needs_pow = match ev.challenge {
             ChallengeLevel::Off => false,

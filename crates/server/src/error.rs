@@ -179,7 +179,11 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let code = self.code();
         metrics::counter!("anteroom_rejections_total", "reason" => code).increment(1);
-        if self.source() != Source::Downstream {
+        // A drain is logged once, when it begins ("queue store unreachable;
+        // draining"): the crowd's requests answered `draining` meanwhile
+        // are counted (above), not each logged, or the log would grow with
+        // the crowd's retries just when the operator reads it.
+        if self.source() == Source::Internal {
             tracing::warn!(error = code, source = ?self.source(), "request failed");
         }
         let status = self.status();
@@ -234,6 +238,50 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The log lines written while `f` runs.
+    fn logged(f: impl FnOnce()) -> String {
+        #[derive(Clone, Default)]
+        struct Buf(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+        impl std::io::Write for Buf {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let buf = Buf::default();
+        let writer = buf.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_max_level(tracing::Level::INFO)
+            .with_writer(move || writer.clone())
+            .finish();
+        tracing::subscriber::with_default(subscriber, f);
+        String::from_utf8(buf.0.lock().unwrap().clone()).unwrap()
+    }
+
+    /// A crowd retrying through a drain would otherwise write a warning a
+    /// request; an internal error is still logged.
+    #[test]
+    fn draining_answers_are_counted_not_logged() {
+        let text = logged(|| {
+            for _ in 0..3 {
+                drop(
+                    ApiError::Draining {
+                        retry_after_secs: 2,
+                    }
+                    .into_response(),
+                );
+                drop(ApiError::UnknownEvent.into_response());
+            }
+            drop(ApiError::Internal.into_response());
+        });
+        assert_eq!(text.matches("request failed").count(), 1, "{text}");
+        assert!(text.contains("error=\"internal\""), "{text}");
+    }
 
     #[test]
     fn codes_and_statuses_are_stable() {
