@@ -52,8 +52,9 @@ pub struct Visitor {
     /// The queue member: the session id or the JWT `sub`.
     pub member: String,
     /// `Set-Cookie` for the session cookie: a session created by this
-    /// request, or an old unprefixed cookie set again under the `__Host-`
-    /// name.
+    /// request, or on a call that may set cookies (enter, the waiting
+    /// page) the session cookie set again for another day, under the
+    /// `__Host-` name.
     pub new_cookie: Option<HeaderValue>,
     /// Whether this request created the session (it cannot be queued yet).
     pub created: bool,
@@ -92,10 +93,14 @@ pub fn resolve(
             created: false,
         }));
     }
-    if let Some((sid, name)) = session_id(headers, cookies) {
-        // An old unprefixed cookie moves to the `__Host-` name (and its new
-        // `SameSite`) on the first call that may set cookies.
-        let new_cookie = (create && name == CookieName::Old)
+    if let Some((sid, _)) = session_id(headers, cookies) {
+        // Every call that may set cookies sets it again: its day counts
+        // from the last enter or page load, not from the first visit, so a
+        // visitor who opened a countdown page yesterday does not lose the
+        // session (and its place) in the middle of today's queue. An old
+        // unprefixed cookie moves to the `__Host-` name (and its new
+        // `SameSite`) on the way.
+        let new_cookie = create
             .then(|| cookies.session_cookie(sid, Some(SESSION_MAX_AGE)))
             .flatten();
         return Ok(Some(Visitor {

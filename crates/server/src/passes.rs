@@ -321,11 +321,20 @@ pub fn cookie_over(
     let passes = merge(&state.keyring, current, rt.id(), pass);
     let value = crate::identity::CookieSettings::pass_value_for(member, &passes);
     // The cookie outlives one pass so an expired pass of a still-active
-    // session reaches the gate, which then renews it.
+    // session reaches the gate, which then renews it. It holds the passes
+    // of every event the visitor is active in, so it lives as long as the
+    // longest session any of them allows: this event's own `session_ttl`
+    // dropped another event's longer-lived pass while its session went
+    // on, and the visitor was sent to that event's waiting room, told they
+    // had access, and sent back, round and round.
     let max_age = if value.is_empty() {
         std::time::Duration::ZERO
     } else {
-        rt.config.session_ttl
+        state
+            .events()
+            .iter()
+            .map(|e| e.config.session_ttl)
+            .fold(rt.config.session_ttl, std::cmp::max)
     };
     cookies
         .pass_cookie(&value, Some(max_age))

@@ -106,6 +106,10 @@ pub async fn redeem_browser(
     let location = HeaderValue::from_str(&target).unwrap_or(HeaderValue::from_static("/"));
     response.headers_mut().insert(header::LOCATION, location);
     response.headers_mut().append(header::SET_COOKIE, cookie);
+    // It carries the visitor's pass, as the JSON answer does.
+    response
+        .headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     Ok(response)
 }
 

@@ -850,3 +850,40 @@ async fn an_answer_carrying_a_renewed_pass_is_private_to_the_visitor() {
     assert_eq!(renewed["cache-control"], "private, max-age=600");
     s.stop().await;
 }
+
+/// The pass cookie holds the passes of every event the visitor is active
+/// in, so it lives as long as the longest session any event allows. It
+/// took the `session_ttl` of the event redeemed last: a shorter one dropped
+/// another event's pass while its session went on, and that event's
+/// waiting room then told the visitor they had access and sent them back,
+/// round and round.
+#[tokio::test]
+async fn the_pass_cookie_lives_as_long_as_the_longest_session() {
+    let origin = Origin::options().echo_headers().start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let toml = ConfigBuilder::new()
+        .embedded(dir.path())
+        .no_rate_limits()
+        .event(
+            Event::at("tickets", origin.addr)
+                .admission(FAST_BATCH)
+                .line("session_ttl = \"10m\""),
+        )
+        .event(
+            Event::at("merch", origin.addr)
+                .paths(&["/merch"])
+                .line("session_ttl = \"2h\""),
+        )
+        .toml();
+    let s = server::TestServer::start_with(&toml, origin, dir).await;
+    let mut v = Visitor::default();
+    admit(&s, &mut v).await;
+    let pass = v
+        .set_cookies
+        .iter()
+        .rev()
+        .find(|c| c.contains("anteroom_pass="))
+        .expect("the redeem set the pass cookie");
+    assert!(pass.contains("Max-Age=7200"), "{pass}");
+    s.stop().await;
+}

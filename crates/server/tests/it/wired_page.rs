@@ -90,11 +90,22 @@ async fn without_javascript_the_page_shows_the_position_and_continues_once_admit
     assert!(html.contains("You are number 2 in line"), "{html}");
     assert!(html.contains(r#"<meta http-equiv="refresh""#), "{html}");
     assert!(html.contains(r#"data-status="WAITING""#), "{html}");
-    // The refresh keeps the place and the session.
-    let set_cookies = v.set_cookies.len();
+    // The refresh keeps the place and the session, whose cookie it sets
+    // again for another day (it counts from the last page load or enter).
+    let sid = v.cookie("__Host-anteroom_sid").unwrap().to_owned();
     let html = page(&s, &mut v).await;
     assert!(html.contains("You are number 2 in line"), "{html}");
-    assert_eq!(v.set_cookies.len(), set_cookies, "no second session");
+    assert_eq!(
+        v.cookie("__Host-anteroom_sid"),
+        Some(sid.as_str()),
+        "no second session"
+    );
+    let again = v.set_cookies.last().unwrap();
+    assert!(
+        again.starts_with(&format!("__Host-anteroom_sid={sid};"))
+            && again.contains("Max-Age=86400"),
+        "{again}"
+    );
 
     // The two ahead leave; the page turns into the continue link.
     for w in [&mut second, &mut first] {
