@@ -524,9 +524,14 @@ where
 /// Whether `err` (or one of its causes) is a request body that stopped
 /// arriving, or arrived too slowly, for `server.body_read_timeout`.
 pub fn is_body_timeout(err: &(dyn std::error::Error + 'static)) -> bool {
+    caused_by::<BodyTimeout>(err)
+}
+
+/// Whether `err` or one of its causes is an `E`.
+fn caused_by<E: std::error::Error + 'static>(err: &(dyn std::error::Error + 'static)) -> bool {
     let mut cause = Some(err);
     while let Some(e) = cause {
-        if e.is::<BodyTimeout>() {
+        if e.is::<E>() {
             return true;
         }
         cause = e.source();
@@ -537,14 +542,7 @@ pub fn is_body_timeout(err: &(dyn std::error::Error + 'static)) -> bool {
 /// Whether `err` (or one of its causes) is a request body that broke off
 /// or broke its framing ([`BrokenBody`]).
 pub fn is_broken_body(err: &(dyn std::error::Error + 'static)) -> bool {
-    let mut cause = Some(err);
-    while let Some(e) = cause {
-        if e.is::<BrokenBody>() {
-            return true;
-        }
-        cause = e.source();
-    }
-    false
+    caused_by::<BrokenBody>(err)
 }
 
 /// HTTP/1 and HTTP/2 settings of one connection.
