@@ -345,5 +345,34 @@ impl Config {
     }
 }
 
+/// A file's bytes, only if it is a regular file of at most `limit` bytes.
+/// Paths of key and certificate files come from operators and, for JWT
+/// keys, through the admin API, and they are read on the event loop: a
+/// FIFO there would block `open` until something writes to it (every
+/// connection of the node waits with it, and a stop signal too), and
+/// `/dev/zero` would be read until memory ran out. So the file is opened
+/// without blocking, must be a regular file (checked on the opened file,
+/// so it cannot be swapped in between) and is read up to `limit`.
+pub fn read_regular_file(path: &Path, limit: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::{Error, ErrorKind, Read};
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
+        .open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(Error::new(ErrorKind::InvalidInput, "not a regular file"));
+    }
+    let mut bytes = Vec::new();
+    file.take(limit + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > limit {
+        return Err(Error::new(
+            ErrorKind::InvalidInput,
+            format!("larger than {} KiB", limit / 1024),
+        ));
+    }
+    Ok(bytes)
+}
+
 #[cfg(test)]
 mod tests;

@@ -698,31 +698,13 @@ fn one_source(
 /// hundred bytes.
 const KEY_FILE_LIMIT: u64 = 64 * 1024;
 
-/// A key file's text. The path may come through the admin API, and
-/// validation runs on the event loop: a FIFO there would block `open`
-/// until something writes to it (every connection of the node waited with
-/// it), and `/dev/zero` would be read until memory ran out. So the file is
-/// opened without blocking, must be a regular file (checked on the opened
-/// file, so it cannot be swapped in between) and is read up to a limit.
+/// A key file's text, read as [`crate::config::read_regular_file`] reads:
+/// the path may come through the admin API, and validation runs on the
+/// event loop.
 fn read_key_file(path: &str) -> std::io::Result<String> {
-    use std::io::{Error, ErrorKind, Read};
-    use std::os::unix::fs::OpenOptionsExt;
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
-        .open(path)?;
-    if !file.metadata()?.is_file() {
-        return Err(Error::new(ErrorKind::InvalidInput, "not a regular file"));
-    }
-    let mut text = String::new();
-    file.take(KEY_FILE_LIMIT + 1).read_to_string(&mut text)?;
-    if text.len() as u64 > KEY_FILE_LIMIT {
-        return Err(Error::new(
-            ErrorKind::InvalidInput,
-            format!("larger than {} KiB", KEY_FILE_LIMIT / 1024),
-        ));
-    }
-    Ok(text)
+    let bytes = super::read_regular_file(std::path::Path::new(path), KEY_FILE_LIMIT)?;
+    String::from_utf8(bytes)
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "not UTF-8 text"))
 }
 
 fn admission(key: &str, a: Option<&RawAdmission>) -> Result<Admission> {

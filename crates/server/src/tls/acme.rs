@@ -85,8 +85,8 @@ impl Acme {
     /// Serves the stored certificate, if there is one for these domains.
     pub fn load_stored(&self, now: i64) {
         let (Ok(cert), Ok(key)) = (
-            std::fs::read(self.cert_path()),
-            std::fs::read(self.key_path()),
+            certs::read(&self.cert_path()),
+            certs::read(&self.key_path()),
         ) else {
             return;
         };

@@ -44,13 +44,22 @@ pub struct Loaded {
     pub not_after: i64,
 }
 
+/// The most of a certificate or key file read: a chain is a few KiB.
+const FILE_LIMIT: u64 = 1024 * 1024;
+
+/// A certificate or key file's bytes, read only from a regular file (a
+/// FIFO at the path hung the start, and a reload froze the listeners).
+pub fn read(path: &std::path::Path) -> std::io::Result<Vec<u8>> {
+    crate::config::read_regular_file(path, FILE_LIMIT)
+}
+
 /// Reads and checks the pair named by `files`.
 pub fn load_files(files: &CertFiles, provider: &CryptoProvider) -> Result<Loaded, CertError> {
     let cert_key = format!("{}.cert", files.key_name);
     let key_key = format!("{}.key", files.key_name);
-    let cert_pem = std::fs::read(&files.cert)
+    let cert_pem = read(&files.cert)
         .map_err(|e| CertError::new(&cert_key, &files.cert, format!("cannot read: {e}")))?;
-    let key_pem = std::fs::read(&files.key)
+    let key_pem = read(&files.key)
         .map_err(|e| CertError::new(&key_key, &files.key, format!("cannot read: {e}")))?;
     let chain = parse_chain(&cert_pem).map_err(|r| CertError::new(&cert_key, &files.cert, r))?;
     let key = parse_key(&key_pem, provider).map_err(|r| CertError::new(&key_key, &files.key, r))?;

@@ -92,8 +92,8 @@ fn check_pair(
 /// Both files' bytes, hashed: a rewrite in place, a rename over the file or
 /// a symlink switch all show, whatever the file times say.
 fn digest(f: &CertFiles) -> Option<[u8; 32]> {
-    let cert = std::fs::read(&f.cert).ok()?;
-    let key = std::fs::read(&f.key).ok()?;
+    let cert = super::certs::read(&f.cert).ok()?;
+    let key = super::certs::read(&f.key).ok()?;
     let mut h = Sha256::new();
     h.update((cert.len() as u64).to_le_bytes());
     h.update(&cert);

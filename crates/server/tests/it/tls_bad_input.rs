@@ -99,6 +99,47 @@ async fn bad_pairs_stop_the_start_naming_key_and_file() {
     assert!(e.contains("server.tls.cert"), "{e}");
 }
 
+/// A FIFO or a device at a certificate or key path is refused at once,
+/// naming the key: reading it hung the start (and, on a reload, froze the
+/// listeners), and `/dev/zero` was read until memory ran out.
+#[tokio::test]
+async fn a_fifo_or_a_device_at_a_pair_path_is_refused_at_once() {
+    let ca = Ca::new("test ca");
+    let a = ca.leaf(&[HOST], 30);
+    let pem = a.cert_pem.clone();
+    let fifo = "cert = \"{dir}/site.crt\"\nkey = \"{dir}/fifo.key\"";
+    let e = tokio::time::timeout(
+        Duration::from_secs(20),
+        start_error(fifo, move |d| {
+            std::fs::write(d.join("site.crt"), &pem).unwrap();
+            rustix::fs::mknodat(
+                rustix::fs::CWD,
+                &d.join("fifo.key"),
+                rustix::fs::FileType::Fifo,
+                rustix::fs::Mode::from_raw_mode(0o600),
+                0,
+            )
+            .unwrap();
+        }),
+    )
+    .await
+    .expect("the start hung on the FIFO");
+    assert!(
+        e.contains("server.tls.key") && e.contains("not a regular file"),
+        "{e}"
+    );
+    let e = tokio::time::timeout(
+        Duration::from_secs(20),
+        start_error("cert = \"/dev/zero\"\nkey = \"{dir}/site.key\"", |_| {}),
+    )
+    .await
+    .expect("the start read /dev/zero");
+    assert!(
+        e.contains("server.tls.cert") && e.contains("not a regular file"),
+        "{e}"
+    );
+}
+
 #[tokio::test]
 async fn garbage_plain_http_and_broken_handshakes_are_closed_cleanly() {
     let ca = Ca::new("test ca");
