@@ -114,7 +114,7 @@ async fn a_fifo_or_a_device_at_a_pair_path_is_refused_at_once() {
             std::fs::write(d.join("site.crt"), &pem).unwrap();
             rustix::fs::mknodat(
                 rustix::fs::CWD,
-                &d.join("fifo.key"),
+                d.join("fifo.key"),
                 rustix::fs::FileType::Fifo,
                 rustix::fs::Mode::from_raw_mode(0o600),
                 0,
