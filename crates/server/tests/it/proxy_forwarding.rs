@@ -577,12 +577,9 @@ async fn two_pages_from(answer: &'static [u8], access_log: bool) -> Vec<(Vec<Str
     .await
 }
 
-/// [`two_pages_from`] for any `request` (sent twice).
-async fn two_answers_to(
-    request: &[u8],
-    answer: &'static [u8],
-    access_log: bool,
-) -> Vec<(Vec<String>, Vec<u8>)> {
+/// A server whose default origin answers every request with `answer`,
+/// the access log on or off.
+async fn behind_raw_origin(answer: &'static [u8], access_log: bool) -> server::TestServer {
     let raw = raw_origin(answer).await;
     let origin = Origin::start().await;
     let dir = tempfile::tempdir().unwrap();
@@ -593,7 +590,16 @@ async fn two_answers_to(
         .no_rate_limits()
         .event(Event::at("tickets", origin.addr))
         .toml();
-    let s = server::TestServer::start_with(&toml, origin, dir).await;
+    server::TestServer::start_with(&toml, origin, dir).await
+}
+
+/// [`two_pages_from`] for any `request` (sent twice).
+async fn two_answers_to(
+    request: &[u8],
+    answer: &'static [u8],
+    access_log: bool,
+) -> Vec<(Vec<String>, Vec<u8>)> {
+    let s = behind_raw_origin(answer, access_log).await;
     let mut conn = tokio::net::TcpStream::connect(s.public).await.unwrap();
     let mut answers = Vec::new();
     for _ in 0..2 {
@@ -750,17 +756,7 @@ async fn bodiless_answers_carry_no_length() {
     ] {
         let answer: &'static [u8] = answer;
         for access_log in [false, true] {
-            let raw = raw_origin(answer).await;
-            let origin = Origin::start().await;
-            let dir = tempfile::tempdir().unwrap();
-            let toml = ConfigBuilder::new()
-                .server_line(&format!("default_origin = \"http://{raw}\""))
-                .server_line(&format!("access_log = {access_log}"))
-                .embedded(dir.path())
-                .no_rate_limits()
-                .event(Event::at("tickets", origin.addr))
-                .toml();
-            let s = server::TestServer::start_with(&toml, origin, dir).await;
+            let s = behind_raw_origin(answer, access_log).await;
             let mut conn = tokio::net::TcpStream::connect(s.public).await.unwrap();
             conn.write_all(
                 b"GET /page HTTP/1.1\r\nHost: shop.example\r\n\r\n"
