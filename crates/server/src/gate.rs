@@ -45,7 +45,7 @@ use crate::config::MAX_HEADER_BYTES;
 use crate::error::ApiError;
 use crate::identity;
 use crate::passes::{self, PassCheck};
-use crate::proxy::{ClientHop, Outgoing};
+use crate::proxy::{ClientHop, NotTheOrigins, Outgoing};
 use crate::queue::{Queue, Read};
 use crate::serve::Answer;
 use crate::state::{AppState, EventRuntime};
@@ -362,11 +362,13 @@ impl Forward {
             // as the gate sees them, timed on the injected clock from the
             // pass's check (a few microseconds before, against
             // milliseconds).
-            let status = response.status().as_u16();
-            let done_ms = state.now_ms();
-            rt.live
-                .admission
-                .record_origin(done_ms, done_ms - pass.now_ms, status);
+            if response.extensions().get::<NotTheOrigins>().is_none() {
+                let status = response.status().as_u16();
+                let done_ms = state.now_ms();
+                rt.live
+                    .admission
+                    .record_origin(done_ms, done_ms - pass.now_ms, status);
+            }
             let cookie = if commands::take(response.headers_mut()).release {
                 commands::release(state, rt, member, pass.session_start_us).await;
                 let text = passes.as_ref().and_then(Passes::text);

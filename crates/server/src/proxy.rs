@@ -25,9 +25,9 @@ mod headers;
 mod origin;
 pub mod upgrade;
 
-use crate::serve::Answer;
 /// Marked by the listener; read here for the forwarded scheme.
 pub use crate::serve::ClientScheme;
+use crate::serve::{Answer, ConnectionSlot};
 pub use error::ProxyError;
 pub use headers::ClientHop;
 pub use upgrade::{SESSION_WATCH_EVERY, SessionEnd, SessionWatch};
@@ -137,6 +137,9 @@ impl Proxy {
         client: &ClientHop,
         extra: &[(HeaderName, HeaderValue)],
     ) -> Outgoing {
+        // Only a connection hyper serves carries its slot (the door's
+        // HTTP/1 requests come one at a time, within the budget).
+        let slot = req.extensions().get::<ConnectionSlot>().cloned();
         let to = match Self::outgoing(req, origin, client, extra) {
             Ok(to) => to,
             Err(err) => To::Refused(err),
@@ -144,6 +147,7 @@ impl Proxy {
         Outgoing {
             origin: origin.clone(),
             to,
+            slot,
         }
     }
 
@@ -199,7 +203,7 @@ impl Proxy {
         let client_side = upgrade.as_ref().and_then(|_| {
             Some(upgrade::ClientSide {
                 upgrade: parts.extensions.remove::<OnUpgrade>()?,
-                slot: parts.extensions.remove::<crate::serve::ConnectionSlot>(),
+                slot: parts.extensions.remove::<ConnectionSlot>(),
                 session: parts.extensions.remove::<SessionWatch>(),
             })
         });
@@ -234,6 +238,19 @@ impl Proxy {
     #[allow(clippy::manual_async_fn)]
     pub fn send(&self, outgoing: Outgoing) -> impl Future<Output = Answer> + Send + '_ {
         async move {
+            let lease = match &outgoing.slot {
+                Some(slot) if !matches!(outgoing.to, To::Refused(_)) => {
+                    match slot.origin_lease().await {
+                        Ok(lease) => Some(lease),
+                        Err(_) => {
+                            let mut refused = ProxyError::AtConnectionCap.into_response();
+                            refused.extensions_mut().insert(NotTheOrigins);
+                            return refused.into();
+                        }
+                    }
+                }
+                _ => None,
+            };
             let sent = match outgoing.to {
                 To::Lean { head, head_only } => match origin_authority(&outgoing.origin) {
                     Ok(authority) => origin::send_head(
@@ -254,7 +271,10 @@ impl Proxy {
                 To::Refused(err) => Err(err),
             };
             match sent {
-                Ok(answer) => answer,
+                Ok(answer) => match lease {
+                    Some(lease) => answer.holding(lease),
+                    None => answer,
+                },
                 Err(err) if err.is_visitors() => {
                     // Anyone can send a broken body: not worth a warning,
                     // and never the origin's failure in an operator's log.
@@ -294,10 +314,18 @@ impl Proxy {
     }
 }
 
+/// Marks an answer the proxy gave without asking the origin, which says
+/// nothing of the origin's health (adaptive admission skips it).
+#[derive(Clone, Copy, Debug)]
+pub struct NotTheOrigins;
+
 /// A request made ready for its origin by [`Proxy::prepare`].
 pub struct Outgoing {
     origin: Uri,
     to: To,
+    /// The client connection's slot, which bounds what it holds of the
+    /// origin at once (see [`ConnectionSlot::origin_lease`]).
+    slot: Option<ConnectionSlot>,
 }
 
 enum To {

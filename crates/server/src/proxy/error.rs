@@ -32,6 +32,11 @@ pub enum ProxyError {
     Timeout,
     #[error("the origin switched protocols unasked")]
     UnexpectedUpgrade,
+    /// Another request in flight on the visitor's connection would count
+    /// as a connection of its own, and the listener holds
+    /// `server.max_connections`.
+    #[error("the server is at its connection cap")]
+    AtConnectionCap,
 }
 
 impl ProxyError {
@@ -60,6 +65,7 @@ impl ProxyError {
     pub fn status(&self) -> StatusCode {
         match self {
             Self::Timeout => StatusCode::GATEWAY_TIMEOUT,
+            Self::AtConnectionCap => StatusCode::SERVICE_UNAVAILABLE,
             Self::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
             Self::UpgradeRefused | Self::BrokenBody => StatusCode::BAD_REQUEST,
             _ => StatusCode::BAD_GATEWAY,
@@ -73,6 +79,7 @@ impl ProxyError {
             Self::BodyTimeout => "body_timeout",
             Self::UpgradeRefused => "upgrade_not_supported",
             Self::BrokenBody => "bad_request",
+            Self::AtConnectionCap => "too_many_connections",
             _ => "bad_gateway",
         }
     }
@@ -92,6 +99,30 @@ impl IntoResponse for ProxyError {
         // The message names no address or internal detail: it reaches the
         // visitor; the details go to the log line written by the caller.
         let body = serde_json::json!({ "error": self.code(), "message": self.to_string() });
-        (self.status(), Json(body)).into_response()
+        let mut response = (self.status(), Json(body)).into_response();
+        if let Self::AtConnectionCap = self {
+            response.headers_mut().insert(
+                http::header::RETRY_AFTER,
+                http::HeaderValue::from_static("1"),
+            );
+        }
+        response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_request_past_the_connection_cap_is_told_to_come_back() {
+        let refused = ProxyError::AtConnectionCap.into_response();
+        assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(refused.headers()[http::header::RETRY_AFTER], "1");
+        let body = axum::body::to_bytes(refused.into_body(), 1024)
+            .await
+            .unwrap();
+        let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(body["error"], "too_many_connections");
     }
 }

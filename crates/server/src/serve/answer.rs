@@ -31,6 +31,22 @@ impl From<Response> for Answer {
 }
 
 impl Answer {
+    /// The answer with `lease` held until its body is sent (or dropped):
+    /// the origin connection behind the body is the client connection's
+    /// until then.
+    pub fn holding(self, lease: super::connections::OriginLease) -> Self {
+        use http_body_util::BodyExt as _;
+        Self {
+            response: self.response.map(|body| {
+                axum::body::Body::new(body.map_frame(move |frame| {
+                    let _lease = &lease;
+                    frame
+                }))
+            }),
+            passed: self.passed,
+        }
+    }
+
     /// One response: the passed fields put in its map, ahead of the fields
     /// it had (the order the door writes them in).
     pub fn into_response(self) -> Response {

@@ -12,6 +12,12 @@
 //! [`CLEAN_REFUSALS`], keep their descriptor briefly, also inside the
 //! reserve). Checked by
 //! `conn_flood::past_the_connection_cap_new_sockets_are_refused_cleanly_and_served_once_it_clears`.
+//!
+//! "One origin connection beside each client one" must hold for HTTP/2
+//! too, whose connection multiplexes many requests: each origin request in
+//! flight past a connection's first takes a slot of the listener, and a
+//! connection has at most [`ORIGIN_REQUESTS_PER_CONNECTION`] in flight
+//! ([`ConnectionSlot::origin_lease`]).
 
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -101,21 +107,100 @@ pub fn connection_caps(max_connections: u64, nofile: u64) -> Result<(usize, usiz
     ))
 }
 
+/// Origin requests one client connection may have in flight at once. An
+/// HTTP/1 connection has one at a time; an HTTP/2 connection multiplexes
+/// up to `H2_MAX_STREAMS`, and each stream the gate forwards holds an
+/// origin connection until its answer's body is sent, which a client that
+/// never opens its flow-control window can put off for ever. Eight is what
+/// a browser spreads a page over in HTTP/1 connections; a ninth stream
+/// waits for one of them to finish.
+pub const ORIGIN_REQUESTS_PER_CONNECTION: usize = 8;
+
 /// The listener's slot for one connection, released when the socket closes.
 /// Requests carry it so that an upgraded connection (a WebSocket tunnel),
-/// which outlives hyper's connection, keeps its slot while it is open.
+/// which outlives hyper's connection, keeps its slot while it is open, and
+/// so that the gate counts what the connection holds of the origin
+/// ([`ConnectionSlot::origin_lease`]).
 #[derive(Clone, Debug)]
 pub struct ConnectionSlot {
-    _permit: Arc<OwnedSemaphorePermit>,
+    inner: Arc<Slot>,
+}
+
+#[derive(Debug)]
+struct Slot {
+    permit: OwnedSemaphorePermit,
+    /// The connection's share of origin requests in flight.
+    origin: Arc<Semaphore>,
+    /// Whether an origin request rides on the connection's own permit.
+    own_in_use: AtomicBool,
 }
 
 impl ConnectionSlot {
     pub fn new(permit: OwnedSemaphorePermit) -> Self {
         Self {
-            _permit: Arc::new(permit),
+            inner: Arc::new(Slot {
+                permit,
+                origin: Arc::new(Semaphore::new(ORIGIN_REQUESTS_PER_CONNECTION)),
+                own_in_use: AtomicBool::new(false),
+            }),
+        }
+    }
+
+    /// Leave for one more request to the origin, held until its answer's
+    /// body is sent. Past the connection's share it waits for one of its
+    /// own requests to finish. The first request in flight rides on the
+    /// connection's slot (the descriptor budget counts one origin
+    /// connection beside each client connection); each further one takes
+    /// a slot of the listener, as a connection of its own would, and when
+    /// the listener holds `server.max_connections` it is refused at once,
+    /// as a new connection would be.
+    pub async fn origin_lease(&self) -> Result<OriginLease, AtConnectionCap> {
+        let share = Arc::clone(&self.inner.origin)
+            .acquire_owned()
+            .await
+            .map_err(|_| AtConnectionCap)?;
+        let extra = if self.inner.own_in_use.swap(true, Ordering::AcqRel) {
+            let listener = Arc::clone(self.inner.permit.semaphore());
+            match listener.try_acquire_owned() {
+                Ok(permit) => Some(permit),
+                Err(_) => {
+                    metrics::counter!("anteroom_connections_refused_total", "reason" => "max_connections")
+                        .increment(1);
+                    return Err(AtConnectionCap);
+                }
+            }
+        } else {
+            None
+        };
+        Ok(OriginLease {
+            slot: Arc::clone(&self.inner),
+            extra,
+            _share: share,
+        })
+    }
+}
+
+/// One origin request's hold on its client connection's share and, past
+/// the first, on a slot of the listener (see
+/// [`ConnectionSlot::origin_lease`]).
+#[derive(Debug)]
+pub struct OriginLease {
+    slot: Arc<Slot>,
+    extra: Option<OwnedSemaphorePermit>,
+    _share: OwnedSemaphorePermit,
+}
+
+impl Drop for OriginLease {
+    fn drop(&mut self) {
+        if self.extra.is_none() {
+            self.slot.own_in_use.store(false, Ordering::Release);
         }
     }
 }
+
+/// An origin request refused: the listener holds `server.max_connections`.
+#[derive(Debug)]
+pub struct AtConnectionCap;
 
 /// The answer to a connection over the cap: written once without waiting
 /// (a client that does not read it simply sees the close).

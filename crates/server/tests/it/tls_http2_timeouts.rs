@@ -3,7 +3,10 @@
 //! after `server.http2_idle_timeout`, and one whose client stops answering
 //! PINGs (behind a relay that goes silent, as a vanished machine does) is
 //! closed after `http2_keep_alive_interval` + `http2_keep_alive_timeout`,
-//! even while a push stream keeps it busy.
+//! even while a push stream keeps it busy. Nor can a client that never
+//! opens its flow-control window hold more of the origin than eight HTTP/1
+//! connections would: each stream the gate forwards holds an origin
+//! connection until its body is sent.
 
 use crate::support::origin::Origin;
 use crate::support::tls;
@@ -47,10 +50,15 @@ fn get(path: &str, cookie: Option<&str>) -> Request<Empty<Bytes>> {
 }
 
 async fn start(server: &str) -> (Ca, tls::TlsServer) {
+    let origin = Origin::options().echo_proto().start().await;
+    start_before(server, &origin).await
+}
+
+async fn start_before(server: &str, origin: &Origin) -> (Ca, tls::TlsServer) {
     let ca = Ca::new("test ca");
     let dir = tempfile::tempdir().unwrap();
     let (cert, key) = ca.leaf(&[HOST], 30).write(dir.path(), "site");
-    let origin = Origin::options().echo_proto().start().await.addr;
+    let origin = origin.addr;
     let toml = config(dir.path(), origin)
         .server_line(server)
         .tls(&format!("cert = {cert:?}\nkey = {key:?}"))
@@ -213,3 +221,249 @@ async fn a_client_that_stops_answering_pings_is_closed_even_with_a_stream_open()
     drop(body);
     s.stop().await;
 }
+
+/// An HTTP/2 connection whose client never opens a stream's window: it
+/// takes each answer's head and none of its body.
+/// Aborting the returned driver closes the connection.
+async fn h2_closed_window(
+    ca: &Ca,
+    addr: std::net::SocketAddr,
+) -> (Sender, tokio::task::JoinHandle<hyper::Result<()>>) {
+    let h = handshake(addr, HOST, tls::client_config(ca.roots(), &[b"h2"]))
+        .await
+        .unwrap();
+    let (send, conn) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
+        .timer(TokioTimer::new())
+        .initial_stream_window_size(0)
+        .handshake(TokioIo::new(h.stream))
+        .await
+        .unwrap();
+    (send, tokio::spawn(conn))
+}
+
+type Head = hyper::Response<hyper::body::Incoming>;
+
+/// The `name=value` pairs of an answer's `Set-Cookie`s.
+fn set_cookies(head: &Head) -> Vec<String> {
+    head.headers()
+        .get_all("set-cookie")
+        .iter()
+        .filter_map(|v| v.to_str().ok()?.split(';').next().map(str::to_owned))
+        .collect()
+}
+
+/// Enters the `tickets` line, waits for the turn and redeems it over an
+/// HTTP/2 connection of its own; the `Cookie` value that carries the pass,
+/// and the connection, still open.
+async fn admitted(ca: &Ca, addr: std::net::SocketAddr) -> (String, Sender) {
+    let (mut send, conn) = h2(ca, addr).await;
+    tokio::spawn(conn);
+    let enter = send
+        .send_request(
+            Request::post(format!("https://{HOST}/api/queue/enter?eventId=tickets"))
+                .body(Empty::new())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(enter.status(), StatusCode::OK);
+    let mut cookies = set_cookies(&enter);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let token = loop {
+        let position = send
+            .send_request(get(
+                "/api/queue/position?eventId=tickets",
+                Some(&cookies.join("; ")),
+            ))
+            .await
+            .unwrap();
+        let body = position.into_body().collect().await.unwrap().to_bytes();
+        let p: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        if let Some(t) = p["token"].as_str() {
+            break t.to_owned();
+        }
+        assert!(Instant::now() < deadline, "not admitted: {p}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let redeem = send
+        .send_request(get(
+            &format!("/api/queue/redeem?eventId=tickets&token={token}&return=/tickets/"),
+            Some(&cookies.join("; ")),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(redeem.status(), StatusCode::FOUND);
+    cookies.extend(set_cookies(&redeem));
+    assert!(
+        cookies
+            .iter()
+            .any(|c| c.starts_with("__Host-anteroom_pass=")),
+        "{cookies:?}"
+    );
+    (cookies.join("; "), send)
+}
+
+/// Sends `n` requests for a body far larger than any buffer on `send`, each
+/// answer's head reported on the channel as it arrives.
+fn ask_big(send: &Sender, n: usize) -> Heads {
+    ask(send, n, "/big?n=8000000", None)
+}
+
+/// Sends `n` requests for `path` on `send`, each answer's head reported on
+/// the channel as it arrives.
+fn ask(send: &Sender, n: usize, path: &str, cookie: Option<&str>) -> Heads {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let asking = (0..n)
+        .map(|_| {
+            let (mut send, tx) = (send.clone(), tx.clone());
+            let request = get(path, cookie);
+            tokio::spawn(async move {
+                if let Ok(head) = send.send_request(request).await {
+                    let _ = tx.send(head);
+                }
+            })
+        })
+        .collect();
+    Heads { rx, asking }
+}
+
+/// The answers' heads to [`ask_big`]'s requests, as they arrive.
+struct Heads {
+    rx: tokio::sync::mpsc::UnboundedReceiver<Head>,
+    /// The tasks still waiting for theirs (each holds the connection open).
+    asking: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Drop for Heads {
+    fn drop(&mut self) {
+        for task in &self.asking {
+            task.abort();
+        }
+    }
+}
+
+async fn next_head(heads: &mut Heads) -> Head {
+    tokio::time::timeout(Duration::from_secs(10), heads.rx.recv())
+        .await
+        .expect("an answer's head within 10 s")
+        .expect("the request was sent")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_never_reads_holds_at_most_eight_origin_connections() {
+    let origin = Origin::start().await;
+    let (ca, s) = start_before("", &origin).await;
+    let (send, driver) = h2_closed_window(&ca, s.public).await;
+    let mut heads = ask_big(&send, 40);
+    let mut held = Vec::new();
+    for _ in 0..8 {
+        let head = next_head(&mut heads).await;
+        assert_eq!(head.status(), StatusCode::OK);
+        held.push(head);
+    }
+    // The same connection is still answered where no origin is involved,
+    // and another connection still reaches the origin.
+    let (mut other, conn) = h2(&ca, s.public).await;
+    tokio::spawn(conn);
+    let mut same = send.clone();
+    let position = same
+        .send_request(get("/api/queue/position?eventId=tickets", None))
+        .await
+        .unwrap();
+    assert_eq!(position.status(), StatusCode::OK);
+    let small = other.send_request(get("/big?n=10", None)).await.unwrap();
+    assert_eq!(small.status(), StatusCode::OK);
+    assert_eq!(
+        small.into_body().collect().await.unwrap().to_bytes().len(),
+        10
+    );
+    assert!(
+        heads.rx.try_recv().is_err(),
+        "a ninth stream got its answer while eight bodies were held"
+    );
+    assert_eq!(
+        origin.connections(),
+        9,
+        "eight held for the reader of nothing, one for the other client"
+    );
+    // The other 32 wait, not refused: one held answer given up lets one in.
+    drop(held.pop());
+    let ninth = next_head(&mut heads).await;
+    assert_eq!(ninth.status(), StatusCode::OK);
+    assert!(heads.rx.try_recv().is_err(), "one let in for one given up");
+    // The client goes away: every origin connection it held is closed
+    // (the other client's stays in the pool).
+    drop((held, ninth, heads, same, send, position));
+    driver.abort();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while origin.open() > 1 {
+        assert!(
+            Instant::now() < deadline,
+            "{} origin connections still open 10 s after their client left",
+            origin.open()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_origin_request_past_a_connections_first_counts_against_the_connection_cap() {
+    let origin = Origin::start().await;
+    let (ca, s) = start_before("max_connections = 16", &origin).await;
+    let (a, a_driver) = h2_closed_window(&ca, s.public).await;
+    let (mut b, b_driver) = h2_closed_window(&ca, s.public).await;
+    // The third connection is where a visitor was admitted. B's requests
+    // carry the pass: a refused one must not count as the origin failing,
+    // which would slow admission for everyone.
+    let (pass, c) = admitted(&ca, s.public).await;
+    // Three connections, then A's eight streams: 3 + 7 slots.
+    let mut a_heads = ask_big(&a, 8);
+    let mut held = Vec::new();
+    for _ in 0..8 {
+        let head = next_head(&mut a_heads).await;
+        assert_eq!(head.status(), StatusCode::OK);
+        held.push(head);
+    }
+    // B's first rides on its own slot, the next six fill the cap, the
+    // last is refused at once, as a seventeenth connection would be.
+    let mut b_heads = ask(&b, 8, "/tickets/seat", Some(&pass));
+    let mut statuses = Vec::new();
+    for _ in 0..8 {
+        let head = next_head(&mut b_heads).await;
+        if head.status() == StatusCode::SERVICE_UNAVAILABLE {
+            // (Its JSON body, `too_many_connections`, cannot be read through
+            // a window never opened.)
+            assert_eq!(head.headers()["retry-after"], "1");
+            statuses.push(503);
+        } else {
+            statuses.push(head.status().as_u16());
+            held.push(head);
+        }
+    }
+    statuses.sort_unstable();
+    assert_eq!(statuses, [200, 200, 200, 200, 200, 200, 200, 503]);
+    // At most one origin connection each (the lean client may take a
+    // small answer whole and pool its connection at once).
+    assert!(origin.connections() <= 15, "{}", origin.connections());
+    let stats = s.admin_json("/admin/events/tickets").await;
+    assert_eq!(stats["stats"]["origin_error_rate"], 0.0, "{stats}");
+    // A's answers given up: their slots are the listener's again.
+    drop((held.drain(..8), a_heads, a));
+    a_driver.abort();
+    // (Once the server has seen A go: until then B is still refused.)
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let later = loop {
+        let res = b.send_request(get("/big?n=10", None)).await.unwrap();
+        if res.status() == StatusCode::OK {
+            break res;
+        }
+        assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert!(Instant::now() < deadline, "A's slots not freed in 10 s");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    drop((held, b_heads, b, later, c));
+    b_driver.abort();
+    s.stop().await;
+}
+

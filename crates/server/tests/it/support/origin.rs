@@ -93,6 +93,7 @@ impl OriginOptions {
             requests: Mutex::default(),
             sessions: Mutex::default(),
             connections: AtomicUsize::new(0),
+            open: AtomicUsize::new(0),
         });
         let app = Router::new()
             .route(
@@ -112,11 +113,14 @@ impl OriginOptions {
                     return;
                 };
                 log.connections.fetch_add(1, Ordering::SeqCst);
+                log.open.fetch_add(1, Ordering::SeqCst);
                 let service = TowerToHyperService::new(app.clone());
+                let log = log.clone();
                 tokio::spawn(async move {
                     let _ = auto::Builder::new(TokioExecutor::new())
                         .serve_connection_with_upgrades(TokioIo::new(stream), service)
                         .await;
+                    log.open.fetch_sub(1, Ordering::SeqCst);
                 });
             }
         });
@@ -134,6 +138,7 @@ pub struct Origin {
     /// Each `X-Anteroom-Session` that reached it.
     pub sessions: Mutex<HashSet<String>>,
     connections: AtomicUsize,
+    open: AtomicUsize,
 }
 
 impl Origin {
@@ -158,6 +163,11 @@ impl Origin {
     /// The most requests it had in flight at once.
     pub fn peak(&self) -> usize {
         self.max_in_flight.load(Ordering::SeqCst)
+    }
+
+    /// TCP connections open now.
+    pub fn open(&self) -> usize {
+        self.open.load(Ordering::SeqCst)
     }
 
     /// TCP connections accepted so far.

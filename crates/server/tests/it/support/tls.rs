@@ -194,6 +194,18 @@ impl TlsServer {
             .await
             .unwrap()
     }
+
+    /// An admin `GET` answered `200` (plain HTTP admin listener), as JSON.
+    pub async fn admin_json(&self, path: &str) -> serde_json::Value {
+        let res = reqwest::Client::new()
+            .get(format!("http://{}{path}", self.admin))
+            .bearer_auth(ADMIN_TOKEN)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), http::StatusCode::OK, "{path}");
+        res.json().await.unwrap()
+    }
 }
 
 /// A rustls client config trusting `roots`, offering `alpn`.
