@@ -30,6 +30,10 @@ pub use validate::{event_beside, event_from_raw, event_set};
 
 /// Largest total size of a request's headers the gate accepts (API.md: 431 above).
 pub const MAX_HEADER_BYTES: usize = 32 * 1024;
+/// Most header fields a request may have: what hyper's HTTP/1 parser holds
+/// (a head with more gets its bare `431`). HTTP/2 has no such count, only
+/// a size, so the gate counts there too.
+pub const MAX_HEADER_FIELDS: usize = 100;
 
 /// A configuration value that failed validation; the message names the key
 /// (and, for a key inside `[[events]]`, the event's id).

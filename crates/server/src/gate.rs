@@ -41,7 +41,7 @@ use anteroom_store::MemberState;
 
 use crate::api::{QueuePosition, empty};
 use crate::bots::RateKind;
-use crate::config::MAX_HEADER_BYTES;
+use crate::config::{MAX_HEADER_BYTES, MAX_HEADER_FIELDS};
 use crate::error::ApiError;
 use crate::identity;
 use crate::passes::{self, PassCheck};
@@ -665,8 +665,12 @@ pub async fn limit_headers(req: Request, next: Next) -> Response {
 }
 
 /// Whether a request's header fields, as sent (`name: value\r\n` each),
-/// pass [`MAX_HEADER_BYTES`].
+/// pass [`MAX_HEADER_BYTES`], or are more than [`MAX_HEADER_FIELDS`] (which
+/// only an HTTP/2 request can get here with).
 pub fn headers_too_large(headers: &HeaderMap) -> bool {
+    if headers.len() > MAX_HEADER_FIELDS {
+        return true;
+    }
     let size: usize = headers
         .iter()
         .map(|(k, v)| k.as_str().len() + v.len() + 4)

@@ -6,7 +6,8 @@
 //! even while a push stream keeps it busy. Nor can a client that never
 //! opens its flow-control window hold more of the origin than eight HTTP/1
 //! connections would: each stream the gate forwards holds an origin
-//! connection until its body is sent.
+//! connection until its body is sent. And an HTTP/2 head is held to
+//! HTTP/1's field count.
 
 use crate::support::origin::Origin;
 use crate::support::tls;
@@ -467,3 +468,47 @@ async fn each_origin_request_past_a_connections_first_counts_against_the_connect
     s.stop().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http2_head_with_more_than_a_hundred_fields_is_refused_like_http1s() {
+    let origin = Origin::options().echo_proto().start().await;
+    let (ca, s) = start_before("", &origin).await;
+    let (mut send, conn) = h2(&ca, s.public).await;
+    tokio::spawn(conn);
+    let with_fields = |path: &str, n: usize| {
+        let mut request = get(path, None);
+        for i in 0..n {
+            request.headers_mut().insert(
+                http::HeaderName::try_from(format!("x-field-{i}")).unwrap(),
+                http::HeaderValue::from_static("v"),
+            );
+        }
+        request
+    };
+    // The poll (answered before the router), a gated path and one the
+    // gate forwards unguarded.
+    for path in [
+        "/api/queue/position?eventId=tickets",
+        "/tickets/seat",
+        "/shop",
+    ] {
+        let res = send.send_request(with_fields(path, 101)).await.unwrap();
+        assert_eq!(
+            res.status(),
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            "{path}"
+        );
+        let body = res.into_body().collect().await.unwrap().to_bytes();
+        let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(body["error"], "headers_too_large", "{path}");
+    }
+    assert!(
+        origin.requests.lock().unwrap().is_empty(),
+        "nothing was forwarded"
+    );
+    // (Ninety: the gate adds its forwarding fields, and this origin's own
+    // parser, hyper's too, holds a hundred.)
+    let res = send.send_request(with_fields("/shop", 90)).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(origin.requests.lock().unwrap().len(), 1);
+    s.stop().await;
+}
