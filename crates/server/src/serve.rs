@@ -185,38 +185,41 @@ async fn accept_loop(
             connections::refuse(stream, limits.max_connections, tls.is_none(), refusing);
             continue;
         };
+        // The first request head is due this long after the accept,
+        // whatever comes before it (a TLS handshake) or carries it.
+        let head_due = Instant::now() + limits.header_read_timeout;
         let _ = stream.set_nodelay(true);
         let (app, limits, stop) = (app.clone(), *limits, stop.clone());
         let tls = tls.cloned();
         let serve = move |stream: tokio::net::TcpStream| async move {
             match tls {
                 None => {
-                    serve_http1_first(stream, peer, ClientScheme::Http, app, limits, permit, stop)
-                        .await;
+                    let first = First {
+                        scheme: ClientScheme::Http,
+                        head_due,
+                    };
+                    serve_http1_first(stream, peer, first, app, limits, permit, stop).await;
                 }
                 Some(tls) => {
-                    // The handshake is bounded by the header read timeout.
-                    let Some(stream) = tls.accept(stream, limits.header_read_timeout).await else {
+                    let Some(stream) = tls.accept(stream, head_due).await else {
                         return;
                     };
                     // A client that chose HTTP/2 goes straight to hyper.
                     if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
                         let stream = door::Prefixed::new(bytes::Bytes::new(), stream);
                         let slot = ConnectionSlot::new(permit);
-                        serve_connection(
-                            stream,
-                            peer,
-                            ClientScheme::Https,
-                            app,
-                            limits,
-                            slot,
-                            stop,
-                        )
-                        .await;
+                        let first = First {
+                            scheme: ClientScheme::Https,
+                            head_due,
+                        };
+                        serve_connection(stream, peer, first, app, limits, slot, stop).await;
                         return;
                     }
-                    serve_http1_first(stream, peer, ClientScheme::Https, app, limits, permit, stop)
-                        .await;
+                    let first = First {
+                        scheme: ClientScheme::Https,
+                        head_due,
+                    };
+                    serve_http1_first(stream, peer, first, app, limits, permit, stop).await;
                 }
             }
         };
@@ -229,14 +232,20 @@ async fn accept_loop(
     }
 }
 
+/// How a connection came, and when its first request head is due.
+#[derive(Clone, Copy, Debug)]
+struct First {
+    scheme: ClientScheme,
+    head_due: Instant,
+}
+
 /// A connection whose first requests the door may answer (see [`door`]):
 /// with head-only hot routes, the door serves it until a request is not
 /// one of theirs, then hyper serves it from that request on.
-#[allow(clippy::too_many_arguments)]
 async fn serve_http1_first<S>(
     stream: S,
     peer: SocketAddr,
-    scheme: ClientScheme,
+    first: First,
     app: App,
     limits: Limits,
     permit: OwnedSemaphorePermit,
@@ -245,21 +254,31 @@ async fn serve_http1_first<S>(
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let slot = ConnectionSlot::new(permit);
-    let stream = match &app.hot {
+    let (stream, first) = match &app.hot {
         Some(hot) => {
             let visit = door::Visit {
                 peer,
-                scheme,
+                scheme: first.scheme,
                 header_read_timeout: limits.header_read_timeout,
+                head_due: first.head_due,
             };
             match door::serve(stream, hot, visit, &mut stop).await {
                 door::Left::Closed => return,
-                door::Left::ToHyper(stream) => stream,
+                // The door may have answered requests for a while: hyper's
+                // first head is the one the door handed on, already read in
+                // part, and is due a whole timeout from now.
+                door::Left::ToHyper(stream) => (
+                    stream,
+                    First {
+                        head_due: Instant::now() + limits.header_read_timeout,
+                        ..first
+                    },
+                ),
             }
         }
-        None => door::Prefixed::new(bytes::Bytes::new(), stream),
+        None => (door::Prefixed::new(bytes::Bytes::new(), stream), first),
     };
-    serve_connection(stream, peer, scheme, app, limits, slot, stop).await;
+    serve_connection(stream, peer, first, app, limits, slot, stop).await;
 }
 
 /// One client connection, from accept (or the door's hand-off) to close.
@@ -268,7 +287,7 @@ async fn serve_http1_first<S>(
 async fn serve_connection<S>(
     stream: S,
     peer: SocketAddr,
-    scheme: ClientScheme,
+    first: First,
     app: App,
     limits: Limits,
     slot: ConnectionSlot,
@@ -276,6 +295,7 @@ async fn serve_connection<S>(
 ) where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
+    let scheme = first.scheme;
     let activity = Activity::new();
     let service = {
         let activity = activity.clone();
@@ -317,7 +337,7 @@ async fn serve_connection<S>(
     let conn = builder
         .serve_connection_with_upgrades(TokioIo::new(stream), TowerToHyperService::new(service));
     tokio::pin!(conn);
-    let mut first_head = std::pin::pin!(tokio::time::sleep(limits.header_read_timeout));
+    let mut first_head = std::pin::pin!(tokio::time::sleep_until(first.head_due));
     let mut idle_check = tokio::time::interval(limits.http2_idle_timeout / 4);
     idle_check.tick().await;
     let mut closing = false;

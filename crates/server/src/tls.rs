@@ -64,17 +64,18 @@ impl Tls {
         })
     }
 
-    /// The handshake on an accepted stream, within `limit` (the
-    /// connection's first-bytes timeout). `None` when it failed; the stream
+    /// The handshake on an accepted stream, done by `deadline` (when the
+    /// connection's first request head is due: the head's wait and the
+    /// handshake's are one). `None` when it failed; the stream
     /// is closed then. Plain HTTP gets a short `400` first, saying to use
     /// HTTPS, instead of a TLS alert it cannot read.
     pub async fn accept(
         &self,
         mut tcp: TcpStream,
-        limit: Duration,
+        deadline: tokio::time::Instant,
     ) -> Option<TlsStream<TcpStream>> {
         let mut first = [0u8; 1];
-        match tokio::time::timeout(limit, tcp.peek(&mut first)).await {
+        match tokio::time::timeout_at(deadline, tcp.peek(&mut first)).await {
             Ok(Ok(1)) => {}
             _ => return None,
         }
@@ -82,11 +83,11 @@ impl Tls {
         if first[0].is_ascii_uppercase() {
             metrics::counter!("anteroom_tls_handshake_failures_total", "reason" => "plain_http")
                 .increment(1);
-            let _ = tokio::time::timeout(limit, tcp.write_all(PLAIN_HTTP_ANSWER)).await;
+            let _ = tokio::time::timeout_at(deadline, tcp.write_all(PLAIN_HTTP_ANSWER)).await;
             let _ = tcp.shutdown().await;
             return None;
         }
-        match tokio::time::timeout(limit, self.acceptor.accept(tcp)).await {
+        match tokio::time::timeout_at(deadline, self.acceptor.accept(tcp)).await {
             Ok(Ok(tls)) => Some(tls),
             Ok(Err(e)) => {
                 metrics::counter!("anteroom_tls_handshake_failures_total", "reason" => "handshake")

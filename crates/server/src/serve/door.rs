@@ -55,7 +55,7 @@ use super::{Answer, ClientScheme, HotRoutes, MAX_BUF, PassedFields};
 /// Header fields a head may have on the door's path: hyper's own default,
 /// so a head the door cannot hold is one hyper refuses too (it is handed to
 /// hyper, which answers it).
-const MAX_HEADERS: usize = 100;
+const MAX_HEADERS: usize = crate::config::MAX_HEADER_FIELDS;
 /// The read buffer's first size and what each read makes room for.
 const READ_CHUNK: usize = 8 * 1024;
 /// Answers made but not yet written are written once they hold this much,
@@ -89,11 +89,14 @@ pub(super) enum Left<S> {
 pub(super) struct Visit {
     pub peer: SocketAddr,
     pub scheme: ClientScheme,
+    /// How long each later head may take, from the last answer.
     pub header_read_timeout: Duration,
+    /// When the first head is due (counted from the accept).
+    pub head_due: Instant,
 }
 
 /// Serves `stream`'s hot requests until one is not, then hands the
-/// connection on. The first head is waited for from now.
+/// connection on. The first head is waited for until `visit.head_due`.
 pub(super) async fn serve<S>(
     mut stream: S,
     hot: &Arc<dyn HotRoutes>,
@@ -104,7 +107,6 @@ where
     S: AsyncRead + AsyncWrite + Unpin,
 {
     let (peer, header_read_timeout) = (visit.peer, visit.header_read_timeout);
-    let started = Instant::now();
     // One wait for the stop for the connection's life (a wait made per
     // request would join and leave the watch's waiter list each time).
     let mut stopped = std::pin::pin!(stop.wait_for(|stop| *stop));
@@ -112,9 +114,9 @@ where
     let mut out: Vec<u8> = Vec::with_capacity(1024);
     // The deadline of the head being waited for; `None` between a head and
     // its answer.
-    let mut deadline = Some(started + header_read_timeout);
+    let mut deadline = Some(visit.head_due);
     let mut first = true;
-    let mut timer = std::pin::pin!(tokio::time::sleep_until(started + header_read_timeout));
+    let mut timer = std::pin::pin!(tokio::time::sleep_until(visit.head_due));
     loop {
         // Every complete request already read is answered first.
         loop {

@@ -1,7 +1,8 @@
 //! Bad TLS input: a missing, unreadable or mismatched pair stops the start
 //! naming the key and the file; garbage, plain HTTP, truncated and silent
-//! handshakes are closed or answered without harm; a certificate about to
-//! expire shows in the metrics.
+//! handshakes are closed or answered without harm, and a slow handshake
+//! leaves less time for the head, not more; a certificate about to expire
+//! shows in the metrics.
 
 use std::time::Duration;
 
@@ -220,6 +221,59 @@ async fn garbage_plain_http_and_broken_handshakes_are_closed_cleanly() {
     assert!(
         m.contains("anteroom_tls_handshake_failures_total{reason=\"plain_http\"}"),
         "{m}"
+    );
+    s.stop().await;
+}
+
+/// The first request head is due `server.header_read_timeout` after the
+/// accept, the TLS handshake's time included: a client that spends most of
+/// it before its ClientHello and most of it again before its head is closed
+/// unanswered. (The wait for the first byte, the handshake and the head
+/// had each been timed afresh: about three timeouts in all.)
+#[tokio::test]
+async fn the_handshake_and_the_first_head_share_one_timeout() {
+    let ca = Ca::new("test ca");
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = ca.leaf(&[HOST], 30).write(dir.path(), "site");
+    let origin = Origin::options().echo_proto().start().await.addr;
+    let tls = format!("cert = {cert:?}\nkey = {key:?}");
+    let toml = config(dir.path(), origin)
+        .server_line("header_read_timeout = \"2s\"")
+        .tls(&tls)
+        .toml();
+    let s = try_start(dir, &toml).await.unwrap();
+    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(client_config(
+        ca.roots(),
+        &[b"http/1.1"],
+    )));
+    let name = rustls::pki_types::ServerName::try_from(HOST).unwrap();
+    let request = b"GET /api/queue/position?eventId=tickets HTTP/1.1\r\nHost: tickets.test\r\n\r\n";
+
+    // Within the timeout in all: answered.
+    let tcp = TcpStream::connect(s.public).await.unwrap();
+    let mut tls = connector.connect(name.clone(), tcp).await.unwrap();
+    tls.write_all(request).await.unwrap();
+    let mut answer = [0u8; 12];
+    tls.read_exact(&mut answer).await.unwrap();
+    assert_eq!(&answer, b"HTTP/1.1 200");
+
+    // 1.2 s before the ClientHello, 1.2 s more before the head: each step
+    // within the timeout, the whole past it.
+    let tcp = TcpStream::connect(s.public).await.unwrap();
+    let opened = tokio::time::Instant::now();
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let mut tls = connector.connect(name, tcp).await.unwrap();
+    tokio::time::sleep_until(opened + Duration::from_millis(2400)).await;
+    // The write may already fail: the server has closed.
+    let _ = tls.write_all(request).await;
+    let mut out = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(10), tls.read_to_end(&mut out)).await;
+    assert!(read.is_ok(), "the connection was left open");
+    assert!(
+        out.is_empty(),
+        "a head sent {:?} after the accept was answered: {}",
+        opened.elapsed(),
+        String::from_utf8_lossy(&out)
     );
     s.stop().await;
 }

@@ -218,6 +218,7 @@ fn door(
             peer: "127.0.0.1:1".parse().unwrap(),
             scheme: ClientScheme::Http,
             header_read_timeout: timeout,
+            head_due: tokio::time::Instant::now() + timeout,
         };
         match serve(server, &hot, visit, &mut stop).await {
             Left::Closed => None,
@@ -352,6 +353,7 @@ async fn pipelined_answers_are_written_before_they_pile_up() {
             peer: "127.0.0.1:1".parse().unwrap(),
             scheme: ClientScheme::Http,
             header_read_timeout: Duration::from_secs(10),
+            head_due: tokio::time::Instant::now() + Duration::from_secs(10),
         };
         let hot = hot();
         matches!(serve(noting, &hot, visit, &mut stop).await, Left::Closed)
