@@ -176,9 +176,12 @@ async fn serve_all(
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let hsts = tls.as_ref().and_then(|t| t.hsts.clone());
     let public_app = tls::with_hsts(public_router(state.clone()), hsts.clone());
-    let admin_app = admin::router(state.clone());
     let (public_limits, admin_limits) = listener_limits(&config.server)?;
     let admin_tls = tls.clone().filter(|t| t.admin);
+    // An admin listener over TLS is told to browsers as HTTPS-only too: the
+    // dashboard is a page, and its token must never go out in clear.
+    let admin_hsts = admin_tls.as_ref().and_then(|t| t.hsts.clone());
+    let admin_app = tls::with_hsts(admin::router(state.clone()), admin_hsts);
     let https_port = public.local_addr()?.port();
     let redirect_task = redirect.map(|l| {
         let app = tls::redirect::router(challenges, https_port);

@@ -165,7 +165,7 @@ async fn redirect_listener_answers_308_to_https_and_tls_admin_works() {
     let dir = tempfile::tempdir().unwrap();
     let (cert, key) = ca.leaf(&[HOST, "127.0.0.1"], 30).write(dir.path(), "site");
     let origin = Origin::options().echo_proto().start().await.addr;
-    let tls = format!("cert = {cert:?}\nkey = {key:?}\nadmin = true");
+    let tls = format!("cert = {cert:?}\nkey = {key:?}\nadmin = true\nhsts = \"max-age=600\"");
     let toml = config(dir.path(), origin).tls(&tls).toml();
     let s = try_start(dir, &toml).await.unwrap();
 
@@ -210,14 +210,23 @@ async fn redirect_listener_answers_308_to_https_and_tls_admin_works() {
     assert_eq!(status, StatusCode::NOT_FOUND);
     assert!(body.contains("\"not_found\""), "{body}");
 
-    // The admin listener speaks TLS with the same certificate.
+    // The admin listener speaks TLS with the same certificate, and tells
+    // browsers to keep to HTTPS as the public one does: the dashboard is a
+    // page there.
     let admin = https_client(&ca, HOST, s.admin, true);
-    let res = admin
-        .get(format!("https://{HOST}:{}/healthz", s.admin.port()))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(res.status(), StatusCode::OK);
+    for path in ["/healthz", "/dashboard"] {
+        let res = admin
+            .get(format!("https://{HOST}:{}{path}", s.admin.port()))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), StatusCode::OK, "{path}");
+        assert_eq!(
+            res.headers()["strict-transport-security"],
+            "max-age=600",
+            "{path}"
+        );
+    }
     s.stop().await;
 }
 
