@@ -249,6 +249,7 @@ impl EmbeddedStore {
             }
         }
         std::fs::create_dir_all(&events_dir).map_err(|e| io_error(&events_dir, e))?;
+        refuse_emptied_meta(&meta_path, &events_dir)?;
         let meta = disk::open_file(&meta_path, disk::META_MAGIC, &meta_files(&opts))?;
         let admin = read_admin(&meta, &meta_path)?;
         let store = Self {
@@ -826,4 +827,26 @@ impl QueueStore for EmbeddedStore {
         let ids = self.meta_call(disk::audit_events).await?;
         Ok(ids.iter().filter_map(|k| EventId::new(k).ok()).collect())
     }
+}
+
+/// Refuses a `meta.redb` of no bytes beside event files. redb would take
+/// it for a new file and the store would start without the events' admin
+/// states and stored configs: a closed event open again, a paused one
+/// admitting. With no event file there is nothing to lose (a crash while
+/// the store was first made leaves such a file), and it is made anew.
+fn refuse_emptied_meta(meta_path: &Path, events_dir: &Path) -> Result<()> {
+    let emptied = std::fs::metadata(meta_path).is_ok_and(|m| m.is_file() && m.len() == 0);
+    if !emptied {
+        return Ok(());
+    }
+    let mut events = std::fs::read_dir(events_dir).map_err(|e| io_error(events_dir, e))?;
+    if events.next().is_some() {
+        return Err(StoreError::Corrupt(format!(
+            "{}: empty, but {} holds event files; restore meta.redb from a backup \
+             (or move the data directory away to start afresh)",
+            meta_path.display(),
+            events_dir.display()
+        )));
+    }
+    Ok(())
 }

@@ -294,6 +294,38 @@ async fn foreign_or_damaged_data_is_refused() {
         EmbeddedStore::open(&swapped, EmbeddedOptions::default()).await,
         "meta.redb",
     );
+
+    // meta.redb emptied beside event files (a bad restore, a full disk's
+    // truncation): opened as new it would forget every paused or closed
+    // event and every stored config, so it is refused, and nothing in the
+    // directory is touched.
+    let emptied = dir.path().join("emptied");
+    {
+        let s = open(&emptied).await;
+        let sc = JoinScoring {
+            opens_at_us: 0,
+            prewindow_score: -1,
+            tiebreak: 0,
+            behind: false,
+        };
+        s.join(&EventId::new("e").unwrap(), "m", &sc).await.unwrap();
+    }
+    std::fs::write(emptied.join("meta.redb"), b"").unwrap();
+    corrupt_names(
+        EmbeddedStore::open(&emptied, EmbeddedOptions::default()).await,
+        "meta.redb",
+    );
+    assert_eq!(
+        std::fs::metadata(emptied.join("meta.redb")).unwrap().len(),
+        0,
+        "the refused file is left as it was"
+    );
+    // An empty meta.redb with no event beside it (a crash while the store
+    // was first made) holds nothing to lose: the store is made anew.
+    for f in std::fs::read_dir(emptied.join("events")).unwrap() {
+        std::fs::remove_file(f.unwrap().path()).unwrap();
+    }
+    drop(open(&emptied).await);
 }
 
 /// `kill -9` a process in the middle of joins: every join it acknowledged
