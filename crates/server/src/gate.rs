@@ -339,6 +339,12 @@ impl Forward {
     #[allow(clippy::manual_async_fn)]
     pub fn finish(mut self, state: &AppState) -> impl Future<Output = Answer> + Send + '_ {
         async move {
+            // A wait for the visitor's connection's leave to reach the
+            // origin is not the origin's latency: the clock starts after it.
+            let sent_ms = match state.proxy.lease(&mut self.outgoing).await {
+                Ok(waited) => waited.then(|| state.now_ms()),
+                Err(refused) => return refused,
+            };
             let started = Instant::now();
             // An answer's passed fields never hold an origin's command
             // (see `Proxy::send`): the map is where to look for one.
@@ -365,9 +371,11 @@ impl Forward {
             if response.extensions().get::<NotTheOrigins>().is_none() {
                 let status = response.status().as_u16();
                 let done_ms = state.now_ms();
-                rt.live
-                    .admission
-                    .record_origin(done_ms, done_ms - pass.now_ms, status);
+                rt.live.admission.record_origin(
+                    done_ms,
+                    done_ms - sent_ms.unwrap_or(pass.now_ms),
+                    status,
+                );
             }
             let cookie = if commands::take(response.headers_mut()).release {
                 commands::release(state, rt, member, pass.session_start_us).await;
@@ -668,8 +676,13 @@ pub async fn limit_headers(req: Request, next: Next) -> Response {
 /// pass [`MAX_HEADER_BYTES`], or are more than [`MAX_HEADER_FIELDS`] (which
 /// only an HTTP/2 request can get here with).
 pub fn headers_too_large(headers: &HeaderMap) -> bool {
+    // HTTP/2 may send each cookie as a field of its own ("crumbs", as
+    // Firefox does); they are one `Cookie` line over HTTP/1, and counted so.
     if headers.len() > MAX_HEADER_FIELDS {
-        return true;
+        let crumbs = headers.get_all(http::header::COOKIE).iter().count();
+        if headers.len() - crumbs.saturating_sub(1) > MAX_HEADER_FIELDS {
+            return true;
+        }
     }
     let size: usize = headers
         .iter()

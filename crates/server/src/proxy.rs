@@ -27,6 +27,7 @@ pub mod upgrade;
 
 /// Marked by the listener; read here for the forwarded scheme.
 pub use crate::serve::ClientScheme;
+use crate::serve::connections::OriginLease;
 use crate::serve::{Answer, ConnectionSlot};
 pub use error::ProxyError;
 pub use headers::ClientHop;
@@ -148,6 +149,7 @@ impl Proxy {
             origin: origin.clone(),
             to,
             slot,
+            lease: None,
         }
     }
 
@@ -238,19 +240,11 @@ impl Proxy {
     #[allow(clippy::manual_async_fn)]
     pub fn send(&self, outgoing: Outgoing) -> impl Future<Output = Answer> + Send + '_ {
         async move {
-            let lease = match &outgoing.slot {
-                Some(slot) if !matches!(outgoing.to, To::Refused(_)) => {
-                    match slot.origin_lease().await {
-                        Ok(lease) => Some(lease),
-                        Err(_) => {
-                            let mut refused = ProxyError::AtConnectionCap.into_response();
-                            refused.extensions_mut().insert(NotTheOrigins);
-                            return refused.into();
-                        }
-                    }
-                }
-                _ => None,
-            };
+            let mut outgoing = outgoing;
+            if let Err(refused) = self.lease(&mut outgoing).await {
+                return refused;
+            }
+            let lease = outgoing.lease.take();
             let sent = match outgoing.to {
                 To::Lean { head, head_only } => match origin_authority(&outgoing.origin) {
                     Ok(authority) => origin::send_head(
@@ -272,7 +266,7 @@ impl Proxy {
             };
             match sent {
                 Ok(answer) => match lease {
-                    Some(lease) => answer.holding(lease),
+                    Some(lease) => answer.holding(*lease),
                     None => answer,
                 },
                 Err(err) if err.is_visitors() => {
@@ -286,6 +280,37 @@ impl Proxy {
                     tracing::warn!(error = ?err, origin = %origin, "proxy: origin failed");
                     err.into_response().into()
                 }
+            }
+        }
+    }
+
+    /// Takes the client connection's leave for `outgoing` to hold an
+    /// origin connection (see [`ConnectionSlot::origin_lease`]), unless it
+    /// has it already or needs none: a request the door serves, or one
+    /// refused already. `Ok(true)` when it had to wait for it (the wait is
+    /// the visitor's connection's, not the origin's latency); `Err` with the
+    /// answer to give instead of sending: `503 too_many_connections`, marked
+    /// [`NotTheOrigins`]. [`Proxy::send`] takes it when its caller did not.
+    pub async fn lease(&self, outgoing: &mut Outgoing) -> Result<bool, Answer> {
+        let Some(slot) = &outgoing.slot else {
+            return Ok(false);
+        };
+        let wait = match &outgoing.to {
+            _ if outgoing.lease.is_some() => return Ok(false),
+            To::Refused(_) => return Ok(false),
+            To::Lean { .. } => Some(self.response_timeout),
+            To::Pooled(pooled) => hyper::body::Body::is_end_stream(pooled.request.body())
+                .then_some(self.response_timeout),
+        };
+        match slot.origin_lease(wait).await {
+            Ok((lease, waited)) => {
+                outgoing.lease = Some(Box::new(lease));
+                Ok(waited)
+            }
+            Err(_) => {
+                let mut refused = ProxyError::AtConnectionCap.into_response();
+                refused.extensions_mut().insert(NotTheOrigins);
+                Err(refused.into())
             }
         }
     }
@@ -326,6 +351,9 @@ pub struct Outgoing {
     /// The client connection's slot, which bounds what it holds of the
     /// origin at once (see [`ConnectionSlot::origin_lease`]).
     slot: Option<ConnectionSlot>,
+    /// Its leave to, once taken ([`Proxy::lease`]); boxed, so that the
+    /// door's requests, which take none, do not carry its size.
+    lease: Option<Box<OriginLease>>,
 }
 
 enum To {

@@ -264,16 +264,7 @@ async fn serve_http1_first<S>(
             };
             match door::serve(stream, hot, visit, &mut stop).await {
                 door::Left::Closed => return,
-                // The door may have answered requests for a while: hyper's
-                // first head is the one the door handed on, already read in
-                // part, and is due a whole timeout from now.
-                door::Left::ToHyper(stream) => (
-                    stream,
-                    First {
-                        head_due: Instant::now() + limits.header_read_timeout,
-                        ..first
-                    },
-                ),
+                door::Left::ToHyper(stream, head_due) => (stream, First { head_due, ..first }),
             }
         }
         None => (door::Prefixed::new(bytes::Bytes::new(), stream), first),

@@ -111,10 +111,11 @@ pub fn connection_caps(max_connections: u64, nofile: u64) -> Result<(usize, usiz
 /// HTTP/1 connection has one at a time; an HTTP/2 connection multiplexes
 /// up to `H2_MAX_STREAMS`, and each stream the gate forwards holds an
 /// origin connection until its answer's body is sent, which a client that
-/// never opens its flow-control window can put off for ever. Eight is what
-/// a browser spreads a page over in HTTP/1 connections; a ninth stream
-/// waits for one of them to finish.
-pub const ORIGIN_REQUESTS_PER_CONNECTION: usize = 8;
+/// never opens its flow-control window can put off for ever. A browser
+/// spreads a page over six HTTP/1 connections; 32 leave room for a page's
+/// assets beside a few long polls or downloads in other tabs, which share
+/// one HTTP/2 connection.
+pub const ORIGIN_REQUESTS_PER_CONNECTION: usize = 32;
 
 /// The listener's slot for one connection, released when the socket closes.
 /// Requests carry it so that an upgraded connection (a WebSocket tunnel),
@@ -147,18 +148,32 @@ impl ConnectionSlot {
     }
 
     /// Leave for one more request to the origin, held until its answer's
-    /// body is sent. Past the connection's share it waits for one of its
-    /// own requests to finish. The first request in flight rides on the
-    /// connection's slot (the descriptor budget counts one origin
-    /// connection beside each client connection); each further one takes
-    /// a slot of the listener, as a connection of its own would, and when
-    /// the listener holds `server.max_connections` it is refused at once,
-    /// as a new connection would be.
-    pub async fn origin_lease(&self) -> Result<OriginLease, AtConnectionCap> {
-        let share = Arc::clone(&self.inner.origin)
-            .acquire_owned()
-            .await
-            .map_err(|_| AtConnectionCap)?;
+    /// body is sent, and whether it had to wait for it. Past the
+    /// connection's share it waits up to `wait` for one of the connection's
+    /// own requests to finish; `None` does not wait (a request with a body:
+    /// its unread data would hold the connection's flow-control window, and
+    /// the requests it waits for might need it to finish). The first
+    /// request in flight rides on the connection's slot (the descriptor
+    /// budget counts one origin connection beside each client connection);
+    /// each further one takes a slot of the listener, as a connection of its
+    /// own would, and when the listener holds `server.max_connections` it is
+    /// refused at once, as a new connection would be.
+    pub async fn origin_lease(
+        &self,
+        wait: Option<Duration>,
+    ) -> Result<(OriginLease, bool), AtConnectionCap> {
+        let origin = &self.inner.origin;
+        let (share, waited) = match Arc::clone(origin).try_acquire_owned() {
+            Ok(share) => (share, false),
+            Err(_) => {
+                let wait = wait.ok_or(AtConnectionCap)?;
+                let share = tokio::time::timeout(wait, Arc::clone(origin).acquire_owned())
+                    .await
+                    .map_err(|_| AtConnectionCap)?
+                    .map_err(|_| AtConnectionCap)?;
+                (share, true)
+            }
+        };
         let extra = if self.inner.own_in_use.swap(true, Ordering::AcqRel) {
             let listener = Arc::clone(self.inner.permit.semaphore());
             match listener.try_acquire_owned() {
@@ -172,11 +187,12 @@ impl ConnectionSlot {
         } else {
             None
         };
-        Ok(OriginLease {
+        let lease = OriginLease {
             slot: Arc::clone(&self.inner),
             extra,
             _share: share,
-        })
+        };
+        Ok((lease, waited))
     }
 }
 
@@ -198,7 +214,9 @@ impl Drop for OriginLease {
     }
 }
 
-/// An origin request refused: the listener holds `server.max_connections`.
+/// An origin request refused: the listener holds `server.max_connections`,
+/// or the connection its share of origin requests for longer than it may
+/// wait.
 #[derive(Debug)]
 pub struct AtConnectionCap;
 

@@ -76,8 +76,9 @@ pub(super) enum Left<S> {
     /// answer with `Connection: close`, or on an I/O error.
     Closed,
     /// A request the door does not answer: hyper serves the connection from
-    /// that request on.
-    ToHyper(Prefixed<S>),
+    /// that request on, its head due by the instant given (the connection's
+    /// first head's deadline if the door answered nothing).
+    ToHyper(Prefixed<S>, Instant),
 }
 
 /// Who is at the door: what a gated request carries to the gate as the
@@ -117,6 +118,16 @@ where
     let mut deadline = Some(visit.head_due);
     let mut first = true;
     let mut timer = std::pin::pin!(tokio::time::sleep_until(visit.head_due));
+    // The head handed to hyper is due when the first one was, if the door
+    // answered none (a client must not win a second timeout by sending
+    // what the door does not take), else a whole timeout from now.
+    let head_due = |first: bool| {
+        if first {
+            visit.head_due
+        } else {
+            Instant::now() + header_read_timeout
+        }
+    };
     loop {
         // Every complete request already read is answered first.
         loop {
@@ -132,7 +143,7 @@ where
                         let mut back = BytesMut::from(&head[..]);
                         back.extend_from_slice(&body);
                         back.extend_from_slice(&buf);
-                        return hand_off(stream, back, &out).await;
+                        return hand_off(stream, back, &out, head_due(first)).await;
                     };
                     let kept = if whole {
                         if visit.scheme == ClientScheme::Https {
@@ -169,7 +180,7 @@ where
                     deadline = None;
                 }
                 Parsed::Partial => break,
-                Parsed::Other => return hand_off(stream, buf, &out).await,
+                Parsed::Other => return hand_off(stream, buf, &out, head_due(first)).await,
             }
         }
         if !out.is_empty() {
@@ -180,7 +191,7 @@ where
         }
         if buf.len() >= MAX_BUF {
             // hyper's own limit: hyper answers it.
-            return hand_off(stream, buf, &out).await;
+            return hand_off(stream, buf, &out, head_due(first)).await;
         }
         let due = *deadline.get_or_insert_with(|| Instant::now() + header_read_timeout);
         buf.reserve(READ_CHUNK);
@@ -256,14 +267,14 @@ async fn write_out<S: AsyncWrite + Unpin>(stream: &mut S, out: &[u8]) -> io::Res
 
 /// Writes the answers made so far, then gives the connection to hyper with
 /// the unanswered bytes in front of it.
-async fn hand_off<S>(mut stream: S, buf: BytesMut, out: &[u8]) -> Left<S>
+async fn hand_off<S>(mut stream: S, buf: BytesMut, out: &[u8], due: Instant) -> Left<S>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
     if !out.is_empty() && write_out(&mut stream, out).await.is_err() {
         return Left::Closed;
     }
-    Left::ToHyper(Prefixed::new(buf.freeze(), stream))
+    Left::ToHyper(Prefixed::new(buf.freeze(), stream), due)
 }
 
 /// What the start of the read buffer holds.

@@ -1,8 +1,9 @@
 //! The door on the wire: a real server's public listener answers plain
 //! HTTP/1.1 position polls itself and hands every other request, with the
 //! rest of its connection, to hyper. The answers must be the ones hyper
-//! gives for the same poll, a connection must carry on across the hand-off,
-//! and TLS connections that chose HTTP/1.1 go through the door too.
+//! gives for the same poll, a connection must carry on across the hand-off
+//! (without a second first-head timeout), and TLS connections that chose
+//! HTTP/1.1 go through the door too.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -321,4 +322,42 @@ async fn tls_connections_that_chose_http1_poll_through_the_door() {
         assert_eq!(a.field("strict-transport-security"), Some("max-age=600"));
     }
     s.stop().await;
+}
+
+/// A first head the door hands to hyper is due when it was due at the
+/// door: a client that sends the start of a request the door does not
+/// take just before the deadline gets no second timeout for the rest.
+#[tokio::test]
+async fn a_head_handed_to_hyper_keeps_the_first_heads_deadline() {
+    let origin = crate::support::origin::Origin::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let toml = crate::support::server::config(
+        dir.path(),
+        origin.addr,
+        crate::support::server::tickets(origin.addr),
+    )
+    .server_line("header_read_timeout = \"2s\"")
+    .toml();
+    let server = TestServer::start_with(&toml, origin, dir).await;
+    for start in [
+        // A gated path: not the door's.
+        "GET /tickets/seat HTTP/1.1\r\n",
+        // HTTP/2 with prior knowledge, which hyper serves on this port.
+        "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
+    ] {
+        let mut c = TcpStream::connect(server.public).await.unwrap();
+        let opened = tokio::time::Instant::now();
+        tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
+        c.write_all(start.as_bytes()).await.unwrap();
+        let mut out = Vec::new();
+        let read =
+            tokio::time::timeout(std::time::Duration::from_secs(10), c.read_to_end(&mut out)).await;
+        let took = opened.elapsed();
+        assert!(read.is_ok(), "{start:?}: the connection was left open");
+        assert!(
+            took < std::time::Duration::from_millis(3000),
+            "{start:?}: closed only {took:?} after the accept, a second timeout after the hand-off"
+        );
+    }
+    server.stop().await;
 }

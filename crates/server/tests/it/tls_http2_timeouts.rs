@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use crate::support::tls::{Ca, config, handshake, try_start};
 use bytes::Bytes;
 use http::{Request, StatusCode};
-use http_body_util::{BodyExt as _, Empty};
+use http_body_util::{BodyExt as _, Empty, Full};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 
 const HOST: &str = "tickets.test";
@@ -225,11 +225,14 @@ async fn a_client_that_stops_answering_pings_is_closed_even_with_a_stream_open()
 
 /// An HTTP/2 connection whose client never opens a stream's window: it
 /// takes each answer's head and none of its body.
+/// A sender whose requests may carry a body.
+type BodySender = hyper::client::conn::http2::SendRequest<Full<Bytes>>;
+
 /// Aborting the returned driver closes the connection.
 async fn h2_closed_window(
     ca: &Ca,
     addr: std::net::SocketAddr,
-) -> (Sender, tokio::task::JoinHandle<hyper::Result<()>>) {
+) -> (BodySender, tokio::task::JoinHandle<hyper::Result<()>>) {
     let h = handshake(addr, HOST, tls::client_config(ca.roots(), &[b"h2"]))
         .await
         .unwrap();
@@ -243,6 +246,11 @@ async fn h2_closed_window(
 }
 
 type Head = hyper::Response<hyper::body::Incoming>;
+
+/// `request` for a [`BodySender`].
+fn bodiless(request: Request<Empty<Bytes>>) -> Request<Full<Bytes>> {
+    request.map(|_| Full::default())
+}
 
 /// The `name=value` pairs of an answer's `Set-Cookie`s.
 fn set_cookies(head: &Head) -> Vec<String> {
@@ -306,18 +314,18 @@ async fn admitted(ca: &Ca, addr: std::net::SocketAddr) -> (String, Sender) {
 
 /// Sends `n` requests for a body far larger than any buffer on `send`, each
 /// answer's head reported on the channel as it arrives.
-fn ask_big(send: &Sender, n: usize) -> Heads {
+fn ask_big(send: &BodySender, n: usize) -> Heads {
     ask(send, n, "/big?n=8000000", None)
 }
 
 /// Sends `n` requests for `path` on `send`, each answer's head reported on
 /// the channel as it arrives.
-fn ask(send: &Sender, n: usize, path: &str, cookie: Option<&str>) -> Heads {
+fn ask(send: &BodySender, n: usize, path: &str, cookie: Option<&str>) -> Heads {
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     let asking = (0..n)
         .map(|_| {
             let (mut send, tx) = (send.clone(), tx.clone());
-            let request = get(path, cookie);
+            let request = bodiless(get(path, cookie));
             tokio::spawn(async move {
                 if let Ok(head) = send.send_request(request).await {
                     let _ = tx.send(head);
@@ -350,14 +358,18 @@ async fn next_head(heads: &mut Heads) -> Head {
         .expect("the request was sent")
 }
 
+/// What one client connection may hold of the origin at once
+/// (`ORIGIN_REQUESTS_PER_CONNECTION`).
+const SHARE: usize = 32;
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_client_that_never_reads_holds_at_most_eight_origin_connections() {
+async fn a_client_that_never_reads_holds_at_most_its_share_of_origin_connections() {
     let origin = Origin::start().await;
     let (ca, s) = start_before("", &origin).await;
     let (send, driver) = h2_closed_window(&ca, s.public).await;
-    let mut heads = ask_big(&send, 40);
+    let mut heads = ask_big(&send, SHARE + 8);
     let mut held = Vec::new();
-    for _ in 0..8 {
+    for _ in 0..SHARE {
         let head = next_head(&mut heads).await;
         assert_eq!(head.status(), StatusCode::OK);
         held.push(head);
@@ -368,7 +380,7 @@ async fn a_client_that_never_reads_holds_at_most_eight_origin_connections() {
     tokio::spawn(conn);
     let mut same = send.clone();
     let position = same
-        .send_request(get("/api/queue/position?eventId=tickets", None))
+        .send_request(bodiless(get("/api/queue/position?eventId=tickets", None)))
         .await
         .unwrap();
     assert_eq!(position.status(), StatusCode::OK);
@@ -378,23 +390,36 @@ async fn a_client_that_never_reads_holds_at_most_eight_origin_connections() {
         small.into_body().collect().await.unwrap().to_bytes().len(),
         10
     );
+    // A request with a body does not wait behind the share (its unread
+    // data would hold the connection's window): refused at once.
+    let upload = same.send_request(
+        Request::post(format!("https://{HOST}/echo"))
+            .body(Full::new(Bytes::from_static(b"x")))
+            .unwrap(),
+    );
+    let upload = tokio::time::timeout(Duration::from_secs(10), upload)
+        .await
+        .expect("refused at once, not after a wait")
+        .unwrap();
+    assert_eq!(upload.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(upload.headers()["retry-after"], "1");
     assert!(
         heads.rx.try_recv().is_err(),
-        "a ninth stream got its answer while eight bodies were held"
+        "a stream past the share got its answer while the share's bodies were held"
     );
     assert_eq!(
         origin.connections(),
-        9,
-        "eight held for the reader of nothing, one for the other client"
+        SHARE + 1,
+        "the share held for the reader of nothing, one for the other client"
     );
-    // The other 32 wait, not refused: one held answer given up lets one in.
+    // The other 8 wait, not refused: one held answer given up lets one in.
     drop(held.pop());
-    let ninth = next_head(&mut heads).await;
-    assert_eq!(ninth.status(), StatusCode::OK);
+    let next = next_head(&mut heads).await;
+    assert_eq!(next.status(), StatusCode::OK);
     assert!(heads.rx.try_recv().is_err(), "one let in for one given up");
     // The client goes away: every origin connection it held is closed
     // (the other client's stays in the pool).
-    drop((held, ninth, heads, same, send, position));
+    drop((held, next, heads, same, send, position, upload));
     driver.abort();
     let deadline = Instant::now() + Duration::from_secs(10);
     while origin.open() > 1 {
@@ -455,7 +480,10 @@ async fn each_origin_request_past_a_connections_first_counts_against_the_connect
     // (Once the server has seen A go: until then B is still refused.)
     let deadline = Instant::now() + Duration::from_secs(10);
     let later = loop {
-        let res = b.send_request(get("/big?n=10", None)).await.unwrap();
+        let res = b
+            .send_request(bodiless(get("/big?n=10", None)))
+            .await
+            .unwrap();
         if res.status() == StatusCode::OK {
             break res;
         }
@@ -505,10 +533,21 @@ async fn an_http2_head_with_more_than_a_hundred_fields_is_refused_like_http1s() 
         origin.requests.lock().unwrap().is_empty(),
         "nothing was forwarded"
     );
+    // Cookies sent one per field (as Firefox does over HTTP/2) count as the
+    // one `Cookie` line they are over HTTP/1.
+    let mut crumbs = with_fields("/shop", 80);
+    for i in 0..60 {
+        crumbs.headers_mut().append(
+            http::header::COOKIE,
+            http::HeaderValue::try_from(format!("c{i}=v")).unwrap(),
+        );
+    }
+    let res = send.send_request(crumbs).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
     // (Ninety: the gate adds its forwarding fields, and this origin's own
     // parser, hyper's too, holds a hundred.)
     let res = send.send_request(with_fields("/shop", 90)).await.unwrap();
     assert_eq!(res.status(), StatusCode::OK);
-    assert_eq!(origin.requests.lock().unwrap().len(), 1);
+    assert_eq!(origin.requests.lock().unwrap().len(), 2);
     s.stop().await;
 }

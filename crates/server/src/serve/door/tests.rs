@@ -222,7 +222,7 @@ fn door(
         };
         match serve(server, &hot, visit, &mut stop).await {
             Left::Closed => None,
-            Left::ToHyper(mut rest) => {
+            Left::ToHyper(mut rest, _) => {
                 // What hyper would read first: the bytes the door gave back.
                 let mut prefix = vec![0u8; 1 << 16];
                 let n = rest.read(&mut prefix).await.unwrap();
