@@ -187,10 +187,19 @@ pub async fn read_body(body: Body, limit: usize) -> Result<Bytes, ApiError> {
     })
 }
 
-/// Parses an optional JSON body; an empty body is `None`.
+/// Parses an optional JSON body, which must be an object; an empty body is
+/// `None`. (serde's derived structs also read an array of their fields in
+/// order, which no documented body is: `["<token>"]` is refused like any
+/// other malformed body.)
 pub fn parse_json<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<Option<T>, ApiError> {
-    if bytes.iter().all(u8::is_ascii_whitespace) {
-        return Ok(None);
+    match bytes.iter().find(|b| !b.is_ascii_whitespace()) {
+        None => return Ok(None),
+        Some(b'{') => {}
+        Some(_) => {
+            return Err(ApiError::BadRequest(
+                "invalid JSON body: expected a JSON object".to_owned(),
+            ));
+        }
     }
     serde_json::from_slice(bytes)
         .map(Some)
@@ -243,6 +252,25 @@ pub fn empty(status: axum::http::StatusCode) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_json_body_is_an_object_or_nothing() {
+        #[derive(serde::Deserialize, Debug)]
+        struct Redeem {
+            #[allow(dead_code)]
+            token: String,
+        }
+        assert!(parse_json::<Redeem>(b" \n").unwrap().is_none());
+        assert!(
+            parse_json::<Redeem>(br#" {"token":"t"}"#)
+                .unwrap()
+                .is_some()
+        );
+        for refused in [&br#"["t"]"#[..], b"\"t\"", b"null", b"1"] {
+            let e = parse_json::<Redeem>(refused).unwrap_err();
+            assert!(matches!(e, ApiError::BadRequest(_)), "{refused:?}: {e:?}");
+        }
+    }
 
     #[test]
     fn return_paths_stay_on_site() {

@@ -15,6 +15,7 @@ use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 
 use super::{empty, parse_json, query_param, read_body, resolve_event, safe_return};
+use crate::bots::RateKind;
 use crate::clock::rfc3339_ms;
 use crate::error::ApiError;
 use crate::identity::{self, Mint};
@@ -248,6 +249,10 @@ pub async fn release(
     )?;
     let mut response = empty(StatusCode::NO_CONTENT);
     if let Some(visitor) = visitor {
+        // Any session named reaches the store: a flood of made-up ones is
+        // refused in memory, by the address, as enter's would be.
+        let ip = super::client_ip(&state, req.extensions(), req.headers());
+        state.bots.check_rate_ip(RateKind::Enter, ip)?;
         // The caller's own pass names the session this node must refuse at
         // once (the other nodes learn it from the store's revocation).
         let pass = state.server.cookies.pass(req.headers());

@@ -57,6 +57,21 @@ async fn per_ip_limits_answer_429_with_retry_after_on_enter_and_position() {
     );
     let (status, h, body) = call(&s, &mut api, Method::GET, "/tickets/x", &gated, None).await;
     limited(status, &h, &body);
+
+    // A release reaches the store for whichever session it names, so it
+    // counts against its address as an enter does.
+    let (mut e, mut f) = (Visitor::default(), Visitor::default());
+    for (v, from) in [(&mut e, "198.51.100.5"), (&mut f, "198.51.100.6")] {
+        let (status, _, body) =
+            call(&s, v, Method::POST, ENTER, &with_xff(CHROME, from), None).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+    }
+    let releasing = with_xff(CHROME, "198.51.100.4");
+    let release = "/api/queue/release?eventId=tickets";
+    let (status, _, _) = call(&s, &mut e, Method::POST, release, &releasing, None).await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let (status, h, body) = call(&s, &mut f, Method::POST, release, &releasing, None).await;
+    limited(status, &h, &body);
     s.stop().await;
 }
 
