@@ -220,7 +220,8 @@ fn protected(state: &AppState, rt: Arc<EventRuntime>, req: Request, ip: IpAddr) 
         }
         // Whether the session goes on is the store's to say.
         PassCheck::Expired {
-            session_start_us, ..
+            session_start_us,
+            claims,
         } => Begun::Waits(Box::new(Waits {
             rt,
             req,
@@ -228,6 +229,7 @@ fn protected(state: &AppState, rt: Arc<EventRuntime>, req: Request, ip: IpAddr) 
             member: Some(member),
             expired: Some(Expired {
                 session_start_us,
+                issued_at_ms: claims.issued_at_ms,
                 now_ms,
                 pass_at,
             }),
@@ -413,6 +415,9 @@ pub struct Waits {
 
 struct Expired {
     session_start_us: i64,
+    /// When the pass was issued: the store moved the session's end to
+    /// `session_idle_timeout` past it then (see `session_goes_on`).
+    issued_at_ms: i64,
     /// When the pass was judged.
     now_ms: i64,
     pass_at: PassAt,
@@ -430,8 +435,7 @@ impl Waits {
             expired,
         } = *self;
         if let (Some(member), Some(expired)) = (&member, expired)
-            && let Some(pass) =
-                session_goes_on(state, &rt, member, expired.session_start_us, expired.now_ms).await
+            && let Some(pass) = session_goes_on(state, &rt, member, &expired).await
         {
             let member = member.clone();
             return admitted(state, rt, req, member, pass, expired.pass_at, ip)
@@ -486,29 +490,41 @@ pub struct ValidPass {
 
 /// The end of phase 2 for a pass that ran out while the visitor was idle:
 /// if the session is still active in the store (and not past its end,
-/// which the sweep has yet to see), the pass is simply renewed.
+/// which the sweep has yet to see), the pass is simply renewed. While the
+/// store cannot say (it failed, or the event drains), the pass itself
+/// does: the issue of a pass moved the session's end to
+/// `session_idle_timeout` past it, so within that the session went on as
+/// far as any node knew (a release asked for here has ended it here), and
+/// a pass holder is not sent to the waiting room by an outage.
 async fn session_goes_on(
     state: &AppState,
     rt: &EventRuntime,
     member: &str,
-    session_start_us: i64,
-    now_ms: i64,
+    expired: &Expired,
 ) -> Option<ValidPass> {
+    let goes_on = || ValidPass {
+        session_start_us: expired.session_start_us,
+        renew: true,
+        // After the store's answer, which the origin's time must not
+        // include.
+        now_ms: state.now_ms(),
+    };
+    let known_until_us = || {
+        let start_ms = expired.session_start_us.div_euclid(1000);
+        crate::admission::lifecycle::session_end_us(rt, start_ms, expired.issued_at_ms)
+    };
+    if rt.live.drain.is_draining() {
+        return (expired.now_ms.saturating_mul(1000) < known_until_us()).then(goes_on);
+    }
     match Queue::new(state, rt).active_until(member).await {
-        Ok(Some(expires_at_us)) if expires_at_us > now_ms.saturating_mul(1000) => {
-            Some(ValidPass {
-                session_start_us,
-                renew: true,
-                // After the store's answer, which the origin's time must
-                // not include.
-                now_ms: state.now_ms(),
-            })
+        Ok(Some(expires_at_us)) if expires_at_us > expired.now_ms.saturating_mul(1000) => {
+            Some(goes_on())
         }
         Ok(_) => {
-            passes::store_says_gone(state, rt, member, session_start_us);
+            passes::store_says_gone(state, rt, member, expired.session_start_us);
             None
         }
-        Err(_) => None,
+        Err(_) => (expired.now_ms.saturating_mul(1000) < known_until_us()).then(goes_on),
     }
 }
 

@@ -228,6 +228,16 @@ pub fn store_says_gone_at(rt: &EventRuntime, member: &str, session_start_us: i64
     if rt.live.drain.is_draining() {
         return;
     }
+    end_locally(rt, member, session_start_us, now_ms);
+}
+
+/// The session was asked to end (a release, the origin's command): refuse
+/// its passes on this node now, whether or not the event drains.
+pub fn end_here(state: &AppState, rt: &EventRuntime, member: &str, session_start_us: i64) {
+    end_locally(rt, member, session_start_us, state.now_ms());
+}
+
+fn end_locally(rt: &EventRuntime, member: &str, session_start_us: i64, now_ms: i64) {
     let now_us = now_ms.saturating_mul(1000);
     write(&rt.live.revocations).end_locally(member, session_start_us, now_us);
     metrics::counter!("anteroom_sessions_ended_locally_total", "event" => rt.id().to_string())

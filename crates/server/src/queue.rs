@@ -197,7 +197,9 @@ impl<'r> Queue<'r> {
                     .state
                     .store
                     .redeem(self.rt.id(), member, nonce, session_end_us);
-                timed_store("redeem", call).await?
+                timed_store("redeem", call)
+                    .await
+                    .map_err(|e| self.store_error(e))?
             }
         };
         match outcome {
@@ -254,8 +256,8 @@ impl<'r> Queue<'r> {
     /// `local_session_start_us`, this node's own revocation so its passes
     /// stop here at once. The one path for the release call and the
     /// origin's `Anteroom-Command: release`. The local revocation is made
-    /// even when the store fails: whoever asked for the end should not find
-    /// the session still open on this node.
+    /// even when the store fails, the event draining: whoever asked for the
+    /// end should not find the session still open on this node.
     pub async fn release(
         &self,
         member: &str,
@@ -263,7 +265,12 @@ impl<'r> Queue<'r> {
     ) -> Result<bool, StoreError> {
         let released = timed_store("release", self.state.store.release(self.rt.id(), member)).await;
         if let Some(start) = local_session_start_us {
-            passes::store_says_gone(self.state, self.rt, member, start);
+            // Asked for, not inferred from the store: ended here even while
+            // the event drains.
+            passes::end_here(self.state, self.rt, member, start);
+        }
+        if let Err(StoreError::Unavailable(_)) = &released {
+            self.store_failed();
         }
         released
     }

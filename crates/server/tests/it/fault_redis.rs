@@ -112,6 +112,14 @@ async fn scenario(fault: Fault) {
             StatusCode::OK
         );
     }
+    // A release asked for during the drain ends the session on this node
+    // at once, though the store cannot hear of it: the pass stops here.
+    // (The store's release comes after it returns, below.)
+    holder.release(&node, EVENT).await;
+    assert_ne!(
+        holder.fetch(&node, "/tickets/after-release").await,
+        StatusCode::OK
+    );
     let (status, _, ready) = process::send(Method::GET, &node.admin_url("/readyz"), &[], None)
         .await
         .unwrap();
@@ -235,6 +243,48 @@ async fn scenario(fault: Fault) {
         entry < Duration::from_millis(1500),
         "drain entry took {entry:?}"
     );
+}
+
+/// A pass that runs out while the store is out is renewed from what it
+/// says: its issue moved the session's end `session_idle_timeout` past it,
+/// so the holder is not sent to the waiting room by the outage (it was,
+/// because only the store could say the session went on). Past that end,
+/// the holder queues again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pass_that_runs_out_during_an_outage_is_renewed_within_its_sessions_idle_time() {
+    let mut redis = RedisServer::start().expect("redis-server (apt-get install redis-server)");
+    let origin = process::origin().await;
+    let dir = Arc::new(tempfile::tempdir().unwrap());
+    let config = process::redis_node(&[redis.url()])
+        .gateway_nodes(1)
+        .event(
+            process::event(EVENT, &origin.url(), MAX_ACTIVE)
+                .line("pass_ttl = \"1s\"")
+                .line("session_idle_timeout = \"4s\""),
+        )
+        .toml();
+    let node = Node::start(&config, dir).await;
+    let mut holder = Visitor::default();
+    holder.enter(&node, EVENT).await;
+    let mut seen = Vec::new();
+    holder
+        .until_active(&node, EVENT, Duration::from_secs(10), &mut seen)
+        .await;
+    assert_eq!(holder.fetch(&node, "/tickets/a").await, StatusCode::OK);
+    let issued = Instant::now();
+    redis.kill().unwrap();
+    // The pass (1 s) has run out; the session's idle time (4 s) has not.
+    tokio::time::sleep_until((issued + Duration::from_millis(1500)).into()).await;
+    assert_eq!(
+        holder.fetch(&node, "/tickets/b").await,
+        StatusCode::OK,
+        "an expired pass within its session's idle time, store out"
+    );
+    // Renewed, so the holder browses on; left idle past the session's end
+    // as the last pass set it, it queues.
+    let renewed = Instant::now();
+    tokio::time::sleep_until((renewed + Duration::from_millis(4500)).into()).await;
+    assert_ne!(holder.fetch(&node, "/tickets/c").await, StatusCode::OK);
 }
 
 /// Polls `check` until it holds (at most 5 s); returns the time since `start`.
