@@ -198,8 +198,7 @@ impl PolicyState {
                 }
             }
             Mode::Continuous { .. } => {
-                // Never backwards: a clock that steps back refills nothing.
-                self.budget_at_ms = Some(self.budget_at_ms.map_or(now_ms, |at| at.max(now_ms)));
+                self.budget_at_ms = Some(refilled_until(self.budget_at_ms, now_ms));
             }
             Mode::Capacity { .. } | Mode::Adaptive { .. } => {}
         }
@@ -209,7 +208,10 @@ impl PolicyState {
         let interval = i64::try_from(interval_ms).unwrap_or(i64::MAX);
         match self.batch_started_ms {
             None => true,
-            Some(started) => now_ms >= started.saturating_add(interval),
+            Some(started) => {
+                now_ms >= started.saturating_add(interval)
+                    || stepped_back(started, interval, now_ms)
+            }
         }
     }
 
@@ -219,7 +221,10 @@ impl PolicyState {
     fn batch_start(&self, interval_ms: u64, now_ms: i64) -> i64 {
         let interval = i64::try_from(interval_ms).unwrap_or(i64::MAX);
         match self.batch_started_ms {
-            Some(started) if now_ms.saturating_sub(started.saturating_add(interval)) < interval => {
+            Some(started)
+                if !stepped_back(started, interval, now_ms)
+                    && now_ms.saturating_sub(started.saturating_add(interval)) < interval =>
+            {
                 started.saturating_add(interval)
             }
             _ => now_ms,
@@ -335,8 +340,7 @@ impl PolicyState {
                 (self.budget + elapsed * per_ms).min(capacity)
             }
         };
-        // A clock that steps back must not refill the bucket twice.
-        self.budget_at_ms = Some(self.budget_at_ms.map_or(o.now_ms, |at| at.max(o.now_ms)));
+        self.budget_at_ms = Some(refilled_until(self.budget_at_ms, o.now_ms));
         let tokens = self.budget.max(0.0).floor() as u64;
         let mut d = cap(tokens, reason::CONTINUOUS, o);
         if tokens < headroom(o).min(o.queue_length) {
@@ -454,6 +458,29 @@ fn cap(want: u64, reason: &'static str, o: &Observed) -> Decision {
         _ => reason,
     };
     Decision { admit, reason }
+}
+
+/// Where the bucket's next refill counts from after a tick at `now_ms`.
+/// Never back for a small step (a tick timed on another clock, a little
+/// jitter): the span up to the later instant was refilled already. Back to
+/// `now_ms` when the clock stepped back further than a burst: holding the
+/// old instant would stall the bucket until the clock caught up (a store
+/// failed over to a replica whose clock is behind), and refilling the
+/// span twice gives at most one burst.
+fn refilled_until(at_ms: Option<i64>, now_ms: i64) -> i64 {
+    match at_ms {
+        Some(at) if now_ms >= at.saturating_sub(BURST_MS as i64) => at.max(now_ms),
+        _ => now_ms,
+    }
+}
+
+/// Whether the clock is now more than an interval behind the batch that
+/// started at `started_ms`: it stepped back (a store failed over to a
+/// replica whose clock is behind). A new cadence starts then, instead of
+/// no batch until the clock catches up; a smaller step only delays the next
+/// batch by the step, so a little jitter never makes an extra batch.
+fn stepped_back(started_ms: i64, interval_ms: i64, now_ms: i64) -> bool {
+    now_ms < started_ms.saturating_sub(interval_ms)
 }
 
 #[cfg(test)]

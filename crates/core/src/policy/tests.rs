@@ -57,6 +57,58 @@ fn batch_admits_size_every_interval() {
 }
 
 #[test]
+fn a_clock_stepped_back_delays_a_batch_by_the_step_at_most_and_never_stalls_it() {
+    use reason::*;
+    let mode = Mode::Batch {
+        size: 50,
+        interval_ms: 5_000,
+    };
+    check(
+        mode,
+        &[
+            (obs(100_000, 0, 0, 1_000), 50, BATCH),
+            // A step back smaller than an interval: the next batch waits
+            // for the old cadence, no extra batch.
+            (obs(99_000, 50, 0, 1_000), 0, BATCH_INTERVAL),
+            (obs(104_999, 50, 0, 1_000), 0, BATCH_INTERVAL),
+            (obs(105_000, 50, 0, 1_000), 50, BATCH),
+        ],
+    );
+    // An hour back: the first tick after the step starts a new cadence
+    // there, instead of an hour without a batch.
+    check(
+        Mode::Batch {
+            size: 50,
+            interval_ms: 5_000,
+        },
+        &[
+            (obs(3_600_000, 0, 0, 1_000), 50, BATCH),
+            (obs(100_000, 50, 0, 1_000), 50, BATCH),
+            (obs(101_000, 100, 0, 1_000), 0, BATCH_INTERVAL),
+            (obs(105_000, 100, 0, 1_000), 50, BATCH),
+        ],
+    );
+}
+
+#[test]
+fn a_clock_stepped_back_refills_from_where_it_is_now() {
+    use reason::*;
+    // 600 per minute = 10 per second, with a 6 s burst.
+    check(
+        Mode::Continuous {
+            max_per_minute: 600,
+        },
+        &[
+            (obs(3_600_000, 0, 0, 10_000), 60, RATE_LIMITED),
+            // An hour back: nothing for the step...
+            (obs(0, 60, 0, 10_000), 0, RATE_LIMITED),
+            // ...then a second's refill a second later, not an hour's wait.
+            (obs(1_000, 60, 0, 10_000), 10, RATE_LIMITED),
+        ],
+    );
+}
+
+#[test]
 fn batch_blocked_by_max_active_is_released_as_slots_free() {
     use reason::*;
     let mode = Mode::Batch {
