@@ -269,6 +269,13 @@ impl<'r> Queue<'r> {
             // the event drains.
             passes::end_here(self.state, self.rt, member, start);
         }
+        // A session this node opened while draining is over too: recorded
+        // so (its slot free once the store hears of it), and no longer
+        // masking a later admission; nor is the visitor's old rank kept
+        // for the next drain to admit.
+        let drain = self.drain();
+        drain.end_session(member, self.state.now_ms());
+        drain.ranks.forget(member);
         if let Err(StoreError::Unavailable(_)) = &released {
             self.store_failed();
         }
@@ -279,12 +286,15 @@ impl<'r> Queue<'r> {
     /// cache) and seen through this node's drain records: a visitor who
     /// redeemed a drain token is ACTIVE even if the store admitted them too
     /// (a tick that ran just before the outage, on a rank this node had not
-    /// seen yet); they are never offered a second token.
+    /// seen yet); they are never offered a second token while that session
+    /// lasts.
     pub fn seen(&self, member: &str, state: MemberState) -> MemberState {
         let drain = self.drain();
         drain.note(member, &state);
         match state {
-            MemberState::Admitted { expires_at_us, .. } if drain.redeemed_locally(member) => {
+            MemberState::Admitted { expires_at_us, .. }
+                if drain.redeemed_locally(member, || self.state.now_ms()) =>
+            {
                 MemberState::Active { expires_at_us }
             }
             other => other,

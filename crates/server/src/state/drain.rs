@@ -118,7 +118,7 @@ impl DrainState {
                 expires_at_us: local.token_expires_at_ms.saturating_mul(1000),
             }),
             // Once redeemed and recorded, the store knows the session.
-            Some(until) if !local.reconciled => Some(MemberState::Active {
+            Some(until) if !local.reconciled && now_ms < until => Some(MemberState::Active {
                 expires_at_us: until.saturating_mul(1000),
             }),
             _ => None,
@@ -127,17 +127,41 @@ impl DrainState {
 }
 
 impl DrainState {
-    /// Whether `member` redeemed a token this node signed while draining.
-    pub fn redeemed_locally(&self, member: &str) -> bool {
+    /// Whether `member` holds a session this node opened while draining,
+    /// not over at `now_ms`. (Once over, the visitor may join and be
+    /// admitted again: that admission is theirs to redeem.)
+    pub fn redeemed_locally(&self, member: &str, now_ms: impl FnOnce() -> i64) -> bool {
         if !self.any_local.load(Ordering::Acquire) {
             return false;
         }
+        let now_ms = now_ms();
         let inner = lock(&self.inner);
         inner
             .by_member
             .get(member)
             .and_then(|n| inner.local.get(n))
-            .is_some_and(|l| l.redeemed_until_ms.is_some())
+            .and_then(|l| l.redeemed_until_ms)
+            .is_some_and(|until| until > now_ms)
+    }
+
+    /// Ends at `now_ms` the session `member` holds from a drain admission
+    /// of this node, if any (a release): it is recorded as over, and the
+    /// token stays spent.
+    pub fn end_session(&self, member: &str, now_ms: i64) {
+        if !self.any_local.load(Ordering::Acquire) {
+            return;
+        }
+        let mut inner = lock(&self.inner);
+        let Some(nonce) = inner.by_member.get(member).copied() else {
+            return;
+        };
+        if let Some(until) = inner
+            .local
+            .get_mut(&nonce)
+            .and_then(|l| l.redeemed_until_ms.as_mut())
+        {
+            *until = (*until).min(now_ms);
+        }
     }
 }
 
@@ -213,5 +237,64 @@ impl ShareState {
             Some(at) if at.elapsed() < ADMIT_WINDOW => self.floor,
             _ => 0,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    /// A drain state holding one admission of `member` (nonce 7s), redeemed
+    /// until `until_ms`.
+    fn redeemed(member: &str, until_ms: i64) -> DrainState {
+        let drain = DrainState::default();
+        {
+            let mut inner = lock(&drain.inner);
+            inner.local.insert(
+                [7; 16],
+                LocalAdmission {
+                    member: member.to_owned(),
+                    token_expires_at_ms: until_ms,
+                    redeemed_until_ms: None,
+                    reconciled: false,
+                },
+            );
+            inner.by_member.insert(member.to_owned(), [7; 16]);
+        }
+        drain.any_local.store(true, Ordering::Release);
+        let redeemed = drain.redeem_local(member, &[7; 16], until_ms, 0).unwrap();
+        assert!(matches!(redeemed, Ok(RedeemOutcome::Redeemed { .. })));
+        drain
+    }
+
+    #[test]
+    fn a_drain_session_masks_a_store_admission_only_until_it_is_over() {
+        let drain = redeemed("m", 10_000);
+        assert!(drain.redeemed_locally("m", || 9_999));
+        assert!(matches!(
+            drain.local_answer("m", || 9_999),
+            Some(MemberState::Active { .. })
+        ));
+        // Over: a later admission by the store is the visitor's to redeem,
+        // not shown as ACTIVE for ever (the page looped between the gate and
+        // "you have access").
+        assert!(!drain.redeemed_locally("m", || 10_000));
+        assert_eq!(drain.local_answer("m", || 10_000), None);
+    }
+
+    #[test]
+    fn a_released_drain_session_is_over_and_its_token_stays_spent() {
+        let drain = redeemed("m", 10_000);
+        drain.end_session("m", 4_000);
+        assert!(!drain.redeemed_locally("m", || 4_001));
+        assert!(matches!(
+            drain.redeem_local("m", &[7; 16], 10_000, 0),
+            Some(Ok(RedeemOutcome::AlreadyUsed))
+        ));
+        // Another member's release ends nothing of it.
+        let drain = redeemed("m", 10_000);
+        drain.end_session("n", 4_000);
+        assert!(drain.redeemed_locally("m", || 4_001));
     }
 }
