@@ -210,6 +210,9 @@ pub struct AppState {
     /// The stored event tables this node refuses to run, kept by the watch
     /// of stored configs (`scheduler`), shown by `GET /admin/refusals`.
     pub refusals: Arc<Mutex<Refusals>>,
+    /// Failed admin authentications by client address (see
+    /// `admin::auth::Failures`).
+    pub admin_failures: crate::admin::auth::Failures,
     events: RwLock<Arc<Events>>,
 }
 
@@ -275,6 +278,7 @@ impl AppState {
                 config.server.max_streams_per_address,
             ),
             refusals: Arc::default(),
+            admin_failures: crate::admin::auth::Failures::default(),
             events: RwLock::new(Arc::new(Events::build(list))),
         })
     }

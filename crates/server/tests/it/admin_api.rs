@@ -89,6 +89,33 @@ async fn audit(s: &TestServer, query: &str) -> Vec<Value> {
     body["entries"].as_array().unwrap().clone()
 }
 
+/// A token cannot be guessed at the speed the listener answers: twenty
+/// wrong tokens from an address within a minute, and its next calls are
+/// `429 rate_limited` with `Retry-After`, the right token's too (the answer
+/// must not tell a guess that hit); the dashboard's assets and the health
+/// checks are not held.
+#[tokio::test]
+async fn an_address_that_guesses_tokens_is_held_off() {
+    let s = TestServer::start("").await;
+    for i in 0..20 {
+        let (status, _, _) = s
+            .admin_get("/admin/events", Some(&format!("guess-{i:08}")))
+            .await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "guess {i}");
+    }
+    let (status, headers, body) = s
+        .admin_get("/admin/events", Some(crate::support::config::ADMIN_TOKEN))
+        .await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    let retry: u64 = headers["retry-after"].to_str().unwrap().parse().unwrap();
+    assert!((1..=60).contains(&retry), "{retry}");
+    let body: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(body["error"], "rate_limited");
+    let (status, _, _) = s.admin_get("/healthz", None).await;
+    assert_eq!(status, StatusCode::OK);
+    s.stop().await;
+}
+
 #[tokio::test]
 async fn named_tokens_and_the_read_only_role() {
     let _ = logs();
