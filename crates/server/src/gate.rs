@@ -343,9 +343,13 @@ impl Forward {
         async move {
             // A wait for the visitor's connection's leave to reach the
             // origin is not the origin's latency: the clock starts after it.
-            let sent_ms = match state.proxy.lease(&mut self.outgoing).await {
-                Ok(waited) => waited.then(|| state.now_ms()),
-                Err(refused) => return refused,
+            let sent_ms = if self.outgoing.needs_lease() {
+                match state.proxy.lease(&mut self.outgoing).await {
+                    Ok(waited) => waited.then(|| state.now_ms()),
+                    Err(refused) => return refused,
+                }
+            } else {
+                None
             };
             let started = Instant::now();
             // An answer's passed fields never hold an origin's command

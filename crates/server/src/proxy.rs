@@ -238,10 +238,12 @@ impl Proxy {
     /// A plain function returning its future, like the gate's
     /// `Forward::finish`: an `async fn` would keep `outgoing` twice.
     #[allow(clippy::manual_async_fn)]
-    pub fn send(&self, outgoing: Outgoing) -> impl Future<Output = Answer> + Send + '_ {
+    pub fn send(&self, mut outgoing: Outgoing) -> impl Future<Output = Answer> + Send + '_ {
         async move {
-            let mut outgoing = outgoing;
-            if let Err(refused) = self.lease(&mut outgoing).await {
+            // No future is made where no lease is needed (the door's).
+            if outgoing.needs_lease()
+                && let Err(refused) = self.lease(&mut outgoing).await
+            {
                 return refused;
             }
             let lease = outgoing.lease.take();
@@ -343,6 +345,14 @@ impl Proxy {
 /// nothing of the origin's health (adaptive admission skips it).
 #[derive(Clone, Copy, Debug)]
 pub struct NotTheOrigins;
+
+impl Outgoing {
+    /// Whether [`Proxy::lease`] has work to do: a connection hyper serves,
+    /// not leased yet. Checked before its future is made.
+    pub fn needs_lease(&self) -> bool {
+        self.slot.is_some() && self.lease.is_none()
+    }
+}
 
 /// A request made ready for its origin by [`Proxy::prepare`].
 pub struct Outgoing {
