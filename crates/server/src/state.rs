@@ -8,6 +8,7 @@
 
 pub mod admission;
 pub mod drain;
+pub mod guesses;
 pub mod observed;
 pub mod renewals;
 pub mod revocations;
@@ -210,9 +211,8 @@ pub struct AppState {
     /// The stored event tables this node refuses to run, kept by the watch
     /// of stored configs (`scheduler`), shown by `GET /admin/refusals`.
     pub refusals: Arc<Mutex<Refusals>>,
-    /// Failed admin authentications by client address (see
-    /// `admin::auth::Failures`).
-    pub admin_failures: crate::admin::auth::Failures,
+    /// Failed admin authentications by client address.
+    pub admin_failures: guesses::Failures,
     events: RwLock<Arc<Events>>,
 }
 
@@ -278,7 +278,7 @@ impl AppState {
                 config.server.max_streams_per_address,
             ),
             refusals: Arc::default(),
-            admin_failures: crate::admin::auth::Failures::default(),
+            admin_failures: guesses::Failures::default(),
             events: RwLock::new(Arc::new(Events::build(list))),
         })
     }
