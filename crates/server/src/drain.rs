@@ -93,6 +93,7 @@ pub fn restore(state: &AppState, rt: &EventRuntime) -> Result<usize, String> {
                         member,
                         token_expires_at_ms,
                         redeemed_until_ms: None,
+                        session_start_ms: None,
                         reconciled: false,
                     },
                 );

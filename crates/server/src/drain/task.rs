@@ -140,7 +140,7 @@ pub fn gauge(rt: &EventRuntime) {
 /// A failed reconcile keeps the node draining; the next probe retries.
 async fn leave(state: &AppState, rt: &EventRuntime) {
     let drain = of(rt);
-    let pending = pending_sessions(drain, rt);
+    let pending = pending_sessions(drain, rt, state.now_ms());
     if !pending.is_empty() {
         let members: Vec<(String, i64)> = pending
             .iter()
@@ -225,22 +225,49 @@ async fn take_over_store_tokens(state: &AppState, rt: &EventRuntime, members: &[
     }
 }
 
-/// `(member, session end ms)` of drain admissions not yet recorded. An
-/// unredeemed token counts as a session from its expiry onwards, so the slot
-/// stays taken whether or not the visitor comes back for it.
-fn pending_sessions(drain: &DrainState, rt: &EventRuntime) -> Vec<(String, i64)> {
-    let ttl = i64::try_from(rt.config.session_ttl.as_millis()).unwrap_or(i64::MAX);
+/// `(member, session end ms)` of drain admissions not yet recorded, as of
+/// node time `now`.
+fn pending_sessions(drain: &DrainState, rt: &EventRuntime, now: i64) -> Vec<(String, i64)> {
+    let ms = |d: std::time::Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+    let lives = Lives {
+        session_ttl_ms: ms(rt.config.session_ttl),
+        idle_ms: ms(rt.config.session_idle_timeout),
+    };
     lock(&drain.inner)
         .local
         .values()
         .filter(|l| !l.reconciled)
-        .map(|l| {
-            let until = l
-                .redeemed_until_ms
-                .unwrap_or_else(|| l.token_expires_at_ms.saturating_add(ttl));
-            (l.member.clone(), until)
-        })
+        .map(|l| (l.member.clone(), lives.recorded_end(l, now)))
         .collect()
+}
+
+/// How long an event's sessions last (`session_ttl`, `session_idle_timeout`).
+#[derive(Clone, Copy, Debug)]
+struct Lives {
+    session_ttl_ms: i64,
+    idle_ms: i64,
+}
+
+impl Lives {
+    /// The end a drain admission is recorded with at `now_ms`. An
+    /// unredeemed token counts as a session from its expiry onwards, so the
+    /// slot stays taken whether or not the visitor comes back for it. A
+    /// redeemed one ends where its redeem put it, or a whole idle time from
+    /// now if that is later (within its lifetime): its passes were renewed
+    /// on this node all through the outage, which the store never heard
+    /// of, and a visitor browsing through a long drain must not be ended
+    /// by the store's sweep the moment it returns.
+    fn recorded_end(self, l: &LocalAdmission, now_ms: i64) -> i64 {
+        match (l.redeemed_until_ms, l.session_start_ms) {
+            (None, _) => l.token_expires_at_ms.saturating_add(self.session_ttl_ms),
+            (Some(until), None) => until,
+            (Some(until), Some(start)) => {
+                let idle_end = now_ms.saturating_add(self.idle_ms);
+                let life_end = start.saturating_add(self.session_ttl_ms);
+                until.max(idle_end.min(life_end))
+            }
+        }
+    }
 }
 
 /// Admits remembered visitors, front first, within this node's share of the
@@ -286,6 +313,7 @@ fn admit_locally(state: &AppState, rt: &EventRuntime) {
                 member,
                 token_expires_at_ms: now.saturating_add(token_ttl),
                 redeemed_until_ms: None,
+                session_start_ms: None,
                 reconciled: false,
             };
             (nonce, local)
@@ -323,4 +351,48 @@ fn admit_locally(state: &AppState, rt: &EventRuntime) {
     }
     metrics::counter!("anteroom_drain_admissions_total", "event" => rt.id().to_string())
         .increment(n);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn admission(redeemed_until_ms: Option<i64>, session_start_ms: Option<i64>) -> LocalAdmission {
+        LocalAdmission {
+            member: "m".to_owned(),
+            token_expires_at_ms: 5_000,
+            redeemed_until_ms,
+            session_start_ms,
+            reconciled: false,
+        }
+    }
+
+    #[test]
+    fn a_session_browsed_through_a_long_drain_is_recorded_with_an_idle_time_ahead() {
+        // A 10-minute lifetime, 2 minutes idle; redeemed at 1 s, so its
+        // first end was 121 s.
+        let lives = Lives {
+            session_ttl_ms: 600_000,
+            idle_ms: 120_000,
+        };
+        let redeemed = admission(Some(121_000), Some(1_000));
+        // Recorded within its first idle time: as redeemed.
+        assert_eq!(lives.recorded_end(&redeemed, 60_000), 180_000);
+        assert_eq!(lives.recorded_end(&redeemed, 0), 121_000);
+        // After a 5-minute drain: an idle time from now, not already over.
+        assert_eq!(lives.recorded_end(&redeemed, 300_000), 420_000);
+        // Never past its lifetime.
+        assert_eq!(lives.recorded_end(&redeemed, 590_000), 601_000);
+        // A session replayed from the journal (no start): as redeemed.
+        assert_eq!(
+            lives.recorded_end(&admission(Some(121_000), None), 300_000),
+            121_000
+        );
+        // An unredeemed token: a session from its expiry on.
+        assert_eq!(lives.recorded_end(&admission(None, None), 300_000), 605_000);
+        // A session released at 50 s (`DrainState::end_session` forgets
+        // its start) is not brought back.
+        let released = admission(Some(50_000), None);
+        assert_eq!(lives.recorded_end(&released, 300_000), 50_000);
+    }
 }

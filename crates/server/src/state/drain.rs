@@ -62,6 +62,9 @@ pub(crate) struct LocalAdmission {
     pub(crate) token_expires_at_ms: i64,
     /// `Some(session end)` once redeemed (the single use).
     pub(crate) redeemed_until_ms: Option<i64>,
+    /// When the session began, if this node redeemed it since it started
+    /// (a journal replayed after a restart says only its end).
+    pub(crate) session_start_ms: Option<i64>,
     pub(crate) reconciled: bool,
 }
 
@@ -155,12 +158,13 @@ impl DrainState {
         let Some(nonce) = inner.by_member.get(member).copied() else {
             return;
         };
-        if let Some(until) = inner
-            .local
-            .get_mut(&nonce)
-            .and_then(|l| l.redeemed_until_ms.as_mut())
+        if let Some(local) = inner.local.get_mut(&nonce)
+            && let Some(until) = local.redeemed_until_ms.as_mut()
         {
             *until = (*until).min(now_ms);
+            // Over for good: recorded with this end, never an idle time
+            // from the recording (see `drain::task`).
+            local.session_start_ms = None;
         }
     }
 }
@@ -202,6 +206,7 @@ impl DrainState {
             }
         }
         local.redeemed_until_ms = Some(session_end_ms);
+        local.session_start_ms = Some(now_us.div_euclid(1000));
         Some(Ok(RedeemOutcome::Redeemed { at_us: now_us }))
     }
 }
@@ -257,6 +262,7 @@ mod tests {
                     member: member.to_owned(),
                     token_expires_at_ms: until_ms,
                     redeemed_until_ms: None,
+                    session_start_ms: None,
                     reconciled: false,
                 },
             );
@@ -288,6 +294,10 @@ mod tests {
         let drain = redeemed("m", 10_000);
         drain.end_session("m", 4_000);
         assert!(!drain.redeemed_locally("m", || 4_001));
+        let inner = lock(&drain.inner);
+        assert_eq!(inner.local[&[7; 16]].redeemed_until_ms, Some(4_000));
+        assert_eq!(inner.local[&[7; 16]].session_start_ms, None);
+        drop(inner);
         assert!(matches!(
             drain.redeem_local("m", &[7; 16], 10_000, 0),
             Some(Ok(RedeemOutcome::AlreadyUsed))
