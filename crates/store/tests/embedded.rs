@@ -120,6 +120,18 @@ async fn restart_restores_every_position() {
     );
 }
 
+/// A store in `dir` whose event `e` holds one waiter, closed again.
+async fn with_one_waiter(dir: &Path) {
+    let s = open(dir).await;
+    let sc = JoinScoring {
+        opens_at_us: 0,
+        prewindow_score: -1,
+        tiebreak: 0,
+        behind: false,
+    };
+    s.join(&EventId::new("e").unwrap(), "m", &sc).await.unwrap();
+}
+
 fn corrupt_names(r: Result<EmbeddedStore, StoreError>, file: &str) {
     match r {
         Err(StoreError::Corrupt(m)) => assert!(m.contains(file), "{m} should name {file}"),
@@ -275,16 +287,7 @@ async fn foreign_or_damaged_data_is_refused() {
 
     // A redb file of the wrong kind (an event file where meta belongs).
     let swapped = dir.path().join("swapped");
-    {
-        let s = open(&swapped).await;
-        let sc = JoinScoring {
-            opens_at_us: 0,
-            prewindow_score: -1,
-            tiebreak: 0,
-            behind: false,
-        };
-        s.join(&EventId::new("e").unwrap(), "m", &sc).await.unwrap();
-    }
+    with_one_waiter(&swapped).await;
     std::fs::copy(
         swapped.join("events").join("e.redb"),
         swapped.join("meta.redb"),
@@ -300,16 +303,7 @@ async fn foreign_or_damaged_data_is_refused() {
     // event and every stored config, so it is refused, and nothing in the
     // directory is touched.
     let emptied = dir.path().join("emptied");
-    {
-        let s = open(&emptied).await;
-        let sc = JoinScoring {
-            opens_at_us: 0,
-            prewindow_score: -1,
-            tiebreak: 0,
-            behind: false,
-        };
-        s.join(&EventId::new("e").unwrap(), "m", &sc).await.unwrap();
-    }
+    with_one_waiter(&emptied).await;
     std::fs::write(emptied.join("meta.redb"), b"").unwrap();
     corrupt_names(
         EmbeddedStore::open(&emptied, EmbeddedOptions::default()).await,

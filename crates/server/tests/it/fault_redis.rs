@@ -50,13 +50,7 @@ async fn scenario(fault: Fault) {
     let node = Node::start(&config, dir).await;
 
     // One visitor is admitted and active before the fault.
-    let mut holder = Visitor::default();
-    holder.enter(&node, EVENT).await;
-    let mut seen = Vec::new();
-    holder
-        .until_active(&node, EVENT, Duration::from_secs(10), &mut seen)
-        .await;
-    assert_eq!(holder.fetch(&node, "/tickets/a").await, StatusCode::OK);
+    let mut holder = active_visitor(&node).await;
 
     // Eight more join; at one admission per hour they all stay waiting, and
     // the node caches the rank each was told.
@@ -270,13 +264,7 @@ async fn a_pass_that_runs_out_during_an_outage_is_renewed_within_its_sessions_id
         )
         .toml();
     let node = Node::start(&config, dir).await;
-    let mut holder = Visitor::default();
-    holder.enter(&node, EVENT).await;
-    let mut seen = Vec::new();
-    holder
-        .until_active(&node, EVENT, Duration::from_secs(10), &mut seen)
-        .await;
-    assert_eq!(holder.fetch(&node, "/tickets/a").await, StatusCode::OK);
+    let mut holder = active_visitor(&node).await;
     let issued = Instant::now();
     redis.kill().unwrap();
     // The pass (1 s) has run out; the session's idle time (4 s) has not.
@@ -291,6 +279,17 @@ async fn a_pass_that_runs_out_during_an_outage_is_renewed_within_its_sessions_id
     let renewed = Instant::now();
     tokio::time::sleep_until((renewed + Duration::from_millis(4500)).into()).await;
     assert_ne!(holder.fetch(&node, "/tickets/c").await, StatusCode::OK);
+}
+
+/// A visitor who entered, was admitted, redeemed and reached the origin.
+async fn active_visitor(node: &Node) -> Visitor {
+    let mut v = Visitor::default();
+    v.enter(node, EVENT).await;
+    let mut seen = Vec::new();
+    v.until_active(node, EVENT, Duration::from_secs(10), &mut seen)
+        .await;
+    assert_eq!(v.fetch(node, "/tickets/a").await, StatusCode::OK);
+    v
 }
 
 /// Polls `check` until it holds (at most 5 s); returns the time since `start`.
