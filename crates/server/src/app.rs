@@ -225,7 +225,13 @@ async fn serve_all(
     for t in tls_tasks {
         t.abort();
     }
-    crate::locks::lock(&state.tasks).abort_all();
+    // Aborted and waited for: a tick in progress must not renew a hold
+    // after it is given up.
+    let mut tasks = std::mem::take(&mut *crate::locks::lock(&state.tasks));
+    tasks.shutdown().await;
+    // With the scheduler stopped nothing renews this node's drain holds:
+    // give them up, so the nodes that stay may use that capacity.
+    crate::drain::share::give_up(&state, std::time::Duration::from_secs(2)).await;
     bots_reload.abort();
     bots_seen.abort();
     tracing::info!("stopped");

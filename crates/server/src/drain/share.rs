@@ -84,6 +84,45 @@ pub async fn renew(state: &AppState, rt: &EventRuntime) {
     }
 }
 
+/// Gives up this node's holds in the store, at a graceful stop, once the
+/// scheduler no longer renews them: a node that is gone for good would
+/// otherwise pin its reserve for `ADMIT_WINDOW` + `token_ttl` +
+/// `session_ttl`, capacity no other node may use. Not for an event that
+/// drains or whose drain admissions the store has not recorded yet: the
+/// hold covers those sessions (a restart with the same journal records
+/// them). At most `limit` in all, so a store that hangs never holds the
+/// stop up.
+pub async fn give_up(state: &AppState, limit: std::time::Duration) {
+    if !shared(state) {
+        return;
+    }
+    let events = state.events();
+    let all = async {
+        for rt in events.iter() {
+            let drain = of(rt);
+            if drain.is_draining() || drain.holds_scheduler() {
+                continue;
+            }
+            let Some(mut req) = request(state, rt, 0) else {
+                continue;
+            };
+            // No time to live: the store drops the hold.
+            req.ttl_ms = 0;
+            match timed_store("hold_share", state.store.hold_share(rt.id(), &req)).await {
+                Ok(_) => gauge(rt, 0),
+                Err(e) => {
+                    tracing::debug!(event = %rt.id(), error = e.kind(), "drain reserve not given up");
+                }
+            }
+        }
+    };
+    if tokio::time::timeout(limit, all).await.is_err() {
+        tracing::warn!(
+            "drain reserves not all given up at the stop: the store is slow; they expire on their own"
+        );
+    }
+}
+
 /// Admits through the store: with several nodes, as this node
 /// (`admit_sharing`), which stays out of the other nodes' holds and gives
 /// this node's reserve up (its admission comes out of it) in the same step.

@@ -415,3 +415,28 @@ async fn an_admission_among_several_nodes_is_one_store_call_and_leaves_no_hold()
         );
     }
 }
+
+/// A node stopped gracefully gives its hold up: the capacity it reserved
+/// would otherwise stay pinned for a minute plus a token's and a session's
+/// life, which no node left could use.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_stopped_gracefully_gives_its_hold_up() {
+    let mut s = setup().await;
+    let key = format!("anteroom:{{{EVENT}}}:shares");
+    let holders = |port: u16| {
+        let out = std::process::Command::new("redis-cli")
+            .args(["-p", &port.to_string(), "HLEN", &key])
+            .output()
+            .expect("redis-cli (apt-get install redis-server)");
+        assert!(out.status.success(), "redis-cli HLEN");
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .trim()
+            .parse::<u64>()
+            .unwrap()
+    };
+    assert_eq!(holders(s._redis.port()), 2, "both nodes hold a reserve");
+    let status = s.b.terminate(Duration::from_secs(30)).await;
+    assert!(status.success(), "{status:?}");
+    assert_eq!(holders(s._redis.port()), 1, "only A's hold is left");
+}
