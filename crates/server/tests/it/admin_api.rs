@@ -3,10 +3,10 @@
 //! reopen, the audit trail, redacted secrets and the start-up rule when the
 //! config file and stored changes differ.
 
-use std::io::Write;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::OnceLock;
 
 use crate::support::config::{ADMIN_TOKEN, Event, FAST_BATCH};
+use crate::support::logs::LogBuf;
 use crate::support::server::{self, TestServer};
 use crate::support::visitor::Visitor;
 use http::{Method, StatusCode};
@@ -29,36 +29,18 @@ role = "read"
 "#;
 
 /// Every log line of this test binary, to check what the server logs.
-fn logs() -> Arc<Mutex<Vec<u8>>> {
-    static LOGS: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
+fn logs() -> LogBuf {
+    static LOGS: OnceLock<LogBuf> = OnceLock::new();
     LOGS.get_or_init(|| {
-        let buf = Arc::new(Mutex::new(Vec::new()));
-        let writer = buf.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_ansi(false)
-            .with_max_level(tracing::Level::INFO)
-            .with_writer(move || Tee(writer.clone()))
-            .finish();
-        tracing::subscriber::set_global_default(subscriber).unwrap();
+        let buf = LogBuf::default();
+        tracing::subscriber::set_global_default(buf.subscriber()).unwrap();
         buf
     })
     .clone()
 }
 
-struct Tee(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Tee {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(b);
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 fn log_text() -> String {
-    String::from_utf8_lossy(&logs().lock().unwrap()).into_owned()
+    logs().text()
 }
 
 async fn call(

@@ -207,30 +207,13 @@ async fn captcha_policy_without_a_provider_places_at_the_back() {
     };
     // Every high-risk arrival meets the missing provider, and any visitor
     // can look high-risk: it is said once, not once a visitor.
-    #[derive(Clone, Default)]
-    struct Buf(Arc<Mutex<Vec<u8>>>);
-    impl std::io::Write for Buf {
-        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(b);
-            Ok(b.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let buf = Buf::default();
-    let writer = buf.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_ansi(false)
-        .with_max_level(tracing::Level::INFO)
-        .with_writer(move || writer.clone())
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let buf = crate::support::logs::LogBuf::default();
+    let _guard = tracing::subscriber::set_default(buf.subscriber());
     for _ in 0..3 {
         let got = d.gate_enter(&entry, &store, NOW).await;
         assert_eq!(got.unwrap().placement(), Placement::Behind);
     }
-    let text = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+    let text = buf.text();
     assert_eq!(
         text.matches("no bots.captcha configured").count(),
         1,
