@@ -423,7 +423,7 @@ impl EmbeddedStore {
             if let Some(why) = &st.down {
                 return Err(StoreError::Unavailable(why.clone()));
             }
-            let now_us = st.peek(self.clock_us());
+            let now_us = self.clock_us();
             Ok(f(&mut st, now_us))
         })
     }

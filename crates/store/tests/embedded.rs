@@ -429,6 +429,123 @@ async fn after_a_restart_every_waiter_counts_as_seen_then() {
     );
 }
 
+/// A node clock that ran an hour ahead and is set right: arrival order and
+/// the revocation feed stay in order (across a restart too), but expiry and
+/// the store's clock follow the clock as it is now. Before, the store's clock
+/// stayed an hour ahead until time caught up: a session opened meanwhile
+/// (its end set by the node's corrected clock) was swept as over at once,
+/// and every reader of the store's clock saw it frozen.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clock_set_right_after_running_ahead_keeps_order_but_ends_nothing_early() {
+    use anteroom_store::{ExpireRequest, RedeemOutcome};
+    use std::sync::atomic::{AtomicI64, Ordering};
+    const HOUR_US: i64 = 3_600_000_000;
+    let dir = tempfile::tempdir().unwrap();
+    let ev = EventId::new("stepped").unwrap();
+    let t0: i64 = 1_900_000_000_000_000;
+    let clock = Arc::new(AtomicI64::new(t0 + HOUR_US));
+    let opts = || {
+        let c = clock.clone();
+        EmbeddedOptions {
+            clock: Arc::new(move || c.load(Ordering::SeqCst)),
+            ..EmbeddedOptions::default()
+        }
+    };
+    let sc = JoinScoring {
+        opens_at_us: t0 - HOUR_US,
+        prewindow_score: -1,
+        tiebreak: 0,
+        behind: false,
+    };
+    let admit_one = |n: u8| AdmitRequest {
+        max: 1,
+        max_active: 100,
+        nonces: vec![[n; 16]],
+        token_ttl_us: 60_000_000,
+    };
+    let s = EmbeddedStore::open(dir.path(), opts()).await.unwrap();
+    // While the clock runs ahead: two waiters, and one who leaves.
+    for m in ["a", "b", "c"] {
+        s.join(&ev, m, &sc).await.unwrap();
+    }
+    assert!(s.release(&ev, "c").await.unwrap());
+    let left = s.revocations_since(&ev, 0).await.unwrap();
+    assert_eq!(left.len(), 1);
+    let left_at = left[0].at_us;
+
+    clock.store(t0, Ordering::SeqCst);
+    assert_eq!(
+        s.now_us(&ev).await.unwrap(),
+        t0,
+        "the store's clock is the clock as it is now, not frozen an hour ahead"
+    );
+    // The one who left comes back, after the two who waited.
+    s.join(&ev, "c", &sc).await.unwrap();
+    assert_eq!(
+        s.status(&ev, "c", Touch::Peek).await.unwrap(),
+        MemberState::Waiting {
+            rank: 2,
+            queue_length: 3
+        },
+        "a join after the step still ranks after those before it"
+    );
+    for (n, m) in [(1, "a"), (2, "b"), (3, "c")] {
+        let got = s.admit(&ev, &admit_one(n)).await.unwrap();
+        assert_eq!(got[0].member, m);
+    }
+    let session_end = t0 + 10 * 60_000_000;
+    let started = match s.redeem(&ev, "c", &[3; 16], session_end).await.unwrap() {
+        RedeemOutcome::Redeemed { at_us } => at_us,
+        other => panic!("{other:?}"),
+    };
+    assert!(
+        started > left_at,
+        "the session starts after the revocation stamped before it, which must not end it"
+    );
+    clock.store(t0 + 1_000_000, Ordering::SeqCst);
+    let swept = s
+        .expire(
+            &ev,
+            &ExpireRequest {
+                waiting_seen_before_us: t0 - HOUR_US,
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        swept.sessions, 0,
+        "a session with ten minutes ahead of it is not over"
+    );
+    assert_eq!(
+        s.status(&ev, "c", Touch::Peek).await.unwrap(),
+        MemberState::Active {
+            expires_at_us: session_end
+        }
+    );
+    // Leaving again is read by a node that reads on from the last stamp it saw.
+    assert!(s.release(&ev, "c").await.unwrap());
+    let next = s.revocations_since(&ev, left_at + 1).await.unwrap();
+    assert_eq!(next.len(), 1, "the second leave is not hidden behind the first");
+    assert!(next[0].at_us > started);
+    // One joins while the clock still lags what the store handed out.
+    s.join(&ev, "w", &sc).await.unwrap();
+    drop(s);
+
+    // The order holds across a restart: the instant last handed out is kept.
+    let s = EmbeddedStore::open(dir.path(), opts()).await.unwrap();
+    s.join(&ev, "d", &sc).await.unwrap();
+    for (m, rank) in [("w", 0), ("d", 1)] {
+        assert_eq!(
+            s.status(&ev, m, Touch::Peek).await.unwrap(),
+            MemberState::Waiting {
+                rank,
+                queue_length: 2
+            },
+            "{m}"
+        );
+    }
+}
+
 /// The disk threads do not preempt the event loops that wake them: an
 /// event's committer runs under `SCHED_BATCH` (the reason is in
 /// `embedded/batch_policy.rs`).

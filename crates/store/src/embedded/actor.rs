@@ -341,7 +341,7 @@ pub(crate) fn apply_inline(
     if st.actor_paused || st.order.repack_pending() {
         return Err(op);
     }
-    let now_us = st.tick(clock());
+    let now_us = clock();
     let generation = st.generation;
     let answer = apply(&mut st, op, now_us);
     // The next operation's writes start with room for one operation's (a
@@ -547,7 +547,7 @@ impl Applier {
         let generation = st.generation;
         let mut commands = batch.drain(..);
         while let Some(op) = commands.next() {
-            let now_us = st.tick((self.clock)());
+            let now_us = (self.clock)();
             let answer = match op {
                 Op::Expire { req, reply } => {
                     let mut sweep = Sweep::default();

@@ -135,17 +135,20 @@ impl EventState {
         }
     }
 
-    /// The next canonical instant: the node's clock, made strictly monotonic
-    /// so that arrival order is commit order even if the clock steps back.
-    pub(crate) fn tick(&mut self, clock_us: i64) -> i64 {
-        let now_us = clock_us.max(self.counters.last_us.saturating_add(1));
-        self.counters.last_us = now_us;
-        now_us
-    }
-
-    /// The canonical time for reads, without consuming an instant.
-    pub(crate) fn peek(&self, clock_us: i64) -> i64 {
-        clock_us.max(self.counters.last_us)
+    /// The next arrival instant: the clock, made strictly monotonic (and
+    /// kept across restarts) so that arrival order is commit order even if
+    /// the clock steps back. Only what is ordered by it takes one: a new
+    /// waiter's score and a revocation's stamp, which nodes read on from the
+    /// last they saw, and a session's start, which a revocation stamped
+    /// before it must not end. Everything that ends (tokens, sessions, idle waiters)
+    /// is judged by the clock as it is, as Redis judges by `TIME`: a clock
+    /// that was an hour ahead and is set right must not hold this clock an
+    /// hour ahead, where every session opened meanwhile would already be
+    /// over and every batch of admissions would wait for time to catch up.
+    pub(crate) fn next_instant(&mut self, now_us: i64) -> i64 {
+        let at_us = now_us.max(self.counters.last_us.saturating_add(1));
+        self.counters.last_us = at_us;
+        at_us
     }
 
     fn waiting_state(&self, slot: u32) -> MemberState {
@@ -196,7 +199,7 @@ impl EventState {
                 state: self.waiting_state(slot),
             });
         }
-        let score = arrival_score(now_us, s);
+        let score = arrival_score(self.next_instant(now_us), s);
         let slot = self
             .table
             .insert_probe(&probe, score, now_us)
@@ -303,7 +306,9 @@ impl EventState {
         // token itself is refused, so the record has done its job.
         self.mark_used(used, token_exp);
         self.counters.redeemed_total += 1;
-        Ok(RedeemOutcome::Redeemed { at_us: now_us })
+        Ok(RedeemOutcome::Redeemed {
+            at_us: self.next_instant(now_us),
+        })
     }
 
     pub(crate) fn extend(&mut self, member: &str, expires_at_us: i64) -> Result<bool, StoreError> {
@@ -362,6 +367,7 @@ impl EventState {
     }
 
     fn revoke(&mut self, member: Box<str>, now_us: i64) {
+        let now_us = self.next_instant(now_us);
         let seq = self.revocations.back().map_or(1, |r| r.seq + 1);
         self.writes.revoked(seq, now_us, &member);
         self.revocations.push_back(Revoked {
