@@ -206,6 +206,12 @@ impl<'r> Queue<'r> {
             RedeemOutcome::Redeemed { at_us } => Ok(at_us),
             RedeemOutcome::AlreadyUsed => Err(ApiError::TokenUsed),
             RedeemOutcome::NotAdmitted => Err(ApiError::InvalidToken),
+            // Paused or closed since this node last read the admin state:
+            // the store refused in the redeem's own step, the token kept.
+            RedeemOutcome::Paused => Err(ApiError::EventPaused {
+                retry_after_secs: 5,
+            }),
+            RedeemOutcome::Closed => Err(ApiError::EventClosed),
         }
     }
 

@@ -201,6 +201,13 @@ pub enum RedeemOutcome {
     AlreadyUsed,
     /// No such outstanding token for this member (never issued, expired or evicted).
     NotAdmitted,
+    /// The event is paused: no session opened and the token kept, so it
+    /// redeems after a resume while it is valid. Checked in the same atomic
+    /// step as the redeem, so once a pause is stored no node opens a session,
+    /// whatever admin state it last read.
+    Paused,
+    /// The event is closed: no session opened.
+    Closed,
 }
 
 /// Idle and lifetime limits applied by `expire`.

@@ -434,13 +434,15 @@ impl QueueStore for RedisStore {
     ) -> Result<RedeemOutcome> {
         check_member(member)?;
         let k = EventKeys::new(event);
-        let keys = [k.held(), k.used(), k.active(), k.totals()];
+        let keys = [k.held(), k.used(), k.active(), k.totals(), k.state()];
         let mut call = scripts::REDEEM.call(&keys);
         call.arg(member).arg(&nonce[..]).arg(session_expires_at_us);
         match self.eval::<Vec<i64>>(&scripts::REDEEM, &call).await?[..] {
             [0, at_us] => Ok(RedeemOutcome::Redeemed { at_us }),
             [1] => Ok(RedeemOutcome::AlreadyUsed),
             [2] => Ok(RedeemOutcome::NotAdmitted),
+            [3] => Ok(RedeemOutcome::Paused),
+            [4] => Ok(RedeemOutcome::Closed),
             ref other => Err(StoreError::Corrupt(format!(
                 "unknown redeem outcome {other:?} from redis"
             ))),

@@ -525,7 +525,11 @@ async fn a_clock_set_right_after_running_ahead_keeps_order_but_ends_nothing_earl
     // Leaving again is read by a node that reads on from the last stamp it saw.
     assert!(s.release(&ev, "c").await.unwrap());
     let next = s.revocations_since(&ev, left_at + 1).await.unwrap();
-    assert_eq!(next.len(), 1, "the second leave is not hidden behind the first");
+    assert_eq!(
+        next.len(),
+        1,
+        "the second leave is not hidden behind the first"
+    );
     assert!(next[0].at_us > started);
     // One joins while the clock still lags what the store handed out.
     s.join(&ev, "w", &sc).await.unwrap();

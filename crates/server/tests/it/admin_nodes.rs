@@ -506,3 +506,66 @@ async fn until(node: &Node, event: &str, value: f64) {
     )
     .await;
 }
+
+/// A pause made through one node is in force on another at once, though
+/// that node reads the admin state only twice a second: the store refuses
+/// the redeem in the redeem's own step, and keeps the token for the resume.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pause_made_on_one_node_refuses_a_redeem_on_another_at_once() {
+    use crate::support::visitor::Visitor;
+    use std::time::Instant;
+    let redis = RedisServer::start().expect("redis-server (apt-get install redis-server)");
+    let config = process::redis_node(&[redis.url()])
+        .gateway_nodes(2)
+        .event(process::event(EVENT, "http://127.0.0.1:9", 10).continuous(600))
+        .toml();
+    let (one, two) = (
+        Node::in_process(&config).await,
+        Node::in_process(&config).await,
+    );
+    // Three rounds: each gives node two's twice-a-second read of the admin
+    // state a chance to land between the pause and the redeem, which would
+    // hide a redeem that only node two's own check refuses.
+    for round in 0..3 {
+        let mut v = Visitor::default();
+        assert_eq!(v.enter(&two, EVENT).await.0, StatusCode::OK);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let token = loop {
+            let p = v.position(&two, EVENT).await;
+            if p["status"] == "ADMITTED" {
+                break p["token"].as_str().unwrap().to_owned();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "round {round}: not admitted: {p}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        assert_eq!(
+            one.admin(Method::POST, "/admin/events/tickets/pause")
+                .await
+                .0,
+            StatusCode::NO_CONTENT
+        );
+        assert_eq!(
+            v.redeem(&two, EVENT, &token).await,
+            StatusCode::CONFLICT,
+            "round {round}: node two opened a session after the pause's 204"
+        );
+        assert_eq!(
+            one.admin(Method::POST, "/admin/events/tickets/resume")
+                .await
+                .0,
+            StatusCode::NO_CONTENT
+        );
+        // Once node two has read the resume, the kept token redeems.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while v.redeem(&two, EVENT, &token).await != StatusCode::OK {
+            assert!(
+                Instant::now() < deadline,
+                "round {round}: the kept token never redeemed"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}

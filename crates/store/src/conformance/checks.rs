@@ -32,6 +32,7 @@ pub(crate) fn all() -> Vec<(&'static str, Check)> {
         admit_respects_max_and_max_active,
         admit_never_while_paused_or_closed,
         redeem_is_single_use,
+        redeem_is_refused_while_paused_or_closed_and_keeps_the_token,
         redeem_tells_when_its_session_started,
         release_ends_every_presence,
         extend_moves_session_end,

@@ -289,6 +289,13 @@ impl EventState {
         now_us: i64,
     ) -> Result<RedeemOutcome, StoreError> {
         check_member(member)?;
+        // Under the event's lock, which a stored pause takes too: once it is
+        // stored, no redeem opens a session, whatever a node last read.
+        match self.admin {
+            AdminState::Running => {}
+            AdminState::Paused => return Ok(RedeemOutcome::Paused),
+            AdminState::Closed => return Ok(RedeemOutcome::Closed),
+        }
         let used = Used {
             kind: USED_TOKEN,
             nonce: *nonce,

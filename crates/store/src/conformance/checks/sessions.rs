@@ -54,6 +54,47 @@ pub(super) async fn redeem_is_single_use(s: Store, c: Ctx) {
     ));
 }
 
+/// A pause or a close stored before a redeem refuses it in the redeem's own
+/// step, whatever admin state the redeeming node last read, and keeps the
+/// token: it redeems once the event runs again.
+pub(super) async fn redeem_is_refused_while_paused_or_closed_and_keeps_the_token(s: Store, c: Ctx) {
+    let ev = c.event("redeempause");
+    let ms = join_n(&s, &ev, "m", 2).await;
+    let t = now(&s, &ev).await;
+    let got = admit(&s, &ev, 2, 10, HOUR_US).await;
+    let sess = t + HOUR_US;
+    s.set_admin_state(&ev, AdminState::Paused).await.unwrap();
+    assert_eq!(
+        s.redeem(&ev, &ms[0], &got[0].nonce, sess).await.unwrap(),
+        RedeemOutcome::Paused
+    );
+    assert!(
+        matches!(
+            s.status(&ev, &ms[0], Touch::Peek).await.unwrap(),
+            MemberState::Admitted { nonce, .. } if nonce == got[0].nonce
+        ),
+        "no session opened while paused, the token still outstanding"
+    );
+    s.set_admin_state(&ev, AdminState::Running).await.unwrap();
+    assert!(
+        matches!(
+            s.redeem(&ev, &ms[0], &got[0].nonce, sess).await.unwrap(),
+            RedeemOutcome::Redeemed { .. }
+        ),
+        "the token was kept through the pause"
+    );
+    s.set_admin_state(&ev, AdminState::Closed).await.unwrap();
+    assert_eq!(
+        s.redeem(&ev, &ms[1], &got[1].nonce, sess).await.unwrap(),
+        RedeemOutcome::Closed
+    );
+    assert!(matches!(
+        s.status(&ev, &ms[1], Touch::Peek).await.unwrap(),
+        MemberState::Admitted { .. }
+    ));
+    assert_eq!(s.stats(&ev).await.unwrap().redeemed_total, 1);
+}
+
 /// A redeem says when, on the store's canonical clock, its session
 /// started: between the clock's readings around the call, and no later than
 /// the revocation of the release that ends it (a pass carries that start,
