@@ -85,8 +85,9 @@ pub const FAST_TICK: Duration = Duration::from_millis(50);
 pub const SLOW_TICK: Duration = Duration::from_secs(1);
 
 /// The tick grid of an event: [`FAST_TICK`], or the batch interval when that
-/// is shorter. Every node numbers ticks on the same grid, so `claim_tick`
-/// gives each one to one node whatever rate each node ticks at. Batch cadence
+/// is shorter. Every node numbers ticks on the same grid of the store's
+/// clock, so `claim_tick` gives each one to one node whatever rate each node
+/// ticks at and whatever its own clock says. Batch cadence
 /// is kept by the policy; between batches the ticks hand out what a batch
 /// still owes as slots free.
 pub fn tick_every(a: &Admission) -> Duration {
@@ -116,8 +117,14 @@ fn next_tick(now: i64, grid_ms: i64, pace: Pace) -> i64 {
 
 async fn schedule(state: Arc<AppState>, id: EventId) {
     let mut renewed: Option<tokio::time::Instant> = None;
+    let mut measured: Option<tokio::time::Instant> = None;
     loop {
         let Some(rt) = state.event(&id) else { return };
+        if measured.is_none_or(|at| at.elapsed() >= SLOW_TICK) {
+            measured = Some(tokio::time::Instant::now());
+            measure_store_clock(&state, &rt).await;
+        }
+        let offset_ms = lock(&rt.live.policy).store_offset_ms;
         let tick_ms = i64::try_from(tick_every(&rt.config.admission).as_millis())
             .unwrap_or(1000)
             .max(1);
@@ -130,12 +137,12 @@ async fn schedule(state: Arc<AppState>, id: EventId) {
             Pace::Slow
         };
         let tick = match pace {
-            Pace::Fast => until_tick(&state, tick_ms, Pace::Fast).await,
+            Pace::Fast => until_tick(&state, offset_ms, tick_ms, Pace::Fast).await,
             // Somebody joined since (on this node): the queue is not idle
             // any more, whatever the snapshot says.
             Pace::Slow => tokio::select! {
-                tick = until_tick(&state, tick_ms, Pace::Slow) => tick,
-                () = rt.live.arrivals.notified() => until_tick(&state, tick_ms, Pace::Fast).await,
+                tick = until_tick(&state, offset_ms, tick_ms, Pace::Slow) => tick,
+                () = rt.live.arrivals.notified() => until_tick(&state, offset_ms, tick_ms, Pace::Fast).await,
             },
         };
         let Some(rt) = state.event(&id) else { return };
@@ -153,9 +160,29 @@ async fn schedule(state: Arc<AppState>, id: EventId) {
     }
 }
 
-/// Waits for the next tick at `pace` and says which it is.
-async fn until_tick(state: &AppState, tick_ms: i64, pace: Pace) -> i64 {
-    let now = state.now_ms();
+/// Measures how far the store's clock runs ahead of this node's, once a
+/// second (a store call per node, as the reserve's renewal). Every node
+/// numbering ticks on its own clock let nodes whose clocks disagree by more
+/// than a claim's life (two ticks, 100 ms) claim different numbers at the
+/// same moment: each won every tick it tried and admitted a whole rate.
+/// Off by half the call's round trip at most. Kept as it was when the store
+/// does not answer (the tick fails then anyway).
+async fn measure_store_clock(state: &AppState, rt: &EventRuntime) {
+    let before = state.now_ms();
+    let Ok(store_us) = timed_store("now", state.store.now_us(rt.id())).await else {
+        return;
+    };
+    let after = state.now_ms();
+    let offset = store_us
+        .div_euclid(1000)
+        .saturating_sub(before.saturating_add(after) / 2);
+    lock(&rt.live.policy).store_offset_ms = offset;
+}
+
+/// Waits for the next tick at `pace` on the store's clock (this node's,
+/// moved on by `offset_ms`) and says which it is.
+async fn until_tick(state: &AppState, offset_ms: i64, tick_ms: i64, pace: Pace) -> i64 {
+    let now = state.now_ms().saturating_add(offset_ms);
     let tick = next_tick(now, tick_ms, pace);
     let wait = u64::try_from(tick * tick_ms - now).unwrap_or(0);
     tokio::time::sleep(Duration::from_millis(wait)).await;
@@ -194,10 +221,12 @@ pub async fn tick_once(
         // are not this node's to hand out as well.
         let mode = mode(&rt.config.admission);
         let mut memory = lock(&rt.live.policy);
+        // On the store's clock, which the winner decided on.
+        let now_ms = state.now_ms().saturating_add(memory.store_offset_ms);
         memory
             .state
             .get_or_insert_with(|| PolicyState::new(&mode, rt.config.max_active))
-            .forfeit(&mode, state.now_ms());
+            .forfeit(&mode, now_ms);
         return Ok(0);
     };
     let _timed = TickTimer { id, started };

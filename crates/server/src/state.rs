@@ -79,6 +79,11 @@ pub struct PolicyMemory {
     /// How many this node admitted since its last full tick (reported with
     /// the outcomes).
     pub last_admitted: u64,
+    /// How far the store's clock runs ahead of this node's (ms), as last
+    /// measured by the scheduler: ticks are numbered, and lost ticks
+    /// forfeited, on the store's clock, so nodes whose clocks disagree still
+    /// claim the same ticks.
+    pub store_offset_ms: i64,
 }
 
 impl Live {

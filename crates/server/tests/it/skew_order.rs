@@ -179,3 +179,71 @@ async fn an_event_stored_without_its_anchor_still_orders_its_arrivals() {
     let expected: Vec<u64> = (0..visitors.len() as u64).collect();
     assert_eq!(ranks, expected, "ranks in arrival order");
 }
+
+/// Admitted so far, as the store counts it (read through `node`).
+async fn admitted_total(node: &Node) -> u64 {
+    let (s, body) = node
+        .admin(Method::GET, &format!("/admin/events/{EVENT}"))
+        .await;
+    assert_eq!(s, StatusCode::OK);
+    let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    v["stats"]["admitted_total"].as_u64().unwrap()
+}
+
+/// Skewed node clocks cannot multiply the admission rate: two nodes whose
+/// clocks are a second apart admit one batch per interval between them.
+/// Were ticks numbered by each node's clock, the nodes would claim
+/// different numbers at the same moment (twenty 50 ms ticks apart), each
+/// would win every tick it tried, and each would admit a whole batch per
+/// interval: twice the rate the operator set.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn skewed_nodes_admit_one_rate_between_them() {
+    const BATCH: u64 = 5;
+    const INTERVAL_MS: u64 = 500;
+    let redis = RedisServer::start().expect("redis-server (apt-get install redis-server)");
+    let admission =
+        format!(r#"{{ mode = "batch", batch_size = {BATCH}, interval = "{INTERVAL_MS}ms" }}"#);
+    let base = process::redis_node(&[redis.url()])
+        .gateway_nodes(2)
+        .event(process::event(EVENT, "http://127.0.0.1:9", 10_000).admission(&admission));
+    let ahead = Node::in_process(&with_offset(&base, 500)).await;
+    let behind = Node::in_process(&with_offset(&base, -500)).await;
+    // Paused while the line fills, so the window below starts on a full line.
+    let (status, _) = ahead
+        .admin(Method::POST, "/admin/events/tickets/pause")
+        .await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    for i in 0..200 {
+        let node = if i % 2 == 0 { &ahead } else { &behind };
+        let mut v = Visitor::default();
+        assert_eq!(v.enter(node, EVENT).await.0, StatusCode::OK);
+    }
+    let (status, _) = ahead
+        .admin(Method::POST, "/admin/events/tickets/resume")
+        .await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    // From the first admission on, for eight intervals.
+    crate::support::wait_for("the first batch", Duration::from_secs(10), || async {
+        admitted_total(&ahead).await > 0
+    })
+    .await;
+    let start = admitted_total(&ahead).await;
+    let started = std::time::Instant::now();
+    tokio::time::sleep(Duration::from_millis(8 * INTERVAL_MS)).await;
+    let admitted = admitted_total(&ahead).await - start;
+    let intervals = started.elapsed().as_millis() as u64 / INTERVAL_MS;
+    // One batch per interval begun in the window, and the one due as it
+    // opened; and half as much again: a node that did not try the tick on
+    // which the other admitted a batch (its last tick ran long on a loaded
+    // box) does not forfeit that batch and may admit one of its own. Both
+    // nodes admitting every batch is twice the rate.
+    let most = (intervals + 1) * BATCH * 3 / 2;
+    println!(
+        "skew: {admitted} admitted in {intervals} intervals of {INTERVAL_MS} ms (at most {most})"
+    );
+    assert!(
+        admitted <= most,
+        "{admitted} admitted in {intervals} intervals: more than one batch of {BATCH} per interval"
+    );
+    assert!(admitted > 0, "admissions went on");
+}
