@@ -153,6 +153,12 @@ pub struct PolicyState {
     /// owed (released as slots free, until the next batch replaces it).
     batch_started_ms: Option<i64>,
     batch_owed: u64,
+    /// Batch: the instant batches are counted from, so that every node
+    /// starts its batches on one grid (the event's anchor on the store's
+    /// clock); and when the last `decide` began a batch, if it did, for the
+    /// caller to claim that batch among the nodes.
+    cadence_anchor_ms: i64,
+    began_batch_ms: Option<i64>,
     /// Continuous: the per-minute budget as a token bucket.
     budget: f64,
     budget_at_ms: Option<i64>,
@@ -172,6 +178,8 @@ impl PolicyState {
             kind: Kind::of(mode),
             batch_started_ms: None,
             batch_owed: 0,
+            cadence_anchor_ms: 0,
+            began_batch_ms: None,
             budget: 0.0,
             budget_at_ms: None,
             window: initial_window(max_active),
@@ -180,6 +188,31 @@ impl PolicyState {
             redeemed_w: 0.0,
             expired_w: 0.0,
         }
+    }
+
+    /// Counts batches from `anchor_ms` (the event's anchor): every node
+    /// given the same anchor starts its batches at the same instants, so a
+    /// batch begun by one node is the batch every other node forfeits or
+    /// finds claimed, never one of a cadence shifted by where each node
+    /// happened to start.
+    pub fn set_cadence_anchor(&mut self, anchor_ms: i64) {
+        self.cadence_anchor_ms = anchor_ms;
+    }
+
+    /// When the batch that the last [`Self::decide`] began starts, if it
+    /// began one. With several nodes the caller claims that batch in the
+    /// store before admitting (one node per batch, whatever ticks each node
+    /// tried) and calls [`Self::batch_taken_elsewhere`] if another node
+    /// holds it.
+    pub fn began_batch(&self) -> Option<i64> {
+        self.began_batch_ms
+    }
+
+    /// Another node began the batch the last `decide` began here: nothing of
+    /// it is owed here.
+    pub fn batch_taken_elsewhere(&mut self) {
+        self.batch_owed = 0;
+        self.began_batch_ms = None;
     }
 
     /// A tick another node won (several gateway nodes share the ticks, one
@@ -215,20 +248,20 @@ impl PolicyState {
         }
     }
 
-    /// When a batch due at `now_ms` starts: on the cadence when ticks arrive
-    /// a little late, without catching up on batches missed while nobody
-    /// ticked.
+    /// When a batch due at `now_ms` starts: on the grid of intervals from
+    /// the cadence anchor, so ticks that arrive a little late keep the
+    /// cadence, batches missed while nobody ticked are not caught up, and
+    /// every node agrees where each batch begins.
     fn batch_start(&self, interval_ms: u64, now_ms: i64) -> i64 {
         let interval = i64::try_from(interval_ms).unwrap_or(i64::MAX);
-        match self.batch_started_ms {
-            Some(started)
-                if !stepped_back(started, interval, now_ms)
-                    && now_ms.saturating_sub(started.saturating_add(interval)) < interval =>
-            {
-                started.saturating_add(interval)
-            }
-            _ => now_ms,
+        if interval <= 0 {
+            return now_ms;
         }
+        now_ms.saturating_sub(
+            now_ms
+                .saturating_sub(self.cadence_anchor_ms)
+                .rem_euclid(interval),
+        )
     }
 
     /// How many visitors to admit now. The caller admits exactly
@@ -240,9 +273,11 @@ impl PolicyState {
             *self = PolicyState {
                 redeemed_w: self.redeemed_w,
                 expired_w: self.expired_w,
+                cadence_anchor_ms: self.cadence_anchor_ms,
                 ..PolicyState::new(mode, o.max_active)
             };
         }
+        self.began_batch_ms = None;
         let factor = self.compensation();
         match *mode {
             Mode::Batch { size, interval_ms } => self.batch(size, interval_ms, factor, o),
@@ -311,7 +346,9 @@ impl PolicyState {
 
     fn batch(&mut self, size: u64, interval_ms: u64, factor: f64, o: &Observed) -> Decision {
         if self.batch_due(interval_ms, o.now_ms) {
-            self.batch_started_ms = Some(self.batch_start(interval_ms, o.now_ms));
+            let start = self.batch_start(interval_ms, o.now_ms);
+            self.batch_started_ms = Some(start);
+            self.began_batch_ms = Some(start);
             self.batch_owed = scale(size, factor);
         }
         if self.batch_owed == 0 {

@@ -223,10 +223,11 @@ pub async fn tick_once(
         let mut memory = lock(&rt.live.policy);
         // On the store's clock, which the winner decided on.
         let now_ms = state.now_ms().saturating_add(memory.store_offset_ms);
-        memory
+        let policy = memory
             .state
-            .get_or_insert_with(|| PolicyState::new(&mode, rt.config.max_active))
-            .forfeit(&mode, now_ms);
+            .get_or_insert_with(|| PolicyState::new(&mode, rt.config.max_active));
+        policy.set_cadence_anchor(rt.anchor_us.div_euclid(1000));
+        policy.forfeit(&mode, now_ms);
         return Ok(0);
     };
     let _timed = TickTimer { id, started };
@@ -267,11 +268,13 @@ pub async fn tick_once(
         ..Observed::default()
     };
     crate::admission::observe_origin(rt, now_ms, &mut observed).await;
-    let decision = {
+    let anchor_ms = rt.anchor_us.div_euclid(1000);
+    let (decision, began_batch) = {
         let mut memory = lock(&rt.live.policy);
         let policy = memory
             .state
             .get_or_insert_with(|| PolicyState::new(&mode, rt.config.max_active));
+        policy.set_cadence_anchor(anchor_ms);
         let decision = policy.decide(&mode, &observed);
         let event = id.to_string();
         metrics::gauge!("anteroom_admission_no_show_rate", "event" => event.clone())
@@ -279,9 +282,17 @@ pub async fn tick_once(
         if matches!(mode, Mode::Adaptive { .. }) {
             metrics::gauge!("anteroom_admission_window", "event" => event).set(policy.window());
         }
-        decision
+        (decision, policy.began_batch())
     };
     tracing::trace!(event = %id, admit = decision.admit, reason = decision.reason, "decided");
+    if let (Some(start_ms), Mode::Batch { interval_ms, .. }) = (began_batch, &mode)
+        && !claim_batch(state, rt, anchor_ms, start_ms, *interval_ms).await?
+    {
+        if let Some(policy) = lock(&rt.live.policy).state.as_mut() {
+            policy.batch_taken_elsewhere();
+        }
+        return Ok(0);
+    }
     if decision.admit == 0 {
         return Ok(0);
     }
@@ -313,6 +324,36 @@ pub async fn tick_once(
         state.push.kick(id);
     }
     Ok(admitted)
+}
+
+/// Batch claims share the tick guard with the ticks, above every tick
+/// number (a tick number is milliseconds since the epoch over the grid).
+const BATCH_CLAIMS: u64 = 1 << 62;
+
+/// Claims the batch starting at `start_ms` for this node: `true` for one
+/// node per batch. The ticks a node wins are not enough: a node that did not
+/// try the tick on which another node began a batch (its own last tick ran
+/// long) never forfeited it, and began it again on the next tick it won.
+/// Once a batch, so one store call an interval.
+async fn claim_batch(
+    state: &AppState,
+    rt: &EventRuntime,
+    anchor_ms: i64,
+    start_ms: i64,
+    interval_ms: u64,
+) -> Result<bool, StoreError> {
+    if interval_ms == 0 {
+        // A batch every tick: the tick's own claim is the batch's.
+        return Ok(true);
+    }
+    // Named by its start on the grid (ms from the anchor), which every node
+    // computes alike; unlike its index, never reused after a live change of
+    // the interval.
+    let number = start_ms.saturating_sub(anchor_ms);
+    let claim = BATCH_CLAIMS | (number as u64 & (BATCH_CLAIMS - 1));
+    // Held past the batch's interval, so a late node cannot claim it again.
+    let ttl = interval_ms.saturating_mul(2).max(1000);
+    timed_store("claim_tick", state.store.claim_tick(rt.id(), claim, ttl)).await
 }
 
 /// Records a won tick's time, from its claim to its last store call,

@@ -56,6 +56,61 @@ fn batch_admits_size_every_interval() {
     );
 }
 
+/// Two nodes given one anchor begin their batches at the same instants,
+/// whichever node ticks when: the batch one node begins is the batch the
+/// other forfeits, or finds claimed, never one of its own shifted cadence.
+/// Counted from where each node happened to start, the cadences drifted a
+/// tick apart, and a node whose batch fell due a tick before the other's
+/// began a second batch in the same interval.
+#[test]
+fn batches_start_on_the_anchors_grid_whichever_node_begins_them() {
+    let mode = Mode::Batch {
+        size: 5,
+        interval_ms: 5_000,
+    };
+    let (mut a, mut b) = (PolicyState::new(&mode, 100), PolicyState::new(&mode, 100));
+    a.set_cadence_anchor(1_000);
+    b.set_cadence_anchor(1_000);
+    // A wins a tick 30 ms into the grid's interval: the batch starts at
+    // the grid's instant, not at the tick.
+    assert_eq!(a.decide(&mode, &obs(1_030, 0, 0, 100)).admit, 5);
+    assert_eq!(a.began_batch(), Some(1_000));
+    // B loses the next tick: the same batch, forfeited.
+    b.forfeit(&mode, 1_040);
+    assert_eq!(b.decide(&mode, &obs(5_990, 5, 0, 100)).admit, 0);
+    assert_eq!(
+        b.began_batch(),
+        None,
+        "no batch begun on a decide that admits none"
+    );
+    // Both find the next batch due at 6 000 and call it the same batch,
+    // whoever ticks first and however late.
+    assert_eq!(b.decide(&mode, &obs(6_000, 5, 0, 100)).admit, 5);
+    assert_eq!(b.began_batch(), Some(6_000));
+    assert_eq!(a.decide(&mode, &obs(6_020, 5, 0, 100)).admit, 5);
+    assert_eq!(a.began_batch(), Some(6_000));
+    // The store gave that batch to B: A owes nothing of it.
+    a.batch_taken_elsewhere();
+    assert_eq!(a.decide(&mode, &obs(6_070, 10, 0, 100)).admit, 0);
+    assert_eq!(a.decide(&mode, &obs(11_000, 10, 0, 100)).admit, 5);
+    assert_eq!(a.began_batch(), Some(11_000));
+}
+
+/// A batch held back by `max_active` is owed by the node that claimed it;
+/// the one that found it claimed owes none of it.
+#[test]
+fn a_batch_taken_elsewhere_is_owed_only_where_it_was_claimed() {
+    let mode = Mode::Batch {
+        size: 10,
+        interval_ms: 5_000,
+    };
+    let mut a = PolicyState::new(&mode, 10);
+    // Six slots taken: four now, six owed as slots free.
+    assert_eq!(a.decide(&mode, &obs(0, 6, 0, 10)).admit, 4);
+    a.batch_taken_elsewhere();
+    assert_eq!(a.decide(&mode, &obs(100, 0, 0, 10)).admit, 0);
+}
+
 #[test]
 fn a_clock_stepped_back_delays_a_batch_by_the_step_at_most_and_never_stalls_it() {
     use reason::*;

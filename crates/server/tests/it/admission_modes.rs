@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::support::admission::Harness;
 use anteroom::app::lock;
+use anteroom::scheduler::tick_once;
 use axum::Router;
 use axum::extract::State;
 use axum::routing::get;
@@ -26,6 +27,43 @@ admission = { mode = "batch", batch_size = 10, interval = "5s" }"#,
     assert_eq!(seen, [10, 0, 0, 0, 0, 10, 0, 0, 0, 0, 10]);
     let s = h.stats().await;
     assert_eq!((s.outstanding, s.waiting), (30, 70));
+}
+
+/// Two nodes on one store: a batch one node began is not begun again by
+/// the other, though that node never tried the tick it was begun on (its
+/// own last tick ran long) and so never forfeited it. The batch is claimed
+/// in the store by the node that begins it.
+#[tokio::test]
+async fn a_batch_is_begun_once_among_nodes_whichever_ticks_each_tried() {
+    let h = Harness::new(
+        r#"max_active = 1000
+admission = { mode = "batch", batch_size = 10, interval = "5s" }"#,
+    )
+    .await;
+    h.join_many("v", 100).await;
+    let other = h.another_node().await;
+    let (one, two) = (h.rt(), other.event(&h.id).unwrap());
+    let tick_ms = 50;
+    let tick = |h: &Harness| u64::try_from(h.now_ms() / tick_ms).unwrap();
+    let t = tick(&h);
+    assert_eq!(tick_once(&h.state, &one, t, tick_ms).await.unwrap(), 10);
+    // Node two's first tick comes after the one node one won.
+    h.clock.advance(tick_ms);
+    assert_eq!(
+        tick_once(&other, &two, t + 1, tick_ms).await.unwrap(),
+        0,
+        "the interval's batch was node one's"
+    );
+    h.clock.advance(tick_ms);
+    assert_eq!(tick_once(&h.state, &one, t + 2, tick_ms).await.unwrap(), 0);
+    // The next interval's batch: node two ticks first; node one, which
+    // missed that tick, finds the batch claimed.
+    h.clock.advance(5_000);
+    let t = tick(&h);
+    assert_eq!(tick_once(&other, &two, t, tick_ms).await.unwrap(), 10);
+    h.clock.advance(tick_ms);
+    assert_eq!(tick_once(&h.state, &one, t + 1, tick_ms).await.unwrap(), 0);
+    assert_eq!(h.stats().await.outstanding, 20);
 }
 
 #[tokio::test]

@@ -191,7 +191,8 @@ async fn admitted_total(node: &Node) -> u64 {
 }
 
 /// Skewed node clocks cannot multiply the admission rate: two nodes whose
-/// clocks are a second apart admit one batch per interval between them.
+/// clocks are a second apart admit one batch per interval between them,
+/// and no more on a loaded box where a node's tick runs long.
 /// Were ticks numbered by each node's clock, the nodes would claim
 /// different numbers at the same moment (twenty 50 ms ticks apart), each
 /// would win every tick it tried, and each would admit a whole batch per
@@ -233,11 +234,10 @@ async fn skewed_nodes_admit_one_rate_between_them() {
     let admitted = admitted_total(&ahead).await - start;
     let intervals = started.elapsed().as_millis() as u64 / INTERVAL_MS;
     // One batch per interval begun in the window, and the one due as it
-    // opened; and half as much again: a node that did not try the tick on
-    // which the other admitted a batch (its last tick ran long on a loaded
-    // box) does not forfeit that batch and may admit one of its own. Both
-    // nodes admitting every batch is twice the rate.
-    let most = (intervals + 1) * BATCH * 3 / 2;
+    // opened: each batch is claimed in the store by one node, so a node
+    // that did not try the tick on which the other began a batch (its own
+    // last tick ran long on a loaded box) cannot begin it again.
+    let most = (intervals + 1) * BATCH;
     println!(
         "skew: {admitted} admitted in {intervals} intervals of {INTERVAL_MS} ms (at most {most})"
     );
@@ -245,5 +245,8 @@ async fn skewed_nodes_admit_one_rate_between_them() {
         admitted <= most,
         "{admitted} admitted in {intervals} intervals: more than one batch of {BATCH} per interval"
     );
-    assert!(admitted > 0, "admissions went on");
+    assert!(
+        admitted >= intervals / 2 * BATCH,
+        "{admitted} admitted in {intervals} intervals: batches lost"
+    );
 }

@@ -39,6 +39,7 @@ pub struct Harness {
     pub state: Arc<AppState>,
     pub id: EventId,
     pub store: Arc<dyn QueueStore>,
+    config: anteroom::Config,
     _dir: tempfile::TempDir,
 }
 
@@ -101,8 +102,26 @@ impl Harness {
             state,
             id: EventId::new("e").unwrap(),
             store,
+            config,
             _dir: dir,
         }
+    }
+
+    /// A second gateway node: its own state (scheduler memory, caches) on
+    /// the same store and clock, with the same configuration.
+    pub async fn another_node(&self) -> Arc<AppState> {
+        let events = anteroom::config::stored::resolve(&self.config.events, self.store.as_ref())
+            .await
+            .unwrap();
+        Arc::new(
+            AppState::new(
+                &self.config,
+                events,
+                self.store.clone(),
+                self.clock.clone() as Arc<dyn Clock>,
+            )
+            .unwrap(),
+        )
     }
 
     pub fn rt(&self) -> Arc<EventRuntime> {
