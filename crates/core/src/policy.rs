@@ -155,10 +155,8 @@ pub struct PolicyState {
     batch_owed: u64,
     /// Batch: the instant batches are counted from, so that every node
     /// starts its batches on one grid (the event's anchor on the store's
-    /// clock); and when the last `decide` began a batch, if it did, for the
-    /// caller to claim that batch among the nodes.
+    /// clock).
     cadence_anchor_ms: i64,
-    began_batch_ms: Option<i64>,
     /// Continuous: the per-minute budget as a token bucket.
     budget: f64,
     budget_at_ms: Option<i64>,
@@ -179,7 +177,6 @@ impl PolicyState {
             batch_started_ms: None,
             batch_owed: 0,
             cadence_anchor_ms: 0,
-            began_batch_ms: None,
             budget: 0.0,
             budget_at_ms: None,
             window: initial_window(max_active),
@@ -199,20 +196,17 @@ impl PolicyState {
         self.cadence_anchor_ms = anchor_ms;
     }
 
-    /// When the batch that the last [`Self::decide`] began starts, if it
-    /// began one. With several nodes the caller claims that batch in the
-    /// store before admitting (one node per batch, whatever ticks each node
-    /// tried) and calls [`Self::batch_taken_elsewhere`] if another node
-    /// holds it.
-    pub fn began_batch(&self) -> Option<i64> {
-        self.began_batch_ms
-    }
-
-    /// Another node began the batch the last `decide` began here: nothing of
-    /// it is owed here.
-    pub fn batch_taken_elsewhere(&mut self) {
-        self.batch_owed = 0;
-        self.began_batch_ms = None;
+    /// When the batch that [`Self::decide`] at `now_ms` would begin starts,
+    /// if it would begin one. With several nodes the caller claims that
+    /// batch in the store first (one node per batch, whatever ticks each
+    /// node tried), and [`Self::forfeit`]s it if another node holds it.
+    pub fn batch_due_start(&self, mode: &Mode, now_ms: i64) -> Option<i64> {
+        let Mode::Batch { interval_ms, .. } = *mode else {
+            return None;
+        };
+        // A mode changed to batch starts fresh in `decide`: due at once.
+        let due = Kind::of(mode) != self.kind || self.batch_due(interval_ms, now_ms);
+        due.then(|| self.batch_start(interval_ms, now_ms))
     }
 
     /// A tick another node won (several gateway nodes share the ticks, one
@@ -277,7 +271,6 @@ impl PolicyState {
                 ..PolicyState::new(mode, o.max_active)
             };
         }
-        self.began_batch_ms = None;
         let factor = self.compensation();
         match *mode {
             Mode::Batch { size, interval_ms } => self.batch(size, interval_ms, factor, o),
@@ -346,9 +339,7 @@ impl PolicyState {
 
     fn batch(&mut self, size: u64, interval_ms: u64, factor: f64, o: &Observed) -> Decision {
         if self.batch_due(interval_ms, o.now_ms) {
-            let start = self.batch_start(interval_ms, o.now_ms);
-            self.batch_started_ms = Some(start);
-            self.began_batch_ms = Some(start);
+            self.batch_started_ms = Some(self.batch_start(interval_ms, o.now_ms));
             self.batch_owed = scale(size, factor);
         }
         if self.batch_owed == 0 {

@@ -160,23 +160,44 @@ async fn schedule(state: Arc<AppState>, id: EventId) {
     }
 }
 
+/// The widest round trip whose clock reading is trusted as it is: off by
+/// half of it at most, well within a tick claim's life (two ticks, 100 ms).
+const CLOCK_SAMPLE_RTT_MS: i64 = 50;
+
 /// Measures how far the store's clock runs ahead of this node's, once a
 /// second (a store call per node, as the reserve's renewal). Every node
 /// numbering ticks on its own clock let nodes whose clocks disagree by more
 /// than a claim's life (two ticks, 100 ms) claim different numbers at the
 /// same moment: each won every tick it tried and admitted a whole rate.
-/// Off by half the call's round trip at most. Kept as it was when the store
-/// does not answer (the tick fails then anyway).
+/// A reading is off by up to half its round trip: see [`takes_reading`].
+/// Kept as it was when the store does not answer (the tick fails then
+/// anyway).
 async fn measure_store_clock(state: &AppState, rt: &EventRuntime) {
     let before = state.now_ms();
     let Ok(store_us) = timed_store("now", state.store.now_us(rt.id())).await else {
         return;
     };
     let after = state.now_ms();
+    let rtt = after.saturating_sub(before).max(0);
     let offset = store_us
         .div_euclid(1000)
         .saturating_sub(before.saturating_add(after) / 2);
-    lock(&rt.live.policy).store_offset_ms = offset;
+    let mut memory = lock(&rt.live.policy);
+    if takes_reading(memory.store_offset_rtt_ms, rtt) {
+        memory.store_offset_ms = offset;
+        memory.store_offset_rtt_ms = Some(rtt);
+    }
+}
+
+/// Whether a clock reading whose round trip took `rtt_ms` replaces the one
+/// kept (whose round trip was `kept_rtt_ms`). One that came back within
+/// [`CLOCK_SAMPLE_RTT_MS`] always does. A slower one (a store busy with a
+/// long script, this node stalled between its two clock reads), whose
+/// offset may be off by more than a tick claim's life, does only if the
+/// kept one was not more than twice as fast: a store that is simply far
+/// away is still measured, a single slow answer never moves the grid.
+fn takes_reading(kept_rtt_ms: Option<i64>, rtt_ms: i64) -> bool {
+    rtt_ms <= CLOCK_SAMPLE_RTT_MS || kept_rtt_ms.is_none_or(|k| rtt_ms <= k.saturating_mul(2))
 }
 
 /// Waits for the next tick at `pace` on the store's clock (this node's,
@@ -269,12 +290,30 @@ pub async fn tick_once(
     };
     crate::admission::observe_origin(rt, now_ms, &mut observed).await;
     let anchor_ms = rt.anchor_us.div_euclid(1000);
-    let (decision, began_batch) = {
+    // A batch this tick would begin is claimed first, so a refused or failed
+    // claim leaves nothing half begun: refused, the batch is forfeited like
+    // a lost tick's; failed, the next tick tries it again.
+    let due = {
         let mut memory = lock(&rt.live.policy);
         let policy = memory
             .state
             .get_or_insert_with(|| PolicyState::new(&mode, rt.config.max_active));
         policy.set_cadence_anchor(anchor_ms);
+        policy.batch_due_start(&mode, now_ms)
+    };
+    if let (Some(start_ms), Mode::Batch { interval_ms, .. }) = (due, &mode)
+        && !claim_batch(state, rt, anchor_ms, start_ms, *interval_ms).await?
+    {
+        if let Some(policy) = lock(&rt.live.policy).state.as_mut() {
+            policy.forfeit(&mode, now_ms);
+        }
+        return Ok(0);
+    }
+    let decision = {
+        let mut memory = lock(&rt.live.policy);
+        let policy = memory
+            .state
+            .get_or_insert_with(|| PolicyState::new(&mode, rt.config.max_active));
         let decision = policy.decide(&mode, &observed);
         let event = id.to_string();
         metrics::gauge!("anteroom_admission_no_show_rate", "event" => event.clone())
@@ -282,17 +321,9 @@ pub async fn tick_once(
         if matches!(mode, Mode::Adaptive { .. }) {
             metrics::gauge!("anteroom_admission_window", "event" => event).set(policy.window());
         }
-        (decision, policy.began_batch())
+        decision
     };
     tracing::trace!(event = %id, admit = decision.admit, reason = decision.reason, "decided");
-    if let (Some(start_ms), Mode::Batch { interval_ms, .. }) = (began_batch, &mode)
-        && !claim_batch(state, rt, anchor_ms, start_ms, *interval_ms).await?
-    {
-        if let Some(policy) = lock(&rt.live.policy).state.as_mut() {
-            policy.batch_taken_elsewhere();
-        }
-        return Ok(0);
-    }
     if decision.admit == 0 {
         return Ok(0);
     }
@@ -638,6 +669,21 @@ fn path_held_by_another(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_single_slow_clock_reading_never_moves_the_tick_grid() {
+        // The first reading is taken whatever it took.
+        assert!(takes_reading(None, 400));
+        // Fast ones always.
+        assert!(takes_reading(Some(1), 50));
+        // A slow answer after fast ones is not: its offset may be off by
+        // more than a tick claim's life.
+        assert!(!takes_reading(Some(1), 300));
+        assert!(!takes_reading(Some(20), 51));
+        // A store that is simply far away is still measured.
+        assert!(takes_reading(Some(80), 120));
+        assert!(!takes_reading(Some(80), 161));
+    }
 
     #[test]
     fn ticks_follow_the_grid_while_visitors_wait_and_the_second_otherwise() {

@@ -84,6 +84,9 @@ pub struct PolicyMemory {
     /// forfeited, on the store's clock, so nodes whose clocks disagree still
     /// claim the same ticks.
     pub store_offset_ms: i64,
+    /// The round trip of the reading `store_offset_ms` came from (its error
+    /// is half that at most); `None` before the first.
+    pub store_offset_rtt_ms: Option<i64>,
 }
 
 impl Live {

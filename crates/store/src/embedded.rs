@@ -151,7 +151,9 @@ struct Inner {
     /// line from core to core on nearly every request.
     published: ArcSwap<HashMap<EventId, Arc<EventHandle>>>,
     admin: Mutex<HashMap<EventId, AdminState>>,
-    ticks: Mutex<HashMap<(EventId, u64), i64>>,
+    /// Tick and batch guards (`claim_tick`): when each was claimed and
+    /// until when it holds, µs.
+    ticks: Mutex<HashMap<(EventId, u64), (i64, i64)>>,
     /// Per event, the nodes' holds (`hold_share`). In memory: one
     /// process is the whole cluster here, so the holds only keep the
     /// contract (a restart forgets them, and nobody else was counting).
@@ -606,6 +608,25 @@ impl QueueStore for EmbeddedStore {
             member: member.into(),
             nonce: *nonce,
             session_expires_at_us,
+            opens: true,
+            reply,
+        })
+        .await
+    }
+
+    async fn take_over_token(
+        &self,
+        event: &EventId,
+        member: &str,
+        nonce: &Nonce,
+        session_expires_at_us: i64,
+    ) -> Result<RedeemOutcome> {
+        check_member(member)?;
+        self.call(event, |reply| Op::Redeem {
+            member: member.into(),
+            nonce: *nonce,
+            session_expires_at_us,
+            opens: false,
             reply,
         })
         .await
@@ -705,15 +726,19 @@ impl QueueStore for EmbeddedStore {
         // One process is the whole cluster here: an in-memory set is enough.
         let clock_us = self.clock_us();
         let mut ticks = locked(&self.inner.ticks);
+        // A claim made after now was made while the clock ran ahead (it was
+        // set back since): it guards nothing, and kept, it would refuse every
+        // tick of the step until the clock caught up.
+        let holds = |&(at, exp): &(i64, i64)| at <= clock_us && exp > clock_us;
         if ticks.len() > 4096 {
-            ticks.retain(|_, exp| *exp > clock_us);
+            ticks.retain(|_, claim| holds(claim));
         }
         let key = (event.clone(), tick);
         match ticks.get(&key) {
-            Some(exp) if *exp > clock_us => Ok(false),
+            Some(claim) if holds(claim) => Ok(false),
             _ => {
                 let ttl = i64::try_from(ttl_ms.saturating_mul(1000)).unwrap_or(i64::MAX);
-                ticks.insert(key, clock_us.saturating_add(ttl));
+                ticks.insert(key, (clock_us, clock_us.saturating_add(ttl)));
                 Ok(true)
             }
         }

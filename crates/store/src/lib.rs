@@ -353,6 +353,18 @@ pub trait QueueStore: Send + Sync + 'static {
         session_expires_at_us: i64,
     ) -> Result<RedeemOutcome>;
 
+    /// [`Self::redeem`] of the store's token of a visitor who already holds
+    /// a session this node opened while draining, now recorded: the token
+    /// becomes that session, so the slot stays counted. Whatever the admin
+    /// state: no session is opened that was not open already.
+    async fn take_over_token(
+        &self,
+        event: &EventId,
+        member: &str,
+        nonce: &Nonce,
+        session_expires_at_us: i64,
+    ) -> Result<RedeemOutcome>;
+
     /// Moves an active session's end to `expires_at_us` (idle renewal by the
     /// gate; callers cap it at the session's lifetime), never earlier than
     /// it already is: renewals from several requests or nodes (each from its

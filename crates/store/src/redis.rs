@@ -77,6 +77,36 @@ const EXPIRE_JOIN_BATCHES: u64 = 80;
 const REVOCATION_RETENTION_US: i64 = 3_600_000_000;
 
 impl RedisStore {
+    /// A redeem; `opens`: a visitor's, refused while the event is paused or
+    /// closed, else a drain session taken over (open already).
+    async fn redeem_as(
+        &self,
+        event: &EventId,
+        member: &str,
+        nonce: &Nonce,
+        session_expires_at_us: i64,
+        opens: bool,
+    ) -> Result<RedeemOutcome> {
+        check_member(member)?;
+        let k = EventKeys::new(event);
+        let keys = [k.held(), k.used(), k.active(), k.totals(), k.state()];
+        let mut call = scripts::REDEEM.call(&keys);
+        call.arg(member)
+            .arg(&nonce[..])
+            .arg(session_expires_at_us)
+            .arg(u8::from(opens));
+        match self.eval::<Vec<i64>>(&scripts::REDEEM, &call).await?[..] {
+            [0, at_us] => Ok(RedeemOutcome::Redeemed { at_us }),
+            [1] => Ok(RedeemOutcome::AlreadyUsed),
+            [2] => Ok(RedeemOutcome::NotAdmitted),
+            [3] => Ok(RedeemOutcome::Paused),
+            [4] => Ok(RedeemOutcome::Closed),
+            ref other => Err(StoreError::Corrupt(format!(
+                "unknown redeem outcome {other:?} from redis"
+            ))),
+        }
+    }
+
     /// Connects to standalone Redis (`cluster: false`, exactly one URL) or to a
     /// Redis Cluster through its seed nodes. An unreachable server is
     /// `Unavailable` after at most `cfg.timeout`.
@@ -432,21 +462,19 @@ impl QueueStore for RedisStore {
         nonce: &Nonce,
         session_expires_at_us: i64,
     ) -> Result<RedeemOutcome> {
-        check_member(member)?;
-        let k = EventKeys::new(event);
-        let keys = [k.held(), k.used(), k.active(), k.totals(), k.state()];
-        let mut call = scripts::REDEEM.call(&keys);
-        call.arg(member).arg(&nonce[..]).arg(session_expires_at_us);
-        match self.eval::<Vec<i64>>(&scripts::REDEEM, &call).await?[..] {
-            [0, at_us] => Ok(RedeemOutcome::Redeemed { at_us }),
-            [1] => Ok(RedeemOutcome::AlreadyUsed),
-            [2] => Ok(RedeemOutcome::NotAdmitted),
-            [3] => Ok(RedeemOutcome::Paused),
-            [4] => Ok(RedeemOutcome::Closed),
-            ref other => Err(StoreError::Corrupt(format!(
-                "unknown redeem outcome {other:?} from redis"
-            ))),
-        }
+        self.redeem_as(event, member, nonce, session_expires_at_us, true)
+            .await
+    }
+
+    async fn take_over_token(
+        &self,
+        event: &EventId,
+        member: &str,
+        nonce: &Nonce,
+        session_expires_at_us: i64,
+    ) -> Result<RedeemOutcome> {
+        self.redeem_as(event, member, nonce, session_expires_at_us, false)
+            .await
     }
 
     async fn extend(&self, event: &EventId, member: &str, expires_at_us: i64) -> Result<bool> {
@@ -598,18 +626,9 @@ impl QueueStore for RedisStore {
     }
 
     async fn claim_tick(&self, event: &EventId, tick: u64, ttl_ms: u64) -> Result<bool> {
-        let key = EventKeys::new(event).tick(tick);
-        let set: Option<String> = self
-            .query(
-                redis::cmd("SET")
-                    .arg(key)
-                    .arg(1)
-                    .arg("NX")
-                    .arg("PX")
-                    .arg(ttl_ms.max(1)),
-            )
-            .await?;
-        Ok(set.is_some())
+        let mut call = scripts::CLAIM.call(&[EventKeys::new(event).tick(tick)]);
+        call.arg(ttl_ms.max(1));
+        Ok(self.eval::<i64>(&scripts::CLAIM, &call).await? == 1)
     }
 
     async fn set_admin_state(&self, event: &EventId, state: AdminState) -> Result<()> {

@@ -550,6 +550,39 @@ async fn a_clock_set_right_after_running_ahead_keeps_order_but_ends_nothing_earl
     }
 }
 
+/// A tick or batch guard claimed while the clock ran ahead guards nothing
+/// once the clock is set back: kept, it refused every tick of the step
+/// until the clock caught up, and nothing was admitted or swept meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_made_while_the_clock_ran_ahead_does_not_hold_after_it_is_set_back() {
+    use std::sync::atomic::{AtomicI64, Ordering};
+    let dir = tempfile::tempdir().unwrap();
+    let ev = EventId::new("claims").unwrap();
+    let t0: i64 = 1_900_000_000_000_000;
+    let clock = Arc::new(AtomicI64::new(t0 + 60_000_000));
+    let c = clock.clone();
+    let s = EmbeddedStore::open(
+        dir.path(),
+        EmbeddedOptions {
+            clock: Arc::new(move || c.load(Ordering::SeqCst)),
+            ..EmbeddedOptions::default()
+        },
+    )
+    .await
+    .unwrap();
+    assert!(s.claim_tick(&ev, 7, 3_600_000).await.unwrap());
+    assert!(!s.claim_tick(&ev, 7, 3_600_000).await.unwrap(), "held");
+    // A minute back: the claim was made "in the future".
+    clock.store(t0, Ordering::SeqCst);
+    assert!(s.claim_tick(&ev, 7, 3_600_000).await.unwrap());
+    assert!(
+        !s.claim_tick(&ev, 7, 3_600_000).await.unwrap(),
+        "held again"
+    );
+    assert!(s.claim_tick_and_read(&ev, 8, 100).await.unwrap().is_some());
+    assert!(s.claim_tick_and_read(&ev, 8, 100).await.unwrap().is_none());
+}
+
 /// The disk threads do not preempt the event loops that wake them: an
 /// event's committer runs under `SCHED_BATCH` (the reason is in
 /// `embedded/batch_policy.rs`).

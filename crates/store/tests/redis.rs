@@ -445,6 +445,47 @@ async fn reconcile_records_drain_admissions() {
     assert_eq!(s.reconcile_active(&e, &members).await.unwrap(), 0);
 }
 
+/// A tick or batch guard stamped after the store's clock (claimed while it
+/// ran ahead: a failover to a replica whose clock is behind) guards nothing:
+/// its PX expiry is counted on the clock that stepped back, so kept, it
+/// would refuse that tick until the clock caught up. A guard an earlier
+/// version set (`1`) still holds.
+#[tokio::test]
+async fn a_guard_stamped_ahead_of_the_store_clock_does_not_hold() {
+    let server = RedisServer::start().unwrap();
+    let s = store(&server).await;
+    let mut raw = raw(&server).await;
+    let e = event("stepped");
+    let ahead = s.now_us(&e).await.unwrap() + 3_600_000_000;
+    for tick in [7u64, 8] {
+        let () = redis::cmd("SET")
+            .arg(format!("anteroom:{{stepped}}:tick:{tick}"))
+            .arg(ahead)
+            .arg("PX")
+            .arg(3_600_000)
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+    }
+    assert!(s.claim_tick(&e, 7, 1000).await.unwrap());
+    assert!(
+        !s.claim_tick(&e, 7, 1000).await.unwrap(),
+        "held once claimed"
+    );
+    assert!(s.claim_tick_and_read(&e, 8, 1000).await.unwrap().is_some());
+    assert!(s.claim_tick_and_read(&e, 8, 1000).await.unwrap().is_none());
+    let () = redis::cmd("SET")
+        .arg("anteroom:{stepped}:tick:9")
+        .arg(1)
+        .arg("PX")
+        .arg(60_000)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert!(!s.claim_tick(&e, 9, 1000).await.unwrap());
+    assert!(s.claim_tick_and_read(&e, 9, 1000).await.unwrap().is_none());
+}
+
 #[tokio::test]
 async fn guards_state_and_configs() {
     let server = RedisServer::start().unwrap();

@@ -73,42 +73,42 @@ fn batches_start_on_the_anchors_grid_whichever_node_begins_them() {
     b.set_cadence_anchor(1_000);
     // A wins a tick 30 ms into the grid's interval: the batch starts at
     // the grid's instant, not at the tick.
+    assert_eq!(a.batch_due_start(&mode, 1_030), Some(1_000));
     assert_eq!(a.decide(&mode, &obs(1_030, 0, 0, 100)).admit, 5);
-    assert_eq!(a.began_batch(), Some(1_000));
+    assert_eq!(a.batch_due_start(&mode, 1_040), None);
     // B loses the next tick: the same batch, forfeited.
     b.forfeit(&mode, 1_040);
+    assert_eq!(b.batch_due_start(&mode, 5_990), None);
     assert_eq!(b.decide(&mode, &obs(5_990, 5, 0, 100)).admit, 0);
-    assert_eq!(
-        b.began_batch(),
-        None,
-        "no batch begun on a decide that admits none"
-    );
     // Both find the next batch due at 6 000 and call it the same batch,
     // whoever ticks first and however late.
+    assert_eq!(b.batch_due_start(&mode, 6_000), Some(6_000));
     assert_eq!(b.decide(&mode, &obs(6_000, 5, 0, 100)).admit, 5);
-    assert_eq!(b.began_batch(), Some(6_000));
-    assert_eq!(a.decide(&mode, &obs(6_020, 5, 0, 100)).admit, 5);
-    assert_eq!(a.began_batch(), Some(6_000));
-    // The store gave that batch to B: A owes nothing of it.
-    a.batch_taken_elsewhere();
+    assert_eq!(a.batch_due_start(&mode, 6_020), Some(6_000));
+    // The store gave that batch to B: A forfeits it and owes nothing of it.
+    a.forfeit(&mode, 6_020);
     assert_eq!(a.decide(&mode, &obs(6_070, 10, 0, 100)).admit, 0);
+    assert_eq!(a.batch_due_start(&mode, 11_000), Some(11_000));
     assert_eq!(a.decide(&mode, &obs(11_000, 10, 0, 100)).admit, 5);
-    assert_eq!(a.began_batch(), Some(11_000));
 }
 
-/// A batch held back by `max_active` is owed by the node that claimed it;
-/// the one that found it claimed owes none of it.
+/// A mode changed to batch begins a batch at once, on the grid.
 #[test]
-fn a_batch_taken_elsewhere_is_owed_only_where_it_was_claimed() {
-    let mode = Mode::Batch {
-        size: 10,
+fn a_mode_changed_to_batch_is_due_at_once_on_the_grid() {
+    let continuous = Mode::Continuous {
+        max_per_minute: 600,
+    };
+    let batch = Mode::Batch {
+        size: 5,
         interval_ms: 5_000,
     };
-    let mut a = PolicyState::new(&mode, 10);
-    // Six slots taken: four now, six owed as slots free.
-    assert_eq!(a.decide(&mode, &obs(0, 6, 0, 10)).admit, 4);
-    a.batch_taken_elsewhere();
-    assert_eq!(a.decide(&mode, &obs(100, 0, 0, 10)).admit, 0);
+    let mut s = PolicyState::new(&continuous, 100);
+    s.set_cadence_anchor(1_000);
+    s.decide(&continuous, &obs(2_000, 0, 0, 100));
+    assert_eq!(s.batch_due_start(&batch, 7_500), Some(6_000));
+    assert_eq!(s.decide(&batch, &obs(7_500, 0, 0, 100)).admit, 5);
+    assert_eq!(s.batch_due_start(&batch, 7_600), None);
+    assert_eq!(s.batch_due_start(&continuous, 7_600), None);
 }
 
 #[test]

@@ -219,7 +219,13 @@ async fn take_over_store_tokens(state: &AppState, rt: &EventRuntime, members: &[
         else {
             continue;
         };
-        if let Err(e) = state.store.redeem(rt.id(), member, &nonce, *until_us).await {
+        // Not a redeem: the visitor's session is open already (a pause
+        // stored since must not leave its slot to be swept as a no-show).
+        if let Err(e) = state
+            .store
+            .take_over_token(rt.id(), member, &nonce, *until_us)
+            .await
+        {
             tracing::warn!(event = %rt.id(), error = e.kind(), "store token of a drain admission not taken over");
         }
     }

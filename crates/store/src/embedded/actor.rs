@@ -106,6 +106,9 @@ pub(crate) enum Op {
         member: Box<str>,
         nonce: Nonce,
         session_expires_at_us: i64,
+        /// Refused while the event is paused or closed (a visitor's redeem);
+        /// not for a drain session taken over (`take_over_token`).
+        opens: bool,
         reply: ReplyTo<RedeemOutcome>,
     },
     Extend {
@@ -284,10 +287,11 @@ fn apply(st: &mut EventState, op: Op, now_us: i64) -> Answer {
             member,
             nonce,
             session_expires_at_us,
+            opens,
             reply,
         } => Answer::Redeem(Held::new(
             reply,
-            st.redeem(&member, &nonce, session_expires_at_us, now_us),
+            st.redeem(&member, &nonce, session_expires_at_us, opens, now_us),
         )),
         Op::Extend {
             member,

@@ -286,12 +286,15 @@ impl EventState {
         member: &str,
         nonce: &Nonce,
         session_expires_at_us: i64,
+        opens: bool,
         now_us: i64,
     ) -> Result<RedeemOutcome, StoreError> {
         check_member(member)?;
         // Under the event's lock, which a stored pause takes too: once it is
-        // stored, no redeem opens a session, whatever a node last read.
+        // stored, no redeem opens a session, whatever a node last read. (A
+        // drain session taken over is open already.)
         match self.admin {
+            _ if !opens => {}
             AdminState::Running => {}
             AdminState::Paused => return Ok(RedeemOutcome::Paused),
             AdminState::Closed => return Ok(RedeemOutcome::Closed),

@@ -55,8 +55,20 @@ pub(crate) static EXPIRE_READ: LazyLock<Lua> = LazyLock::new(|| {
 pub(crate) static STATS: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(concat!(include_str!("stats.lua"), "return stats(KEYS)\n")));
 /// The claim, then (for its winner) the reads, stats.lua's among them.
-pub(crate) static TICK: LazyLock<Lua> =
-    LazyLock::new(|| Lua::new(concat!(include_str!("stats.lua"), include_str!("tick.lua"))));
+pub(crate) static TICK: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(concat!(
+        include_str!("stats.lua"),
+        include_str!("claim.lua"),
+        include_str!("tick.lua")
+    ))
+});
+/// A guard alone (`claim_tick`): a tick or a batch.
+pub(crate) static CLAIM: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(concat!(
+        include_str!("claim.lua"),
+        include_str!("claim_one.lua")
+    ))
+});
 pub(crate) static SHARE: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(concat!(
         include_str!("shares.lua"),

@@ -6,9 +6,9 @@
 -- ARGV: 1 the guard's lifetime in ms
 -- Returns {0, 0, {}, false} when another caller holds the tick, else
 -- {1, now_us, <stats.lua's numbers>, the admin state (false when unset)}.
-if not redis.call('SET', KEYS[8], 1, 'NX', 'PX', ARGV[1]) then
-  return {0, 0, {}, false}
-end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+if not claim(KEYS[8], now, ARGV[1]) then
+  return {0, 0, {}, false}
+end
 return {1, now, stats(KEYS), redis.call('GET', KEYS[9])}

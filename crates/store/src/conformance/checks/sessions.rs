@@ -93,6 +93,20 @@ pub(super) async fn redeem_is_refused_while_paused_or_closed_and_keeps_the_token
         MemberState::Admitted { .. }
     ));
     assert_eq!(s.stats(&ev).await.unwrap().redeemed_total, 1);
+    // A node taking over the token of a drain session it recorded opens
+    // nothing new: whatever the admin state, the token becomes the session.
+    assert!(matches!(
+        s.take_over_token(&ev, &ms[1], &got[1].nonce, sess)
+            .await
+            .unwrap(),
+        RedeemOutcome::Redeemed { .. }
+    ));
+    assert_eq!(
+        s.status(&ev, &ms[1], Touch::Peek).await.unwrap(),
+        MemberState::Active {
+            expires_at_us: sess
+        }
+    );
 }
 
 /// A redeem says when, on the store's canonical clock, its session
