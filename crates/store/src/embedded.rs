@@ -418,6 +418,27 @@ impl EmbeddedStore {
         (self.inner.opts.clock)()
     }
 
+    /// A redeem; `opens`: a visitor's, refused while the event is paused or
+    /// closed, else a drain session taken over (open already).
+    async fn redeem_as(
+        &self,
+        event: &EventId,
+        member: &str,
+        nonce: &Nonce,
+        session_expires_at_us: i64,
+        opens: bool,
+    ) -> Result<RedeemOutcome> {
+        check_member(member)?;
+        self.call(event, |reply| Op::Redeem {
+            member: member.into(),
+            nonce: *nonce,
+            session_expires_at_us,
+            opens,
+            reply,
+        })
+        .await
+    }
+
     /// Runs a read on the event's memory at the canonical time.
     fn read<T>(&self, id: &EventId, f: impl FnOnce(&mut EventState, i64) -> T) -> Result<T> {
         self.with_event(id, |h| {
@@ -603,15 +624,8 @@ impl QueueStore for EmbeddedStore {
         nonce: &Nonce,
         session_expires_at_us: i64,
     ) -> Result<RedeemOutcome> {
-        check_member(member)?;
-        self.call(event, |reply| Op::Redeem {
-            member: member.into(),
-            nonce: *nonce,
-            session_expires_at_us,
-            opens: true,
-            reply,
-        })
-        .await
+        self.redeem_as(event, member, nonce, session_expires_at_us, true)
+            .await
     }
 
     async fn take_over_token(
@@ -621,15 +635,8 @@ impl QueueStore for EmbeddedStore {
         nonce: &Nonce,
         session_expires_at_us: i64,
     ) -> Result<RedeemOutcome> {
-        check_member(member)?;
-        self.call(event, |reply| Op::Redeem {
-            member: member.into(),
-            nonce: *nonce,
-            session_expires_at_us,
-            opens: false,
-            reply,
-        })
-        .await
+        self.redeem_as(event, member, nonce, session_expires_at_us, false)
+            .await
     }
 
     async fn extend(&self, event: &EventId, member: &str, expires_at_us: i64) -> Result<bool> {

@@ -29,6 +29,18 @@ fn with_offset(config: &ConfigBuilder, offset_ms: i64) -> String {
         .toml()
 }
 
+/// Two nodes of `base`, one with its clock 500 ms ahead and one 500 ms
+/// behind, the event paused (through the first).
+async fn skewed_pair_paused(base: &ConfigBuilder) -> (Node, Node) {
+    let ahead = Node::in_process(&with_offset(base, 500)).await;
+    let behind = Node::in_process(&with_offset(base, -500)).await;
+    let (status, _) = ahead
+        .admin(Method::POST, "/admin/events/tickets/pause")
+        .await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    (ahead, behind)
+}
+
 fn ms(rfc3339: &serde_json::Value) -> i64 {
     let t = humantime::parse_rfc3339(rfc3339.as_str().unwrap()).unwrap();
     i64::try_from(t.duration_since(std::time::UNIX_EPOCH).unwrap().as_millis()).unwrap()
@@ -40,13 +52,8 @@ async fn alternating_arrivals_on_skewed_nodes_keep_arrival_order() {
     let base = process::redis_node(&[redis.url()])
         .gateway_nodes(2)
         .event(process::event(EVENT, "http://127.0.0.1:9", 1).admission(HOURLY));
-    let ahead = Node::in_process(&with_offset(&base, 500)).await;
-    let behind = Node::in_process(&with_offset(&base, -500)).await;
     // Paused: nobody leaves the queue, so ranks only reflect arrival order.
-    let (status, _) = ahead
-        .admin(Method::POST, "/admin/events/tickets/pause")
-        .await;
-    assert_eq!(status, StatusCode::NO_CONTENT);
+    let (ahead, behind) = skewed_pair_paused(&base).await;
 
     let mut visitors = Vec::new();
     let mut node_times = (Vec::new(), Vec::new());
@@ -207,13 +214,8 @@ async fn skewed_nodes_admit_one_rate_between_them() {
     let base = process::redis_node(&[redis.url()])
         .gateway_nodes(2)
         .event(process::event(EVENT, "http://127.0.0.1:9", 10_000).admission(&admission));
-    let ahead = Node::in_process(&with_offset(&base, 500)).await;
-    let behind = Node::in_process(&with_offset(&base, -500)).await;
     // Paused while the line fills, so the window below starts on a full line.
-    let (status, _) = ahead
-        .admin(Method::POST, "/admin/events/tickets/pause")
-        .await;
-    assert_eq!(status, StatusCode::NO_CONTENT);
+    let (ahead, behind) = skewed_pair_paused(&base).await;
     for i in 0..200 {
         let node = if i % 2 == 0 { &ahead } else { &behind };
         let mut v = Visitor::default();
