@@ -288,7 +288,10 @@ pub async fn tick_once(
         queue_length: stats.waiting,
         ..Observed::default()
     };
-    crate::admission::observe_origin(rt, now_ms, &mut observed).await;
+    // The gate stamps its origin samples with this node's clock: the
+    // window that summarises them is counted on it too, or a node whose
+    // clock lags the store's by the window would see none of them.
+    crate::admission::observe_origin(rt, state.now_ms(), &mut observed).await;
     let anchor_ms = rt.anchor_us.div_euclid(1000);
     // A batch this tick would begin is claimed first, so a refused or failed
     // claim leaves nothing half begun: refused, the batch is forfeited like

@@ -122,3 +122,36 @@ admission = { mode = "adaptive", target_p95 = "10ms", max_error_rate = 0.05 }"#,
     let after = failing.iter().sum::<u64>() as f64 / failing.len() as f64;
     assert!(after < mean * 0.6, "no backoff on 5xx: {mean} -> {after}");
 }
+
+/// A node whose clock lags the store's still steers by what its gate
+/// measured: the samples are stamped with the node's clock, and the window
+/// that summarises them is counted on it too. Counted on the store's clock
+/// (30 s ahead here), every sample looked older than the window and the
+/// origin's breach went unseen.
+#[tokio::test]
+async fn a_node_lagging_the_stores_clock_still_sees_its_origin_samples() {
+    let h = Harness::with_store_ahead(
+        r#"max_active = 200
+queue_idle_timeout = "1h"
+admission = { mode = "adaptive", target_p95 = "10ms", max_error_rate = 0.05 }"#,
+        30_000,
+    )
+    .await;
+    h.join_many("v", 100).await;
+    // No samples yet: the first window (a twentieth of max_active) fills.
+    assert_eq!(h.tick().await, 10);
+    let window = || {
+        anteroom::app::lock(&h.rt().live.policy)
+            .state
+            .as_ref()
+            .unwrap()
+            .window()
+    };
+    assert_eq!(window(), 10.0);
+    // The origin answers in 500 ms against a 10 ms target.
+    for _ in 0..50 {
+        h.rt().live.admission.record_origin(h.now_ms(), 500, 200);
+    }
+    h.step(1_000).await;
+    assert_eq!(window(), 5.0, "the breach halves the window");
+}

@@ -59,6 +59,21 @@ impl Harness {
         event: &str,
         more: impl FnOnce(ConfigBuilder) -> ConfigBuilder,
     ) -> Self {
+        Self::build(origin, event, more, 0).await
+    }
+
+    /// [`Harness::new`] with the store's clock `ahead_ms` ahead of the
+    /// server's (a node whose clock lags the store's).
+    pub async fn with_store_ahead(event: &str, ahead_ms: i64) -> Self {
+        Self::build("http://127.0.0.1:9", event, |c| c, ahead_ms).await
+    }
+
+    async fn build(
+        origin: &str,
+        event: &str,
+        more: impl FnOnce(ConfigBuilder) -> ConfigBuilder,
+        store_ahead_ms: i64,
+    ) -> Self {
         // These tests are about admission policy, not the disk: tens of
         // thousands of sequential joins, redeems and releases each wait for a
         // durable commit, so on tmpfs (where fsync costs nothing) they run in
@@ -72,7 +87,7 @@ impl Harness {
         let clock = Arc::new(TestClock(AtomicI64::new(T0_MS)));
         let c = clock.clone();
         let opts = EmbeddedOptions {
-            clock: Arc::new(move || c.now_ms() * 1000),
+            clock: Arc::new(move || (c.now_ms() + store_ahead_ms) * 1000),
             ..EmbeddedOptions::default()
         };
         let store: Arc<dyn QueueStore> =
