@@ -196,6 +196,23 @@ impl PolicyState {
         self.cadence_anchor_ms = anchor_ms;
     }
 
+    /// Takes up `mode` if it is not the mode this state was kept for: a live
+    /// mode change starts the new mode fresh, but what was learnt about
+    /// no-shows is still true, and the cadence anchor is the event's.
+    /// [`Self::decide`] does it; a caller that [`Self::forfeit`]s a batch
+    /// of a mode it never decided in does it first, or the batch would look
+    /// due again at every tick.
+    pub fn adopt(&mut self, mode: &Mode, max_active: u64) {
+        if Kind::of(mode) != self.kind {
+            *self = PolicyState {
+                redeemed_w: self.redeemed_w,
+                expired_w: self.expired_w,
+                cadence_anchor_ms: self.cadence_anchor_ms,
+                ..PolicyState::new(mode, max_active)
+            };
+        }
+    }
+
     /// When the batch that [`Self::decide`] at `now_ms` would begin starts,
     /// if it would begin one. With several nodes the caller claims that
     /// batch in the store first (one node per batch, whatever ticks each
@@ -261,16 +278,7 @@ impl PolicyState {
     /// How many visitors to admit now. The caller admits exactly
     /// `decision.admit` (or fewer, if fewer are left to admit).
     pub fn decide(&mut self, mode: &Mode, o: &Observed) -> Decision {
-        if Kind::of(mode) != self.kind {
-            // A live mode change starts the new mode fresh, but what was
-            // learnt about no-shows is still true.
-            *self = PolicyState {
-                redeemed_w: self.redeemed_w,
-                expired_w: self.expired_w,
-                cadence_anchor_ms: self.cadence_anchor_ms,
-                ..PolicyState::new(mode, o.max_active)
-            };
-        }
+        self.adopt(mode, o.max_active);
         let factor = self.compensation();
         match *mode {
             Mode::Batch { size, interval_ms } => self.batch(size, interval_ms, factor, o),

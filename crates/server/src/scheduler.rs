@@ -169,7 +169,7 @@ const CLOCK_SAMPLE_RTT_MS: i64 = 50;
 /// numbering ticks on its own clock let nodes whose clocks disagree by more
 /// than a claim's life (two ticks, 100 ms) claim different numbers at the
 /// same moment: each won every tick it tried and admitted a whole rate.
-/// A reading is off by up to half its round trip: see [`takes_reading`].
+/// A reading is off by up to half its round trip: see [`weigh_reading`].
 /// Kept as it was when the store does not answer (the tick fails then
 /// anyway).
 async fn measure_store_clock(state: &AppState, rt: &EventRuntime) {
@@ -183,21 +183,30 @@ async fn measure_store_clock(state: &AppState, rt: &EventRuntime) {
         .div_euclid(1000)
         .saturating_sub(before.saturating_add(after) / 2);
     let mut memory = lock(&rt.live.policy);
-    if takes_reading(memory.store_offset_rtt_ms, rtt) {
+    let (takes, trusted_rtt) = weigh_reading(memory.store_offset_rtt_ms, rtt);
+    if takes {
         memory.store_offset_ms = offset;
-        memory.store_offset_rtt_ms = Some(rtt);
     }
+    memory.store_offset_rtt_ms = trusted_rtt;
 }
 
 /// Whether a clock reading whose round trip took `rtt_ms` replaces the one
-/// kept (whose round trip was `kept_rtt_ms`). One that came back within
-/// [`CLOCK_SAMPLE_RTT_MS`] always does. A slower one (a store busy with a
-/// long script, this node stalled between its two clock reads), whose
-/// offset may be off by more than a tick claim's life, does only if the
-/// kept one was not more than twice as fast: a store that is simply far
-/// away is still measured, a single slow answer never moves the grid.
-fn takes_reading(kept_rtt_ms: Option<i64>, rtt_ms: i64) -> bool {
-    rtt_ms <= CLOCK_SAMPLE_RTT_MS || kept_rtt_ms.is_none_or(|k| rtt_ms <= k.saturating_mul(2))
+/// kept (trusted for a round trip of `kept_rtt_ms`), and what the kept one
+/// is trusted for afterwards. One that came back within
+/// [`CLOCK_SAMPLE_RTT_MS`] always does, and so does the first. A slower
+/// one (a store busy with a long script, this node stalled between its two
+/// clock reads), whose offset may be off by more than a tick claim's life,
+/// does only if it is within twice the kept one's; each one refused doubles
+/// what the kept one counts for, so a single slow answer never moves the
+/// grid, while a store that moved away for good (a failover to another
+/// zone) is measured again within a few seconds.
+fn weigh_reading(kept_rtt_ms: Option<i64>, rtt_ms: i64) -> (bool, Option<i64>) {
+    match kept_rtt_ms {
+        Some(kept) if rtt_ms > CLOCK_SAMPLE_RTT_MS && rtt_ms > kept.saturating_mul(2) => {
+            (false, Some(kept.max(1).saturating_mul(2)))
+        }
+        _ => (true, Some(rtt_ms)),
+    }
 }
 
 /// Waits for the next tick at `pace` on the store's clock (this node's,
@@ -248,6 +257,7 @@ pub async fn tick_once(
             .state
             .get_or_insert_with(|| PolicyState::new(&mode, rt.config.max_active));
         policy.set_cadence_anchor(rt.anchor_us.div_euclid(1000));
+        policy.adopt(&mode, rt.config.max_active);
         policy.forfeit(&mode, now_ms);
         return Ok(0);
     };
@@ -308,6 +318,7 @@ pub async fn tick_once(
         && !claim_batch(state, rt, anchor_ms, start_ms, *interval_ms).await?
     {
         if let Some(policy) = lock(&rt.live.policy).state.as_mut() {
+            policy.adopt(&mode, rt.config.max_active);
             policy.forfeit(&mode, now_ms);
         }
         return Ok(0);
@@ -674,18 +685,29 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_single_slow_clock_reading_never_moves_the_tick_grid() {
-        // The first reading is taken whatever it took.
-        assert!(takes_reading(None, 400));
-        // Fast ones always.
-        assert!(takes_reading(Some(1), 50));
-        // A slow answer after fast ones is not: its offset may be off by
-        // more than a tick claim's life.
-        assert!(!takes_reading(Some(1), 300));
-        assert!(!takes_reading(Some(20), 51));
-        // A store that is simply far away is still measured.
-        assert!(takes_reading(Some(80), 120));
-        assert!(!takes_reading(Some(80), 161));
+    fn a_slow_clock_reading_moves_the_tick_grid_only_when_the_store_moved_away() {
+        // The first reading is taken whatever it took, fast ones always.
+        assert_eq!(weigh_reading(None, 400), (true, Some(400)));
+        assert_eq!(weigh_reading(Some(400), 50), (true, Some(50)));
+        // One slow answer after fast ones is refused: its offset may be off
+        // by more than a tick claim's life. The next fast one is taken.
+        assert_eq!(weigh_reading(Some(1), 300), (false, Some(2)));
+        assert_eq!(weigh_reading(Some(2), 1), (true, Some(1)));
+        // A store that is simply far away is measured.
+        assert_eq!(weigh_reading(Some(80), 120), (true, Some(120)));
+        // One that moved away for good (60 ms from 0 ms): refused five
+        // times, taken the sixth second.
+        let mut kept = Some(0);
+        let mut refused = 0;
+        for _ in 0..20 {
+            let (takes, next) = weigh_reading(kept, 60);
+            kept = next;
+            if takes {
+                break;
+            }
+            refused += 1;
+        }
+        assert_eq!((refused, kept), (5, Some(60)));
     }
 
     #[test]

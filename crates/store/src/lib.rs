@@ -424,7 +424,9 @@ pub trait QueueStore: Send + Sync + 'static {
     ) -> Result<bool>;
 
     /// Cluster-wide tick guard: `true` for exactly one caller per
-    /// `(event, tick)`, however many gateway nodes ask.
+    /// `(event, tick)` within `ttl_ms`, however many gateway nodes ask. A
+    /// guard claimed while the store's clock ran ahead (it stepped back
+    /// since) holds nothing: the next caller takes it.
     async fn claim_tick(&self, event: &EventId, tick: u64, ttl_ms: u64) -> Result<bool>;
 
     /// [`Self::claim_tick`], and for the caller that wins it what the tick

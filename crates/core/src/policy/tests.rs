@@ -106,6 +106,13 @@ fn a_mode_changed_to_batch_is_due_at_once_on_the_grid() {
     s.set_cadence_anchor(1_000);
     s.decide(&continuous, &obs(2_000, 0, 0, 100));
     assert_eq!(s.batch_due_start(&batch, 7_500), Some(6_000));
+    // Another node holds that batch: taken up and forfeited, it is not due
+    // again at the next tick (kept for the old mode, it was, every tick).
+    let mut other = s.clone();
+    other.adopt(&batch, 100);
+    other.forfeit(&batch, 7_500);
+    assert_eq!(other.batch_due_start(&batch, 7_550), None);
+    assert_eq!(other.batch_due_start(&batch, 11_000), Some(11_000));
     assert_eq!(s.decide(&batch, &obs(7_500, 0, 0, 100)).admit, 5);
     assert_eq!(s.batch_due_start(&batch, 7_600), None);
     assert_eq!(s.batch_due_start(&continuous, 7_600), None);
