@@ -418,27 +418,6 @@ impl EmbeddedStore {
         (self.inner.opts.clock)()
     }
 
-    /// A redeem; `opens`: a visitor's, refused while the event is paused or
-    /// closed, else a drain session taken over (open already).
-    async fn redeem_as(
-        &self,
-        event: &EventId,
-        member: &str,
-        nonce: &Nonce,
-        session_expires_at_us: i64,
-        opens: bool,
-    ) -> Result<RedeemOutcome> {
-        check_member(member)?;
-        self.call(event, |reply| Op::Redeem {
-            member: member.into(),
-            nonce: *nonce,
-            session_expires_at_us,
-            opens,
-            reply,
-        })
-        .await
-    }
-
     /// Runs a read on the event's memory at the canonical time.
     fn read<T>(&self, id: &EventId, f: impl FnOnce(&mut EventState, i64) -> T) -> Result<T> {
         self.with_event(id, |h| {
@@ -617,26 +596,23 @@ impl QueueStore for EmbeddedStore {
         self.admit(event, &req).await
     }
 
-    async fn redeem(
+    async fn redeem_as(
         &self,
         event: &EventId,
         member: &str,
         nonce: &Nonce,
         session_expires_at_us: i64,
+        opens: bool,
     ) -> Result<RedeemOutcome> {
-        self.redeem_as(event, member, nonce, session_expires_at_us, true)
-            .await
-    }
-
-    async fn take_over_token(
-        &self,
-        event: &EventId,
-        member: &str,
-        nonce: &Nonce,
-        session_expires_at_us: i64,
-    ) -> Result<RedeemOutcome> {
-        self.redeem_as(event, member, nonce, session_expires_at_us, false)
-            .await
+        check_member(member)?;
+        self.call(event, |reply| Op::Redeem {
+            member: member.into(),
+            nonce: *nonce,
+            session_expires_at_us,
+            opens,
+            reply,
+        })
+        .await
     }
 
     async fn extend(&self, event: &EventId, member: &str, expires_at_us: i64) -> Result<bool> {

@@ -344,6 +344,21 @@ pub trait QueueStore: Send + Sync + 'static {
     ) -> Result<Vec<Admission>>;
 
     /// Atomically consumes `nonce` if it is `member`'s outstanding token and
+    /// turns it into an active session ending at `session_expires_at_us`.
+    /// `opens`: the visitor's own redeem, which opens the session and is
+    /// refused while the event is paused or closed; else the token of a
+    /// session that is open already ([`Self::take_over_token`]). Callers
+    /// use those two.
+    async fn redeem_as(
+        &self,
+        event: &EventId,
+        member: &str,
+        nonce: &Nonce,
+        session_expires_at_us: i64,
+        opens: bool,
+    ) -> Result<RedeemOutcome>;
+
+    /// Atomically consumes `nonce` if it is `member`'s outstanding token and
     /// opens an active session ending at `session_expires_at_us`.
     async fn redeem(
         &self,
@@ -351,7 +366,10 @@ pub trait QueueStore: Send + Sync + 'static {
         member: &str,
         nonce: &Nonce,
         session_expires_at_us: i64,
-    ) -> Result<RedeemOutcome>;
+    ) -> Result<RedeemOutcome> {
+        self.redeem_as(event, member, nonce, session_expires_at_us, true)
+            .await
+    }
 
     /// [`Self::redeem`] of the store's token of a visitor who already holds
     /// a session this node opened while draining, now recorded: the token
@@ -363,7 +381,10 @@ pub trait QueueStore: Send + Sync + 'static {
         member: &str,
         nonce: &Nonce,
         session_expires_at_us: i64,
-    ) -> Result<RedeemOutcome>;
+    ) -> Result<RedeemOutcome> {
+        self.redeem_as(event, member, nonce, session_expires_at_us, false)
+            .await
+    }
 
     /// Moves an active session's end to `expires_at_us` (idle renewal by the
     /// gate; callers cap it at the session's lifetime), never earlier than

@@ -77,36 +77,6 @@ const EXPIRE_JOIN_BATCHES: u64 = 80;
 const REVOCATION_RETENTION_US: i64 = 3_600_000_000;
 
 impl RedisStore {
-    /// A redeem; `opens`: a visitor's, refused while the event is paused or
-    /// closed, else a drain session taken over (open already).
-    async fn redeem_as(
-        &self,
-        event: &EventId,
-        member: &str,
-        nonce: &Nonce,
-        session_expires_at_us: i64,
-        opens: bool,
-    ) -> Result<RedeemOutcome> {
-        check_member(member)?;
-        let k = EventKeys::new(event);
-        let keys = [k.held(), k.used(), k.active(), k.totals(), k.state()];
-        let mut call = scripts::REDEEM.call(&keys);
-        call.arg(member)
-            .arg(&nonce[..])
-            .arg(session_expires_at_us)
-            .arg(u8::from(opens));
-        match self.eval::<Vec<i64>>(&scripts::REDEEM, &call).await?[..] {
-            [0, at_us] => Ok(RedeemOutcome::Redeemed { at_us }),
-            [1] => Ok(RedeemOutcome::AlreadyUsed),
-            [2] => Ok(RedeemOutcome::NotAdmitted),
-            [3] => Ok(RedeemOutcome::Paused),
-            [4] => Ok(RedeemOutcome::Closed),
-            ref other => Err(StoreError::Corrupt(format!(
-                "unknown redeem outcome {other:?} from redis"
-            ))),
-        }
-    }
-
     /// Connects to standalone Redis (`cluster: false`, exactly one URL) or to a
     /// Redis Cluster through its seed nodes. An unreachable server is
     /// `Unavailable` after at most `cfg.timeout`.
@@ -455,26 +425,32 @@ impl QueueStore for RedisStore {
         self.admit_with(event, req, Some(node)).await
     }
 
-    async fn redeem(
+    async fn redeem_as(
         &self,
         event: &EventId,
         member: &str,
         nonce: &Nonce,
         session_expires_at_us: i64,
+        opens: bool,
     ) -> Result<RedeemOutcome> {
-        self.redeem_as(event, member, nonce, session_expires_at_us, true)
-            .await
-    }
-
-    async fn take_over_token(
-        &self,
-        event: &EventId,
-        member: &str,
-        nonce: &Nonce,
-        session_expires_at_us: i64,
-    ) -> Result<RedeemOutcome> {
-        self.redeem_as(event, member, nonce, session_expires_at_us, false)
-            .await
+        check_member(member)?;
+        let k = EventKeys::new(event);
+        let keys = [k.held(), k.used(), k.active(), k.totals(), k.state()];
+        let mut call = scripts::REDEEM.call(&keys);
+        call.arg(member)
+            .arg(&nonce[..])
+            .arg(session_expires_at_us)
+            .arg(u8::from(opens));
+        match self.eval::<Vec<i64>>(&scripts::REDEEM, &call).await?[..] {
+            [0, at_us] => Ok(RedeemOutcome::Redeemed { at_us }),
+            [1] => Ok(RedeemOutcome::AlreadyUsed),
+            [2] => Ok(RedeemOutcome::NotAdmitted),
+            [3] => Ok(RedeemOutcome::Paused),
+            [4] => Ok(RedeemOutcome::Closed),
+            ref other => Err(StoreError::Corrupt(format!(
+                "unknown redeem outcome {other:?} from redis"
+            ))),
+        }
     }
 
     async fn extend(&self, event: &EventId, member: &str, expires_at_us: i64) -> Result<bool> {
