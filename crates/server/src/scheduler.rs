@@ -278,8 +278,11 @@ pub async fn tick_once(
             ),
         )
         .await?;
-        lock(&rt.live.admission.eta)
-            .record_abandoned(now_us.div_euclid(1000), expired.idle_waiters);
+        // On this node's clock, as the rest of the feed: stamped with the
+        // store's, a store running ahead put the count in a bucket in the
+        // feed's future, where every admission after it piled up unseen
+        // until the node's clock caught up.
+        lock(&rt.live.admission.eta).record_abandoned(state.now_ms(), expired.idle_waiters);
         learn_outcomes(rt, &mode, tick, previous_full, &stats, &expired);
         stats
     } else {

@@ -143,3 +143,32 @@ admission = { mode = "batch", batch_size = 10, interval = "500ms" }"#,
     .await;
     check(&h);
 }
+
+/// Waiters who idle out shorten the estimates of those behind them, and
+/// they are counted on this node's clock, as the admissions beside them
+/// are. Stamped with the store's clock (30 s ahead here), the count went
+/// into a bucket in the feed's future: no estimate saw it, and every
+/// admission recorded after it piled into that bucket unseen until this
+/// node's clock caught up.
+#[tokio::test]
+async fn waiters_who_idle_out_are_counted_on_the_nodes_clock() {
+    let h = Harness::with_store_ahead(
+        r#"max_active = 1
+queue_idle_timeout = "10s"
+admission = { mode = "continuous", max_per_minute = 60 }"#,
+        30_000,
+    )
+    .await;
+    h.join_many("v", 20).await;
+    assert_eq!(h.tick().await, 1, "the one slot is handed out");
+    // Nobody polls: past the idle timeout the sweep ends every wait.
+    for _ in 0..12 {
+        h.step(1_000).await;
+    }
+    assert_eq!(h.stats().await.waiting, 0, "every waiter idled out");
+    let churn = lock(&h.rt().live.admission.eta).churn_per_s(h.now_ms());
+    assert!(
+        churn > 0.0,
+        "the waiters who idled out were not counted as of this node's clock"
+    );
+}

@@ -184,6 +184,12 @@ impl EtaFeed {
         }
     }
 
+    /// Waiting visitors lost per second over the last minute as of
+    /// `now_ms` (this node's clock): what shortens an estimate.
+    pub fn churn_per_s(&self, now_ms: i64) -> f64 {
+        self.history.churn_per_s(now_ms, RATE_1M_MS).unwrap_or(0.0)
+    }
+
     /// The published admission rate, visitors per second.
     pub fn rate(&self) -> Option<f64> {
         self.published
@@ -202,7 +208,7 @@ impl EtaFeed {
 
     /// The buffered estimate for a visitor with `rank` visitors ahead.
     pub fn estimate(&self, now_ms: i64, rank: u64) -> Option<Estimate> {
-        let churn = self.history.churn_per_s(now_ms, RATE_1M_MS).unwrap_or(0.0);
+        let churn = self.churn_per_s(now_ms);
         let slots = self.plan.slots;
         if slots > 0 {
             if self.turnover.holding_ms().is_some() {
