@@ -196,7 +196,11 @@ pub fn check(
         return PassCheck::Missing;
     };
     let session_start_us = session_start_us(&claims, rt, now_ms);
-    if read(&rt.live.revocations).revokes(member, session_start_us)
+    // A session that started before the event was created as it now runs
+    // was a deleted event's: the store forgot it and its revocations, but
+    // its pass still bears the same event id and signature.
+    if session_start_us < rt.created_us
+        || read(&rt.live.revocations).revokes(member, session_start_us)
         || now_ms >= session_hard_end_ms(rt, session_start_us)
     {
         return PassCheck::Missing;

@@ -497,7 +497,13 @@ async fn watch_configs(state: Arc<AppState>) {
                 refusals.cleared(id);
                 continue;
             };
-            if state.event(id).is_some_and(|rt| rt.config.raw == *raw) {
+            // The same table created again (deleted and made anew between
+            // two looks) is a change too: its sessions start over.
+            let created_us = crate::config::stored::EventTimes::of(doc, 0).created_us;
+            if state
+                .event(id)
+                .is_some_and(|rt| rt.config.raw == *raw && rt.created_us == created_us)
+            {
                 refusals.cleared(id);
                 continue;
             }
@@ -538,7 +544,11 @@ async fn watch_configs(state: Arc<AppState>) {
                     },
                 },
             };
-            match state.upsert_event(config, anchor) {
+            let times = crate::config::stored::EventTimes {
+                anchor_us: anchor,
+                created_us,
+            };
+            match state.upsert_event(config, times) {
                 Ok(new) => {
                     if refusals.cleared(id) {
                         tracing::info!(event = %id, "stored event change applied after all");

@@ -23,6 +23,7 @@ use anteroom_store::{EventId, EventStats, QueueStore};
 
 use crate::bots::{BotDefence, RateLimits};
 use crate::clock::Clock;
+use crate::config::stored::EventTimes;
 use crate::config::{Config, EventConfig, Identity, ServerConfig};
 use crate::identity::JwtVerifier;
 use crate::locks::{read, write};
@@ -108,6 +109,10 @@ pub struct EventRuntime {
     pub config: EventConfig,
     /// Canonical µs that arrival scores count from (see `config::stored`).
     pub anchor_us: i64,
+    /// Canonical µs this event was created at as it now runs: a session
+    /// that started before it was a deleted event's of the same id, and its
+    /// passes are refused (`i64::MIN`: no creation on record).
+    pub created_us: i64,
     pub jwt: Option<JwtVerifier>,
     pub live: Arc<Live>,
     /// The event's request counters, registered once.
@@ -118,7 +123,7 @@ pub struct EventRuntime {
 }
 
 impl EventRuntime {
-    fn new(config: EventConfig, anchor_us: i64, live: Arc<Live>) -> anyhow::Result<Self> {
+    fn new(config: EventConfig, times: EventTimes, live: Arc<Live>) -> anyhow::Result<Self> {
         let jwt = match &config.identity {
             Identity::Jwt(j) => Some(JwtVerifier::new(j)?),
             Identity::Cookie => None,
@@ -129,7 +134,8 @@ impl EventRuntime {
             .map_err(|_| anyhow::anyhow!("event {}: not a header value", config.id))?;
         Ok(Self {
             config,
-            anchor_us,
+            anchor_us: times.anchor_us,
+            created_us: times.created_us,
             jwt,
             live,
             counters,
@@ -243,10 +249,10 @@ impl std::fmt::Debug for AppState {
 }
 
 impl AppState {
-    /// `events` come from [`crate::config::stored::resolve`], with their anchors.
+    /// `events` come from [`crate::config::stored::resolve`], with their times.
     pub fn new(
         config: &Config,
-        events: Vec<(EventConfig, i64)>,
+        events: Vec<(EventConfig, EventTimes)>,
         store: Arc<dyn QueueStore>,
         clock: Arc<dyn Clock>,
     ) -> anyhow::Result<Self> {
@@ -261,8 +267,8 @@ impl AppState {
         )
         .map_err(|e| anyhow::anyhow!("invalid configuration: bots: {e}"))?;
         let mut list = Vec::new();
-        for (e, anchor) in events {
-            list.push(Arc::new(EventRuntime::new(e, anchor, Arc::default())?));
+        for (e, times) in events {
+            list.push(Arc::new(EventRuntime::new(e, times, Arc::default())?));
         }
         Ok(Self {
             server: config.server.clone(),
@@ -317,7 +323,7 @@ impl AppState {
 
     /// Creates or replaces an event; its live state is kept. Returns `true`
     /// when the event is new (the caller starts its background tasks).
-    pub fn upsert_event(&self, config: EventConfig, anchor_us: i64) -> anyhow::Result<bool> {
+    pub fn upsert_event(&self, config: EventConfig, times: EventTimes) -> anyhow::Result<bool> {
         let mut guard = write(&self.events);
         let current = guard.clone();
         let existing = current.get(&config.id).cloned();
@@ -325,7 +331,7 @@ impl AppState {
             .as_ref()
             .map_or_else(Arc::default, |rt| rt.live.clone());
         let new = existing.is_none();
-        let replacement = Arc::new(EventRuntime::new(config, anchor_us, live)?);
+        let replacement = Arc::new(EventRuntime::new(config, times, live)?);
         let mut list: Vec<Arc<EventRuntime>> = current
             .iter()
             .map(|rt| {

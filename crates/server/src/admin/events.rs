@@ -173,11 +173,12 @@ async fn apply(
             by: caller.name.clone(),
             at_ms: state.now_ms(),
             file_base: state.file_events.get(&config.id).cloned(),
+            creates: before.is_none(),
         };
         let store = state.store.as_ref();
-        let (doc, anchor) = stored::changed(store, doc, &config, &change).await?;
+        let (doc, times) = stored::changed(store, doc, &config, &change).await?;
         if stored::replace(store, &config.id, set.generation, &doc).await? {
-            return in_force(state, caller, config, anchor, action, before).await;
+            return in_force(state, caller, config, times, action, before).await;
         }
     }
     Err(ApiError::Conflict {
@@ -215,13 +216,13 @@ async fn in_force(
     state: &Arc<AppState>,
     caller: &Caller,
     config: EventConfig,
-    anchor: i64,
+    times: stored::EventTimes,
     action: &str,
     before: Option<Value>,
 ) -> Result<Response, ApiError> {
     let event_id = config.id.clone();
     let new = state
-        .upsert_event(config, anchor)
+        .upsert_event(config, times)
         .map_err(|e| ApiError::BadRequest(e.to_string()))?;
     if new {
         crate::scheduler::spawn_event(state, &event_id);
@@ -332,6 +333,7 @@ pub async fn delete(
         by: caller.name.clone(),
         at_ms: state.now_ms(),
         file_base: state.file_events.get(rt.id()).cloned(),
+        creates: false,
     };
     stored::put_deleted(state.store.as_ref(), rt.id(), change).await?;
     let before = serde_json::json!({

@@ -45,6 +45,32 @@ pub struct StoredEvent {
     pub changed_by: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub changed_at_ms: Option<i64>,
+    /// The store's clock (µs) when this event was created through the
+    /// admin API, or started again from a changed config file table after
+    /// a deletion: sessions that started before it were the deleted
+    /// event's, and their passes open nothing of this one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_us: Option<i64>,
+}
+
+/// When an event's time starts: the anchor its arrival scores count from,
+/// and when it was created as it now is ([`StoredEvent::created_us`];
+/// `i64::MIN` when no creation is on record, as for an event that was
+/// never deleted).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EventTimes {
+    pub anchor_us: i64,
+    pub created_us: i64,
+}
+
+impl EventTimes {
+    /// The times of an event whose document is `doc`, anchored at `anchor_us`.
+    pub fn of(doc: &StoredEvent, anchor_us: i64) -> Self {
+        Self {
+            anchor_us,
+            created_us: doc.created_us.unwrap_or(i64::MIN),
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -224,12 +250,13 @@ fn to_map(raw: &RawEvent) -> serde_json::Map<String, Value> {
 }
 
 /// The events to run: the file's, merged with or extended by stored admin
-/// changes (see the module docs), each with its ordering anchor (fixed in
-/// the store on first use). Logs every difference between file and store.
+/// changes (see the module docs), each with its times: its ordering anchor
+/// (fixed in the store on first use) and its creation. Logs every
+/// difference between file and store.
 pub async fn resolve(
     file_events: &[EventConfig],
     store: &dyn QueueStore,
-) -> Result<Vec<(EventConfig, i64)>, StoredError> {
+) -> Result<Vec<(EventConfig, EventTimes)>, StoredError> {
     let read = read_set(store).await?;
     let mut generation = read.generation;
     let mut stored = read.docs;
@@ -248,7 +275,11 @@ pub async fn resolve(
                 continue;
             }
             tracing::warn!(event = %e.id, by, "event deleted through the admin API, but its table in the config file changed since: the file wins and the event starts again");
-            rewrite.push((e.id.clone(), StoredEvent::default()));
+            let created = StoredEvent {
+                created_us: Some(store.now_us(&e.id).await?),
+                ..StoredEvent::default()
+            };
+            rewrite.push((e.id.clone(), created));
             raws.push((format!("event {}", e.id), e.raw.clone()));
             continue;
         }
@@ -322,8 +353,15 @@ pub async fn resolve(
     let mut out = Vec::with_capacity(events.len());
     for e in events {
         let doc = stored.remove(&e.id).unwrap_or_default();
-        let anchor = anchor(&e, doc, store).await?;
-        out.push((e, anchor));
+        let created = EventTimes::of(&doc, 0).created_us;
+        let anchor_us = anchor(&e, doc, store).await?;
+        out.push((
+            e,
+            EventTimes {
+                anchor_us,
+                created_us: created,
+            },
+        ));
     }
     Ok(out)
 }
@@ -371,22 +409,28 @@ pub struct Change {
     pub by: String,
     pub at_ms: i64,
     pub file_base: Option<RawEvent>,
+    /// The change creates the event: none runs under its id now (never
+    /// made, or deleted).
+    pub creates: bool,
 }
 
 /// `doc` (the event's document as read) with the admin change `event`
-/// made, keeping the event's anchor; and that anchor. Store it with
-/// [`replace`].
+/// made, keeping the event's anchor (and its creation, unless the change
+/// creates it); and its times. Store it with [`replace`].
 pub async fn changed(
     store: &dyn QueueStore,
     mut doc: StoredEvent,
     event: &EventConfig,
     change: &Change,
-) -> Result<(StoredEvent, i64), StoreError> {
+) -> Result<(StoredEvent, EventTimes), StoreError> {
     doc.event = Some(event.raw.clone());
     doc.deleted = false;
     doc.file_base = change.file_base.clone();
     doc.changed_by = Some(change.by.clone());
     doc.changed_at_ms = Some(change.at_ms);
+    if change.creates {
+        doc.created_us = Some(store.now_us(&event.id).await?);
+    }
     if doc.anchor_us.is_none() && event.opens_at_ms.is_none() {
         doc.anchor_us = Some(store.anchor_us(&event.id).await?);
     }
@@ -394,7 +438,8 @@ pub async fn changed(
         Some(ms) => ms.saturating_mul(1000),
         None => doc.anchor_us.unwrap_or(0),
     };
-    Ok((doc, anchor))
+    let times = EventTimes::of(&doc, anchor);
+    Ok((doc, times))
 }
 
 /// Records a deletion (after the store forgot the event), so no node and

@@ -569,3 +569,51 @@ async fn a_pause_made_on_one_node_refuses_a_redeem_on_another_at_once() {
         }
     }
 }
+
+/// An event deleted and made again through one node (the same table, in
+/// moments) ends the deleted event's sessions on another node too, though
+/// that node may never have seen the deletion between two looks at the
+/// store: the creation is on record in the event's document, and a node
+/// that runs the same table takes it up as a change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_made_again_on_one_node_refuses_the_deleted_ones_passes_on_another() {
+    use crate::support::visitor::Visitor;
+    let redis = RedisServer::start().expect("redis-server (apt-get install redis-server)");
+    let config = process::redis_node(&[redis.url()])
+        .gateway_nodes(2)
+        .event(process::event(EVENT, "http://127.0.0.1:9", 10).continuous(600))
+        .toml();
+    let (one, two) = (
+        Node::in_process(&config).await,
+        Node::in_process(&config).await,
+    );
+    let mut v = Visitor::default();
+    assert_eq!(v.enter(&two, EVENT).await.0, StatusCode::OK);
+    v.until_active(&two, EVENT, Duration::from_secs(10), &mut Vec::new())
+        .await;
+    // Let through to the origin, which is not there: 502, not the waiting room.
+    assert_eq!(v.fetch(&two, "/tickets/a").await, StatusCode::BAD_GATEWAY);
+    let (status, before) = one.admin(Method::GET, PATH).await;
+    assert_eq!(status, StatusCode::OK);
+    let table = serde_json::from_slice::<Value>(&before).unwrap()["config"].clone();
+    let (status, _) = one
+        .admin(Method::DELETE, &format!("{PATH}?force=true"))
+        .await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let (status, ev) = one.admin_json(Method::PUT, PATH, &table).await;
+    assert_eq!(status, StatusCode::OK, "{ev}");
+    assert_eq!(
+        v.fetch(&one, "/tickets/a").await,
+        StatusCode::TOO_MANY_REQUESTS,
+        "node one let the deleted event's pass through"
+    );
+    wait_for(
+        "node two to refuse the deleted event's pass",
+        Duration::from_secs(15),
+        || async {
+            let mut v = v.clone();
+            v.fetch(&two, "/tickets/a").await == StatusCode::TOO_MANY_REQUESTS
+        },
+    )
+    .await;
+}

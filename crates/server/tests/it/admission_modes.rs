@@ -234,7 +234,11 @@ admission = { mode = "batch", batch_size = 20, interval = "1s" }"#,
         ..Default::default()
     });
     let config = anteroom::config::event_from_raw("event", &raw).unwrap();
-    assert!(!h.state.upsert_event(config, rt.anchor_us).unwrap());
+    let times = anteroom::config::stored::EventTimes {
+        anchor_us: rt.anchor_us,
+        created_us: rt.created_us,
+    };
+    assert!(!h.state.upsert_event(config, times).unwrap());
     h.step(1_000).await;
     let rt = h.rt();
     assert!(matches!(
