@@ -249,7 +249,8 @@ fn end_locally(rt: &EventRuntime, member: &str, session_start_us: i64, now_ms: i
 }
 
 /// One admitted session as an upgraded connection watches it: over once
-/// revoked on this node or past its lifetime (see [`crate::proxy::SessionWatch`]).
+/// revoked on this node, past its lifetime, or its event gone from this
+/// node (see [`crate::proxy::SessionWatch`]).
 struct SessionLife {
     live: std::sync::Arc<crate::state::Live>,
     clock: std::sync::Arc<dyn crate::clock::Clock>,
@@ -261,6 +262,7 @@ struct SessionLife {
 impl SessionEnd for SessionLife {
     fn is_over(&self) -> bool {
         self.clock.now_ms() >= self.hard_end_ms
+            || self.live.is_gone()
             || read(&self.live.revocations).revokes(&self.member, self.session_start_us)
     }
 }

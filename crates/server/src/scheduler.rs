@@ -487,19 +487,32 @@ async fn watch_configs(state: Arc<AppState>) {
             if doc.deleted {
                 refusals.cleared(id);
                 // Deleted through another node: its tasks here end at their next turn.
-                if state.remove_event(id).is_some() {
+                if let Some(rt) = state.remove_event(id) {
+                    rt.live.retire();
                     tracing::info!(event = %id, "event deleted on another node; stopped here");
                 }
                 continue;
             }
+            let created_us = doc.created_floor();
             let Some(raw) = &doc.event else {
                 // No table stored (only the file's base): nothing refused.
                 refusals.cleared(id);
+                // But a creation may be (a file table started again after a
+                // deletion, on a node that restarted): the table this node
+                // runs is that event now.
+                if let Some(rt) = state.event(id).filter(|rt| rt.created_us != created_us) {
+                    let times = crate::config::stored::EventTimes {
+                        anchor_us: rt.anchor_us,
+                        created_us,
+                    };
+                    if let Err(e) = state.upsert_event(rt.config.clone(), times) {
+                        tracing::warn!(event = %id, error = %e, "event created again elsewhere not taken up");
+                    }
+                }
                 continue;
             };
             // The same table created again (deleted and made anew between
             // two looks) is a change too: its sessions start over.
-            let created_us = crate::config::stored::EventTimes::of(doc, 0).created_us;
             if state
                 .event(id)
                 .is_some_and(|rt| rt.config.raw == *raw && rt.created_us == created_us)

@@ -63,6 +63,21 @@ pub struct Live {
     /// with free slots is admitted within a fast tick, not up to a second
     /// later while the slots stand empty.
     pub arrivals: tokio::sync::Notify,
+    /// This node runs the event no more as the one this state is of: it
+    /// was deleted, or created again under its id (which gets new live
+    /// state). Its sessions' WebSockets close (`passes::session_watch`).
+    pub gone: std::sync::atomic::AtomicBool,
+}
+
+impl Live {
+    /// Marks the event this state is of as gone from this node.
+    pub fn retire(&self) {
+        self.gone.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    pub fn is_gone(&self) -> bool {
+        self.gone.load(std::sync::atomic::Ordering::Relaxed)
+    }
 }
 
 /// What the scheduler keeps between ticks of one event.
@@ -321,15 +336,24 @@ impl AppState {
         self.events().get(id).cloned()
     }
 
-    /// Creates or replaces an event; its live state is kept. Returns `true`
-    /// when the event is new (the caller starts its background tasks).
+    /// Creates or replaces an event; its live state is kept, unless the
+    /// event was created again (deleted and made anew since this node took
+    /// it up): what this node learnt of the deleted one (its drain's
+    /// admissions and sessions, revocations, the policy's memory) is not
+    /// the new one's. Returns `true` when the event is new (the caller
+    /// starts its background tasks).
     pub fn upsert_event(&self, config: EventConfig, times: EventTimes) -> anyhow::Result<bool> {
         let mut guard = write(&self.events);
         let current = guard.clone();
         let existing = current.get(&config.id).cloned();
-        let live = existing
-            .as_ref()
-            .map_or_else(Arc::default, |rt| rt.live.clone());
+        let live = match &existing {
+            Some(rt) if rt.created_us == times.created_us => rt.live.clone(),
+            Some(rt) => {
+                rt.live.retire();
+                Arc::default()
+            }
+            None => Arc::default(),
+        };
         let new = existing.is_none();
         let replacement = Arc::new(EventRuntime::new(config, times, live)?);
         let mut list: Vec<Arc<EventRuntime>> = current

@@ -167,13 +167,17 @@ async fn apply(
             Current::Running => running.clone(),
             Current::Deleted => None,
         };
+        // A creation only over a deletion on record: an event this node
+        // does not run may run on another (a file table of its own, or
+        // started again there), whose sessions this change must not end.
+        let creates = matches!(current, Current::Deleted);
         let raw = checked(id, make(current)?)?;
         let config = validate(state, id, &raw, &set)?;
         let change = Change {
             by: caller.name.clone(),
             at_ms: state.now_ms(),
             file_base: state.file_events.get(&config.id).cloned(),
-            creates: before.is_none(),
+            creates,
         };
         let store = state.store.as_ref();
         let (doc, times) = stored::changed(store, doc, &config, &change).await?;
@@ -329,6 +333,8 @@ pub async fn delete(
         }
         return Err(e.into());
     }
+    // Its sessions are over: their WebSockets through this node close.
+    rt.live.retire();
     let change = Change {
         by: caller.name.clone(),
         at_ms: state.now_ms(),

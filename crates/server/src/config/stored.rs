@@ -63,13 +63,11 @@ pub struct EventTimes {
     pub created_us: i64,
 }
 
-impl EventTimes {
-    /// The times of an event whose document is `doc`, anchored at `anchor_us`.
-    pub fn of(doc: &StoredEvent, anchor_us: i64) -> Self {
-        Self {
-            anchor_us,
-            created_us: doc.created_us.unwrap_or(i64::MIN),
-        }
+impl StoredEvent {
+    /// [`Self::created_us`], or `i64::MIN` when none is on record: the
+    /// session start below which passes are refused.
+    pub fn created_floor(&self) -> i64 {
+        self.created_us.unwrap_or(i64::MIN)
     }
 }
 
@@ -327,8 +325,14 @@ pub async fn resolve(
     let events = event_set(&keyed)?;
     for (id, doc) in rewrite {
         let read_then = stored.get(&id).cloned();
+        // The anchor and the creation on record are kept (a deleted
+        // event's document holds neither); a rewrite that starts the event
+        // again after a deletion records its own creation.
         let doc = StoredEvent {
             anchor_us: read_then.as_ref().and_then(|d| d.anchor_us),
+            created_us: doc
+                .created_us
+                .or_else(|| read_then.as_ref().and_then(|d| d.created_us)),
             ..doc
         };
         for _ in 0..REPLACE_TRIES {
@@ -345,6 +349,12 @@ pub async fn resolve(
             let now = read_set(store).await?;
             if now.docs.get(&id) != read_then.as_ref() {
                 tracing::info!(event = %id, "stored event changed by another node while this one started: its change is taken up within seconds");
+                // Its creation holds here from the start: two nodes that
+                // start an event again after a deletion together run it
+                // with the creation the winner stored.
+                if let Some(theirs) = now.docs.get(&id) {
+                    stored.insert(id.clone(), theirs.clone());
+                }
                 break;
             }
             generation = now.generation;
@@ -353,7 +363,7 @@ pub async fn resolve(
     let mut out = Vec::with_capacity(events.len());
     for e in events {
         let doc = stored.remove(&e.id).unwrap_or_default();
-        let created = EventTimes::of(&doc, 0).created_us;
+        let created = doc.created_floor();
         let anchor_us = anchor(&e, doc, store).await?;
         out.push((
             e,
@@ -438,7 +448,10 @@ pub async fn changed(
         Some(ms) => ms.saturating_mul(1000),
         None => doc.anchor_us.unwrap_or(0),
     };
-    let times = EventTimes::of(&doc, anchor);
+    let times = EventTimes {
+        anchor_us: anchor,
+        created_us: doc.created_floor(),
+    };
     Ok((doc, times))
 }
 

@@ -30,17 +30,18 @@ pub const PROBE_EVERY: Duration = Duration::from_millis(100);
 /// Runs the event's drain task beside its `scheduler`, polling the scheduler
 /// only while drain does not hold it.
 pub async fn supervise(state: Arc<AppState>, id: EventId, scheduler: impl Future<Output = ()>) {
-    let live = match state.event(&id) {
-        Some(rt) => rt.live.clone(),
-        None => return,
-    };
-    let mut drain = pin!(watch(state, id));
+    let mut drain = pin!(watch(state.clone(), id.clone()));
     let mut scheduler = pin!(scheduler);
     std::future::poll_fn(|cx| {
         if drain.as_mut().poll(cx).is_ready() {
             return Poll::Ready(());
         }
-        if !live.drain.holds_scheduler() && scheduler.as_mut().poll(cx).is_ready() {
+        // The event's live state as it is now: an event created again
+        // under its id has new live state, which the drain task watches.
+        let held = state
+            .event(&id)
+            .is_some_and(|rt| rt.live.drain.holds_scheduler());
+        if !held && scheduler.as_mut().poll(cx).is_ready() {
             return Poll::Ready(());
         }
         Poll::Pending

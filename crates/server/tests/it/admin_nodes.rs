@@ -617,3 +617,45 @@ async fn an_event_made_again_on_one_node_refuses_the_deleted_ones_passes_on_anot
     )
     .await;
 }
+
+/// A `PUT` through a node that does not run the event (its config file
+/// lacks it) changes the event another node runs: it is no creation, so
+/// the sessions that node opened go on. Counted as a creation, it put a
+/// floor under every session start and ended them all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_put_through_a_node_without_the_event_ends_no_session_on_the_node_with_it() {
+    use crate::support::visitor::Visitor;
+    let redis = RedisServer::start().expect("redis-server (apt-get install redis-server)");
+    let with = process::redis_node(&[redis.url()])
+        .gateway_nodes(2)
+        .event(process::event(EVENT, "http://127.0.0.1:9", 10).continuous(600))
+        .toml();
+    let without = process::redis_node(&[redis.url()])
+        .gateway_nodes(2)
+        .event(process::event("other", "http://127.0.0.1:9", 10))
+        .toml();
+    let (one, two) = (
+        Node::in_process(&with).await,
+        Node::in_process(&without).await,
+    );
+    let mut v = Visitor::default();
+    assert_eq!(v.enter(&one, EVENT).await.0, StatusCode::OK);
+    v.until_active(&one, EVENT, Duration::from_secs(10), &mut Vec::new())
+        .await;
+    assert_eq!(v.fetch(&one, "/tickets/a").await, StatusCode::BAD_GATEWAY);
+    let mut table = config_on(&one).await;
+    table["max_active"] = json!(11);
+    let (status, ev) = two.admin_json(Method::PUT, PATH, &table).await;
+    assert_eq!(status, StatusCode::OK, "{ev}");
+    wait_for(
+        "node one to take up the change",
+        Duration::from_secs(15),
+        || async { config_on(&one).await["max_active"] == 11 },
+    )
+    .await;
+    assert_eq!(
+        v.fetch(&one, "/tickets/a").await,
+        StatusCode::BAD_GATEWAY,
+        "the change ended a session of the node that runs the event"
+    );
+}

@@ -247,4 +247,19 @@ admission = { mode = "batch", batch_size = 20, interval = "1s" }"#,
     ));
     let kept = lock(&rt.live.policy).state.as_ref().unwrap().no_show_rate();
     assert!(kept > 0.3, "kept {kept}");
+    // The same table created again (deleted and made anew between two of
+    // this node's looks at the store) is another event: nothing learnt of
+    // the deleted one is kept, and its scheduler goes on with the new state.
+    let times = anteroom::config::stored::EventTimes {
+        anchor_us: rt.anchor_us,
+        created_us: h.now_ms() * 1000,
+    };
+    assert!(!h.state.upsert_event(rt.config.clone(), times).unwrap());
+    let fresh = h.rt();
+    assert!(!std::sync::Arc::ptr_eq(&fresh.live, &rt.live));
+    assert!(
+        lock(&fresh.live.policy).state.is_none(),
+        "the deleted event's policy was kept"
+    );
+    assert!(h.step(1_000).await > 0, "no admission after the creation");
 }

@@ -1000,3 +1000,58 @@ async fn only_a_single_websocket_upgrade_is_tunnelled() {
     let _io = open_websocket(node.public, &jar).await;
     println!("run time {:?}", started.elapsed());
 }
+
+/// A forced `DELETE` of the event ends its sessions, WebSockets through
+/// the gate too: through the node that deleted it at once, through another
+/// node once it sees the deletion (its watch of the store, every few
+/// seconds). Before, a tunnel watched only its session's revocations and
+/// lifetime, and the deletion had made the store forget both, so it stayed
+/// open to `session_ttl`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn websockets_close_when_their_event_is_deleted() {
+    let origin = Origin::start().await;
+    // Sessions that outlive the test by far: a tunnel must close because
+    // its event went, not because its session lived or idled out.
+    let redis = RedisServer::start().expect("redis-server (apt-get install redis-server)");
+    let config = config(&origin.url(), 2)
+        .redis(&[redis.url()])
+        .store_timeout("1s")
+        .toml()
+        .replace(
+            &format!("session_ttl = \"{}s\"", TTL.as_secs()),
+            "session_ttl = \"10m\"",
+        )
+        .replace(
+            &format!("session_idle_timeout = \"{}s\"", IDLE.as_secs()),
+            "session_idle_timeout = \"10m\"",
+        );
+    assert!(
+        config.contains("session_ttl = \"10m\"")
+            && config.contains("session_idle_timeout = \"10m\"")
+    );
+    let dir = Arc::new(tempfile::tempdir().unwrap());
+    let nodes = [
+        Node::start(&config, dir.clone()).await,
+        Node::start(&config, dir).await,
+    ];
+    let v = admit(&nodes[0]).await;
+    let here = closed_at(open_websocket(nodes[0].public, &cookie(&v.sid, &v.pass)).await);
+    let there = closed_at(open_websocket(nodes[1].public, &cookie(&v.sid, &v.pass)).await);
+    let (status, _) = nodes[0]
+        .admin(Method::DELETE, &format!("/admin/events/{EVENT}?force=true"))
+        .await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let deleted = Instant::now();
+    let at = close_within(here, deleted + CONTRACT, "delete, the deleting node").await;
+    let watched = close_within(
+        there,
+        deleted + Duration::from_secs(8),
+        "delete, another node",
+    )
+    .await;
+    println!(
+        "websocket, delete: closed {:+} ms (deleting node), {:+} ms (another node) after it",
+        offset_ms(at, deleted),
+        offset_ms(watched, deleted)
+    );
+}
