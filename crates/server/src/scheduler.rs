@@ -499,10 +499,13 @@ async fn watch_configs(state: Arc<AppState>) {
                 refusals.cleared(id);
                 // But a creation may be (a file table started again after a
                 // deletion, on a node that restarted): the table this node
-                // runs is that event now.
-                if let Some(rt) = state.event(id).filter(|rt| rt.created_us != created_us) {
+                // runs is that event now, with the new event's anchor (the
+                // deletion made the store forget the old one).
+                if let Some(rt) = state.event(id).filter(|rt| rt.created_us < created_us)
+                    && let Some(anchor_us) = anchor_of(&state, &rt.config, doc).await
+                {
                     let times = crate::config::stored::EventTimes {
-                        anchor_us: rt.anchor_us,
+                        anchor_us,
                         created_us,
                     };
                     if let Err(e) = state.upsert_event(rt.config.clone(), times) {
@@ -515,7 +518,7 @@ async fn watch_configs(state: Arc<AppState>) {
             // two looks) is a change too: its sessions start over.
             if state
                 .event(id)
-                .is_some_and(|rt| rt.config.raw == *raw && rt.created_us == created_us)
+                .is_some_and(|rt| rt.config.raw == *raw && rt.created_us >= created_us)
             {
                 refusals.cleared(id);
                 continue;
@@ -541,21 +544,8 @@ async fn watch_configs(state: Arc<AppState>) {
                 }
                 continue;
             }
-            // A document without an anchor (one stored by a node that had
-            // not fixed it yet) takes the store's: an anchor of 0 would put
-            // every arrival at the clamped top score, in no order at all.
-            let anchor = match config.opens_at_ms {
-                Some(ms) => ms.saturating_mul(1000),
-                None => match doc.anchor_us {
-                    Some(anchor) => anchor,
-                    None => match state.store.anchor_us(id).await {
-                        Ok(anchor) => anchor,
-                        Err(e) => {
-                            tracing::warn!(event = %id, error = %e, "stored event change not applied yet: the store did not give its anchor");
-                            continue;
-                        }
-                    },
-                },
+            let Some(anchor) = anchor_of(&state, &config, doc).await else {
+                continue;
             };
             let times = crate::config::stored::EventTimes {
                 anchor_us: anchor,
@@ -580,6 +570,31 @@ async fn watch_configs(state: Arc<AppState>) {
         // A refused table removed from the store stands refused no more.
         refusals
             .keep_only(|id| docs.contains_key(id) || set.unreadable.iter().any(|u| u.id == *id));
+    }
+}
+
+/// The anchor of an event run from its stored document `doc`: its opening
+/// time, or the document's, or the store's (a document stored by a node
+/// that had not fixed it yet; an anchor of 0 would put every arrival at the
+/// clamped top score, in no order at all). `None`, logged, while the store
+/// does not give it.
+async fn anchor_of(
+    state: &AppState,
+    config: &crate::config::EventConfig,
+    doc: &crate::config::stored::StoredEvent,
+) -> Option<i64> {
+    if let Some(ms) = config.opens_at_ms {
+        return Some(ms.saturating_mul(1000));
+    }
+    if let Some(anchor) = doc.anchor_us {
+        return Some(anchor);
+    }
+    match state.store.anchor_us(&config.id).await {
+        Ok(anchor) => Some(anchor),
+        Err(e) => {
+            tracing::warn!(event = %config.id, error = %e, "stored event change not applied yet: the store did not give its anchor");
+            None
+        }
     }
 }
 

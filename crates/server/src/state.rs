@@ -70,6 +70,20 @@ pub struct Live {
 }
 
 impl Live {
+    /// Fresh state for an event created again in place of the one `old` is
+    /// of, keeping only what belongs to the store rather than the event:
+    /// how far its clock runs ahead of this node's.
+    fn after(old: &Live) -> Self {
+        let fresh = Live::default();
+        {
+            let before = crate::locks::lock(&old.policy);
+            let mut memory = crate::locks::lock(&fresh.policy);
+            memory.store_offset_ms = before.store_offset_ms;
+            memory.store_offset_rtt_ms = before.store_offset_rtt_ms;
+        }
+        fresh
+    }
+
     /// Marks the event this state is of as gone from this node.
     pub fn retire(&self) {
         self.gone.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -338,24 +352,36 @@ impl AppState {
 
     /// Creates or replaces an event; its live state is kept, unless the
     /// event was created again (deleted and made anew since this node took
-    /// it up): what this node learnt of the deleted one (its drain's
-    /// admissions and sessions, revocations, the policy's memory) is not
-    /// the new one's. Returns `true` when the event is new (the caller
+    /// it up): what this node learnt of the deleted one (its rates, its
+    /// revocations, the policy's memory, its drain's sessions) is not the
+    /// new one's. A creation never goes back: one older than the event's
+    /// (a document read before the newer creation was stored, or rewritten
+    /// by a node of an earlier version, which drops it) changes only the
+    /// configuration. Returns `true` when the event is new (the caller
     /// starts its background tasks).
     pub fn upsert_event(&self, config: EventConfig, times: EventTimes) -> anyhow::Result<bool> {
         let mut guard = write(&self.events);
         let current = guard.clone();
         let existing = current.get(&config.id).cloned();
-        let live = match &existing {
-            Some(rt) if rt.created_us == times.created_us => rt.live.clone(),
-            Some(rt) => {
-                rt.live.retire();
-                Arc::default()
-            }
-            None => Arc::default(),
+        let (live, times) = match &existing {
+            Some(rt) if rt.created_us >= times.created_us => (
+                rt.live.clone(),
+                EventTimes {
+                    created_us: rt.created_us,
+                    ..times
+                },
+            ),
+            Some(rt) => (Arc::new(Live::after(&rt.live)), times),
+            None => (Arc::default(), times),
         };
         let new = existing.is_none();
         let replacement = Arc::new(EventRuntime::new(config, times, live)?);
+        if let Some(rt) = existing
+            .as_ref()
+            .filter(|rt| rt.created_us < times.created_us)
+        {
+            rt.live.retire();
+        }
         let mut list: Vec<Arc<EventRuntime>> = current
             .iter()
             .map(|rt| {

@@ -333,8 +333,13 @@ pub async fn delete(
         }
         return Err(e.into());
     }
-    // Its sessions are over: their WebSockets through this node close.
+    // Its sessions are over: their WebSockets through this node close
+    // (the state taken off the routes, which the watch may have renewed
+    // since `rt` was read, too).
     rt.live.retire();
+    if let Some(taken) = &taken {
+        taken.live.retire();
+    }
     let change = Change {
         by: caller.name.clone(),
         at_ms: state.now_ms(),

@@ -38,9 +38,11 @@ pub async fn supervise(state: Arc<AppState>, id: EventId, scheduler: impl Future
         }
         // The event's live state as it is now: an event created again
         // under its id has new live state, which the drain task watches.
+        // A scheduler held when its event went stays held: the drain task
+        // ends with the event, and this with it.
         let held = state
             .event(&id)
-            .is_some_and(|rt| rt.live.drain.holds_scheduler());
+            .is_none_or(|rt| rt.live.drain.holds_scheduler());
         if !held && scheduler.as_mut().poll(cx).is_ready() {
             return Poll::Ready(());
         }

@@ -262,4 +262,16 @@ admission = { mode = "batch", batch_size = 20, interval = "1s" }"#,
         "the deleted event's policy was kept"
     );
     assert!(h.step(1_000).await > 0, "no admission after the creation");
+    // A creation never goes back (a document read before the newer one was
+    // stored, or rewritten by an earlier version without it): the event
+    // keeps its creation and its state.
+    let older = anteroom::config::stored::EventTimes {
+        anchor_us: rt.anchor_us,
+        created_us: i64::MIN,
+    };
+    assert!(!h.state.upsert_event(fresh.config.clone(), older).unwrap());
+    let kept = h.rt();
+    assert_eq!(kept.created_us, times.created_us);
+    assert!(std::sync::Arc::ptr_eq(&kept.live, &fresh.live));
+    assert!(!kept.live.is_gone());
 }
