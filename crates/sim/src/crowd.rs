@@ -276,6 +276,7 @@ pub async fn simulate(args: &CrowdArgs, origin: OriginSource) -> anyhow::Result<
         scheduler_busy_share: finished.busy.as_secs_f64() / duration_s.max(1e-9),
         connections: args.connections.max(1),
         connects: finished.connects,
+        stale_retries: finished.stale_retries,
         requests: finished.requests,
         rss_max_bytes: rss_max,
         bytes_per_visitor: rss_max.saturating_sub(rss_before) as f64 / args.visitors.max(1) as f64,

@@ -119,6 +119,10 @@ pub struct SimFacts {
     pub connections: usize,
     /// Connections opened over the run (reconnects after the server closed one).
     pub connects: u64,
+    /// Requests sent again, once, on a new connection after the kept one
+    /// they went out on closed unanswered (the server's idle timeout ran
+    /// out as they left), as a browser does; not errors, but counted.
+    pub stale_retries: u64,
     pub requests: u64,
     /// Highest resident set size sampled while the crowd ran, and that
     /// above the process's size before the visitors existed, per visitor.
@@ -568,13 +572,14 @@ pub fn render_text(r: &Report) -> String {
         r.completed, r.gave_up
     );
     s += &format!(
-        "simulator             cpu {:.1}% of {} cores, scheduler busy {:.1}%, {} connections ({} opened), {} requests\n",
+        "simulator             cpu {:.1}% of {} cores, scheduler busy {:.1}%, {} connections ({} opened), {} requests ({} sent again after a kept connection closed unanswered)\n",
         r.sim_cpu_share * 100.0,
         r.sim.cores,
         r.sim.scheduler_busy_share * 100.0,
         r.sim.connections,
         r.sim.connects,
-        r.sim.requests
+        r.sim.requests,
+        r.sim.stale_retries
     );
     s += &format!(
         "send lag              p50 {} ms, p99 {} ms, max {} ms (polls p99 {} ms)\n",

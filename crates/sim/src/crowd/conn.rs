@@ -2,6 +2,13 @@
 //! goes out on whichever connection is free, whoever the visitor, so a
 //! million visitors need only `--connections` sockets. A connection the
 //! server closed is opened again before the next request goes out on it.
+//!
+//! A kept connection the server closes as a request goes out on it (its
+//! idle timeout, `server.header_read_timeout`, ran out meanwhile) fails that
+//! request with no answer. A browser sends such a request again on a new
+//! connection (RFC 9112, section 9.3.1: one never written, or an idempotent
+//! one that got no answer), and so does the crowd, once; each such retry is
+//! counted in the report (`stale_retries`), never hidden.
 
 use std::{net::SocketAddr, time::Duration};
 
@@ -35,7 +42,63 @@ pub struct Exchange {
     pub conn: Conn,
     /// Whether a new socket was opened for it.
     pub connected: bool,
+    /// Whether it was sent again on a new socket after the kept one it
+    /// first went out on closed unanswered.
+    pub retried: bool,
     pub result: Result<Answer, &'static str>,
+}
+
+/// How a request on one connection failed.
+enum Failed {
+    /// Never written: the connection was closed first (the request is
+    /// given back).
+    Unsent(Request<Full<Bytes>>),
+    /// Written, and the connection closed before an answer's head.
+    Unanswered,
+    /// The answer broke off, or anything else.
+    Broken,
+}
+
+/// Sends `req` on `sender` and reads the whole answer.
+async fn send_on(
+    sender: &mut SendRequest<Full<Bytes>>,
+    req: Request<Full<Bytes>>,
+) -> Result<Answer, Failed> {
+    if sender.ready().await.is_err() {
+        return Err(Failed::Unsent(req));
+    }
+    let resp = match sender.try_send_request(req).await {
+        Ok(resp) => resp,
+        Err(mut e) => {
+            return Err(match e.take_message() {
+                Some(req) => Failed::Unsent(req),
+                None if e.error().is_incomplete_message() || e.error().is_canceled() => {
+                    Failed::Unanswered
+                }
+                None => Failed::Broken,
+            });
+        }
+    };
+    let (parts, body) = resp.into_parts();
+    let body = body.collect().await.map_err(|_| Failed::Broken)?.to_bytes();
+    Ok(Answer {
+        status: parts.status,
+        headers: parts.headers,
+        body,
+    })
+}
+
+/// A copy of an idempotent request, to send again if it goes unanswered.
+fn spare(req: &Request<Full<Bytes>>) -> Option<Request<Full<Bytes>>> {
+    if req.method() != hyper::Method::GET && req.method() != hyper::Method::HEAD {
+        return None;
+    }
+    let mut copy = Request::new(Full::new(Bytes::new()));
+    *copy.method_mut() = req.method().clone();
+    *copy.uri_mut() = req.uri().clone();
+    *copy.version_mut() = req.version();
+    *copy.headers_mut() = req.headers().clone();
+    Some(copy)
 }
 
 pub(super) async fn connect(addr: SocketAddr) -> Result<SendRequest<Full<Bytes>>, &'static str> {
@@ -75,22 +138,26 @@ impl Conn {
                         return Exchange {
                             conn: Conn::to(node, addr),
                             connected,
+                            retried: false,
                             result: Err(e),
                         };
                     }
                 }
             }
         };
+        // Only a kept connection can have closed under the request.
+        let spare = if connected { None } else { spare(&req) };
+        let mut retried = false;
         let result = tokio::time::timeout(REQUEST_TIMEOUT, async {
-            sender.ready().await.map_err(|_| "transport")?;
-            let resp = sender.send_request(req).await.map_err(|_| "transport")?;
-            let (parts, body) = resp.into_parts();
-            let body = body.collect().await.map_err(|_| "transport")?.to_bytes();
-            Ok(Answer {
-                status: parts.status,
-                headers: parts.headers,
-                body,
-            })
+            let again = match (send_on(&mut sender, req).await, spare) {
+                (Ok(answer), _) => return Ok(answer),
+                (Err(Failed::Unsent(req)), _) if !connected => req,
+                (Err(Failed::Unanswered), Some(copy)) => copy,
+                _ => return Err("transport"),
+            };
+            retried = true;
+            sender = connect(addr).await?;
+            send_on(&mut sender, again).await.map_err(|_| "transport")
         })
         .await
         .unwrap_or(Err("timeout"));
@@ -102,8 +169,93 @@ impl Conn {
         };
         Exchange {
             conn,
-            connected,
+            connected: connected || retried,
+            retried,
             result,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+
+    /// Reads one request head (these requests have no body).
+    async fn read_head(s: &mut TcpStream) {
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            assert_eq!(s.read(&mut byte).await.unwrap(), 1, "closed mid-head");
+            head.push(byte[0]);
+        }
+    }
+
+    /// A server whose first connection answers one request, then reads the
+    /// next and closes without an answer (its idle timeout running out as
+    /// the request arrives), and whose later connections answer.
+    async fn closes_the_second_request_unanswered() -> SocketAddr {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let (mut first, _) = listener.accept().await.unwrap();
+            read_head(&mut first).await;
+            first
+                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                .await
+                .unwrap();
+            read_head(&mut first).await;
+            drop(first);
+            loop {
+                let (mut next, _) = listener.accept().await.unwrap();
+                read_head(&mut next).await;
+                next.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nagain")
+                    .await
+                    .unwrap();
+            }
+        });
+        addr
+    }
+
+    fn request(method: hyper::Method, addr: SocketAddr) -> Request<Full<Bytes>> {
+        Request::builder()
+            .method(method)
+            .uri("/api/queue/position")
+            .header("host", addr.to_string())
+            .body(Full::new(Bytes::new()))
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_get_on_a_kept_connection_closed_unanswered_is_sent_again_once_and_counted() {
+        let addr = closes_the_second_request_unanswered().await;
+        let first = Conn::to(0, addr)
+            .exchange(request(hyper::Method::GET, addr))
+            .await;
+        assert!(first.connected && !first.retried);
+        assert_eq!(first.result.as_ref().unwrap().body, "ok");
+        let second = first.conn.exchange(request(hyper::Method::GET, addr)).await;
+        assert!(second.retried, "not sent again");
+        assert!(second.connected, "the retry's socket is a new one");
+        assert_eq!(second.result.as_ref().unwrap().body, "again");
+    }
+
+    #[tokio::test]
+    async fn a_post_that_went_out_unanswered_is_an_error_not_sent_again() {
+        let addr = closes_the_second_request_unanswered().await;
+        let first = Conn::to(0, addr)
+            .exchange(request(hyper::Method::GET, addr))
+            .await;
+        assert!(first.result.is_ok());
+        let second = first
+            .conn
+            .exchange(request(hyper::Method::POST, addr))
+            .await;
+        assert!(
+            !second.retried,
+            "a POST that may have been acted on was sent again"
+        );
+        assert_eq!(second.result.err(), Some("transport"));
     }
 }

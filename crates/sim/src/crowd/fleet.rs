@@ -91,6 +91,9 @@ pub struct Finished {
     pub records: Vec<VisitorRecord>,
     pub tally: Tally,
     pub connects: u64,
+    /// Requests sent again after the kept connection they went out on
+    /// closed unanswered (see `conn`).
+    pub stale_retries: u64,
     pub requests: u64,
     /// Time the scheduler spent working (not waiting for an answer or a turn).
     pub busy: Duration,
@@ -133,6 +136,7 @@ pub struct Fleet {
     rng: StdRng,
     settled: usize,
     connects: u64,
+    stale_retries: u64,
     requests: u64,
     solved_tx: mpsc::UnboundedSender<Solved>,
     /// Visitors following the push stream, and their tasks (aborted when
@@ -208,6 +212,7 @@ impl Fleet {
             rng,
             settled: 0,
             connects: 0,
+            stale_retries: 0,
             requests: 0,
             solved_tx,
             streaming: HashMap::new(),
@@ -501,6 +506,7 @@ impl Fleet {
                         *n += 1;
                     }
                     self.connects += u64::from(x.connected);
+                    self.stale_retries += u64::from(x.retried);
                     idle.push(x.conn);
                     self.answered(id, step, sent, node, x.result);
                 }
@@ -544,6 +550,7 @@ impl Fleet {
             records: self.visitors.iter().map(Visitor::record).collect(),
             tally: self.tally,
             connects: self.connects,
+            stale_retries: self.stale_retries,
             requests: self.requests,
             busy,
         }
