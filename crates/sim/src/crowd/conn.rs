@@ -52,7 +52,7 @@ pub struct Exchange {
 enum Failed {
     /// Never written: the connection was closed first (the request is
     /// given back).
-    Unsent(Request<Full<Bytes>>),
+    Unsent(Box<Request<Full<Bytes>>>),
     /// Written, and the connection closed before an answer's head.
     Unanswered,
     /// The answer broke off, or anything else.
@@ -65,13 +65,13 @@ async fn send_on(
     req: Request<Full<Bytes>>,
 ) -> Result<Answer, Failed> {
     if sender.ready().await.is_err() {
-        return Err(Failed::Unsent(req));
+        return Err(Failed::Unsent(Box::new(req)));
     }
     let resp = match sender.try_send_request(req).await {
         Ok(resp) => resp,
         Err(mut e) => {
             return Err(match e.take_message() {
-                Some(req) => Failed::Unsent(req),
+                Some(req) => Failed::Unsent(Box::new(req)),
                 None if e.error().is_incomplete_message() || e.error().is_canceled() => {
                     Failed::Unanswered
                 }
@@ -151,7 +151,7 @@ impl Conn {
         let result = tokio::time::timeout(REQUEST_TIMEOUT, async {
             let again = match (send_on(&mut sender, req).await, spare) {
                 (Ok(answer), _) => return Ok(answer),
-                (Err(Failed::Unsent(req)), _) if !connected => req,
+                (Err(Failed::Unsent(req)), _) if !connected => *req,
                 (Err(Failed::Unanswered), Some(copy)) => copy,
                 _ => return Err("transport"),
             };
