@@ -364,11 +364,13 @@ impl AppState {
         let current = guard.clone();
         let existing = current.get(&config.id).cloned();
         let (live, times) = match &existing {
-            Some(rt) if rt.created_us >= times.created_us => (
+            Some(rt) if rt.created_us == times.created_us => (rt.live.clone(), times),
+            // An older creation: its anchor is the deleted event's too.
+            Some(rt) if rt.created_us > times.created_us => (
                 rt.live.clone(),
                 EventTimes {
+                    anchor_us: rt.anchor_us,
                     created_us: rt.created_us,
-                    ..times
                 },
             ),
             Some(rt) => (Arc::new(Live::after(&rt.live)), times),

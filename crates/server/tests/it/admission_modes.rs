@@ -266,12 +266,16 @@ admission = { mode = "batch", batch_size = 20, interval = "1s" }"#,
     // stored, or rewritten by an earlier version without it): the event
     // keeps its creation and its state.
     let older = anteroom::config::stored::EventTimes {
-        anchor_us: rt.anchor_us,
+        anchor_us: rt.anchor_us - 60_000_000,
         created_us: i64::MIN,
     };
     assert!(!h.state.upsert_event(fresh.config.clone(), older).unwrap());
     let kept = h.rt();
     assert_eq!(kept.created_us, times.created_us);
+    assert_eq!(
+        kept.anchor_us, fresh.anchor_us,
+        "the deleted event's anchor came back"
+    );
     assert!(std::sync::Arc::ptr_eq(&kept.live, &fresh.live));
     assert!(!kept.live.is_gone());
 }

@@ -7,10 +7,14 @@
 //! idle timeout, `server.header_read_timeout`, ran out meanwhile) fails that
 //! request with no answer. A browser sends such a request again on a new
 //! connection (RFC 9112, section 9.3.1: one never written, or an idempotent
-//! one that got no answer), and so does the crowd, once; each such retry is
+//! one that got no answer), and so does the crowd, once, when the
+//! connection had stood unused for [`STALE_AFTER`]; each such retry is
 //! counted in the report (`stale_retries`), never hidden.
 
-use std::{net::SocketAddr, time::Duration};
+use std::{
+    net::SocketAddr,
+    time::{Duration, Instant},
+};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -35,7 +39,15 @@ pub struct Conn {
     pub node: usize,
     addr: SocketAddr,
     sender: Option<SendRequest<Full<Bytes>>>,
+    /// When its last answer came (an open connection only).
+    answered_at: Option<Instant>,
 }
+
+/// How long a kept connection must have stood unused before a request it
+/// closes unanswered counts as the server's idle close: one in steady use
+/// is never closed for idling, and there an unanswered request is the
+/// server's fault (a dropped connection), an error to count.
+const STALE_AFTER: Duration = Duration::from_secs(1);
 
 /// What one exchange on a connection came to.
 pub struct Exchange {
@@ -72,9 +84,7 @@ async fn send_on(
         Err(mut e) => {
             return Err(match e.take_message() {
                 Some(req) => Failed::Unsent(Box::new(req)),
-                None if e.error().is_incomplete_message() || e.error().is_canceled() => {
-                    Failed::Unanswered
-                }
+                None if e.error().is_incomplete_message() => Failed::Unanswered,
                 None => Failed::Broken,
             });
         }
@@ -121,12 +131,14 @@ impl Conn {
             node,
             addr,
             sender: None,
+            answered_at: None,
         }
     }
 
     /// Sends `req` (opening the socket first when needed) and reads the whole answer.
     pub async fn exchange(self, req: Request<Full<Bytes>>) -> Exchange {
         let (node, addr) = (self.node, self.addr);
+        let idle = self.answered_at.map(|at| at.elapsed());
         let mut connected = false;
         let mut sender = match self.sender {
             Some(s) if !s.is_closed() => s,
@@ -145,8 +157,10 @@ impl Conn {
                 }
             }
         };
-        // Only a kept connection can have closed under the request.
-        let spare = if connected { None } else { spare(&req) };
+        // Only a kept connection that stood unused can have been closed
+        // for idling as the request went out.
+        let stale = !connected && idle.is_some_and(|idle| idle >= STALE_AFTER);
+        let spare = if stale { spare(&req) } else { None };
         let mut retried = false;
         let result = tokio::time::timeout(REQUEST_TIMEOUT, async {
             let again = match (send_on(&mut sender, req).await, spare) {
@@ -166,6 +180,7 @@ impl Conn {
             node,
             addr,
             sender: result.is_ok().then_some(sender),
+            answered_at: Some(Instant::now()),
         };
         Exchange {
             conn,
@@ -235,6 +250,7 @@ mod tests {
             .await;
         assert!(first.connected && !first.retried);
         assert_eq!(first.result.as_ref().unwrap().body, "ok");
+        tokio::time::sleep(STALE_AFTER).await;
         let second = first.conn.exchange(request(hyper::Method::GET, addr)).await;
         assert!(second.retried, "not sent again");
         assert!(second.connected, "the retry's socket is a new one");
@@ -248,6 +264,7 @@ mod tests {
             .exchange(request(hyper::Method::GET, addr))
             .await;
         assert!(first.result.is_ok());
+        tokio::time::sleep(STALE_AFTER).await;
         let second = first
             .conn
             .exchange(request(hyper::Method::POST, addr))
@@ -255,6 +272,23 @@ mod tests {
         assert!(
             !second.retried,
             "a POST that may have been acted on was sent again"
+        );
+        assert_eq!(second.result.err(), Some("transport"));
+    }
+
+    /// On a connection in steady use an unanswered request is the server
+    /// dropping it, not an idle close: an error, not sent again.
+    #[tokio::test]
+    async fn a_get_a_busy_connection_drops_unanswered_is_an_error() {
+        let addr = closes_the_second_request_unanswered().await;
+        let first = Conn::to(0, addr)
+            .exchange(request(hyper::Method::GET, addr))
+            .await;
+        assert!(first.result.is_ok());
+        let second = first.conn.exchange(request(hyper::Method::GET, addr)).await;
+        assert!(
+            !second.retried,
+            "a dropped request on a busy connection was sent again"
         );
         assert_eq!(second.result.err(), Some("transport"));
     }
