@@ -150,6 +150,12 @@ struct Inner {
     /// (with a reference count taken and dropped per call) moved its cache
     /// line from core to core on nearly every request.
     published: ArcSwap<HashMap<EventId, Arc<EventHandle>>>,
+    /// Events whose deletion is under way (changed under `events`' lock):
+    /// a call for one is refused rather than start the event again from
+    /// the files about to go, which brought the deleted event's waiters and
+    /// sessions back into the next event of its id, and let that event
+    /// write into unlinked files.
+    deleting: Mutex<std::collections::HashSet<EventId>>,
     admin: Mutex<HashMap<EventId, AdminState>>,
     /// Tick and batch guards (`claim_tick`): when each was claimed and
     /// until when it holds, µs.
@@ -198,6 +204,19 @@ fn stopped(what: &str, e: tokio::task::JoinError) -> StoreError {
     Unavailable::new(UnavailableKind::Stopped, format!("{what}: {e}"))
         .with_source(e)
         .into()
+}
+
+/// Ends an event's deletion, however it ends: its id may be started again.
+struct Deleted<'a> {
+    inner: &'a Inner,
+    event: &'a EventId,
+}
+
+impl Drop for Deleted<'_> {
+    fn drop(&mut self) {
+        let _events = locked(&self.inner.events);
+        locked(&self.inner.deleting).remove(self.event);
+    }
 }
 
 fn actor_stopped(id: &EventId) -> StoreError {
@@ -262,6 +281,7 @@ impl EmbeddedStore {
                 meta_path,
                 events: Mutex::new(HashMap::new()),
                 published: ArcSwap::default(),
+                deleting: Mutex::new(std::collections::HashSet::new()),
                 admin: Mutex::new(admin),
                 ticks: Mutex::new(HashMap::new()),
                 shares: Mutex::new(HashMap::new()),
@@ -365,6 +385,12 @@ impl EmbeddedStore {
         let mut events = locked(&self.inner.events);
         if let Some(h) = events.get(id) {
             return Ok(h.clone());
+        }
+        if locked(&self.inner.deleting).contains(id) {
+            return Err(StoreError::unavailable(
+                UnavailableKind::Stopped,
+                format!("event {id}: being deleted"),
+            ));
         }
         // First use of an event: creating its file is rare and quick, so it
         // is done right here rather than on a blocking pool. A disk that
@@ -782,12 +808,18 @@ impl QueueStore for EmbeddedStore {
     }
 
     async fn delete_event(&self, event: &EventId) -> Result<()> {
-        // The actor commits what it holds and stops before its file goes.
+        // The actor commits what it holds and stops before its file goes;
+        // meanwhile nothing starts the event again (see `Inner::deleting`).
         let handle = {
             let mut events = locked(&self.inner.events);
             let handle = events.remove(event);
             self.publish(&events);
+            locked(&self.inner.deleting).insert(event.clone());
             handle
+        };
+        let _done = Deleted {
+            inner: &self.inner,
+            event,
         };
         let file = self.event_path(event);
         tokio::task::spawn_blocking(move || {

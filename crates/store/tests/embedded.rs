@@ -618,3 +618,49 @@ async fn an_events_committer_runs_under_sched_batch() {
     // SCHED_BATCH is policy 3.
     assert_eq!(policies, vec![3], "one committer, under SCHED_BATCH");
 }
+
+/// Calls that arrive while an event is being deleted (an old task of the
+/// event, a visitor's poll) never start it again from the files about to
+/// go: before, one found the event gone from the map, opened its files
+/// (the deleted waiters and sessions with them) and kept writing into them
+/// after they were unlinked, so the next event of that id began with the
+/// deleted one's visitors and lost its own writes at the next restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_during_a_deletion_bring_nothing_of_the_deleted_event_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Arc::new(open(dir.path()).await);
+    let ev = EventId::new("e").unwrap();
+    let sc = JoinScoring {
+        opens_at_us: 0,
+        prewindow_score: -1,
+        tiebreak: 0,
+        behind: false,
+    };
+    for round in 0..5 {
+        for i in 0..200 {
+            s.join(&ev, &format!("m{i}"), &sc).await.unwrap();
+        }
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let pollers: Vec<_> = (0..2)
+            .map(|_| {
+                let (s, ev, stop) = (s.clone(), ev.clone(), stop.clone());
+                tokio::spawn(async move {
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        let _ = s.queue_length(&ev).await;
+                        tokio::task::yield_now().await;
+                    }
+                })
+            })
+            .collect();
+        s.delete_event(&ev).await.unwrap();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for p in pollers {
+            p.await.unwrap();
+        }
+        assert_eq!(
+            s.queue_length(&ev).await.unwrap(),
+            0,
+            "round {round}: the deleted event's waiters came back"
+        );
+    }
+}

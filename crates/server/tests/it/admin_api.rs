@@ -4,6 +4,7 @@
 //! config file and stored changes differ.
 
 use std::sync::OnceLock;
+use std::time::Duration;
 
 use crate::support::config::{ADMIN_TOKEN, Event, FAST_BATCH};
 use crate::support::logs::LogBuf;
@@ -396,21 +397,23 @@ async fn close_is_final_until_reopen() {
     s.stop().await;
 }
 
+/// A new visitor of `tickets`, queued, admitted, redeemed and let through
+/// the gate once.
+async fn through_the_gate(s: &TestServer) -> Visitor {
+    let mut v = Visitor::default();
+    v.enter(s, "tickets").await;
+    v.until_active(s, "tickets", Duration::from_secs(10), &mut Vec::new())
+        .await;
+    assert_eq!(v.fetch(s, "/tickets/a").await, StatusCode::OK);
+    v
+}
+
 #[tokio::test]
 async fn delete_is_refused_while_visitors_are_present_unless_forced() {
     let s = TestServer::start("").await;
     // A visitor with a session, whose pass the event started again from
     // the file at the end must refuse.
-    let mut p = Visitor::default();
-    p.enter(&s, "tickets").await;
-    p.until_active(
-        &s,
-        "tickets",
-        std::time::Duration::from_secs(10),
-        &mut Vec::new(),
-    )
-    .await;
-    assert_eq!(p.fetch(&s, "/tickets/a").await, StatusCode::OK);
+    let mut p = through_the_gate(&s).await;
     let mut v = Visitor::default();
     let (status, _) = v
         .json(
@@ -548,16 +551,7 @@ async fn delete_is_refused_while_visitors_are_present_unless_forced() {
 #[tokio::test]
 async fn a_deleted_events_pass_opens_nothing_of_the_event_made_again() {
     let s = TestServer::start("").await;
-    let mut v = Visitor::default();
-    v.enter(&s, "tickets").await;
-    v.until_active(
-        &s,
-        "tickets",
-        std::time::Duration::from_secs(10),
-        &mut Vec::new(),
-    )
-    .await;
-    assert_eq!(v.fetch(&s, "/tickets/a").await, StatusCode::OK);
+    let mut v = through_the_gate(&s).await;
     let (status, _) = call(
         &s,
         Method::DELETE,
@@ -587,24 +581,10 @@ async fn a_deleted_events_pass_opens_nothing_of_the_event_made_again() {
         "the deleted event's pass still opened the event made again"
     );
     // The new event's own visitors get in, the old one by queueing again.
-    let mut w = Visitor::default();
-    w.enter(&s, "tickets").await;
-    w.until_active(
-        &s,
-        "tickets",
-        std::time::Duration::from_secs(10),
-        &mut Vec::new(),
-    )
-    .await;
-    assert_eq!(w.fetch(&s, "/tickets/a").await, StatusCode::OK);
+    through_the_gate(&s).await;
     v.enter(&s, "tickets").await;
-    v.until_active(
-        &s,
-        "tickets",
-        std::time::Duration::from_secs(10),
-        &mut Vec::new(),
-    )
-    .await;
+    v.until_active(&s, "tickets", Duration::from_secs(10), &mut Vec::new())
+        .await;
     assert_eq!(v.fetch(&s, "/tickets/a").await, StatusCode::OK);
     s.stop().await;
 }

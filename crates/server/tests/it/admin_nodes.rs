@@ -43,6 +43,22 @@ async fn two_nodes(redis: &RedisServer) -> (Node, Node) {
     )
 }
 
+/// The config of two nodes on `redis` whose one event admits ten a second.
+fn continuous_nodes(redis: &RedisServer) -> ConfigBuilder {
+    process::redis_node(&[redis.url()])
+        .gateway_nodes(2)
+        .event(process::event(EVENT, "http://127.0.0.1:9", 10).continuous(600))
+}
+
+/// A new visitor with an active session, queued and redeemed on `node`.
+async fn active_on(node: &Node) -> crate::support::visitor::Visitor {
+    let mut v = crate::support::visitor::Visitor::default();
+    assert_eq!(v.enter(node, EVENT).await.0, StatusCode::OK);
+    v.until_active(node, EVENT, Duration::from_secs(10), &mut Vec::new())
+        .await;
+    v
+}
+
 /// The event's table as the store has it.
 async fn stored_event(store: &dyn QueueStore) -> Option<RawEvent> {
     let mut docs = stored::read_all(store).await.unwrap();
@@ -515,10 +531,7 @@ async fn a_pause_made_on_one_node_refuses_a_redeem_on_another_at_once() {
     use crate::support::visitor::Visitor;
     use std::time::Instant;
     let redis = RedisServer::start().expect("redis-server (apt-get install redis-server)");
-    let config = process::redis_node(&[redis.url()])
-        .gateway_nodes(2)
-        .event(process::event(EVENT, "http://127.0.0.1:9", 10).continuous(600))
-        .toml();
+    let config = continuous_nodes(&redis).toml();
     let (one, two) = (
         Node::in_process(&config).await,
         Node::in_process(&config).await,
@@ -577,20 +590,13 @@ async fn a_pause_made_on_one_node_refuses_a_redeem_on_another_at_once() {
 /// that runs the same table takes it up as a change.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_event_made_again_on_one_node_refuses_the_deleted_ones_passes_on_another() {
-    use crate::support::visitor::Visitor;
     let redis = RedisServer::start().expect("redis-server (apt-get install redis-server)");
-    let config = process::redis_node(&[redis.url()])
-        .gateway_nodes(2)
-        .event(process::event(EVENT, "http://127.0.0.1:9", 10).continuous(600))
-        .toml();
+    let config = continuous_nodes(&redis).toml();
     let (one, two) = (
         Node::in_process(&config).await,
         Node::in_process(&config).await,
     );
-    let mut v = Visitor::default();
-    assert_eq!(v.enter(&two, EVENT).await.0, StatusCode::OK);
-    v.until_active(&two, EVENT, Duration::from_secs(10), &mut Vec::new())
-        .await;
+    let mut v = active_on(&two).await;
     // Let through to the origin, which is not there: 502, not the waiting room.
     assert_eq!(v.fetch(&two, "/tickets/a").await, StatusCode::BAD_GATEWAY);
     let (status, before) = one.admin(Method::GET, PATH).await;
@@ -624,12 +630,8 @@ async fn an_event_made_again_on_one_node_refuses_the_deleted_ones_passes_on_anot
 /// floor under every session start and ended them all.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_put_through_a_node_without_the_event_ends_no_session_on_the_node_with_it() {
-    use crate::support::visitor::Visitor;
     let redis = RedisServer::start().expect("redis-server (apt-get install redis-server)");
-    let with = process::redis_node(&[redis.url()])
-        .gateway_nodes(2)
-        .event(process::event(EVENT, "http://127.0.0.1:9", 10).continuous(600))
-        .toml();
+    let with = continuous_nodes(&redis).toml();
     let without = process::redis_node(&[redis.url()])
         .gateway_nodes(2)
         .event(process::event("other", "http://127.0.0.1:9", 10))
@@ -638,10 +640,7 @@ async fn a_put_through_a_node_without_the_event_ends_no_session_on_the_node_with
         Node::in_process(&with).await,
         Node::in_process(&without).await,
     );
-    let mut v = Visitor::default();
-    assert_eq!(v.enter(&one, EVENT).await.0, StatusCode::OK);
-    v.until_active(&one, EVENT, Duration::from_secs(10), &mut Vec::new())
-        .await;
+    let mut v = active_on(&one).await;
     assert_eq!(v.fetch(&one, "/tickets/a").await, StatusCode::BAD_GATEWAY);
     let mut table = config_on(&one).await;
     table["max_active"] = json!(11);
