@@ -7,9 +7,10 @@
 //! idle timeout, `server.header_read_timeout`, ran out meanwhile) fails that
 //! request with no answer. A browser sends such a request again on a new
 //! connection (RFC 9112, section 9.3.1: one never written, or an idempotent
-//! one that got no answer), and so does the crowd, once, when the
-//! connection had stood unused for [`STALE_AFTER`]; each such retry is
-//! counted in the report (`stale_retries`), never hidden.
+//! one that got no answer), and so does the crowd, once: a request never
+//! written always, a `GET` only when the connection had stood unused for
+//! [`STALE_AFTER`]; each such retry is counted in the report
+//! (`stale_retries`), never hidden.
 
 use std::{
     net::SocketAddr,
