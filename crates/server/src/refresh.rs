@@ -20,10 +20,13 @@ pub const REFRESH_EVERY: Duration = Duration::from_millis(500);
 /// exists on this node.
 pub async fn run(state: Arc<AppState>, id: EventId) {
     let mut every = tokio::time::interval(REFRESH_EVERY);
+    let mut seen = None;
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         every.tick().await;
-        let Some(rt) = state.event(&id) else { return };
+        let Some(rt) = state.event_for_task(&id, &mut seen).await else {
+            return;
+        };
         refresh_once(&state, &rt).await;
     }
 }

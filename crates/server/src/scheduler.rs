@@ -118,8 +118,11 @@ fn next_tick(now: i64, grid_ms: i64, pace: Pace) -> i64 {
 async fn schedule(state: Arc<AppState>, id: EventId) {
     let mut renewed: Option<tokio::time::Instant> = None;
     let mut measured: Option<tokio::time::Instant> = None;
+    let mut seen = None;
     loop {
-        let Some(rt) = state.event(&id) else { return };
+        let Some(rt) = state.event_for_task(&id, &mut seen).await else {
+            return;
+        };
         if measured.is_none_or(|at| at.elapsed() >= SLOW_TICK) {
             measured = Some(tokio::time::Instant::now());
             measure_store_clock(&state, &rt).await;
@@ -145,7 +148,9 @@ async fn schedule(state: Arc<AppState>, id: EventId) {
                 () = rt.live.arrivals.notified() => until_tick(&state, offset_ms, tick_ms, Pace::Fast).await,
             },
         };
-        let Some(rt) = state.event(&id) else { return };
+        let Some(rt) = state.event_for_task(&id, &mut seen).await else {
+            return;
+        };
         match tick_once(&state, &rt, u64::try_from(tick).unwrap_or(0), tick_ms).await {
             Ok(n) if n > 0 => tracing::debug!(event = %id, admitted = n, "admitted"),
             Ok(_) => {}

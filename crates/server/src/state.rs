@@ -350,6 +350,31 @@ impl AppState {
         self.events().get(id).cloned()
     }
 
+    /// The event `id` as it runs now, for one of its background tasks,
+    /// which last saw it with the live state `seen`: `None` once it is gone
+    /// for good (deleted, its state retired). An event taken off the routes
+    /// for a moment (an admin delete whose store call failed puts it back)
+    /// is waited for: its tasks ended then, and it ran on without a
+    /// scheduler until a restart.
+    pub async fn event_for_task(
+        &self,
+        id: &EventId,
+        seen: &mut Option<Arc<Live>>,
+    ) -> Option<Arc<EventRuntime>> {
+        loop {
+            if let Some(rt) = self.event(id) {
+                *seen = Some(rt.live.clone());
+                return Some(rt);
+            }
+            match seen {
+                Some(live) if !live.is_gone() => {
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                }
+                _ => return None,
+            }
+        }
+    }
+
     /// Creates or replaces an event; its live state is kept, unless the
     /// event was created again (deleted and made anew since this node took
     /// it up): what this node learnt of the deleted one (its rates, its

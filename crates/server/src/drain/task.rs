@@ -56,10 +56,13 @@ async fn watch(state: Arc<AppState>, id: EventId) {
     let window = settings.drain_after;
     let probe_timeout = health::probe_timeout(settings.store_timeout, window);
     let mut health = Health::default();
+    let mut seen = None;
     let mut every = tokio::time::interval(PROBE_EVERY);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        let Some(rt) = state.event(&id) else { return };
+        let Some(rt) = state.event_for_task(&id, &mut seen).await else {
+            return;
+        };
         tokio::select! {
             _ = every.tick() => {}
             _ = of(&rt).wake.notified() => {}

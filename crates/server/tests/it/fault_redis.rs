@@ -281,6 +281,44 @@ async fn a_pass_that_runs_out_during_an_outage_is_renewed_within_its_sessions_id
     assert_ne!(holder.fetch(&node, "/tickets/c").await, StatusCode::OK);
 }
 
+/// An admin `DELETE` whose store call fails puts the event back, and the
+/// event goes on admitting: its background tasks wait out the moment it
+/// was off the routes. Before, a task that looked for the event in that
+/// moment ended, and the event ran on without a scheduler (nobody was
+/// admitted again) until a restart. The store's `DEL` is refused here (an
+/// ACL), and the store is 300 ms away, so the moment spans the tasks' turns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delete_the_store_refuses_leaves_the_event_admitting() {
+    let redis = RedisServer::start().expect("redis-server (apt-get install redis-server)");
+    let origin = process::origin().await;
+    let dir = Arc::new(tempfile::tempdir().unwrap());
+    let away =
+        anteroom_store::testing::DistantProxy::start(redis.port(), Duration::from_millis(300))
+            .await
+            .unwrap();
+    let config = process::redis_node(&[away.url()])
+        .gateway_nodes(1)
+        .store_timeout("5s")
+        .event(process::event(EVENT, &origin.url(), MAX_ACTIVE).continuous(600))
+        .toml();
+    let node = Node::start(&config, dir).await;
+    active_visitor(&node).await;
+    redis_cli_args(redis.port(), &["ACL", "SETUSER", "default", "-del"]);
+    let (status, body) = node
+        .admin(Method::DELETE, "/admin/events/tickets?force=true")
+        .await;
+    redis_cli_args(redis.port(), &["ACL", "SETUSER", "default", "+del"]);
+    assert!(
+        status.is_server_error(),
+        "the refused delete answered {status}: {}",
+        String::from_utf8_lossy(&body)
+    );
+    let (status, _) = node.admin(Method::GET, "/admin/events/tickets").await;
+    assert_eq!(status, StatusCode::OK, "the event was not put back");
+    // A visitor who comes now is admitted: the scheduler still runs.
+    active_visitor(&node).await;
+}
+
 /// A visitor who entered, was admitted, redeemed and reached the origin.
 async fn active_visitor(node: &Node) -> Visitor {
     let mut v = Visitor::default();
@@ -314,4 +352,18 @@ fn redis_cli(port: u16, cmd: &str) {
         .output()
         .expect("redis-cli (apt-get install redis-server)");
     assert!(out.status.success(), "redis-cli {cmd}");
+}
+
+fn redis_cli_args(port: u16, args: &[&str]) {
+    let out = std::process::Command::new("redis-cli")
+        .arg("-p")
+        .arg(port.to_string())
+        .args(args)
+        .output()
+        .expect("redis-cli (apt-get install redis-server)");
+    assert!(
+        out.status.success() && !String::from_utf8_lossy(&out.stdout).starts_with("ERR"),
+        "redis-cli {args:?}: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
 }
