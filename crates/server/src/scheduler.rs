@@ -509,7 +509,7 @@ async fn watch_configs(state: Arc<AppState>) {
                 if let Some(rt) = state.event(id).filter(|rt| rt.created_us < created_us)
                     && let Some(anchor_us) = anchor_of(&state, &rt.config, doc).await
                 {
-                    let times = crate::config::stored::EventTimes {
+                    let times = stored::EventTimes {
                         anchor_us,
                         created_us,
                     };
@@ -552,7 +552,7 @@ async fn watch_configs(state: Arc<AppState>) {
             let Some(anchor) = anchor_of(&state, &config, doc).await else {
                 continue;
             };
-            let times = crate::config::stored::EventTimes {
+            let times = stored::EventTimes {
                 anchor_us: anchor,
                 created_us,
             };
@@ -586,7 +586,7 @@ async fn watch_configs(state: Arc<AppState>) {
 async fn anchor_of(
     state: &AppState,
     config: &crate::config::EventConfig,
-    doc: &crate::config::stored::StoredEvent,
+    doc: &stored::StoredEvent,
 ) -> Option<i64> {
     if let Some(ms) = config.opens_at_ms {
         return Some(ms.saturating_mul(1000));

@@ -78,7 +78,7 @@ async fn scenario(fault: Fault) {
 
     // The fault.
     if matches!(fault, Fault::KillAndRestart) {
-        redis_cli(redis.port(), "SAVE");
+        redis_cli(redis.port(), &["SAVE"]);
     }
     let fault_at = Instant::now();
     match fault {
@@ -303,11 +303,11 @@ async fn a_delete_the_store_refuses_leaves_the_event_admitting() {
         .toml();
     let node = Node::start(&config, dir).await;
     active_visitor(&node).await;
-    redis_cli_args(redis.port(), &["ACL", "SETUSER", "default", "-del"]);
+    redis_cli(redis.port(), &["ACL", "SETUSER", "default", "-del"]);
     let (status, body) = node
         .admin(Method::DELETE, "/admin/events/tickets?force=true")
         .await;
-    redis_cli_args(redis.port(), &["ACL", "SETUSER", "default", "+del"]);
+    redis_cli(redis.port(), &["ACL", "SETUSER", "default", "+del"]);
     assert!(
         status.is_server_error(),
         "the refused delete answered {status}: {}",
@@ -346,15 +346,7 @@ where
     }
 }
 
-fn redis_cli(port: u16, cmd: &str) {
-    let out = std::process::Command::new("redis-cli")
-        .args(["-p", &port.to_string(), cmd])
-        .output()
-        .expect("redis-cli (apt-get install redis-server)");
-    assert!(out.status.success(), "redis-cli {cmd}");
-}
-
-fn redis_cli_args(port: u16, args: &[&str]) {
+fn redis_cli(port: u16, args: &[&str]) {
     let out = std::process::Command::new("redis-cli")
         .arg("-p")
         .arg(port.to_string())
