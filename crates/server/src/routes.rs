@@ -73,6 +73,23 @@ pub fn check_prefix(prefix: &str) -> Result<String, NormalizeError> {
     Ok(canonical)
 }
 
+/// The name under which the gate knows a canonical prefix (see
+/// [`check_prefix`]): each segment lowercased and bare (see [`bare`]). Two
+/// prefixes with one name cover the same paths by [`matches_prefix`]'s
+/// rule (`/tickets`, `/Tickets.`, `/tickets;x`, `/tickets%20`), so one event
+/// at most may hold it: were two to, the longer spelling would silently
+/// take the other event's paths.
+pub fn prefix_name(canonical: &str) -> String {
+    let mut name = String::with_capacity(canonical.len());
+    for (i, segment) in canonical.split('/').enumerate() {
+        if i > 0 {
+            name.push('/');
+        }
+        name.push_str(&String::from_utf8_lossy(bare(segment.as_bytes())).to_ascii_lowercase());
+    }
+    name
+}
+
 /// Whether `prefix` (canonical, see [`check_prefix`]) covers `path` (the
 /// output of [`normalize_path`]), segment by segment, ignoring ASCII case:
 ///

@@ -487,8 +487,16 @@ fn an_event_beside_others_follows_the_files_rules_across_events() {
         paths: Some(vec![path.to_owned()]),
         ..RawEvent::default()
     };
-    // A prefix the gate takes for the other's is refused, in any spelling.
-    for path in ["/tickets", "/TICKETS/"] {
+    // A prefix the gate takes for the other's is refused, in any spelling:
+    // the gate drops trailing dots, `;params` and encoded spaces too.
+    for path in [
+        "/tickets",
+        "/TICKETS/",
+        "/tickets.",
+        "/Tickets;x",
+        "/tickets%3Bjsessionid=1",
+        "/%20tickets%20",
+    ] {
         let err = event_beside("event", &table("vip", path), held())
             .unwrap_err()
             .to_string();

@@ -3,7 +3,7 @@
 use anteroom_store::EventId;
 
 use super::normalize::normalize_path;
-use super::{RouteTable, bare, check_prefix, matches_prefix, starts_with_suffix};
+use super::{RouteTable, bare, check_prefix, matches_prefix, prefix_name, starts_with_suffix};
 
 fn table(routes: &[(&str, &str)]) -> RouteTable {
     RouteTable::new(
@@ -102,6 +102,52 @@ fn prefixes_are_normalised() {
     assert!(check_prefix("/a%2Fb").is_err());
     let t = table(&[("/%74ickets/", "drop")]);
     check(&t, "/TICKETS", Some("drop"));
+}
+
+#[test]
+fn prefixes_with_one_name_cover_the_same_paths() {
+    let paths = [
+        "/tickets",
+        "/TICKETS/x",
+        "/tickets.",
+        "/tickets;x=1/vip",
+        "/tickets%20/vip",
+        "/tickets/vip",
+        "/tickets./VIP.",
+        "/tickets/vip;a/b",
+        "/ticketsx",
+        "/other",
+    ];
+    let covered = |prefix: &str| -> Vec<bool> {
+        let prefix = check_prefix(prefix).unwrap();
+        paths
+            .iter()
+            .map(|raw| matches_prefix(normalize_path(raw).unwrap().as_bytes(), prefix.as_bytes()))
+            .collect()
+    };
+    for (a, b) in [
+        ("/tickets", "/Tickets."),
+        ("/tickets", "/tickets;x"),
+        ("/tickets", "/%20tickets%20"),
+        ("/tickets/vip", "/tickets./VIP;x"),
+    ] {
+        let (na, nb) = (
+            prefix_name(&check_prefix(a).unwrap()),
+            prefix_name(&check_prefix(b).unwrap()),
+        );
+        assert_eq!(na, nb, "{a} and {b}");
+        assert_eq!(covered(a), covered(b), "{a} and {b} share a name");
+    }
+    // Only the plain spelling also takes a format suffix (`/tickets.json`):
+    // the other is no narrower anywhere else, so still the same name.
+    // A name of its own is a prefix of its own: a format suffix narrows.
+    for (a, b) in [("/tickets", "/tickets.json"), ("/tickets", "/tickets/vip")] {
+        assert_ne!(
+            prefix_name(&check_prefix(a).unwrap()),
+            prefix_name(&check_prefix(b).unwrap())
+        );
+    }
+    assert_eq!(prefix_name("/"), "/");
 }
 
 #[test]
