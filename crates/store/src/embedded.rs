@@ -829,11 +829,13 @@ impl QueueStore for EmbeddedStore {
                     let _ = t.join();
                 }
             }
-            // The log first: a file whose log went is only behind by the
-            // changes since its last checkpoint (the actor's last one was
-            // made as it stopped); a log whose file went is never read.
+            // The file first: a log whose file went is never read (opening
+            // the event removes it first), while a file whose log went
+            // would come back behind by every change since its last
+            // checkpoint, should the delete stop half way (a removal that
+            // fails, a crash) after a last checkpoint that failed.
             let [log0, log1] = wal::paths_for(&file);
-            for f in [log0, log1, file] {
+            for f in [file, log0, log1] {
                 match std::fs::remove_file(&f) {
                     Ok(()) => {}
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}

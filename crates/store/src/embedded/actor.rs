@@ -547,8 +547,17 @@ impl Applier {
             }
             return Ok(());
         }
-        st = self.settle(st);
+        // Read before the repack lets reads in: a write that fails while it
+        // pauses sets memory to be rebuilt, and nothing of this batch may be
+        // applied to it (the rebuild, in a later pause, would keep it).
         let generation = st.generation;
+        st = self.settle(st);
+        if st.generation != generation {
+            for op in batch.drain(..) {
+                op.refuse(earlier_write_failed(&st));
+            }
+            return Ok(());
+        }
         let mut commands = batch.drain(..);
         while let Some(op) = commands.next() {
             let now_us = (self.clock)();

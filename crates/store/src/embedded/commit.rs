@@ -307,7 +307,10 @@ impl Committer {
                     let (admin, generation) = (st.admin, st.generation);
                     *st = fresh;
                     st.admin = admin;
-                    st.generation = generation;
+                    // A generation of its own: a batch the actor applied
+                    // since the failure (its generation read while memory
+                    // was down) is refused, not committed over this memory.
+                    st.generation = generation + 1;
                     drop(st);
                     self.db = Some((Arc::new(db.0), db.1));
                     self.last_checkpoint = Instant::now();

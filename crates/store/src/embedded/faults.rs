@@ -17,6 +17,9 @@ use redb::{BackendError, StorageBackend};
 pub struct Faults {
     failing: AtomicBool,
     failed: AtomicU64,
+    /// The next log sync fails after its record was written, and every
+    /// write after it, as a disk that dies under a sync does.
+    sync_dies: AtomicBool,
 }
 
 impl Faults {
@@ -28,6 +31,20 @@ impl Faults {
     /// Writes refused so far.
     pub fn failed(&self) -> u64 {
         self.failed.load(Ordering::SeqCst)
+    }
+
+    /// Makes the next log sync fail after its write, and every write after
+    /// it (see [`Faults::set_failing`]).
+    pub fn die_at_next_sync(&self) {
+        self.sync_dies.store(true, Ordering::SeqCst);
+    }
+
+    /// Before a log's sync, its record written.
+    pub(crate) fn check_sync(&self) -> Result<(), Error> {
+        if self.sync_dies.swap(false, Ordering::SeqCst) {
+            self.set_failing(true);
+        }
+        self.check()
     }
 
     pub(crate) fn check(&self) -> Result<(), Error> {
@@ -247,6 +264,45 @@ mod tests {
         assert_waiting(&s, &ev, &acked).await;
         assert_eq!(s.queue_length(&ev).await.unwrap(), acked.len() as u64);
     }
+    /// A record whose sync failed was refused, so no start may bring it
+    /// back, even one before the failed event was reopened (a restart while
+    /// the disk still fails), though the failed sync left it readable.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_join_whose_sync_failed_is_not_brought_back_by_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let faults = Arc::new(Faults::default());
+        let opts = EmbeddedOptions {
+            faults: Some(faults.clone()),
+            ..EmbeddedOptions::default()
+        };
+        let ev = EventId::new("faulty-sync").unwrap();
+        let acked: Vec<String> = (0..10).map(|i| format!("m{i:03}")).collect();
+        {
+            let s = EmbeddedStore::open(dir.path(), opts).await.unwrap();
+            for m in &acked {
+                s.join(&ev, m, &scoring()).await.unwrap();
+            }
+            faults.die_at_next_sync();
+            let refused = s.join(&ev, "refused", &scoring()).await;
+            assert!(
+                matches!(refused, Err(StoreError::Unavailable(_))),
+                "join whose sync failed: {refused:?}"
+            );
+            // Stopped while the disk still fails: the reopen that would
+            // have cleared the log never succeeded.
+            assert!(faults.failed() >= 1);
+        }
+        let s = EmbeddedStore::open(dir.path(), EmbeddedOptions::default())
+            .await
+            .unwrap();
+        assert_waiting(&s, &ev, &acked).await;
+        assert_eq!(
+            s.status(&ev, "refused", Touch::Peek).await.unwrap(),
+            MemberState::None
+        );
+        assert_eq!(s.queue_length(&ev).await.unwrap(), acked.len() as u64);
+    }
+
     fn admit_req(max: u64, seed: u8) -> crate::AdmitRequest {
         crate::AdmitRequest {
             max,
