@@ -177,7 +177,7 @@ impl Proxy {
             let mut head = origin::request_line(
                 &parts.method,
                 origin_base(origin),
-                requested(&parts.uri),
+                &requested(&parts.uri),
                 parts.headers.len(),
             );
             let forwarding = headers::Forwarding {
@@ -396,8 +396,15 @@ fn origin_base(origin: &Uri) -> &str {
 }
 
 /// The request's path and query (`/` for a target without one).
-fn requested(request: &Uri) -> &str {
-    request.path_and_query().map_or("/", PathAndQuery::as_str)
+fn requested(request: &Uri) -> std::borrow::Cow<'_, str> {
+    match request.path_and_query().map(PathAndQuery::as_str) {
+        // An absolute-form target without a path (`http://host?x`) has the
+        // root as its path, as the gate classified it: a request line of
+        // `?x` alone is no HTTP.
+        Some(pq) if pq.starts_with('?') => format!("/{pq}").into(),
+        Some(pq) => pq.into(),
+        None => "/".into(),
+    }
 }
 
 /// The origin's scheme and authority, the origin's path (if any) followed
@@ -407,7 +414,7 @@ fn target_uri(origin: &Uri, request: &Uri) -> Result<Uri, ProxyError> {
     let requested = requested(request);
     let base = origin_base(origin);
     let path_and_query = if base.is_empty() {
-        PathAndQuery::try_from(requested)
+        PathAndQuery::try_from(requested.as_ref())
     } else {
         PathAndQuery::try_from(format!("{base}{requested}"))
     }
@@ -438,6 +445,7 @@ mod tests {
         check("http://o:9000/", "/", Some("http://o:9000/"));
         check("http://o/base/", "/a?x", Some("http://o/base/a?x"));
         check("http://o", "http://visitor.example/a", Some("http://o/a"));
+        check("http://o", "http://visitor.example?x", Some("http://o/?x"));
         check("https://o", "/a", None);
         check("/relative", "/a", None);
     }

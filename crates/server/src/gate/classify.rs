@@ -42,6 +42,10 @@ pub enum Refusal {
     /// e.g. `GET *`.
     #[error("the request target must be a path")]
     Target,
+    /// A path that begins `//`, whose readings (see [`classify`]) two
+    /// events protect.
+    #[error("the request path begins with // and reads as two protected paths")]
+    HostLike,
 }
 
 /// Classifies a request, by its method and target, against `routes`.
@@ -66,9 +70,42 @@ pub fn classify<'t>(
     if !path.starts_with('/') {
         return Err(Refusal::Target);
     }
-    let path = normalized(path).map_err(Refusal::Path)?;
-    Ok(match routes.lookup(&path) {
+    let collapsed = normalized(path).map_err(Refusal::Path)?;
+    let mut found = routes.lookup(&collapsed);
+    // A path that begins `//` is a host and then a path to a URL parser
+    // (WHATWG's `new URL(target, base)`, Python's `urlsplit`), the way some
+    // origins route: `//x/tickets` is `/tickets` there, though collapsed
+    // it is `/x/tickets`. Each reading is looked up: one that an event
+    // protects protects the request, and one that two events protect is
+    // refused (a pass for the one must not open the other).
+    if path.starts_with("//") {
+        for reading in host_readings(path) {
+            let Some(event) = routes.lookup(&normalized(reading).map_err(Refusal::Path)?) else {
+                continue;
+            };
+            match found {
+                Some(other) if other != event => return Err(Refusal::HostLike),
+                _ => found = Some(event),
+            }
+        }
+    }
+    Ok(match found {
         Some(event) => Class::Protected(event),
         None => Class::Unprotected,
     })
+}
+
+/// The paths a URL parser may read in `path` (which begins `//`) once it
+/// takes what follows the slashes for a host: after exactly two slashes
+/// (RFC 3986, `urlsplit`), and after every leading slash (WHATWG, for
+/// `http` and `https`). The host ends at the next `/`; a path without one
+/// is the root.
+fn host_readings(path: &str) -> [&str; 2] {
+    fn after_host(rest: &str) -> &str {
+        rest.find('/').map_or("/", |i| &rest[i..])
+    }
+    [
+        after_host(&path[2..]),
+        after_host(path.trim_start_matches('/')),
+    ]
 }

@@ -118,6 +118,12 @@ fn spellings_of_a_protected_prefix() {
     check("http://shop.example/TICKETS.json?x", P("drop"));
     check("POST /tickets.json", P("drop"));
     check("OPTIONS /tickets", P("drop"));
+    // A path that begins `//` read as a host and a path, as a URL parser
+    // in the origin may: `/tickets` on host `x`.
+    check("//x/tickets", P("drop"));
+    check("//evil.example/TICKETS/2026", P("drop"));
+    check("///x/tickets.json", P("drop"));
+    check("//user@x:1/tickets?y", P("drop"));
 }
 
 #[test]
@@ -194,6 +200,8 @@ fn ambiguous_spellings_are_refused() {
         R(Refusal::Path(NormalizeError::BadEscape)),
     );
     check("/tickets%", R(Refusal::Path(NormalizeError::BadEscape)));
+    // Collapsed `drop`'s, read after a host `vip`'s: neither pass may open it.
+    check("//tickets/tickets/vip", R(Refusal::HostLike));
     check("GET *", R(Refusal::Target));
     check("CONNECT shop.example:443", R(Refusal::Connect));
     check("CONNECT /tickets", R(Refusal::Connect));
@@ -334,6 +342,20 @@ fn assert_never_unprotected(method: &Method, uri: Uri, headers: &HeaderMap) {
             matches!(got, P(_) | R(_)),
             "{method} {uri} is routed to {event} by a lenient origin but classified {got:?}"
         );
+    }
+    // An origin that parses the target as a URL reads a host in a path
+    // that begins `//`, and routes what follows it; its event is the
+    // gate's, or the gate refuses.
+    if let Some(rest) = uri.path().strip_prefix("//") {
+        let after_host = |r: &str| r.find('/').map_or("/".to_owned(), |i| r[i..].to_owned());
+        for reading in [after_host(rest), after_host(rest.trim_start_matches('/'))] {
+            if let Some(event) = origin_route(&reading) {
+                assert!(
+                    got == P(event) || matches!(got, R(_)),
+                    "{method} {uri} is routed to {event} by an origin that reads a host in it, but classified {got:?}"
+                );
+            }
+        }
     }
 }
 
