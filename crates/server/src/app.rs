@@ -274,6 +274,7 @@ fn listener_limits(
     let limits = |max_connections, event_loops| serve::Limits {
         header_read_timeout: server.header_read_timeout,
         body_read_timeout: c.body_read_timeout,
+        send_timeout: c.send_timeout,
         max_connections,
         http2_keep_alive_interval: c.http2_keep_alive_interval,
         http2_keep_alive_timeout: c.http2_keep_alive_timeout,

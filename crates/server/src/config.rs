@@ -140,6 +140,7 @@ pub struct ServerConfig {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ConnectionSettings {
     pub body_read_timeout: Duration,
+    pub send_timeout: Duration,
     pub max_connections: u64,
     /// Event loops of the public listener (`server.event_loops`).
     pub event_loops: usize,

@@ -15,6 +15,7 @@
 mod answer;
 pub mod connections;
 mod door;
+pub mod send_deadline;
 pub mod workers;
 
 use std::convert::Infallible;
@@ -40,6 +41,7 @@ use tower::ServiceExt as _;
 pub use answer::{Answer, PassedFields};
 use connections::Activity;
 pub use connections::{ConnectionSlot, Limits};
+use send_deadline::SendDeadline;
 
 /// How the client reached this server, as a request extension: set by the
 /// listener for TLS connections (`Https`); absent means plain `http`.
@@ -198,6 +200,7 @@ async fn accept_loop(
                         scheme: ClientScheme::Http,
                         head_due,
                     };
+                    let stream = SendDeadline::new(stream, limits.send_timeout);
                     serve_http1_first(stream, peer, first, app, limits, permit, stop).await;
                 }
                 Some(tls) => {
@@ -205,7 +208,9 @@ async fn accept_loop(
                         return;
                     };
                     // A client that chose HTTP/2 goes straight to hyper.
-                    if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
+                    let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
+                    let stream = SendDeadline::new(stream, limits.send_timeout);
+                    if h2 {
                         let stream = door::Prefixed::new(bytes::Bytes::new(), stream);
                         let slot = ConnectionSlot::new(permit);
                         let first = First {

@@ -41,6 +41,8 @@ pub struct RawServer {
     pub header_read_timeout: Option<String>,
     /// The longest wait for the next piece of a request body.
     pub body_read_timeout: Option<String>,
+    /// The longest a write waits for the client to take a byte.
+    pub send_timeout: Option<String>,
     /// Open client connections per listener (capped by RLIMIT_NOFILE).
     pub max_connections: Option<u64>,
     /// Threads with their own event loop serving the public listener's

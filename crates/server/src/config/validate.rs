@@ -367,6 +367,7 @@ fn connection_settings(s: &super::raw::RawServer) -> Result<crate::config::Conne
             s.body_read_timeout.as_deref(),
             "30s",
         )?,
+        send_timeout: positive("server.send_timeout", s.send_timeout.as_deref(), "30s")?,
         max_connections,
         http2_keep_alive_interval: positive(
             "server.http2_keep_alive_interval",

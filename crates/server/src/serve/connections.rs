@@ -44,6 +44,9 @@ pub struct Limits {
     /// The longest wait for the next piece of a request body, and the time
     /// each 64 KiB of it may take.
     pub body_read_timeout: Duration,
+    /// A write to a client that waits this long for it to take a byte
+    /// fails, and the connection closes (see [`super::send_deadline`]).
+    pub send_timeout: Duration,
     /// Open client connections this listener holds at most.
     pub max_connections: usize,
     /// HTTP/2 PING interval, and how long its answer may take.

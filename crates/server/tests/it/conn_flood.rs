@@ -733,3 +733,78 @@ async fn past_the_connection_cap_new_sockets_are_refused_cleanly_and_served_once
     let (status, _, p) = Visitor::default().enter(&node, EVENT).await;
     assert_eq!(status, StatusCode::OK, "{p}");
 }
+
+/// Pipelines requests on a socket with a small receive buffer and never
+/// reads: the server's answers fill both socket buffers and its write
+/// waits. The read half, and the task writing the requests (its writes stop
+/// too once the server no longer reads).
+async fn never_reading(
+    node: &Node,
+    first: &str,
+) -> (tokio::net::tcp::OwnedReadHalf, tokio::task::JoinHandle<()>) {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let stream = socket.connect(node.public).await.unwrap();
+    let (reader, mut writer) = stream.into_split();
+    let poll = format!("GET /api/queue/position?eventId={EVENT} HTTP/1.1\r\nHost: a\r\n\r\n");
+    let mut requests = first.as_bytes().to_vec();
+    while requests.len() < 8 << 20 {
+        requests.extend_from_slice(poll.as_bytes());
+    }
+    let writing = tokio::spawn(async move {
+        let _ = writer.write_all(&requests).await;
+        std::future::pending::<()>().await;
+    });
+    (reader, writing)
+}
+
+/// A client that asks and never reads is closed within
+/// `server.send_timeout`, whether the door answers it or hyper does (a
+/// first request the door hands on): a write waiting for room waited
+/// forever, and with it the connection's slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_never_reads_is_closed_within_the_send_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = ConfigBuilder::new()
+        .embedded(dir.path())
+        .server_line("send_timeout = \"1s\"")
+        .no_limits()
+        .event(Event::new(EVENT, "http://127.0.0.1:9").challenge_off())
+        .toml();
+    let node = Node::in_process(&config).await;
+    let closed = || async {
+        node.metric_with(
+            "anteroom_connections_closed_total",
+            &[("reason", "send_timeout")],
+        )
+        .await
+        .unwrap_or(0.0)
+    };
+    let hyper_first =
+        format!("HEAD /api/queue/position?eventId={EVENT} HTTP/1.1\r\nHost: a\r\n\r\n");
+    for (n, first) in [(1.0, ""), (2.0, hyper_first.as_str())] {
+        let (mut reader, writing) = never_reading(&node, first).await;
+        wait_for(
+            "the never-reading connection closed for send_timeout",
+            Duration::from_secs(1) + SLACK * 3,
+            || async { closed().await >= n },
+        )
+        .await;
+        // The socket is closed: what was sent drains, then it ends.
+        let mut buf = vec![0u8; 64 << 10];
+        let ended = tokio::time::timeout(SLACK * 3, async {
+            loop {
+                match reader.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) => {}
+                }
+            }
+        })
+        .await;
+        assert!(
+            ended.is_ok(),
+            "the connection stayed open after its send timeout"
+        );
+        writing.abort();
+    }
+}
