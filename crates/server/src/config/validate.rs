@@ -141,10 +141,10 @@ fn claim_paths(
 }
 
 /// A path prefix as the gate matches it: two prefixes with one key are one
-/// path to the gate (`/Tickets/` and `/tickets/`), so no two events may
-/// hold them.
+/// path to the gate (`/Tickets/`, `/tickets.` and `/tickets;x` are
+/// `/tickets` there), so no two events may hold them.
 pub(crate) fn path_key(prefix: &str) -> std::result::Result<String, impl std::fmt::Display> {
-    crate::routes::check_prefix(prefix).map(|p| p.to_ascii_lowercase())
+    crate::routes::check_prefix(prefix).map(|p| crate::routes::prefix_name(&p))
 }
 
 fn admin_tokens(s: &super::raw::RawServer) -> Result<Vec<AdminToken>> {

@@ -288,7 +288,7 @@ async fn put_validates_exactly_like_the_config_file() {
     let s = TestServer::start("").await;
     let origin = format!("http://{}", s.origin_addr);
     // A path another event owns is refused, in any spelling the gate treats as the same.
-    for path in ["/tickets", "/TICKETS/", "/other"] {
+    for path in ["/tickets", "/TICKETS/", "/tickets.", "/Tickets;x", "/other"] {
         let msg = refused_vip_on(&s, &origin, path).await;
         assert!(
             msg.contains("event.paths[0]") && msg.contains("already protected by another event"),
