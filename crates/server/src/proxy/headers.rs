@@ -43,8 +43,18 @@ pub(super) fn is_hop_by_hop(name: &HeaderName) -> bool {
 /// cookies never reach the origin.
 pub(super) fn sets_own_cookie(name: &[u8], value: &[u8]) -> bool {
     name.eq_ignore_ascii_case(b"set-cookie") && {
-        let cookie = value.split(|b| *b == b'=').next().unwrap_or(b"");
-        crate::identity::is_own_cookie(cookie.trim_ascii())
+        let pair = value.split(|b| *b == b';').next().unwrap_or(b"");
+        let mut parts = pair.splitn(2, |b| *b == b'=');
+        let cookie = parts.next().unwrap_or(b"").trim_ascii();
+        // A cookie without a name (`=anteroom_sid=x`, or no `=` at all) is
+        // sent back as its bare value, `anteroom_sid=x`: its value's own
+        // name is the one the visitor's next request carries.
+        let sent_as = match parts.next() {
+            Some(value) if cookie.is_empty() => value.split(|b| *b == b'=').next().unwrap_or(b""),
+            Some(_) => cookie,
+            None => pair,
+        };
+        crate::identity::is_own_cookie(sent_as.trim_ascii())
     }
 }
 

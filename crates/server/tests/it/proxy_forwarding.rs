@@ -714,7 +714,9 @@ async fn a_malformed_request_body_is_the_visitors_400_not_the_origins_failure() 
 
 /// An origin (or another app behind the default origin) cannot set or
 /// clear Anteroom's own cookies in any of their forms: a visitor's session
-/// fixed, or their pass wiped, from outside the waiting room. Its other
+/// fixed, or their pass wiped, from outside the waiting room. A cookie
+/// without a name counts by its value's name: a browser sends it back as
+/// its bare value (`=anteroom_sid=x` comes back as `anteroom_sid=x`). Its other
 /// cookies reach the visitor, whichever client fetched the answer (the
 /// lean one for a `GET`, hyper's pool for a `POST`) and whoever writes it.
 #[tokio::test]
@@ -724,6 +726,9 @@ async fn an_origin_cannot_set_anterooms_own_cookies() {
         Set-Cookie: shop=1; Path=/\r\n\
         set-cookie: __Host-Anteroom_SID=fixed; Path=/; Secure\r\n\
         Set-Cookie:  __Secure-anteroom_pass = x\r\n\
+        Set-Cookie: =anteroom_sid=0123456789abcdef0123456789abcdef; Path=/\r\n\
+        Set-Cookie:  = __Host-anteroom_sid=y\r\n\
+        Set-Cookie: anteroom_pass; Path=/\r\n\
         Set-Cookie: cart=2\r\n\r\nok";
     for access_log in [false, true] {
         for request in [
