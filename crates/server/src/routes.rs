@@ -122,10 +122,15 @@ pub fn matches_prefix(path: &[u8], prefix: &[u8]) -> bool {
         return false;
     }
     let path = memchr::memchr(b'?', path).map_or(path, |q| &path[..q]);
+    // A segment with nothing left once bare (`%20`, `.%20`, `...`) is an
+    // empty one to an origin that trims its path tokens and drops the
+    // empty ones (Spring's `tokenizeToStringArray`), or drops trailing
+    // dots (IIS): `/tickets/%20/vip` is `/tickets/vip` there.
     let mut segments = path
         .strip_prefix(b"/")
         .unwrap_or(path)
-        .split(|&b| b == b'/');
+        .split(|&b| b == b'/')
+        .filter(|s| !is_empty_once_bare(s));
     let mut wanted = prefix.split(|&b| b == b'/').peekable();
     while let Some(want) = wanted.next() {
         let Some(segment) = segments.next() else {
@@ -156,8 +161,18 @@ fn may_begin(rest: &[u8], want: &[u8]) -> bool {
         // the origin trims: only the whole comparison can tell.
         Some(&w) if !matches!(w, b';' | b'%' | b'.' | b'/') => rest
             .first()
-            .is_some_and(|s| *s == b'%' || s.eq_ignore_ascii_case(&w)),
+            .is_some_and(|s| matches!(s, b'%' | b'.') || s.eq_ignore_ascii_case(&w)),
         _ => true,
+    }
+}
+
+/// Whether nothing is left of `segment` once bare (see [`bare`]); only a
+/// segment that starts with a byte [`bare`] may take away can be.
+fn is_empty_once_bare(segment: &[u8]) -> bool {
+    match segment.first() {
+        None => true,
+        Some(b'%' | b'.' | b';') => bare(segment).is_empty(),
+        Some(_) => false,
     }
 }
 

@@ -42,6 +42,9 @@ fn bypass_spellings_of_a_protected_prefix_are_protected() {
         "/tickets?x=1",
         "/tickets;jsessionid=1",
         "/tickets/../tickets/2026",
+        "/%20/tickets",
+        "/.%20/tickets/x",
+        "/.../tickets",
     ] {
         check(&t, raw, Some("drop"));
     }
@@ -170,7 +173,8 @@ fn matches_prefix_as_written(path: &[u8], prefix: &[u8]) -> bool {
     let mut segments = path
         .strip_prefix(b"/")
         .unwrap_or(path)
-        .split(|&b| b == b'/');
+        .split(|&b| b == b'/')
+        .filter(|s| !bare(s).is_empty());
     let mut wanted = prefix.split(|&b| b == b'/').peekable();
     while let Some(want) = wanted.next() {
         let Some(segment) = segments.next() else {

@@ -113,6 +113,8 @@ fn spellings_of_a_protected_prefix() {
     check("/tickets.json?x=/../", P("drop"));
     check("/tickets/vipx", P("drop"));
     check("/tickets/vip/../other", P("drop"));
+    check("/tickets/%20/vip", P("vip"));
+    check("/%20%20/tickets/.%20/vip", P("vip"));
     // Absolute-form targets route by their path.
     check("http://shop.example/tickets", P("drop"));
     check("http://shop.example/TICKETS.json?x", P("drop"));
@@ -233,7 +235,10 @@ fn origin_route(path: &str) -> Option<&'static str> {
                 while s.ends_with(['.', ' ']) {
                     s = s.trim_end_matches('.').trim_end_matches(' ');
                 }
-                segments.push(s.to_ascii_lowercase());
+                // Empty once trimmed: dropped, as Spring's tokenizer does.
+                if !s.is_empty() {
+                    segments.push(s.to_ascii_lowercase());
+                }
             }
         }
     }
