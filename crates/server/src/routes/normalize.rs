@@ -179,7 +179,23 @@ fn decode_unreserved(path: &str) -> Result<String, NormalizeError> {
             b'\\' => return Err(NormalizeError::Backslash),
             // C0 and C1 never start valid UTF-8; they only appear in
             // overlong encodings (`%C0%AE` = '.') that old servers decode.
-            0xC0 | 0xC1 => return Err(NormalizeError::BadEscape),
+            // Nor do F5 to FF; E0 and F0 start one only when the next byte
+            // is past the overlong range (`%E0%80%AE` and `%F0%80%80%AE`
+            // are '.' too to such a server).
+            0xC0 | 0xC1 | 0xF5..=0xFF => return Err(NormalizeError::BadEscape),
+            0xE0 | 0xF0 => {
+                let next = rest.as_bytes().get(i + 3..i + 6).and_then(|e| match e {
+                    [b'%', h, l] => Some(hex_value(*h)? << 4 | hex_value(*l)?),
+                    _ => None,
+                });
+                let least = if value == 0xE0 { 0xA0 } else { 0x90 };
+                if !next.is_some_and(|n| (least..=0xBF).contains(&n)) {
+                    return Err(NormalizeError::BadEscape);
+                }
+                out.push('%');
+                out.push(char::from(hi.to_ascii_uppercase()));
+                out.push(char::from(lo.to_ascii_uppercase()));
+            }
             v if is_unreserved(v) => out.push(char::from(v)),
             _ => {
                 out.push('%');

@@ -26,6 +26,9 @@ fn canonical_paths_are_unchanged() {
     check("/Tickets/2026", "/Tickets/2026");
     check("/a;b=c/d", "/a;b=c/d");
     check("/caf%C3%A9", "/caf%C3%A9");
+    // Three- and four-byte characters past the overlong range are kept.
+    check("/%e0%a4%95", "/%E0%A4%95");
+    check("/%F0%9F%8E%AB", "/%F0%9F%8E%AB");
 }
 
 #[test]
@@ -83,6 +86,11 @@ fn tricks_are_refused() {
     refuse("/a%4", NormalizeError::BadEscape);
     refuse("/a%zz", NormalizeError::BadEscape);
     refuse("/a%C0%AE%C0%AE/tickets", NormalizeError::BadEscape);
+    refuse("/x/%E0%80%AE%E0%80%AE/tickets", NormalizeError::BadEscape);
+    refuse("/x/%F0%80%80%AE/tickets", NormalizeError::BadEscape);
+    refuse("/x/%e0%9f%bf", NormalizeError::BadEscape);
+    refuse("/x/%E0", NormalizeError::BadEscape);
+    refuse("/x/%F8%80%80%80%AE", NormalizeError::BadEscape);
     refuse("/public/..;/tickets", NormalizeError::DotSegmentParam);
     refuse("/public/.;x/tickets", NormalizeError::DotSegmentParam);
     refuse("/public/%2e%2e;/tickets", NormalizeError::DotSegmentParam);
