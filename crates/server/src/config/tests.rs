@@ -158,6 +158,36 @@ fn invalid_values_name_their_key() {
             "{inv}server.admin_token: must be set (at least 8 characters; ANTEROOM_ADMIN_TOKEN)"
         ),
     );
+    // A token no Authorization header can carry could never be sent.
+    check(
+        ("admin_token = \"admin-token-123\"", "admin_token = \"tökén-with-ümlauts-0123\""),
+        &format!(
+            "{inv}server.admin_token: must be visible ASCII without spaces (it is sent in an Authorization header)"
+        ),
+    );
+    check(
+        ("admin_token = \"admin-token-123\"", "admin_token = \"admin token 123\""),
+        &format!(
+            "{inv}server.admin_token: must be visible ASCII without spaces (it is sent in an Authorization header)"
+        ),
+    );
+    // Times finer than a millisecond are 0 where they are used.
+    check(
+        ("[[events]]", "[[events]]\ntoken_ttl = \"999us\""),
+        &format!("{inv}events[0].token_ttl (event \"drop\"): must be at least 1ms"),
+    );
+    check(
+        ("[server]", "[bots]\nchallenge_ttl = \"0s\"\n\n[server]"),
+        &format!("{inv}bots.challenge_ttl: must be at least 1ms"),
+    );
+    check(
+        ("[server]", "[bots]\nchallenge_ttl = \"400d\"\n\n[server]"),
+        &format!("{inv}bots.challenge_ttl: must be at most 365d"),
+    );
+    check(
+        ("[server]", "[bots.captcha]\nverify_url = \"http://127.0.0.1:9/v\"\nsecret = \"s\"\ntimeout = \"0s\"\n\n[server]"),
+        &format!("{inv}bots.captcha.timeout: must be at least 1ms"),
+    );
     check(
         ("[server]", "[server]\nlisten = \"localhost\""),
         &format!("{inv}server.listen: \"localhost\" is not an address like 127.0.0.1:8080"),
@@ -282,6 +312,8 @@ fn session_cookie_none_is_refused() {
 // run, so these need no process-wide `set_var`.
 const LONG_VAR: &str = "CARGO_PKG_DESCRIPTION";
 const SHORT_VAR: &str = "CARGO_PKG_NAME";
+/// Long, and without spaces: a token an `Authorization` header can carry.
+const TOKEN_VAR: &str = "CARGO_MANIFEST_DIR";
 
 #[test]
 fn admin_tokens_are_named_with_roles() {
@@ -292,7 +324,7 @@ name = "ops"
 token = "ops-token-0123456789"
 [[server.admin_tokens]]
 name = "wall"
-token_env = "{LONG_VAR}"
+token_env = "{TOKEN_VAR}"
 role = "read"
 "#
     );
@@ -308,7 +340,7 @@ role = "read"
             ("wall", AdminRole::Read)
         ]
     );
-    assert_eq!(t[2].token, env!("CARGO_PKG_DESCRIPTION"));
+    assert_eq!(t[2].token, env!("CARGO_MANIFEST_DIR"));
     assert!(
         !format!("{t:?}").contains("token-0123"),
         "Debug hides tokens"
@@ -335,14 +367,20 @@ role = "read"
         "server.admin_tokens[1].token: set exactly one of token and token_env",
     );
     bad(
-        LONG_VAR,
+        TOKEN_VAR,
         "ANTEROOM_TEST_UNSET_VAR",
         "server.admin_tokens[1].token_env: environment variable \"ANTEROOM_TEST_UNSET_VAR\" is not set",
     );
     bad(
-        LONG_VAR,
+        TOKEN_VAR,
         SHORT_VAR,
         "server.admin_tokens[1].token: must be at least 16 characters",
+    );
+    // The package's description has spaces: no header could carry it.
+    bad(
+        TOKEN_VAR,
+        LONG_VAR,
+        "server.admin_tokens[1].token: must be visible ASCII without spaces (it is sent in an Authorization header)",
     );
     bad(
         "name = \"wall\"",
@@ -585,4 +623,13 @@ fn a_refused_value_is_named_by_its_key_and_kind_never_quoted() {
         assert!(!err.contains(SECRET), "{err}");
         Ok(())
     });
+}
+
+#[test]
+fn an_admin_tokens_surrounding_whitespace_is_taken_off() {
+    // As a secret file or variable often ends: the header's token is
+    // trimmed, so the configured one is too.
+    let text = BASE.replacen("\"admin-token-123\"", "\"admin-token-123\\n\"", 1);
+    let c = Config::from_toml(&text).unwrap();
+    assert_eq!(c.server.admin_tokens[0].token, "admin-token-123");
 }

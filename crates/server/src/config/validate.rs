@@ -48,9 +48,27 @@ pub(super) fn config(raw: &RawConfig) -> Result<Config> {
         store,
         secrets,
         limits,
-        bots: raw.bots.clone(),
+        bots: server_bots(&raw.bots)?,
         events,
     })
+}
+
+/// `[bots]`, its times held to the rules of every other time of the file:
+/// a challenge that expires as it is issued (`challenge_ttl = "0s"`) shut
+/// out every visitor it was asked of, and a CAPTCHA timeout of 0 failed
+/// every CAPTCHA.
+fn server_bots(raw: &crate::bots::config::BotsConfig) -> Result<crate::bots::config::BotsConfig> {
+    let time = |key: &str, d: Duration| -> Result<Duration> {
+        if d < Duration::from_millis(1) {
+            return Err(ConfigError::new(key, "must be at least 1ms"));
+        }
+        at_most_a_year(key, d)
+    };
+    time("bots.challenge_ttl", raw.challenge_ttl)?;
+    if let Some(c) = &raw.captcha {
+        time("bots.captcha.timeout", c.timeout)?;
+    }
+    Ok(raw.clone())
 }
 
 /// Validates a whole set of events, each under its own key (`events[0]` in
@@ -147,9 +165,27 @@ pub(crate) fn path_key(prefix: &str) -> std::result::Result<String, impl std::fm
     crate::routes::check_prefix(prefix).map(|p| crate::routes::prefix_name(&p))
 }
 
+/// An admin token as a client can send it: `Authorization: Bearer <token>`
+/// carries visible ASCII, and the server trims what follows `Bearer`. The
+/// whitespace around a token (the newline a secret file or variable often
+/// ends with) is taken off; a token with any other byte could never be
+/// sent, so every call would be refused (and the address locked out):
+/// refused at start instead, naming the key.
+fn bearer_text(key: &str, token: &str) -> Result<String> {
+    let token = token.trim();
+    if !token.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(ConfigError::new(
+            key,
+            "must be visible ASCII without spaces (it is sent in an Authorization header)",
+        ));
+    }
+    Ok(token.to_owned())
+}
+
 fn admin_tokens(s: &super::raw::RawServer) -> Result<Vec<AdminToken>> {
     let mut tokens = Vec::new();
     if let Some(t) = &s.admin_token {
+        let t = bearer_text("server.admin_token", t)?;
         if t.len() < 8 {
             return Err(ConfigError::new(
                 "server.admin_token",
@@ -159,7 +195,7 @@ fn admin_tokens(s: &super::raw::RawServer) -> Result<Vec<AdminToken>> {
         tokens.push(AdminToken {
             name: "admin".to_owned(),
             role: AdminRole::Admin,
-            token: t.clone(),
+            token: t,
         });
     }
     for (i, t) in s.admin_tokens.iter().flatten().enumerate() {
@@ -190,6 +226,7 @@ fn admin_tokens(s: &super::raw::RawServer) -> Result<Vec<AdminToken>> {
                 ));
             }
         };
+        let token = bearer_text(&k("token"), &token)?;
         if token.len() < 16 {
             return Err(ConfigError::new(
                 k("token"),
@@ -915,6 +952,11 @@ fn positive(key: &str, value: Option<&str>, default: &str) -> Result<Duration> {
     let d = duration(key, value, default)?;
     if d.is_zero() {
         return Err(ConfigError::new(key, "must be > 0"));
+    }
+    // Times are kept in whole milliseconds: less would be 0 where it is
+    // used (a token that expires as it is made, waiters swept at once).
+    if d < Duration::from_millis(1) {
+        return Err(ConfigError::new(key, "must be at least 1ms"));
     }
     Ok(d)
 }
