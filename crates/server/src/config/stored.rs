@@ -23,7 +23,7 @@ use anteroom_store::{EventId, QueueStore, StoreError};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{ConfigError, EventConfig, RawEvent, event_set};
+use super::{ConfigError, EventConfig, RawEvent};
 
 /// The JSON document stored per event.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -321,8 +321,7 @@ pub async fn resolve(
         tracing::info!(event = %id, by = doc.changed_by.as_deref().unwrap_or("an earlier version"), "event created through the admin API (not in the config file)");
         raws.push((format!("stored event {id}"), raw.clone()));
     }
-    let keyed: Vec<(String, &RawEvent)> = raws.iter().map(|(k, r)| (k.clone(), r)).collect();
-    let events = event_set(&keyed)?;
+    let events = start_set(&raws, file_events, &mut rewrite)?;
     for (id, doc) in rewrite {
         let read_then = stored.get(&id).cloned();
         // The anchor and the creation on record are kept (a deleted
@@ -374,6 +373,79 @@ pub async fn resolve(
         ));
     }
     Ok(out)
+}
+
+/// The events to start, in `raws`' order. The file's tables passed as a
+/// set when the file was read. A stored table (an admin change of a file
+/// table, or an event created through the API) is checked beside them, and
+/// one that does not validate on this node (a key file missing here, a path
+/// that a table of this node's file holds) does not keep the node from
+/// starting: it is left out and logged, its document is kept as it is (the
+/// watch lists it in `/admin/refusals` at its first look, and takes it up
+/// once it validates), and the file's table runs instead where there is
+/// one. A node that could not start had no admin API to fix it through.
+fn start_set(
+    raws: &[(String, RawEvent)],
+    file_events: &[EventConfig],
+    rewrite: &mut Vec<(EventId, StoredEvent)>,
+) -> Result<Vec<EventConfig>, StoredError> {
+    let file_table = |raw: &RawEvent| {
+        file_events
+            .iter()
+            .find(|e| Some(e.id.as_str()) == raw.id.as_deref())
+    };
+    let stored = |key: &str| key.starts_with("stored event ");
+    let mut taken: HashMap<usize, EventConfig> = HashMap::new();
+    // The file's own tables first, then the stored changes of file tables
+    // (each of which has its file's table to fall back on), then the
+    // events only the store holds.
+    for (i, (_, raw)) in raws.iter().enumerate().filter(|(_, (k, _))| !stored(k)) {
+        if let Some(e) = file_table(raw) {
+            taken.insert(i, e.clone());
+        }
+    }
+    let changes = raws
+        .iter()
+        .enumerate()
+        .filter(|(_, (k, r))| stored(k) && file_table(r).is_some());
+    let created = raws
+        .iter()
+        .enumerate()
+        .filter(|(_, (k, r))| stored(k) && file_table(r).is_none());
+    for (i, (key, raw)) in changes.chain(created) {
+        let others: Vec<(&EventId, &[String])> = taken
+            .values()
+            .filter(|e| Some(e.id.as_str()) != raw.id.as_deref())
+            .map(|e| (&e.id, e.paths.as_slice()))
+            .collect();
+        match super::event_beside(key, raw, others) {
+            Ok(e) => {
+                taken.insert(i, e);
+            }
+            Err(why) => {
+                let id = raw.id.as_deref().unwrap_or_default();
+                rewrite.retain(|(r, _)| r.as_str() != id);
+                match file_table(raw) {
+                    Some(file) => {
+                        tracing::warn!(event = %id, error = %why, "stored event change not applied: its table does not validate on this node; the config file's table runs");
+                        // Beside the changes taken so far, one of which may
+                        // hold a path this table gave up through the API.
+                        let others: Vec<(&EventId, &[String])> = taken
+                            .values()
+                            .filter(|e| e.id != file.id)
+                            .map(|e| (&e.id, e.paths.as_slice()))
+                            .collect();
+                        let file = super::event_beside(&format!("event {id}"), &file.raw, others)?;
+                        taken.insert(i, file);
+                    }
+                    None => {
+                        tracing::warn!(event = %id, error = %why, "stored event not started: its table does not validate on this node");
+                    }
+                }
+            }
+        }
+    }
+    Ok((0..raws.len()).filter_map(|i| taken.remove(&i)).collect())
 }
 
 /// The event's anchor: its opening time, or the one in its document, or

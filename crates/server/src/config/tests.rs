@@ -160,13 +160,19 @@ fn invalid_values_name_their_key() {
     );
     // A token no Authorization header can carry could never be sent.
     check(
-        ("admin_token = \"admin-token-123\"", "admin_token = \"tökén-with-ümlauts-0123\""),
+        (
+            "admin_token = \"admin-token-123\"",
+            "admin_token = \"tökén-with-ümlauts-0123\"",
+        ),
         &format!(
             "{inv}server.admin_token: must be visible ASCII without spaces (it is sent in an Authorization header)"
         ),
     );
     check(
-        ("admin_token = \"admin-token-123\"", "admin_token = \"admin token 123\""),
+        (
+            "admin_token = \"admin-token-123\"",
+            "admin_token = \"admin token 123\"",
+        ),
         &format!(
             "{inv}server.admin_token: must be visible ASCII without spaces (it is sent in an Authorization header)"
         ),
@@ -185,7 +191,10 @@ fn invalid_values_name_their_key() {
         &format!("{inv}bots.challenge_ttl: must be at most 365d"),
     );
     check(
-        ("[server]", "[bots.captcha]\nverify_url = \"http://127.0.0.1:9/v\"\nsecret = \"s\"\ntimeout = \"0s\"\n\n[server]"),
+        (
+            "[server]",
+            "[bots.captcha]\nverify_url = \"http://127.0.0.1:9/v\"\nsecret = \"s\"\ntimeout = \"0s\"\n\n[server]",
+        ),
         &format!("{inv}bots.captcha.timeout: must be at least 1ms"),
     );
     check(

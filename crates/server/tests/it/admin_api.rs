@@ -883,3 +883,73 @@ async fn a_path_segment_that_is_not_utf8_is_a_json_400() {
     }
     s.stop().await;
 }
+
+/// A stored table that no longer validates on this node (the key file an
+/// admin change named, removed since) does not keep the node from
+/// starting, which would leave no admin API to fix it through: the file's
+/// events run (one whose stored change is refused runs as the file has
+/// it), an event only the store holds is left out, and both refusals are
+/// listed at the watch's first look.
+#[tokio::test]
+async fn a_stored_table_that_no_longer_validates_does_not_stop_the_start() {
+    let s = TestServer::start("").await;
+    let origin = format!("http://{}", s.origin_addr);
+    let key_dir = tempfile::tempdir().unwrap();
+    let key_file = key_dir.path().join("jwt.key");
+    std::fs::write(&key_file, format!("{JWT_SECRET}\n")).unwrap();
+    let jwt = json!({"algorithm": "HS256", "secret_file": key_file});
+    let (status, ev) = call(
+        &s,
+        Method::PUT,
+        "/admin/events/j1",
+        ADMIN_TOKEN,
+        Some(json!({"origin": origin, "paths": ["/j1"], "identity": "jwt", "jwt": jwt})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{ev}");
+    let (status, ev) = call(
+        &s,
+        Method::PATCH,
+        "/admin/events/tickets",
+        ADMIN_TOKEN,
+        Some(json!({"identity": "jwt", "jwt": jwt, "max_active": 7})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{ev}");
+    std::fs::remove_file(&key_file).unwrap();
+    let toml = server::config(s.dir(), s.origin_addr, server::tickets(s.origin_addr)).toml();
+    let s = s.restart(&toml).await;
+    let (status, list) = call(&s, Method::GET, "/admin/events", ADMIN_TOKEN, None).await;
+    assert_eq!(status, StatusCode::OK);
+    let ids: Vec<&str> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["id"].as_str())
+        .collect();
+    assert!(ids.contains(&"tickets") && !ids.contains(&"j1"), "{list}");
+    let (_, ev) = call(&s, Method::GET, "/admin/events/tickets", ADMIN_TOKEN, None).await;
+    assert_ne!(ev["config"]["identity"], "jwt", "{ev}");
+    assert_ne!(ev["config"]["max_active"], 7, "{ev}");
+    // The watch's first look lists both.
+    let refused = || async {
+        let (_, view) = call(&s, Method::GET, "/admin/refusals", ADMIN_TOKEN, None).await;
+        let mut ids: Vec<String> = view["refusals"]
+            .as_array()
+            .map(|l| {
+                l.iter()
+                    .filter_map(|r| r["event"].as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default();
+        ids.sort();
+        ids
+    };
+    crate::support::wait_for(
+        "both stored tables listed as refused",
+        Duration::from_secs(15),
+        || async { refused().await == ["j1", "tickets"] },
+    )
+    .await;
+    s.stop().await;
+}
