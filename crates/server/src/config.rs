@@ -26,7 +26,7 @@ use figment::providers::{Env, Format, Serialized, Toml};
 
 pub use raw::{RawConfig, RawEvent};
 pub(crate) use validate::path_key;
-pub use validate::{event_beside, event_from_raw, event_set};
+pub use validate::{event_beside, event_from_raw, event_set, unused_keys};
 
 /// Largest total size of a request's headers the gate accepts (API.md: 431 above).
 pub const MAX_HEADER_BYTES: usize = 32 * 1024;

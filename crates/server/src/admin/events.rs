@@ -61,6 +61,9 @@ pub async fn put(
     // Refused before the store is asked: bad input is a 400 even while the
     // store is away.
     let raw = checked(&id, raw)?;
+    // The whole table is written now: every key is held to its use.
+    crate::config::unused_keys("event", &raw, |_| true)
+        .map_err(|e| ApiError::BadRequest(e.to_string()))?;
     let _writes = state.admin_writes.lock().await;
     apply(&state, &caller, &id, "put", |_| Ok(raw.clone())).await
 }
@@ -97,8 +100,18 @@ pub async fn patch(
         };
         let mut doc = serde_json::to_value(current).map_err(|_| ApiError::Internal)?;
         merge_patch(&mut doc, &patch);
-        serde_json::from_value(doc)
-            .map_err(|e| ApiError::BadRequest(format!("invalid event field: {e}")))
+        let raw: RawEvent = serde_json::from_value(doc)
+            .map_err(|e| ApiError::BadRequest(format!("invalid event field: {e}")))?;
+        // Only what the patch names: a mode change leaves the old mode's
+        // keys in the merged table, unused and harmless.
+        let named = |path: &str| {
+            path.split('.')
+                .try_fold(&patch, |v, k| v.get(k))
+                .is_some_and(|v| !v.is_null())
+        };
+        crate::config::unused_keys("event", &raw, named)
+            .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+        Ok(raw)
     })
     .await
 }

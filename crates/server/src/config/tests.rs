@@ -158,6 +158,32 @@ fn invalid_values_name_their_key() {
             "{inv}server.admin_token: must be set (at least 8 characters; ANTEROOM_ADMIN_TOKEN)"
         ),
     );
+    // A key the event's own choices leave unused does nothing: a mistake.
+    check(
+        (
+            "mode = \"batch\", batch_size = 5, interval = \"100ms\"",
+            "max_per_minute = 600",
+        ),
+        &format!(
+            "{inv}events[0].admission.max_per_minute (event \"drop\"): is a key of mode \"continuous\", not used by mode \"batch\""
+        ),
+    );
+    check(
+        (
+            "mode = \"batch\"",
+            "mode = \"continuous\", max_per_minute = 600",
+        ),
+        &format!(
+            "{inv}events[0].admission.batch_size (event \"drop\"): is a key of mode \"batch\", not used by mode \"continuous\""
+        ),
+    );
+    check(
+        (
+            "id = \"drop\"",
+            "id = \"drop\"\njwt = { algorithm = \"HS256\", secret_env = \"CARGO_PKG_DESCRIPTION\" }",
+        ),
+        &format!("{inv}events[0].jwt (event \"drop\"): is used only with identity = \"jwt\""),
+    );
     // A token no Authorization header can carry could never be sent.
     check(
         (

@@ -82,6 +82,7 @@ pub fn event_set(events: &[(String, &RawEvent)]) -> Result<Vec<EventConfig>> {
     let mut prefixes: HashMap<String, EventId> = HashMap::new();
     for (key, e) in events {
         let event = event_named(key, e)?;
+        unused_keys(key, e, |_| true).map_err(|err| err.in_event(Some(event.id.as_str())))?;
         if !ids.insert(event.id.clone()) {
             return Err(duplicate_id(key, &event.id));
         }
@@ -89,6 +90,46 @@ pub fn event_set(events: &[(String, &RawEvent)]) -> Result<Vec<EventConfig>> {
         out.push(event);
     }
     Ok(out)
+}
+
+/// Refuses a key of `raw` that its own choices leave unused, among those
+/// `written` says were written now (the config file: all of them; an
+/// admin `PUT`: all of them; a `PATCH`: the ones it names, as `admission`
+/// fields merge with the table's): such a key does nothing, so it is a
+/// mistake, and a silent one (`admission = { max_per_minute = 600 }`
+/// without a mode ran as batch admission, 50 every 5 s). A table stored by
+/// an earlier version is not held to it: it runs as it ran. Keys are
+/// named from the table, `admission.batch_size` or `jwt`.
+pub fn unused_keys(key: &str, raw: &RawEvent, written: impl Fn(&str) -> bool) -> Result<()> {
+    if let Some(a) = &raw.admission {
+        let mode = a.mode.as_deref().unwrap_or("batch");
+        let set = [
+            ("batch_size", a.batch_size.is_some(), "batch"),
+            ("interval", a.interval.is_some(), "batch"),
+            ("max_per_minute", a.max_per_minute.is_some(), "continuous"),
+            ("health_url", a.health_url.is_some(), "capacity"),
+            ("field", a.field.is_some(), "capacity"),
+            ("target", a.target.is_some(), "capacity"),
+            ("target_p95", a.target_p95.is_some(), "adaptive"),
+            ("max_error_rate", a.max_error_rate.is_some(), "adaptive"),
+        ];
+        let unused = set
+            .iter()
+            .find(|(field, set, of)| *set && *of != mode && written(&format!("admission.{field}")));
+        if let Some((field, _, of)) = unused {
+            return Err(ConfigError::new(
+                format!("{key}.admission.{field}"),
+                format!("is a key of mode {of:?}, not used by mode {mode:?}"),
+            ));
+        }
+    }
+    if raw.jwt.is_some() && raw.identity.as_deref().unwrap_or("cookie") != "jwt" && written("jwt") {
+        return Err(ConfigError::new(
+            format!("{key}.jwt"),
+            "is used only with identity = \"jwt\"",
+        ));
+    }
+    Ok(())
 }
 
 /// One event checked in full beside others given by what they hold, their

@@ -953,3 +953,47 @@ async fn a_stored_table_that_no_longer_validates_does_not_stop_the_start() {
     .await;
     s.stop().await;
 }
+
+/// A key the event's own choices leave unused is refused where it is
+/// written: a `PUT`'s whole table, a `PATCH`'s named fields. A `PATCH`
+/// that changes the mode needs not clear the old mode's keys.
+#[tokio::test]
+async fn a_key_the_events_mode_leaves_unused_is_refused_where_it_is_written() {
+    let s = TestServer::start("").await;
+    let origin = format!("http://{}", s.origin_addr);
+    let (status, err) = call(
+        &s,
+        Method::PUT,
+        "/admin/events/vip",
+        ADMIN_TOKEN,
+        Some(json!({"origin": origin, "paths": ["/vip"], "admission": {"max_per_minute": 600}})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{err}");
+    assert!(
+        err["message"].as_str().unwrap().ends_with(
+            "event.admission.max_per_minute: is a key of mode \"continuous\", not used by mode \"batch\""
+        ),
+        "{err}"
+    );
+    let (status, err) = call(
+        &s,
+        Method::PATCH,
+        "/admin/events/tickets",
+        ADMIN_TOKEN,
+        Some(json!({"admission": {"max_per_minute": 600}})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{err}");
+    let (status, ev) = call(
+        &s,
+        Method::PATCH,
+        "/admin/events/tickets",
+        ADMIN_TOKEN,
+        Some(json!({"admission": {"mode": "continuous", "max_per_minute": 600}})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{ev}");
+    assert_eq!(ev["config"]["admission"]["mode"], "continuous", "{ev}");
+    s.stop().await;
+}
