@@ -207,17 +207,20 @@ pub(crate) fn path_key(prefix: &str) -> std::result::Result<String, impl std::fm
 }
 
 /// An admin token as a client can send it: `Authorization: Bearer <token>`
-/// carries visible ASCII, and the server trims what follows `Bearer`. The
-/// whitespace around a token (the newline a secret file or variable often
-/// ends with) is taken off; a token with any other byte could never be
-/// sent, so every call would be refused (and the address locked out):
-/// refused at start instead, naming the key.
+/// carries visible ASCII, spaces and tabs, and the server trims what
+/// follows `Bearer`. The whitespace around a token (the newline a secret
+/// file or variable often ends with) is taken off; a token with any other
+/// byte could never be sent, so every call would be refused (and the
+/// address locked out): refused at start instead, naming the key.
 fn bearer_text(key: &str, token: &str) -> Result<String> {
     let token = token.trim();
-    if !token.bytes().all(|b| b.is_ascii_graphic()) {
+    if !token
+        .bytes()
+        .all(|b| b.is_ascii_graphic() || b == b' ' || b == b'\t')
+    {
         return Err(ConfigError::new(
             key,
-            "must be visible ASCII without spaces (it is sent in an Authorization header)",
+            "must be visible ASCII (it is sent in an Authorization header)",
         ));
     }
     Ok(token.to_owned())

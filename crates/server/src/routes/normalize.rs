@@ -177,24 +177,16 @@ fn decode_unreserved(path: &str) -> Result<String, NormalizeError> {
             1..=0x1F | 0x7F => return Err(NormalizeError::ControlChar),
             b'/' => return Err(NormalizeError::EncodedSlash),
             b'\\' => return Err(NormalizeError::Backslash),
-            // C0 and C1 never start valid UTF-8; they only appear in
-            // overlong encodings (`%C0%AE` = '.') that old servers decode.
-            // Nor do F5 to FF; E0 and F0 start one only when the next byte
-            // is past the overlong range (`%E0%80%AE` and `%F0%80%80%AE`
-            // are '.' too to such a server).
-            0xC0 | 0xC1 | 0xF5..=0xFF => return Err(NormalizeError::BadEscape),
-            0xE0 | 0xF0 => {
-                let next = rest.as_bytes().get(i + 3..i + 6).and_then(|e| match e {
-                    [b'%', h, l] => Some(hex_value(*h)? << 4 | hex_value(*l)?),
-                    _ => None,
-                });
-                let least = if value == 0xE0 { 0xA0 } else { 0x90 };
-                if !next.is_some_and(|n| (least..=0xBF).contains(&n)) {
-                    return Err(NormalizeError::BadEscape);
-                }
-                out.push('%');
-                out.push(char::from(hi.to_ascii_uppercase()));
-                out.push(char::from(lo.to_ascii_uppercase()));
+            // An overlong UTF-8 form (`%C0%AE`, `%E0%80%AE`, `%F0%80%80%AE`,
+            // `%F8%80%80%80%AE`: each '.' to a decoder that accepts them, as
+            // old servers do) starts with one of these bytes followed by an
+            // escaped continuation byte in the overlong range. Alone, or
+            // before anything else, they are Latin-1 letters (`%E0` is
+            // `à`), kept like any other escape.
+            0xC0 | 0xC1 | 0xE0 | 0xF0 | 0xF8..=0xFD
+                if is_overlong(value, next_escape(rest, i + 3)) =>
+            {
+                return Err(NormalizeError::BadEscape);
             }
             v if is_unreserved(v) => out.push(char::from(v)),
             _ => {
@@ -208,6 +200,29 @@ fn decode_unreserved(path: &str) -> Result<String, NormalizeError> {
     }
     out.push_str(rest);
     Ok(out)
+}
+
+/// The byte of the escape at `at` in `rest`, if there is one.
+fn next_escape(rest: &str, at: usize) -> Option<u8> {
+    match rest.as_bytes().get(at..at + 3)? {
+        [b'%', h, l] => Some(hex_value(*h)? << 4 | hex_value(*l)?),
+        _ => None,
+    }
+}
+
+/// Whether `lead` followed by `next` starts an overlong UTF-8 form: a
+/// continuation byte that leaves the character's value within what a
+/// shorter form holds (C0 and C1 with any; E0 below A0; F0 below 90; the
+/// five- and six-byte leads with any).
+fn is_overlong(lead: u8, next: Option<u8>) -> bool {
+    let Some(next) = next.filter(|n| (0x80..=0xBF).contains(n)) else {
+        return false;
+    };
+    match lead {
+        0xE0 => next < 0xA0,
+        0xF0 => next < 0x90,
+        _ => true,
+    }
 }
 
 /// Whether a decoded path holds `%25` followed by two hex digits. An origin
