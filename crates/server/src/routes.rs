@@ -67,6 +67,20 @@ pub fn check_prefix(prefix: &str) -> Result<String, NormalizeError> {
     if let Some(at) = canonical.find('?') {
         canonical.truncate(at);
     }
+    // A segment with nothing left once bare is passed over in every path
+    // (see [`matches_prefix`]), so a prefix keeps none either:
+    // `/shop/%20/vip` protects what `/shop/vip` does, not nothing.
+    if canonical
+        .split('/')
+        .skip(1)
+        .any(|s| !s.is_empty() && is_empty_once_bare(s.as_bytes()))
+    {
+        let kept: Vec<&str> = canonical
+            .split('/')
+            .filter(|s| !is_empty_once_bare(s.as_bytes()))
+            .collect();
+        canonical = format!("/{}", kept.join("/"));
+    }
     while canonical.len() > 1 && canonical.ends_with('/') {
         canonical.pop();
     }

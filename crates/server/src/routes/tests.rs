@@ -103,6 +103,14 @@ fn prefixes_are_normalised() {
     assert_eq!(check_prefix("/").unwrap(), "/");
     assert_eq!(check_prefix("/a?x").unwrap(), "/a");
     assert!(check_prefix("/a%2Fb").is_err());
+    // Segments with nothing left once bare are passed over in paths, so
+    // in prefixes too.
+    assert_eq!(check_prefix("/shop/%20/vip").unwrap(), "/shop/vip");
+    assert_eq!(check_prefix("/.../shop/.%20/").unwrap(), "/shop");
+    assert_eq!(check_prefix("/%20").unwrap(), "/");
+    let t = table(&[("/shop/%20/vip", "vip")]);
+    check(&t, "/shop/vip", Some("vip"));
+    check(&t, "/shop/%20/vip/x", Some("vip"));
     let t = table(&[("/%74ickets/", "drop")]);
     check(&t, "/TICKETS", Some("drop"));
 }
