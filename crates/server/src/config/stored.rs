@@ -396,52 +396,68 @@ fn start_set(
     };
     let stored = |key: &str| key.starts_with("stored event ");
     let mut taken: HashMap<usize, EventConfig> = HashMap::new();
-    // The file's own tables first, then the stored changes of file tables
-    // (each of which has its file's table to fall back on), then the
-    // events only the store holds.
-    for (i, (_, raw)) in raws.iter().enumerate().filter(|(_, (k, _))| !stored(k)) {
-        if let Some(e) = file_table(raw) {
-            taken.insert(i, e.clone());
-        }
-    }
-    let changes = raws
-        .iter()
-        .enumerate()
-        .filter(|(_, (k, r))| stored(k) && file_table(r).is_some());
-    let created = raws
-        .iter()
-        .enumerate()
-        .filter(|(_, (k, r))| stored(k) && file_table(r).is_none());
-    for (i, (key, raw)) in changes.chain(created) {
+    let beside = |taken: &HashMap<usize, EventConfig>, key: &str, raw: &RawEvent| {
         let others: Vec<(&EventId, &[String])> = taken
             .values()
             .filter(|e| Some(e.id.as_str()) != raw.id.as_deref())
             .map(|e| (&e.id, e.paths.as_slice()))
             .collect();
-        match super::event_beside(key, raw, others) {
+        super::event_beside(key, raw, others)
+    };
+    // The file's own tables first.
+    for (i, (_, raw)) in raws.iter().enumerate().filter(|(_, (k, _))| !stored(k)) {
+        if let Some(e) = file_table(raw) {
+            taken.insert(i, e.clone());
+        }
+    }
+    // Then the file's table of each stored change that does not validate
+    // even alone (a key file missing here): seated before any change is
+    // checked, so a change never takes a path one of them holds.
+    let mut refused = |i: usize, raw: &RawEvent, why: &ConfigError| {
+        let id = raw.id.as_deref().unwrap_or_default();
+        rewrite.retain(|(r, _)| r.as_str() != id);
+        tracing::warn!(event = %id, error = %why, "stored event change not applied: its table does not validate on this node; the config file's table runs");
+        i
+    };
+    let mut fall_back = Vec::new();
+    let mut pending = Vec::new();
+    for (i, (key, raw)) in raws.iter().enumerate().filter(|(_, (k, _))| stored(k)) {
+        match (file_table(raw), super::event_from_raw(key, raw)) {
+            (Some(_), Err(why)) => fall_back.push(refused(i, raw, &why)),
+            _ => pending.push(i),
+        }
+    }
+    // Then the changes of file tables, then the events only the store holds.
+    pending.sort_by_key(|&i| file_table(&raws[i].1).is_none());
+    let seat_file = |taken: &mut HashMap<usize, EventConfig>, i: usize| {
+        let (_, raw) = &raws[i];
+        let Some(file) = file_table(raw) else { return };
+        let key = format!("event {}", file.id);
+        match beside(taken, &key, &file.raw) {
             Ok(e) => {
                 taken.insert(i, e);
             }
             Err(why) => {
+                tracing::error!(event = %file.id, error = %why, "event not started: neither its stored change nor its config file table validates beside the others on this node");
+            }
+        }
+    };
+    for i in fall_back {
+        seat_file(&mut taken, i);
+    }
+    for i in pending {
+        let (key, raw) = &raws[i];
+        match beside(&taken, key, raw) {
+            Ok(e) => {
+                taken.insert(i, e);
+            }
+            Err(why) if file_table(raw).is_some() => {
+                refused(i, raw, &why);
+                seat_file(&mut taken, i);
+            }
+            Err(why) => {
                 let id = raw.id.as_deref().unwrap_or_default();
-                rewrite.retain(|(r, _)| r.as_str() != id);
-                match file_table(raw) {
-                    Some(file) => {
-                        tracing::warn!(event = %id, error = %why, "stored event change not applied: its table does not validate on this node; the config file's table runs");
-                        // Beside the changes taken so far, one of which may
-                        // hold a path this table gave up through the API.
-                        let others: Vec<(&EventId, &[String])> = taken
-                            .values()
-                            .filter(|e| e.id != file.id)
-                            .map(|e| (&e.id, e.paths.as_slice()))
-                            .collect();
-                        let file = super::event_beside(&format!("event {id}"), &file.raw, others)?;
-                        taken.insert(i, file);
-                    }
-                    None => {
-                        tracing::warn!(event = %id, error = %why, "stored event not started: its table does not validate on this node");
-                    }
-                }
+                tracing::warn!(event = %id, error = %why, "stored event not started: its table does not validate on this node");
             }
         }
     }
@@ -554,6 +570,64 @@ mod tests {
 
     fn raw(json: &str) -> RawEvent {
         serde_json::from_str(json).unwrap()
+    }
+
+    /// Two file events, W on `/w` and X on `/a`. Through the API, X gave
+    /// `/a` up for `/x` with a key file this node lacks, and W took `/a`:
+    /// whichever comes first in the file, the node starts, X's file table
+    /// (on this node the one that holds `/a`) runs, and W's change, which
+    /// would now share `/a` with it, gives way to W's file table.
+    #[test]
+    fn a_stored_change_that_fails_here_never_stops_the_start_nor_loses_a_path() {
+        for file_order in [["w", "x"], ["x", "w"]] {
+            let table = |id: &str| {
+                let path = if id == "w" { "/w" } else { "/a" };
+                format!(
+                    "[[events]]\nid = \"{id}\"\norigin = \"http://127.0.0.1:9\"\npaths = [\"{path}\"]\n"
+                )
+            };
+            let text = format!(
+                "[server]\nadmin_token = \"admin-token-123\"\n[keys]\nsecrets = [\"0123456789abcdef0123456789abcdef\"]\n{}{}",
+                table(file_order[0]),
+                table(file_order[1])
+            );
+            let file = crate::config::Config::from_toml(&text).unwrap().events;
+            let w = raw(r#"{"id":"w","origin":"http://127.0.0.1:9","paths":["/w","/a"]}"#);
+            let x = raw(
+                r#"{"id":"x","origin":"http://127.0.0.1:9","paths":["/x"],"identity":"jwt",
+                    "jwt":{"algorithm":"HS256","secret_file":"/nonexistent/anteroom-test.key"}}"#,
+            );
+            let raws: Vec<(String, RawEvent)> = file_order
+                .iter()
+                .map(|id| {
+                    let r = if *id == "w" { w.clone() } else { x.clone() };
+                    (format!("stored event {id}"), r)
+                })
+                .collect();
+            let mut rewrite = vec![
+                (EventId::new("w").unwrap(), StoredEvent::default()),
+                (EventId::new("x").unwrap(), StoredEvent::default()),
+            ];
+            let events = start_set(&raws, &file, &mut rewrite).unwrap();
+            let paths: Vec<(&str, Vec<&str>)> = events
+                .iter()
+                .map(|e| (e.id.as_str(), e.paths.iter().map(String::as_str).collect()))
+                .collect();
+            let want = |id: &str| {
+                if id == "w" {
+                    ("w", vec!["/w"])
+                } else {
+                    ("x", vec!["/a"])
+                }
+            };
+            assert_eq!(
+                paths,
+                [want(file_order[0]), want(file_order[1])],
+                "{file_order:?}"
+            );
+            // Neither stored change is rewritten by this node.
+            assert!(rewrite.is_empty(), "{file_order:?}");
+        }
     }
 
     #[test]
