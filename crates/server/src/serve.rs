@@ -204,13 +204,12 @@ async fn accept_loop(
                     serve_http1_first(stream, peer, first, app, limits, permit, stop).await;
                 }
                 Some(tls) => {
+                    let stream = SendDeadline::new(stream, limits.send_timeout);
                     let Some(stream) = tls.accept(stream, head_due).await else {
                         return;
                     };
                     // A client that chose HTTP/2 goes straight to hyper.
-                    let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
-                    let stream = SendDeadline::new(stream, limits.send_timeout);
-                    if h2 {
+                    if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
                         let stream = door::Prefixed::new(bytes::Bytes::new(), stream);
                         let slot = ConnectionSlot::new(permit);
                         let first = First {

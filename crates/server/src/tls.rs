@@ -21,6 +21,7 @@ use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 
 use crate::config::tls::TlsConfig;
+use crate::serve::send_deadline::SendDeadline;
 pub use certs::CertStore;
 pub use redirect::Challenges;
 
@@ -71,9 +72,9 @@ impl Tls {
     /// HTTPS, instead of a TLS alert it cannot read.
     pub async fn accept(
         &self,
-        mut tcp: TcpStream,
+        mut tcp: SendDeadline<TcpStream>,
         deadline: tokio::time::Instant,
-    ) -> Option<TlsStream<TcpStream>> {
+    ) -> Option<TlsStream<SendDeadline<TcpStream>>> {
         let mut first = [0u8; 1];
         match tokio::time::timeout_at(deadline, tcp.peek(&mut first)).await {
             Ok(Ok(1)) => {}

@@ -8,7 +8,10 @@
 //! waits for that write. Pipelined polls on a socket with a small receive
 //! buffer were enough. The deadline runs only while a write waits for room,
 //! and each byte the client takes starts it again, so a slow reader of a
-//! long download or of a push stream is never cut off while it reads.
+//! long download or of a push stream is never cut off while it reads. It
+//! wraps the TCP stream itself, beneath TLS: a TLS flush writes its buffer
+//! in several socket writes and answers only once all are done, so above
+//! TLS a slow reader's progress would not be seen.
 
 use std::future::Future as _;
 use std::io;
@@ -28,6 +31,13 @@ pub struct SendDeadline<S> {
     timer: Option<Pin<Box<Sleep>>>,
     /// A write is waiting and `timer` runs for it.
     waiting: bool,
+}
+
+impl SendDeadline<tokio::net::TcpStream> {
+    /// Reads without taking (a TLS listener looks at the first byte).
+    pub async fn peek(&self, buf: &mut [u8]) -> io::Result<usize> {
+        self.inner.peek(buf).await
+    }
 }
 
 impl<S> SendDeadline<S> {
