@@ -21,7 +21,6 @@ use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 
 use crate::config::tls::TlsConfig;
-use crate::serve::send_deadline::SendDeadline;
 pub use certs::CertStore;
 pub use redirect::Challenges;
 
@@ -70,11 +69,14 @@ impl Tls {
     /// handshake's are one). `None` when it failed; the stream
     /// is closed then. Plain HTTP gets a short `400` first, saying to use
     /// HTTPS, instead of a TLS alert it cannot read.
-    pub async fn accept(
+    pub async fn accept<S>(
         &self,
-        mut tcp: SendDeadline<TcpStream>,
+        mut tcp: S,
         deadline: tokio::time::Instant,
-    ) -> Option<TlsStream<SendDeadline<TcpStream>>> {
+    ) -> Option<TlsStream<S>>
+    where
+        S: Peek + tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    {
         let mut first = [0u8; 1];
         match tokio::time::timeout_at(deadline, tcp.peek(&mut first)).await {
             Ok(Ok(1)) => {}
@@ -102,6 +104,24 @@ impl Tls {
                 None
             }
         }
+    }
+}
+
+/// A stream whose next bytes can be read without taking them: the
+/// listener's TCP stream, or the server's wrapping of it.
+pub trait Peek {
+    fn peek(
+        &self,
+        buf: &mut [u8],
+    ) -> impl std::future::Future<Output = std::io::Result<usize>> + Send;
+}
+
+impl Peek for TcpStream {
+    fn peek(
+        &self,
+        buf: &mut [u8],
+    ) -> impl std::future::Future<Output = std::io::Result<usize>> + Send {
+        TcpStream::peek(self, buf)
     }
 }
 

@@ -33,10 +33,10 @@ pub struct SendDeadline<S> {
     waiting: bool,
 }
 
-impl SendDeadline<tokio::net::TcpStream> {
-    /// Reads without taking (a TLS listener looks at the first byte).
-    pub async fn peek(&self, buf: &mut [u8]) -> io::Result<usize> {
-        self.inner.peek(buf).await
+/// A TLS listener looks at the first byte before the handshake.
+impl<S: crate::tls::Peek + Sync> crate::tls::Peek for SendDeadline<S> {
+    fn peek(&self, buf: &mut [u8]) -> impl std::future::Future<Output = io::Result<usize>> + Send {
+        self.inner.peek(buf)
     }
 }
 
