@@ -79,6 +79,9 @@ pub fn check_prefix(prefix: &str) -> Result<String, NormalizeError> {
             .split('/')
             .filter(|s| !is_empty_once_bare(s.as_bytes()))
             .collect();
+        if kept.is_empty() {
+            return Err(NormalizeError::EmptyPrefix);
+        }
         canonical = format!("/{}", kept.join("/"));
     }
     while canonical.len() > 1 && canonical.ends_with('/') {

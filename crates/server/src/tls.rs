@@ -92,6 +92,13 @@ impl Tls {
         }
         match tokio::time::timeout_at(deadline, self.acceptor.accept(tcp)).await {
             Ok(Ok(tls)) => Some(tls),
+            // A client that takes nothing the handshake sends runs out of
+            // time too, by the stream's send deadline.
+            Ok(Err(e)) if e.kind() == std::io::ErrorKind::TimedOut => {
+                metrics::counter!("anteroom_tls_handshake_failures_total", "reason" => "timeout")
+                    .increment(1);
+                None
+            }
             Ok(Err(e)) => {
                 metrics::counter!("anteroom_tls_handshake_failures_total", "reason" => "handshake")
                     .increment(1);

@@ -17,7 +17,7 @@
 //! winner and who made the stored change; the merged result is stored back
 //! with the current file as its new base, so every node converges on it.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use anteroom_store::{EventId, QueueStore, StoreError};
 use serde::{Deserialize, Serialize};
@@ -395,7 +395,6 @@ fn start_set(
             .find(|e| Some(e.id.as_str()) == raw.id.as_deref())
     };
     let stored = |key: &str| key.starts_with("stored event ");
-    let mut taken: HashMap<usize, EventConfig> = HashMap::new();
     let beside = |taken: &HashMap<usize, EventConfig>, key: &str, raw: &RawEvent| {
         let others: Vec<(&EventId, &[String])> = taken
             .values()
@@ -404,63 +403,65 @@ fn start_set(
             .collect();
         super::event_beside(key, raw, others)
     };
-    // The file's own tables first.
-    for (i, (_, raw)) in raws.iter().enumerate().filter(|(_, (k, _))| !stored(k)) {
-        if let Some(e) = file_table(raw) {
-            taken.insert(i, e.clone());
-        }
-    }
-    // Then the file's table of each stored change that does not validate
-    // even alone (a key file missing here): seated before any change is
-    // checked, so a change never takes a path one of them holds.
-    let mut refused = |i: usize, raw: &RawEvent, why: &ConfigError| {
-        let id = raw.id.as_deref().unwrap_or_default();
-        rewrite.retain(|(r, _)| r.as_str() != id);
-        tracing::warn!(event = %id, error = %why, "stored event change not applied: its table does not validate on this node; the config file's table runs");
-        i
-    };
-    let mut fall_back = Vec::new();
-    let mut pending = Vec::new();
+    // The stored changes this node refuses, by position, with why: first
+    // those that do not validate even alone (a key file missing here).
+    let mut refused: BTreeMap<usize, ConfigError> = BTreeMap::new();
     for (i, (key, raw)) in raws.iter().enumerate().filter(|(_, (k, _))| stored(k)) {
-        match (file_table(raw), super::event_from_raw(key, raw)) {
-            (Some(_), Err(why)) => fall_back.push(refused(i, raw, &why)),
-            _ => pending.push(i),
+        if let (Some(_), Err(why)) = (file_table(raw), super::event_from_raw(key, raw)) {
+            refused.insert(i, why);
         }
     }
-    // Then the changes of file tables, then the events only the store holds.
-    pending.sort_by_key(|&i| file_table(&raws[i].1).is_none());
-    let seat_file = |taken: &mut HashMap<usize, EventConfig>, i: usize| {
-        let (_, raw) = &raws[i];
-        let Some(file) = file_table(raw) else { return };
-        let key = format!("event {}", file.id);
-        match beside(taken, &key, &file.raw) {
-            Ok(e) => {
-                taken.insert(i, e);
+    // Then, until no more change is refused: the file's own tables and
+    // those of the refused changes first (the file checked them all
+    // together), so no change takes a path one of them holds here; then
+    // the other changes of file tables; then the events only the store
+    // holds. A change refused beside the others
+    // seats its file table in the next round, from the start, so the
+    // outcome does not hang on the order of the file.
+    let (taken, left_out) = loop {
+        let mut taken: HashMap<usize, EventConfig> = HashMap::new();
+        let mut left_out: Vec<(usize, ConfigError)> = Vec::new();
+        for (i, (_, raw)) in raws.iter().enumerate() {
+            if (!stored(&raws[i].0) || refused.contains_key(&i))
+                && let Some(e) = file_table(raw)
+            {
+                taken.insert(i, e.clone());
             }
-            Err(why) => {
-                tracing::error!(event = %file.id, error = %why, "event not started: neither its stored change nor its config file table validates beside the others on this node");
+        }
+        let mut pending: Vec<usize> = (0..raws.len())
+            .filter(|i| stored(&raws[*i].0) && !refused.contains_key(i))
+            .collect();
+        pending.sort_by_key(|&i| file_table(&raws[i].1).is_none());
+        let mut more = false;
+        for i in pending {
+            let (key, raw) = &raws[i];
+            match beside(&taken, key, raw) {
+                Ok(e) => {
+                    taken.insert(i, e);
+                }
+                Err(why) if file_table(raw).is_some() => {
+                    refused.insert(i, why);
+                    more = true;
+                }
+                Err(why) => left_out.push((i, why)),
             }
+        }
+        if !more {
+            break (taken, left_out);
         }
     };
-    for i in fall_back {
-        seat_file(&mut taken, i);
-    }
-    for i in pending {
-        let (key, raw) = &raws[i];
-        match beside(&taken, key, raw) {
-            Ok(e) => {
-                taken.insert(i, e);
-            }
-            Err(why) if file_table(raw).is_some() => {
-                refused(i, raw, &why);
-                seat_file(&mut taken, i);
-            }
-            Err(why) => {
-                let id = raw.id.as_deref().unwrap_or_default();
-                tracing::warn!(event = %id, error = %why, "stored event not started: its table does not validate on this node");
-            }
+    for (i, why) in &refused {
+        let id = raws[*i].1.id.as_deref().unwrap_or_default();
+        rewrite.retain(|(r, _)| r.as_str() != id);
+        if taken.contains_key(i) {
+            tracing::warn!(event = %id, error = %why, "stored event change not applied: its table does not validate on this node; the config file's table runs");
         }
     }
+    for (i, why) in left_out {
+        let id = raws[i].1.id.as_deref().unwrap_or_default();
+        tracing::warn!(event = %id, error = %why, "stored event not started: its table does not validate on this node");
+    }
+    let mut taken = taken;
     Ok((0..raws.len()).filter_map(|i| taken.remove(&i)).collect())
 }
 
@@ -627,6 +628,64 @@ mod tests {
             );
             // Neither stored change is rewritten by this node.
             assert!(rewrite.is_empty(), "{file_order:?}");
+        }
+    }
+
+    /// Three file events, W on `/w`, X on `/a`, Y on `/b`. Through the API
+    /// Y gave `/b` up with a key file this node lacks, X took `/b` and gave
+    /// `/a` up for `/x`, and W took `/a`. Here each change would share a
+    /// path with a file table the refused one leaves in place, so all three
+    /// run from the file, in every order of the file: nodes that list the
+    /// events differently gate the same paths under the same events.
+    #[test]
+    fn refusals_that_chain_through_paths_come_out_the_same_in_any_order() {
+        let orders = [
+            ["w", "x", "y"],
+            ["w", "y", "x"],
+            ["x", "w", "y"],
+            ["x", "y", "w"],
+            ["y", "w", "x"],
+            ["y", "x", "w"],
+        ];
+        let file_path = |id: &str| match id {
+            "w" => "/w",
+            "x" => "/a",
+            _ => "/b",
+        };
+        for order in orders {
+            let tables: String = order
+                .iter()
+                .map(|id| {
+                    format!(
+                        "[[events]]\nid = \"{id}\"\norigin = \"http://127.0.0.1:9\"\npaths = [\"{}\"]\n",
+                        file_path(id)
+                    )
+                })
+                .collect();
+            let text = format!(
+                "[server]\nadmin_token = \"admin-token-123\"\n[keys]\nsecrets = [\"0123456789abcdef0123456789abcdef\"]\n{tables}"
+            );
+            let file = crate::config::Config::from_toml(&text).unwrap().events;
+            let change = |id: &str| match id {
+                "w" => raw(r#"{"id":"w","origin":"http://127.0.0.1:9","paths":["/w","/a"]}"#),
+                "x" => raw(r#"{"id":"x","origin":"http://127.0.0.1:9","paths":["/x","/b"]}"#),
+                _ => raw(
+                    r#"{"id":"y","origin":"http://127.0.0.1:9","paths":["/y"],"identity":"jwt",
+                        "jwt":{"algorithm":"HS256","secret_file":"/nonexistent/anteroom-test.key"}}"#,
+                ),
+            };
+            let raws: Vec<(String, RawEvent)> = order
+                .iter()
+                .map(|id| (format!("stored event {id}"), change(id)))
+                .collect();
+            let events = start_set(&raws, &file, &mut Vec::new()).unwrap();
+            let got: Vec<(&str, Vec<&str>)> = events
+                .iter()
+                .map(|e| (e.id.as_str(), e.paths.iter().map(String::as_str).collect()))
+                .collect();
+            let want: Vec<(&str, Vec<&str>)> =
+                order.iter().map(|id| (*id, vec![file_path(id)])).collect();
+            assert_eq!(got, want, "{order:?}");
         }
     }
 

@@ -33,6 +33,10 @@ pub enum NormalizeError {
     DotSegmentParam,
     #[error("the path contains a double-encoded escape (%25 followed by hex digits)")]
     DoubleEncoded,
+    /// A configured prefix whose every segment is empty once trimmed
+    /// (`/%20`, `/...`): it would protect every path, not what it says.
+    #[error("the prefix has no segment left once trimmed (each is only dots or %20)")]
+    EmptyPrefix,
 }
 
 impl NormalizeError {
@@ -177,15 +181,18 @@ fn decode_unreserved(path: &str) -> Result<String, NormalizeError> {
             1..=0x1F | 0x7F => return Err(NormalizeError::ControlChar),
             b'/' => return Err(NormalizeError::EncodedSlash),
             b'\\' => return Err(NormalizeError::Backslash),
-            // An overlong UTF-8 form (`%C0%AE`, `%E0%80%AE`, `%F0%80%80%AE`,
-            // `%F8%80%80%80%AE`: each '.' to a decoder that accepts them, as
-            // old servers do) starts with one of these bytes followed by an
-            // escaped continuation byte in the overlong range. Alone, or
-            // before anything else, they are Latin-1 letters (`%E0` is
-            // `à`), kept like any other escape.
-            0xC0 | 0xC1 | 0xE0 | 0xF0 | 0xF8..=0xFD
-                if is_overlong(value, next_escape(rest, i + 3)) =>
-            {
+            // C0 and C1 never start valid UTF-8; a decoder that accepts
+            // overlong forms reads them, with the next byte's low six bits,
+            // as an ASCII character (`%C0%AE` is '.', `%C0o` is '/' to one
+            // that does not check continuation bits either).
+            0xC0 | 0xC1 => return Err(NormalizeError::BadEscape),
+            // The longer leads make ASCII the same way when the next byte,
+            // escaped or not, is an overlong continuation (`%E0%80%AE`,
+            // `%F0%80%80%AE`, `%F8%80%80%80%AE`) or has low bits that
+            // leave the value that small (`%E0@n` is '.'). Otherwise they
+            // are Latin-1 letters (`%E0` is `à`), kept like any other
+            // escape.
+            0xE0 | 0xF0 | 0xF8..=0xFD if is_overlong(value, next_byte(rest, i + 3)) => {
                 return Err(NormalizeError::BadEscape);
             }
             v if is_unreserved(v) => out.push(char::from(v)),
@@ -202,27 +209,33 @@ fn decode_unreserved(path: &str) -> Result<String, NormalizeError> {
     Ok(out)
 }
 
-/// The byte of the escape at `at` in `rest`, if there is one.
-fn next_escape(rest: &str, at: usize) -> Option<u8> {
-    match rest.as_bytes().get(at..at + 3)? {
-        [b'%', h, l] => Some(hex_value(*h)? << 4 | hex_value(*l)?),
-        _ => None,
+/// The byte at `at` in `rest`, escaped (`%XX`) or not, if there is one.
+fn next_byte(rest: &str, at: usize) -> Option<u8> {
+    match rest.as_bytes().get(at..)? {
+        [b'%', h, l, ..] => Some(hex_value(*h)? << 4 | hex_value(*l)?),
+        [b, ..] => Some(*b),
+        [] => None,
     }
 }
 
-/// Whether `lead` followed by `next` starts an overlong UTF-8 form: a
-/// continuation byte that leaves the character's value within what a
-/// shorter form holds (C0 and C1 with any; E0 below A0; F0 below 90; the
-/// five- and six-byte leads with any).
+/// Whether `lead` followed by `next` starts a character that a lenient
+/// decoder reads as ASCII: a continuation byte in the overlong range (E0
+/// below A0, F0 below 90, the five- and six-byte leads with any), or any
+/// byte whose low six bits leave the value below 0x80 when its
+/// continuation bits go unchecked (0 or 1 after E0, 0 after the longer
+/// leads, whose further bytes must then be 0 too).
 fn is_overlong(lead: u8, next: Option<u8>) -> bool {
-    let Some(next) = next.filter(|n| (0x80..=0xBF).contains(n)) else {
+    let Some(next) = next else {
         return false;
     };
-    match lead {
-        0xE0 => next < 0xA0,
-        0xF0 => next < 0x90,
-        _ => true,
-    }
+    let low = next & 0x3F;
+    let strict = (0x80..=0xBF).contains(&next)
+        && match lead {
+            0xE0 => next < 0xA0,
+            0xF0 => next < 0x90,
+            _ => true,
+        };
+    strict || if lead == 0xE0 { low <= 1 } else { low == 0 }
 }
 
 /// Whether a decoded path holds `%25` followed by two hex digits. An origin

@@ -2,7 +2,7 @@
 
 use anteroom_store::EventId;
 
-use super::normalize::normalize_path;
+use super::normalize::{NormalizeError, normalize_path};
 use super::{RouteTable, bare, check_prefix, matches_prefix, prefix_name, starts_with_suffix};
 
 fn table(routes: &[(&str, &str)]) -> RouteTable {
@@ -107,7 +107,8 @@ fn prefixes_are_normalised() {
     // in prefixes too.
     assert_eq!(check_prefix("/shop/%20/vip").unwrap(), "/shop/vip");
     assert_eq!(check_prefix("/.../shop/.%20/").unwrap(), "/shop");
-    assert_eq!(check_prefix("/%20").unwrap(), "/");
+    assert_eq!(check_prefix("/%20"), Err(NormalizeError::EmptyPrefix));
+    assert_eq!(check_prefix("/.../.%20/"), Err(NormalizeError::EmptyPrefix));
     let t = table(&[("/shop/%20/vip", "vip")]);
     check(&t, "/shop/vip", Some("vip"));
     check(&t, "/shop/%20/vip/x", Some("vip"));
