@@ -171,14 +171,16 @@ pub fn matches_prefix(path: &[u8], prefix: &[u8]) -> bool {
 /// start of `want`, judged by their first bytes alone. When `want` begins
 /// with a byte its bare name keeps (not `;`, `%` or `.`, and not the end of
 /// an empty segment), each way of matching in [`matches_prefix`] starts the
-/// segment with that byte, so any other first byte is a miss.
+/// segment with that byte, so any other first byte is a miss, except one
+/// that may start a segment passed over (empty, or empty once bare: `/`,
+/// `%`, `.`, `;`), after which the segment compared comes later.
 fn may_begin(rest: &[u8], want: &[u8]) -> bool {
     match want.first() {
         // A segment that starts with an escape may be an encoded space
         // the origin trims: only the whole comparison can tell.
         Some(&w) if !matches!(w, b';' | b'%' | b'.' | b'/') => rest
             .first()
-            .is_some_and(|s| matches!(s, b'%' | b'.') || s.eq_ignore_ascii_case(&w)),
+            .is_some_and(|s| matches!(s, b'%' | b'.' | b';' | b'/') || s.eq_ignore_ascii_case(&w)),
         _ => true,
     }
 }
