@@ -31,6 +31,8 @@ pub struct SendDeadline<S> {
     timer: Option<Pin<Box<Sleep>>>,
     /// A write is waiting and `timer` runs for it.
     waiting: bool,
+    /// The deadline passed: every later write fails at once, counted once.
+    timed_out: bool,
 }
 
 /// A TLS listener looks at the first byte before the handshake.
@@ -47,6 +49,7 @@ impl<S> SendDeadline<S> {
             timeout,
             timer: None,
             waiting: false,
+            timed_out: false,
         }
     }
 
@@ -64,6 +67,9 @@ impl<S> SendDeadline<S> {
     /// A write is waiting for room: pending until the deadline, then an
     /// error that ends the connection.
     fn wait<T>(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<T>> {
+        if self.timed_out {
+            return Poll::Ready(Err(timed_out()));
+        }
         let deadline = Instant::now() + self.timeout;
         let timer = match &mut self.timer {
             Some(t) => {
@@ -80,15 +86,20 @@ impl<S> SendDeadline<S> {
         match timer.as_mut().poll(cx) {
             Poll::Pending => Poll::Pending,
             Poll::Ready(()) => {
+                self.timed_out = true;
                 metrics::counter!("anteroom_connections_closed_total", "reason" => "send_timeout")
                     .increment(1);
-                Poll::Ready(Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    "the client took no byte within server.send_timeout",
-                )))
+                Poll::Ready(Err(timed_out()))
             }
         }
     }
+}
+
+fn timed_out() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::TimedOut,
+        "the client took no byte within server.send_timeout",
+    )
 }
 
 impl<S: AsyncRead + Unpin> AsyncRead for SendDeadline<S> {
