@@ -415,10 +415,10 @@ fn start_set(
     // those of the refused changes first (the file checked them all
     // together), so no change takes a path one of them holds here; then
     // the other changes of file tables; then the events only the store
-    // holds. A change refused beside the others
-    // seats its file table in the next round, from the start, so the
-    // outcome does not hang on the order of the file.
-    let (taken, left_out) = loop {
+    // holds. A change refused beside the others seats its file table in
+    // the next round, from the start, so the outcome does not hang on the
+    // order of the file.
+    let (mut taken, left_out) = loop {
         let mut taken: HashMap<usize, EventConfig> = HashMap::new();
         let mut left_out: Vec<(usize, ConfigError)> = Vec::new();
         for (i, (_, raw)) in raws.iter().enumerate() {
@@ -450,18 +450,16 @@ fn start_set(
             break (taken, left_out);
         }
     };
+    // Each refused change has a file table, seated in the last round.
     for (i, why) in &refused {
         let id = raws[*i].1.id.as_deref().unwrap_or_default();
         rewrite.retain(|(r, _)| r.as_str() != id);
-        if taken.contains_key(i) {
-            tracing::warn!(event = %id, error = %why, "stored event change not applied: its table does not validate on this node; the config file's table runs");
-        }
+        tracing::warn!(event = %id, error = %why, "stored event change not applied: its table does not validate on this node; the config file's table runs");
     }
     for (i, why) in left_out {
         let id = raws[i].1.id.as_deref().unwrap_or_default();
         tracing::warn!(event = %id, error = %why, "stored event not started: its table does not validate on this node");
     }
-    let mut taken = taken;
     Ok((0..raws.len()).filter_map(|i| taken.remove(&i)).collect())
 }
 

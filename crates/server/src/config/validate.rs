@@ -58,12 +58,7 @@ pub(super) fn config(raw: &RawConfig) -> Result<Config> {
 /// out every visitor it was asked of, and a CAPTCHA timeout of 0 failed
 /// every CAPTCHA.
 fn server_bots(raw: &crate::bots::config::BotsConfig) -> Result<crate::bots::config::BotsConfig> {
-    let time = |key: &str, d: Duration| -> Result<Duration> {
-        if d < Duration::from_millis(1) {
-            return Err(ConfigError::new(key, "must be at least 1ms"));
-        }
-        at_most_a_year(key, d)
-    };
+    let time = |key: &str, d: Duration| at_least_a_millisecond(key, at_most_a_year(key, d)?);
     time("bots.challenge_ttl", raw.challenge_ttl)?;
     if let Some(c) = &raw.captcha {
         time("bots.captcha.timeout", c.timeout)?;
@@ -997,8 +992,12 @@ fn positive(key: &str, value: Option<&str>, default: &str) -> Result<Duration> {
     if d.is_zero() {
         return Err(ConfigError::new(key, "must be > 0"));
     }
-    // Times are kept in whole milliseconds: less would be 0 where it is
-    // used (a token that expires as it is made, waiters swept at once).
+    at_least_a_millisecond(key, d)
+}
+
+/// Times are kept in whole milliseconds: less would be 0 where it is used
+/// (a token that expires as it is made, waiters swept at once).
+fn at_least_a_millisecond(key: &str, d: Duration) -> Result<Duration> {
     if d < Duration::from_millis(1) {
         return Err(ConfigError::new(key, "must be at least 1ms"));
     }
