@@ -475,10 +475,40 @@ async fn watch_configs(state: Arc<AppState>) {
     let mut refusals = Refusals::shown_in(state.refusals.clone());
     loop {
         every.tick().await;
+        if let Some(look) = Look::read(&state).await {
+            look.take_up(&state, &mut refusals).await;
+        }
+    }
+}
+
+/// One look of the watch at the stored tables, taken in turn with this
+/// node's own admin writes. A look is a read, then acts on what it read; a
+/// change this node made in between would be undone by it: a `PATCH` put
+/// back for a few seconds, an event just deleted run again (its tasks
+/// writing into the store that forgot it), one just re-created taken off
+/// the routes. Holding the admin writes' lock from the read to the last
+/// act makes every look see all or none of each change this node makes;
+/// other nodes' changes come through the store, and a look older than
+/// one of theirs is corrected by the next.
+struct Look<'a> {
+    _turn: tokio::sync::MutexGuard<'a, ()>,
+    set: stored::DocSet,
+}
+
+impl<'a> Look<'a> {
+    /// The stored tables, read in this node's admin writes' turn; `None`
+    /// when the store did not answer.
+    async fn read(state: &'a AppState) -> Option<Self> {
+        let turn = state.admin_writes.lock().await;
+        let set = stored::read_docs(state.store.as_ref()).await.ok()?;
+        Some(Self { _turn: turn, set })
+    }
+
+    /// Runs here what the look read: other nodes' creations, changes and
+    /// deletions, each refused while it does not validate on this node.
+    async fn take_up(self, state: &Arc<AppState>, refusals: &mut Refusals) {
         refusals.now_ms = state.now_ms();
-        let Ok(set) = stored::read_docs(state.store.as_ref()).await else {
-            continue;
-        };
+        let set = &self.set;
         for u in &set.unreadable {
             // The node goes on with what it runs of that event, if
             // anything (a newer version's key, say, during a rolling
@@ -507,7 +537,7 @@ async fn watch_configs(state: Arc<AppState>) {
                 // runs is that event now, with the new event's anchor (the
                 // deletion made the store forget the old one).
                 if let Some(rt) = state.event(id).filter(|rt| rt.created_us < created_us)
-                    && let Some(anchor_us) = anchor_of(&state, &rt.config, doc).await
+                    && let Some(anchor_us) = anchor_of(state, &rt.config, doc).await
                 {
                     let times = stored::EventTimes {
                         anchor_us,
@@ -542,14 +572,14 @@ async fn watch_configs(state: Arc<AppState>) {
             // Checked beside this node's other events too: a table that
             // claims one of their paths (config files that differ between
             // nodes) is refused here, not run as a second event on that path.
-            if let Some(taken) = path_held_by_another(&state, &config) {
+            if let Some(taken) = path_held_by_another(state, &config) {
                 let why = format!("path {} is protected by event {} here", taken.0, taken.1);
                 if refusals.refused(id, Refused::Table(raw), &why) {
                     tracing::warn!(event = %id, path = %taken.0, by = %taken.1, "stored event change not applied: another event of this node protects that path");
                 }
                 continue;
             }
-            let Some(anchor) = anchor_of(&state, &config, doc).await else {
+            let Some(anchor) = anchor_of(state, &config, doc).await else {
                 continue;
             };
             let times = stored::EventTimes {
@@ -562,7 +592,7 @@ async fn watch_configs(state: Arc<AppState>) {
                         tracing::info!(event = %id, "stored event change applied after all");
                     }
                     if new {
-                        spawn_event(&state, id);
+                        spawn_event(state, id);
                     }
                 }
                 Err(e) => {
@@ -729,6 +759,113 @@ fn path_held_by_another(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A node's state with one event, `tickets` (two slots), on an
+    /// embedded store in `dir`, as `app::run` builds it; no task runs.
+    async fn one_node(dir: &std::path::Path) -> Arc<AppState> {
+        let toml = format!(
+            r#"
+[server]
+admin_token = "admin-token-123"
+[keys]
+secrets = ["0123456789abcdef0123456789abcdef"]
+[store]
+path = "{}"
+[[events]]
+id = "tickets"
+origin = "http://127.0.0.1:9"
+paths = ["/tickets"]
+max_active = 2
+"#,
+            dir.display()
+        );
+        let config = crate::Config::from_toml(&toml).unwrap();
+        let store = crate::app::open_store(&config).await.unwrap();
+        let events = stored::resolve(&config.events, store.as_ref())
+            .await
+            .unwrap();
+        Arc::new(AppState::new(&config, events, store, crate::clock::node_clock(0)).unwrap())
+    }
+
+    /// An admin call's status, made as the operator would.
+    fn admin(
+        state: &Arc<AppState>,
+        method: &str,
+        body: &str,
+    ) -> tokio::task::JoinHandle<axum::http::StatusCode> {
+        use tower::ServiceExt as _;
+        let req = axum::http::Request::builder()
+            .method(method)
+            .uri("/admin/events/tickets?force=true")
+            .header("authorization", "Bearer admin-token-123")
+            .header("content-type", "application/json")
+            .body(axum::body::Body::from(body.to_owned()))
+            .unwrap();
+        let router = crate::admin::router(state.clone());
+        tokio::spawn(async move { router.oneshot(req).await.unwrap().status() })
+    }
+
+    /// The slots `tickets` runs with here, `None` when it does not run.
+    fn slots(state: &AppState) -> Option<u64> {
+        state
+            .event(&EventId::new("tickets").unwrap())
+            .map(|rt| rt.config.max_active)
+    }
+
+    /// Each admin change made on this node while a look of the watch is
+    /// under way: its read is older than the change, its acts come after.
+    /// The change waits for the look, and stands once both are done. (Were
+    /// they not taken in turn, the change would be answered at once, and
+    /// the look would then act on a table older than it.)
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_look_at_the_stored_tables_never_undoes_a_change_this_node_makes_meanwhile() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = one_node(dir.path()).await;
+        let mut refusals = Refusals::default();
+        // What each change must leave: a change of slots (the first over
+        // the file's table, the second over a stored one, which a stale
+        // look would put back), a deletion (a stale look would run the
+        // event again), the event made again (a stale look showing it
+        // deleted would take it off the routes).
+        let changes = [
+            ("PATCH", r#"{"max_active": 5}"#, Some(5)),
+            ("PATCH", r#"{"max_active": 7}"#, Some(7)),
+            ("DELETE", "", None),
+            (
+                "PUT",
+                r#"{"origin": "http://127.0.0.1:9", "paths": ["/tickets"], "max_active": 3}"#,
+                Some(3),
+            ),
+        ];
+        let mut overtaken = Vec::new();
+        for (method, body, after) in changes {
+            let look = Look::read(&state).await.unwrap();
+            let mut change = admin(&state, method, body);
+            // Given time to overtake the look, it does not.
+            let early = tokio::time::timeout(Duration::from_millis(300), &mut change)
+                .await
+                .ok();
+            let overtook = early.is_some();
+            look.take_up(&state, &mut refusals).await;
+            let status = match early {
+                Some(answered) => answered.unwrap(),
+                None => change.await.unwrap(),
+            };
+            assert!(status.is_success(), "{method}: {status}");
+            assert_eq!(slots(&state), after, "after {method} and the look");
+            if overtook {
+                overtaken.push(method);
+            }
+            // The next look, of the tables as they now are, keeps it.
+            Look::read(&state)
+                .await
+                .unwrap()
+                .take_up(&state, &mut refusals)
+                .await;
+            assert_eq!(slots(&state), after, "after {method} and a later look");
+        }
+        assert_eq!(overtaken, [""; 0], "changes answered during a look");
+    }
 
     #[test]
     fn a_slow_clock_reading_moves_the_tick_grid_only_when_the_store_moved_away() {
