@@ -490,7 +490,7 @@ async fn watch_configs(state: Arc<AppState>) {
 /// act makes every look see all or none of each change this node makes;
 /// other nodes' changes come through the store, and a look older than
 /// one of theirs is corrected by the next.
-struct Look<'a> {
+pub(crate) struct Look<'a> {
     _turn: tokio::sync::MutexGuard<'a, ()>,
     set: stored::DocSet,
 }
@@ -498,7 +498,7 @@ struct Look<'a> {
 impl<'a> Look<'a> {
     /// The stored tables, read in this node's admin writes' turn; `None`
     /// when the store did not answer.
-    async fn read(state: &'a AppState) -> Option<Self> {
+    pub(crate) async fn read(state: &'a AppState) -> Option<Self> {
         let turn = state.admin_writes.lock().await;
         let set = stored::read_docs(state.store.as_ref()).await.ok()?;
         Some(Self { _turn: turn, set })
@@ -506,7 +506,7 @@ impl<'a> Look<'a> {
 
     /// Runs here what the look read: other nodes' creations, changes and
     /// deletions, each refused while it does not validate on this node.
-    async fn take_up(self, state: &Arc<AppState>, refusals: &mut Refusals) {
+    pub(crate) async fn take_up(self, state: &Arc<AppState>, refusals: &mut Refusals) {
         refusals.now_ms = state.now_ms();
         let set = &self.set;
         for u in &set.unreadable {
@@ -641,7 +641,7 @@ async fn anchor_of(
 /// `anteroom_stored_event_refused{event}` shows the refusal while it lasts
 /// (1), and its end (0); `GET /admin/refusals` lists each with its reason.
 #[derive(Default)]
-struct Refusals {
+pub(crate) struct Refusals {
     kept: std::collections::HashMap<EventId, (RefusedOwned, String)>,
     /// What the admin API shows: each refusal's reason and its start.
     shown: Arc<std::sync::Mutex<crate::state::Refusals>>,
@@ -759,113 +759,6 @@ fn path_held_by_another(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A node's state with one event, `tickets` (two slots), on an
-    /// embedded store in `dir`, as `app::run` builds it; no task runs.
-    async fn one_node(dir: &std::path::Path) -> Arc<AppState> {
-        let toml = format!(
-            r#"
-[server]
-admin_token = "admin-token-123"
-[keys]
-secrets = ["0123456789abcdef0123456789abcdef"]
-[store]
-path = "{}"
-[[events]]
-id = "tickets"
-origin = "http://127.0.0.1:9"
-paths = ["/tickets"]
-max_active = 2
-"#,
-            dir.display()
-        );
-        let config = crate::Config::from_toml(&toml).unwrap();
-        let store = crate::app::open_store(&config).await.unwrap();
-        let events = stored::resolve(&config.events, store.as_ref())
-            .await
-            .unwrap();
-        Arc::new(AppState::new(&config, events, store, crate::clock::node_clock(0)).unwrap())
-    }
-
-    /// An admin call's status, made as the operator would.
-    fn admin(
-        state: &Arc<AppState>,
-        method: &str,
-        body: &str,
-    ) -> tokio::task::JoinHandle<axum::http::StatusCode> {
-        use tower::ServiceExt as _;
-        let req = axum::http::Request::builder()
-            .method(method)
-            .uri("/admin/events/tickets?force=true")
-            .header("authorization", "Bearer admin-token-123")
-            .header("content-type", "application/json")
-            .body(axum::body::Body::from(body.to_owned()))
-            .unwrap();
-        let router = crate::admin::router(state.clone());
-        tokio::spawn(async move { router.oneshot(req).await.unwrap().status() })
-    }
-
-    /// The slots `tickets` runs with here, `None` when it does not run.
-    fn slots(state: &AppState) -> Option<u64> {
-        state
-            .event(&EventId::new("tickets").unwrap())
-            .map(|rt| rt.config.max_active)
-    }
-
-    /// Each admin change made on this node while a look of the watch is
-    /// under way: its read is older than the change, its acts come after.
-    /// The change waits for the look, and stands once both are done. (Were
-    /// they not taken in turn, the change would be answered at once, and
-    /// the look would then act on a table older than it.)
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_look_at_the_stored_tables_never_undoes_a_change_this_node_makes_meanwhile() {
-        let dir = tempfile::tempdir().unwrap();
-        let state = one_node(dir.path()).await;
-        let mut refusals = Refusals::default();
-        // What each change must leave: a change of slots (the first over
-        // the file's table, the second over a stored one, which a stale
-        // look would put back), a deletion (a stale look would run the
-        // event again), the event made again (a stale look showing it
-        // deleted would take it off the routes).
-        let changes = [
-            ("PATCH", r#"{"max_active": 5}"#, Some(5)),
-            ("PATCH", r#"{"max_active": 7}"#, Some(7)),
-            ("DELETE", "", None),
-            (
-                "PUT",
-                r#"{"origin": "http://127.0.0.1:9", "paths": ["/tickets"], "max_active": 3}"#,
-                Some(3),
-            ),
-        ];
-        let mut overtaken = Vec::new();
-        for (method, body, after) in changes {
-            let look = Look::read(&state).await.unwrap();
-            let mut change = admin(&state, method, body);
-            // Given time to overtake the look, it does not.
-            let early = tokio::time::timeout(Duration::from_millis(300), &mut change)
-                .await
-                .ok();
-            let overtook = early.is_some();
-            look.take_up(&state, &mut refusals).await;
-            let status = match early {
-                Some(answered) => answered.unwrap(),
-                None => change.await.unwrap(),
-            };
-            assert!(status.is_success(), "{method}: {status}");
-            assert_eq!(slots(&state), after, "after {method} and the look");
-            if overtook {
-                overtaken.push(method);
-            }
-            // The next look, of the tables as they now are, keeps it.
-            Look::read(&state)
-                .await
-                .unwrap()
-                .take_up(&state, &mut refusals)
-                .await;
-            assert_eq!(slots(&state), after, "after {method} and a later look");
-        }
-        assert_eq!(overtaken, [""; 0], "changes answered during a look");
-    }
 
     #[test]
     fn a_slow_clock_reading_moves_the_tick_grid_only_when_the_store_moved_away() {

@@ -401,6 +401,123 @@ pub async fn evict(
 mod tests {
     use super::*;
 
+    /// A node's state with one event, `tickets` (two slots), on an
+    /// embedded store in `dir`, as `app::run` builds it; no task runs.
+    async fn one_node(dir: &std::path::Path) -> Arc<crate::state::AppState> {
+        let toml = format!(
+            r#"
+[server]
+admin_token = "admin-token-123"
+[keys]
+secrets = ["0123456789abcdef0123456789abcdef"]
+[store]
+path = "{}"
+[[events]]
+id = "tickets"
+origin = "http://127.0.0.1:9"
+paths = ["/tickets"]
+max_active = 2
+"#,
+            dir.display()
+        );
+        let config = crate::config::Config::from_toml(&toml).unwrap();
+        let store: Arc<dyn anteroom_store::QueueStore> = Arc::new(
+            anteroom_store::embedded::EmbeddedStore::open(
+                dir,
+                anteroom_store::embedded::EmbeddedOptions::default(),
+            )
+            .await
+            .unwrap(),
+        );
+        let events = stored::resolve(&config.events, store.as_ref())
+            .await
+            .unwrap();
+        Arc::new(
+            crate::state::AppState::new(&config, events, store, crate::clock::node_clock(0))
+                .unwrap(),
+        )
+    }
+
+    /// An admin call's status, made as the operator would.
+    fn admin(
+        state: &Arc<crate::state::AppState>,
+        method: &str,
+        body: &str,
+    ) -> tokio::task::JoinHandle<axum::http::StatusCode> {
+        use tower::ServiceExt as _;
+        let req = axum::http::Request::builder()
+            .method(method)
+            .uri("/admin/events/tickets?force=true")
+            .header("authorization", "Bearer admin-token-123")
+            .header("content-type", "application/json")
+            .body(axum::body::Body::from(body.to_owned()))
+            .unwrap();
+        let router = super::super::router(state.clone());
+        tokio::spawn(async move { router.oneshot(req).await.unwrap().status() })
+    }
+
+    /// The slots `tickets` runs with here, `None` when it does not run.
+    fn slots(state: &crate::state::AppState) -> Option<u64> {
+        state
+            .event(&anteroom_store::EventId::new("tickets").unwrap())
+            .map(|rt| rt.config.max_active)
+    }
+
+    /// Each admin change made on this node while a look of the watch is
+    /// under way: its read is older than the change, its acts come after.
+    /// The change waits for the look, and stands once both are done. (Were
+    /// they not taken in turn, the change would be answered at once, and
+    /// the look would then act on a table older than it.)
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_look_at_the_stored_tables_never_undoes_a_change_this_node_makes_meanwhile() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = one_node(dir.path()).await;
+        let mut refusals = crate::scheduler::Refusals::default();
+        // What each change must leave: a change of slots (the first over
+        // the file's table, the second over a stored one, which a stale
+        // look would put back), a deletion (a stale look would run the
+        // event again), the event made again (a stale look showing it
+        // deleted would take it off the routes).
+        let changes = [
+            ("PATCH", r#"{"max_active": 5}"#, Some(5)),
+            ("PATCH", r#"{"max_active": 7}"#, Some(7)),
+            ("DELETE", "", None),
+            (
+                "PUT",
+                r#"{"origin": "http://127.0.0.1:9", "paths": ["/tickets"], "max_active": 3}"#,
+                Some(3),
+            ),
+        ];
+        let mut overtaken = Vec::new();
+        for (method, body, after) in changes {
+            let look = crate::scheduler::Look::read(&state).await.unwrap();
+            let mut change = admin(&state, method, body);
+            // Given time to overtake the look, it does not.
+            let early = tokio::time::timeout(std::time::Duration::from_millis(300), &mut change)
+                .await
+                .ok();
+            let overtook = early.is_some();
+            look.take_up(&state, &mut refusals).await;
+            let status = match early {
+                Some(answered) => answered.unwrap(),
+                None => change.await.unwrap(),
+            };
+            assert!(status.is_success(), "{method}: {status}");
+            assert_eq!(slots(&state), after, "after {method} and the look");
+            if overtook {
+                overtaken.push(method);
+            }
+            // The next look, of the tables as they now are, keeps it.
+            crate::scheduler::Look::read(&state)
+                .await
+                .unwrap()
+                .take_up(&state, &mut refusals)
+                .await;
+            assert_eq!(slots(&state), after, "after {method} and a later look");
+        }
+        assert_eq!(overtaken, [""; 0], "changes answered during a look");
+    }
+
     #[test]
     fn merge_patch_follows_rfc_7396() {
         let mut doc = serde_json::json!({"a": 1, "b": {"c": 2, "d": 3}, "e": [1]});
