@@ -523,7 +523,7 @@ impl<'a> Look<'a> {
                 refusals.cleared(id);
                 // Deleted through another node: its tasks here end at their next turn.
                 if let Some(rt) = state.remove_event(id) {
-                    rt.live.retire();
+                    rt.live.delete();
                     tracing::info!(event = %id, "event deleted on another node; stopped here");
                 }
                 continue;

@@ -67,6 +67,11 @@ pub struct Live {
     /// was deleted, or created again under its id (which gets new live
     /// state). Its sessions' WebSockets close (`passes::session_watch`).
     pub gone: std::sync::atomic::AtomicBool,
+    /// The event this state is of was deleted from this node (not created
+    /// again in place): its background tasks end, even where an event of
+    /// its id runs again by their next turn, since that one was started
+    /// with tasks of its own.
+    deleted: std::sync::atomic::AtomicBool,
 }
 
 impl Live {
@@ -91,6 +96,18 @@ impl Live {
 
     pub fn is_gone(&self) -> bool {
         self.gone.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Marks the event this state is of as deleted from this node: gone,
+    /// and its tasks end at their next turn (see [`AppState::event_for_task`]).
+    pub fn delete(&self) {
+        self.deleted
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        self.retire();
+    }
+
+    fn is_deleted(&self) -> bool {
+        self.deleted.load(std::sync::atomic::Ordering::Relaxed)
     }
 }
 
@@ -355,13 +372,20 @@ impl AppState {
     /// for good (deleted, its state retired). An event taken off the routes
     /// for a moment (an admin delete whose store call failed puts it back)
     /// is waited for: its tasks ended then, and it ran on without a
-    /// scheduler until a restart.
+    /// scheduler until a restart. An event created again in place (another
+    /// node deleted and made it between two looks of the watch) is the
+    /// task's to carry on with; one made again after this node deleted it
+    /// is not: it was started with tasks of its own, and the deleted one's
+    /// would run beside them, a set more for every delete and re-create.
     pub async fn event_for_task(
         &self,
         id: &EventId,
         seen: &mut Option<Arc<Live>>,
     ) -> Option<Arc<EventRuntime>> {
         loop {
+            if seen.as_ref().is_some_and(|live| live.is_deleted()) {
+                return None;
+            }
             if let Some(rt) = self.event(id) {
                 *seen = Some(rt.live.clone());
                 return Some(rt);

@@ -349,9 +349,9 @@ pub async fn delete(
     // Its sessions are over: their WebSockets through this node close
     // (the state taken off the routes, which the watch may have renewed
     // since `rt` was read, too).
-    rt.live.retire();
+    rt.live.delete();
     if let Some(taken) = &taken {
-        taken.live.retire();
+        taken.live.delete();
     }
     let change = Change {
         by: caller.name.clone(),
@@ -461,6 +461,44 @@ max_active = 2
         state
             .event(&anteroom_store::EventId::new("tickets").unwrap())
             .map(|rt| rt.config.max_active)
+    }
+
+    /// Background tasks of `state` still running (finished ones reaped).
+    fn tasks_running(state: &crate::state::AppState) -> usize {
+        let mut tasks = crate::locks::lock(&state.tasks);
+        while tasks.try_join_next().is_some() {}
+        tasks.len()
+    }
+
+    /// An event deleted and made again before its tasks' next turn (the
+    /// scheduler of an idle event sleeps up to a second, its refresher half
+    /// that) runs one set of background tasks, not one more per round.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_event_deleted_and_made_again_runs_one_set_of_tasks() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = one_node(dir.path()).await;
+        crate::scheduler::spawn_event(&state, &anteroom_store::EventId::new("tickets").unwrap());
+        let one_set = tasks_running(&state);
+        assert!(one_set >= 2, "{one_set} tasks for one event");
+        let again = r#"{"origin": "http://127.0.0.1:9", "paths": ["/tickets"], "max_active": 3}"#;
+        for _ in 0..3 {
+            assert!(admin(&state, "DELETE", "").await.unwrap().is_success());
+            assert!(admin(&state, "PUT", again).await.unwrap().is_success());
+        }
+        assert_eq!(slots(&state), Some(3));
+        // The deleted events' tasks end at their next turn.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        loop {
+            let running = tasks_running(&state);
+            if running == one_set {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{running} tasks run for the event made again; one set is {one_set}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
     }
 
     /// Each admin change made on this node while a look of the watch is
