@@ -35,46 +35,99 @@ pub async fn run(state: Arc<AppState>, id: EventId) {
 /// store error the snapshot is marked unreachable (drain) and the revocation
 /// cache is kept as it is.
 pub async fn refresh_once(state: &AppState, rt: &EventRuntime) {
-    let id = rt.id();
-    let stats = timed_store("stats", state.store.stats(id)).await;
-    let admin = timed_store("admin_state", state.store.admin_state(id)).await;
-    let revocations = crate::passes::refresh_revocations(state, rt).await;
-    let last_admin = read(&rt.live.snapshot).admin;
-    let observed = crate::state::observed::observe(
-        state,
-        rt,
-        stats.as_ref().ok(),
-        *admin.as_ref().unwrap_or(&last_admin),
-    );
-    let mut snapshot = write(&rt.live.snapshot);
-    match (stats, admin) {
-        (Ok(stats), Ok(admin)) => {
-            let event = id.to_string();
-            metrics::gauge!("anteroom_waiting", "event" => event.clone()).set(stats.waiting as f64);
-            metrics::gauge!("anteroom_active", "event" => event.clone()).set(stats.active as f64);
-            metrics::gauge!("anteroom_admitted_total", "event" => event)
-                .set(stats.admitted_total as f64);
-            // Every node learns the admission rate from the snapshot, so
-            // the ETA is as good where this node never wins a tick.
-            {
-                let mut feed = lock(&rt.live.admission.eta);
-                feed.set_plan(crate::state::admission::eta::Plan::of(&rt.config));
-                feed.observe(state.now_ms(), &stats);
-            }
-            *snapshot = Snapshot {
-                stats,
-                admin,
-                reachable: revocations.is_ok(),
-                refreshed_at_ms: state.now_ms(),
-                observed,
-            };
+    Refresh::read(state, rt).await.apply(state, rt);
+}
+
+/// One refresh: what the store said, read before the snapshot is written.
+/// An admin state this node set in between (a pause, a resume, a close) is
+/// newer than the one read: it is kept, not written over for half a
+/// second, or, were the store lost before the next refresh, for a whole
+/// outage (drain mode admits by the snapshot's state).
+pub(crate) struct Refresh {
+    stats: Result<anteroom_store::EventStats, anteroom_store::StoreError>,
+    admin: Result<anteroom_core::phase::AdminState, anteroom_store::StoreError>,
+    revocations_read: bool,
+    /// The snapshot's count of admin states set on this node, as it was
+    /// before the store was read.
+    admin_set: u64,
+}
+
+impl Refresh {
+    pub(crate) async fn read(state: &AppState, rt: &EventRuntime) -> Self {
+        let id = rt.id();
+        let admin_set = read(&rt.live.snapshot).admin_set;
+        let stats = timed_store("stats", state.store.stats(id)).await;
+        let admin = timed_store("admin_state", state.store.admin_state(id)).await;
+        let revocations = crate::passes::refresh_revocations(state, rt).await;
+        Self {
+            stats,
+            admin,
+            revocations_read: revocations.is_ok(),
+            admin_set,
         }
-        (Err(e), _) | (_, Err(e)) => {
-            if snapshot.reachable {
-                tracing::warn!(event = %id, error = e.kind(), "queue store unreachable; draining");
+    }
+
+    pub(crate) fn apply(self, state: &AppState, rt: &EventRuntime) {
+        let id = rt.id();
+        let Self {
+            stats,
+            admin,
+            revocations_read,
+            admin_set,
+        } = self;
+        let (last_admin, set_since) = {
+            let s = read(&rt.live.snapshot);
+            (s.admin, s.admin_set != admin_set)
+        };
+        let admin = match admin {
+            Ok(_) if set_since => Ok(last_admin),
+            other => other,
+        };
+        let observed = crate::state::observed::observe(
+            state,
+            rt,
+            stats.as_ref().ok(),
+            *admin.as_ref().unwrap_or(&last_admin),
+        );
+        let mut snapshot = write(&rt.live.snapshot);
+        match (stats, admin) {
+            (Ok(stats), Ok(admin)) => {
+                let event = id.to_string();
+                metrics::gauge!("anteroom_waiting", "event" => event.clone())
+                    .set(stats.waiting as f64);
+                metrics::gauge!("anteroom_active", "event" => event.clone())
+                    .set(stats.active as f64);
+                metrics::gauge!("anteroom_admitted_total", "event" => event)
+                    .set(stats.admitted_total as f64);
+                // Every node learns the admission rate from the snapshot, so
+                // the ETA is as good where this node never wins a tick.
+                {
+                    let mut feed = lock(&rt.live.admission.eta);
+                    feed.set_plan(crate::state::admission::eta::Plan::of(&rt.config));
+                    feed.observe(state.now_ms(), &stats);
+                }
+                // Set again between the look above and this lock: newer still.
+                let admin = if snapshot.admin_set == admin_set {
+                    admin
+                } else {
+                    snapshot.admin
+                };
+                *snapshot = Snapshot {
+                    stats,
+                    admin,
+                    admin_set: snapshot.admin_set,
+                    reachable: revocations_read,
+                    refreshed_at_ms: state.now_ms(),
+                    observed,
+                };
             }
-            snapshot.reachable = false;
-            snapshot.observed = observed;
+            (Err(e), _) | (_, Err(e)) => {
+                if snapshot.reachable {
+                    tracing::warn!(event = %id, error = e.kind(), "queue store unreachable; draining");
+                }
+                snapshot.reachable = false;
+                snapshot.observed = observed;
+            }
         }
     }
 }

@@ -37,6 +37,9 @@ use revocations::Revocations;
 pub struct Snapshot {
     pub stats: EventStats,
     pub admin: AdminState,
+    /// How many admin states this node set ([`Live::set_admin`]): a refresh
+    /// whose read of the store began before one keeps the state it set.
+    pub admin_set: u64,
     /// `false` while the store cannot be reached for this event (drain).
     pub reachable: bool,
     pub refreshed_at_ms: i64,
@@ -96,6 +99,14 @@ impl Live {
 
     pub fn is_gone(&self) -> bool {
         self.gone.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The admin state this node just set in the store, in force here at
+    /// once, and newer than any refresh's read of the store under way.
+    pub fn set_admin(&self, admin: AdminState) {
+        let mut s = write(&self.snapshot);
+        s.admin = admin;
+        s.admin_set += 1;
     }
 
     /// Marks the event this state is of as deleted from this node: gone,

@@ -444,10 +444,20 @@ max_active = 2
         method: &str,
         body: &str,
     ) -> tokio::task::JoinHandle<axum::http::StatusCode> {
+        admin_at(state, method, "/admin/events/tickets?force=true", body)
+    }
+
+    /// An admin call to `uri`'s status, made as the operator would.
+    fn admin_at(
+        state: &Arc<crate::state::AppState>,
+        method: &str,
+        uri: &str,
+        body: &str,
+    ) -> tokio::task::JoinHandle<axum::http::StatusCode> {
         use tower::ServiceExt as _;
         let req = axum::http::Request::builder()
             .method(method)
-            .uri("/admin/events/tickets?force=true")
+            .uri(uri)
             .header("authorization", "Bearer admin-token-123")
             .header("content-type", "application/json")
             .body(axum::body::Body::from(body.to_owned()))
@@ -498,6 +508,50 @@ max_active = 2
                 "{running} tasks run for the event made again; one set is {one_set}"
             );
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+
+    /// A pause, resume or close made on this node while a refresh is under
+    /// way (its store read before, its snapshot written after) stands: the
+    /// refresh does not write the state it read back over it. (Drain mode
+    /// admits by the snapshot's state, so a stale `running` kept through a
+    /// store outage would admit on a paused event.)
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_refresh_under_way_never_undoes_an_admin_state_set_meanwhile() {
+        use anteroom_core::phase::AdminState;
+        let dir = tempfile::tempdir().unwrap();
+        let state = one_node(dir.path()).await;
+        let rt = state
+            .event(&anteroom_store::EventId::new("tickets").unwrap())
+            .unwrap();
+        for (action, after) in [
+            ("pause", AdminState::Paused),
+            ("resume", AdminState::Running),
+            ("close", AdminState::Closed),
+            ("reopen", AdminState::Running),
+        ] {
+            let refresh = crate::refresh::Refresh::read(&state, &rt).await;
+            let status = admin_at(
+                &state,
+                "POST",
+                &format!("/admin/events/tickets/{action}"),
+                "",
+            )
+            .await
+            .unwrap();
+            assert_eq!(status, axum::http::StatusCode::NO_CONTENT, "{action}");
+            refresh.apply(&state, &rt);
+            assert_eq!(
+                rt.live.snapshot().admin,
+                after,
+                "after {action} and the refresh"
+            );
+            crate::refresh::refresh_once(&state, &rt).await;
+            assert_eq!(
+                rt.live.snapshot().admin,
+                after,
+                "after {action} and a later refresh"
+            );
         }
     }
 

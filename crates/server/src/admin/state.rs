@@ -16,7 +16,6 @@ use super::auth::Caller;
 use super::{audit, event, state_name};
 use crate::api::empty;
 use crate::error::ApiError;
-use crate::locks::write;
 use crate::state::AppState;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -69,7 +68,7 @@ async fn set_state(
     }
     // In force here at once; other nodes see it at their next refresh, and
     // the store itself refuses admissions from the moment it answered.
-    write(&rt.live.snapshot).admin = next;
+    rt.live.set_admin(next);
     audit::record(
         state,
         caller,
