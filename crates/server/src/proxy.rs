@@ -164,6 +164,16 @@ impl Proxy {
         let hop = headers::HopFields::read(&parts.headers);
         upgrade::check_asked(&hop)?;
         let upgrade = hop.upgrade_protocol(&parts.headers);
+        // A WebSocket handshake is HTTP/1.1 (RFC 6455, 4.1): on HTTP/1.0
+        // (or HTTP/2) the server gives no way to take the visitor's
+        // connection over, so the origin must not be asked to switch. Had
+        // it been, its `101` would come back as an origin failure, which
+        // any visitor could repeat to throttle an adaptive event's
+        // admissions.
+        if upgrade.is_some() && parts.extensions.get::<OnUpgrade>().is_none() {
+            crate::metrics::REJECTIONS.increment("upgrade_not_supported", 1);
+            return Err(ProxyError::UpgradeRefused);
+        }
         let connection = hop.connection;
         if upgrade.is_none()
             && hyper::body::Body::is_end_stream(&body)

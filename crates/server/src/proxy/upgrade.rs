@@ -7,7 +7,8 @@
 //!
 //! Any other `Upgrade` (`h2c` above all: a proxy that tunnels it lets the
 //! client speak HTTP/2 straight to the origin, past every later check) is
-//! refused with `400 upgrade_not_supported` before the origin is asked.
+//! refused with `400 upgrade_not_supported` before the origin is asked, as is
+//! a WebSocket handshake on HTTP/1.0 (see `Proxy::outgoing`).
 
 use std::sync::Arc;
 use std::time::Duration;

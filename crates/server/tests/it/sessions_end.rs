@@ -990,6 +990,24 @@ async fn only_a_single_websocket_upgrade_is_tunnelled() {
             assert_eq!(body["error"], "upgrade_not_supported", "{path}: {body}");
             assert!(body["message"].is_string(), "{path}: {body}");
         }
+        // A WebSocket handshake over HTTP/1.0, which RFC 6455 does not
+        // allow: the server has no connection to hand over, so the origin
+        // is not asked. Before, it was, and its `101` came back as a `502`
+        // counted against the origin (an adaptive event then admitted less).
+        let path = format!("{prefix}http10");
+        let mut s = crate::support::raw::connect(node.public).await;
+        let head = crate::support::raw::head(node.public, &format!("GET {path} HTTP/1.0"));
+        let request = format!(
+            "{head}Cookie: {jar}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
+             Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
+        );
+        s.write_all(request.as_bytes()).await.unwrap();
+        let (status, body) = crate::support::raw::read_response(&mut s)
+            .await
+            .unwrap_or_else(|| panic!("{path}: no answer"));
+        assert_eq!(status, 400, "{path}: {body}");
+        let body: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(body["error"], "upgrade_not_supported", "{path}: {body}");
         assert_eq!(
             origin.paths_starting(&prefix),
             Vec::<String>::new(),
