@@ -21,9 +21,11 @@
 //!   through the tick's `watch` channel; that is rare.
 //!
 //! A stream still reads its own status now and then (see `api::stream`):
-//! every second near the front, where the few visitors there must see
-//! departures ahead at once, and otherwise within a third of
-//! `queue_idle_timeout`, which is also what keeps the place alive.
+//! its admission mark is set a quarter short of its rank, since visitors
+//! ahead who leave unadmitted are not counted; every second near the
+//! front, where the few visitors there must see departures ahead at once;
+//! and otherwise within a third of `queue_idle_timeout`, which is also what
+//! keeps the place alive.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;

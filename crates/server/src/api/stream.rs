@@ -385,11 +385,20 @@ impl Stream {
             seq: before.seq,
             base: None,
         };
-        // Admissions take the best-ranked first: past this many more, the
-        // visitor has been reached (counted from before the read, so the
-        // mark is never late).
+        // Admissions take the best-ranked first: past `r + 1` more the
+        // visitor has been reached, sooner if visitors ahead leave (a
+        // release, an idle-out, an eviction), which the hub does not count.
+        // So the stream reads again a quarter of the way short of that, and
+        // once within `NEAR_RANK` of the front at the next admission of
+        // any: a few reads over a long wait (each one short by a quarter of
+        // what is left), the admission told at once unless more than a
+        // quarter of those ahead left between two reads. Counted from
+        // before the read, so the mark is never late by the read itself.
         let mark = match (has_rank(p.status), p.rank) {
-            (true, Some(r)) => Some(before.admitted_total.saturating_add(r).saturating_add(1)),
+            (true, Some(r)) => {
+                let reach = r.saturating_sub(r / 4).min(r.saturating_sub(NEAR_RANK));
+                Some(before.admitted_total.saturating_add(reach).saturating_add(1))
+            }
             _ => None,
         };
         self.sub.wake_at(mark);

@@ -220,6 +220,56 @@ async fn an_admission_reaches_the_stream_within_a_second_of_being_made() {
     assert!(latencies[2] < Duration::from_millis(1500), "{latencies:?}");
 }
 
+/// Visitors ahead who leave without being admitted (a release here; an
+/// idle-out or an eviction alike) bring the admission sooner than the
+/// admissions alone would: the stream still tells it within the contract's
+/// second. Before, it woke only once as many admissions as its rank had
+/// been made, which with ten of the 25 ahead gone never came (16 slots),
+/// and `ADMITTED` waited for the stream's next read of presence, a minute.
+#[tokio::test(flavor = "multi_thread")]
+async fn departures_ahead_do_not_delay_the_admissions_news() {
+    let s = start(16, 100).await;
+    s.pause("tickets", "pause").await;
+    let mut ahead = Vec::new();
+    for _ in 0..25 {
+        ahead.push(joined(&s).await);
+    }
+    let v = joined(&s).await;
+    let (_, _, sse) = Sse::open(&s, &v).await;
+    let mut sse = sse.unwrap();
+    let first = sse.next(Duration::from_secs(10)).await.unwrap();
+    assert_eq!(
+        (first["status"].as_str(), first["rank"].as_u64()),
+        (Some("PAUSED"), Some(25)),
+        "{first}"
+    );
+    for mut gone in ahead.drain(..10) {
+        let url = s.url("/api/queue/release?eventId=tickets");
+        let (status, body) = gone.json(Method::POST, &url, None).await;
+        assert!(status.is_success(), "release: {status} {body}");
+    }
+    s.pause("tickets", "resume").await;
+    let resumed = Instant::now();
+    // One admission every 100 ms: the visitor, 15th now, is the 16th.
+    let admitted = loop {
+        let p = sse
+            .next(Duration::from_secs(90))
+            .await
+            .expect("ended early");
+        if p["status"] == "ADMITTED" {
+            break p;
+        }
+        assert!(
+            matches!(p["status"].as_str(), Some("WAITING" | "PAUSED")),
+            "{p}"
+        );
+    };
+    let took = resumed.elapsed();
+    eprintln!("resume to ADMITTED through the stream, ten of the 25 ahead gone: {took:?}");
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    assert_eq!(redeem(&s, v, &admitted["token"]).await, StatusCode::OK);
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn past_max_streams_a_stream_is_refused_with_503_and_retry_after() {
     let s = start(2, 1).await;
