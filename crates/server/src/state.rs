@@ -12,6 +12,8 @@ pub mod guesses;
 pub mod observed;
 pub mod renewals;
 pub mod revocations;
+#[cfg(test)]
+pub mod testing;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};

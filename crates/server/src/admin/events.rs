@@ -401,43 +401,6 @@ pub async fn evict(
 mod tests {
     use super::*;
 
-    /// A node's state with one event, `tickets` (two slots), on an
-    /// embedded store in `dir`, as `app::run` builds it; no task runs.
-    async fn one_node(dir: &std::path::Path) -> Arc<crate::state::AppState> {
-        let toml = format!(
-            r#"
-[server]
-admin_token = "admin-token-123"
-[keys]
-secrets = ["0123456789abcdef0123456789abcdef"]
-[store]
-path = "{}"
-[[events]]
-id = "tickets"
-origin = "http://127.0.0.1:9"
-paths = ["/tickets"]
-max_active = 2
-"#,
-            dir.display()
-        );
-        let config = crate::config::Config::from_toml(&toml).unwrap();
-        let store: Arc<dyn anteroom_store::QueueStore> = Arc::new(
-            anteroom_store::embedded::EmbeddedStore::open(
-                dir,
-                anteroom_store::embedded::EmbeddedOptions::default(),
-            )
-            .await
-            .unwrap(),
-        );
-        let events = stored::resolve(&config.events, store.as_ref())
-            .await
-            .unwrap();
-        Arc::new(
-            crate::state::AppState::new(&config, events, store, crate::clock::node_clock(0))
-                .unwrap(),
-        )
-    }
-
     /// An admin call's status, made as the operator would.
     fn admin(
         state: &Arc<crate::state::AppState>,
@@ -486,7 +449,7 @@ max_active = 2
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn an_event_deleted_and_made_again_runs_one_set_of_tasks() {
         let dir = tempfile::tempdir().unwrap();
-        let state = one_node(dir.path()).await;
+        let state = crate::state::testing::one_node(dir.path()).await;
         crate::scheduler::spawn_event(&state, &anteroom_store::EventId::new("tickets").unwrap());
         let one_set = tasks_running(&state);
         assert!(one_set >= 2, "{one_set} tasks for one event");
@@ -520,7 +483,7 @@ max_active = 2
     async fn a_refresh_under_way_never_undoes_an_admin_state_set_meanwhile() {
         use anteroom_core::phase::AdminState;
         let dir = tempfile::tempdir().unwrap();
-        let state = one_node(dir.path()).await;
+        let state = crate::state::testing::one_node(dir.path()).await;
         let rt = state
             .event(&anteroom_store::EventId::new("tickets").unwrap())
             .unwrap();
@@ -563,7 +526,7 @@ max_active = 2
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_look_at_the_stored_tables_never_undoes_a_change_this_node_makes_meanwhile() {
         let dir = tempfile::tempdir().unwrap();
-        let state = one_node(dir.path()).await;
+        let state = crate::state::testing::one_node(dir.path()).await;
         let mut refusals = crate::scheduler::Refusals::default();
         // What each change must leave: a change of slots (the first over
         // the file's table, the second over a stored one, which a stale

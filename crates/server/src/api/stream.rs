@@ -397,7 +397,12 @@ impl Stream {
         let mark = match (has_rank(p.status), p.rank) {
             (true, Some(r)) => {
                 let reach = r.saturating_sub(r / 4).min(r.saturating_sub(NEAR_RANK));
-                Some(before.admitted_total.saturating_add(reach).saturating_add(1))
+                Some(
+                    before
+                        .admitted_total
+                        .saturating_add(reach)
+                        .saturating_add(1),
+                )
             }
             _ => None,
         };

@@ -145,7 +145,23 @@ pub fn gauge(rt: &EventRuntime) {
 /// Records this node's drain admissions in the store, then leaves drain mode.
 /// A failed reconcile keeps the node draining; the next probe retries.
 async fn leave(state: &AppState, rt: &EventRuntime) {
+    // In turn with the node's admin writes: a delete cannot land between
+    // the look below and the recording, so the store never hears of a
+    // deleted event's drain sessions (it forgot that event; the next event
+    // of its id would begin with them, slots taken by nobody).
+    let _turn = state.admin_writes.lock().await;
     let drain = of(rt);
+    if rt.live.is_gone() {
+        // Deleted (or made again in place elsewhere) while draining: its
+        // admissions are over with it, and a restart must not replay them
+        // into the next event of its id.
+        if let Some(j) = super::journal(state, rt)
+            && let Err(e) = j.clear()
+        {
+            tracing::warn!(event = %rt.id(), error = %e, path = %j.path().display(), "drain journal of a deleted event not emptied");
+        }
+        return;
+    }
     let pending = pending_sessions(drain, rt, state.now_ms());
     if !pending.is_empty() {
         let members: Vec<(String, i64)> = pending
@@ -368,6 +384,34 @@ fn admit_locally(state: &AppState, rt: &EventRuntime) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A drain that ends after its event was deleted records none of its
+    /// admissions in the store, which forgot that event.
+    #[tokio::test]
+    async fn a_drain_ended_after_its_event_was_deleted_records_nothing_in_the_store() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = crate::state::testing::one_node(dir.path()).await;
+        let id = EventId::new("tickets").unwrap();
+        let rt = state.event(&id).unwrap();
+        let drain = of(&rt);
+        drain.enter(state.now_ms(), 0);
+        drain.note(
+            "visitor",
+            &anteroom_store::MemberState::Waiting {
+                rank: 0,
+                queue_length: 1,
+            },
+        );
+        admit_locally(&state, &rt);
+        assert_eq!(pending_sessions(drain, &rt, state.now_ms()).len(), 1);
+        // Deleted as the admin API does, before the drain's end.
+        state.remove_event(&id);
+        state.store.delete_event(&id).await.unwrap();
+        rt.live.delete();
+        leave(&state, &rt).await;
+        let stats = state.store.stats(&id).await.unwrap();
+        assert_eq!((stats.active, stats.outstanding), (0, 0), "{stats:?}");
+    }
 
     fn admission(redeemed_until_ms: Option<i64>, session_start_ms: Option<i64>) -> LocalAdmission {
         LocalAdmission {
