@@ -18,9 +18,8 @@ pub const REFRESH_EVERY: Duration = Duration::from_millis(500);
 
 /// The refresher of one event: every [`REFRESH_EVERY`] while the event
 /// exists on this node.
-pub async fn run(state: Arc<AppState>, id: EventId) {
+pub async fn run(state: Arc<AppState>, id: EventId, mut seen: Option<Arc<crate::state::Live>>) {
     let mut every = tokio::time::interval(REFRESH_EVERY);
-    let mut seen = None;
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         every.tick().await;

@@ -29,15 +29,21 @@ const WATCH_CONFIGS_EVERY: Duration = Duration::from_secs(5);
 
 /// Starts the background tasks of one event.
 pub fn spawn_event(state: &Arc<AppState>, id: &EventId) {
+    // Each task starts with the event's live state as it is now: one whose
+    // first turn comes after the event was taken off the routes for a
+    // moment (a delete whose store call then fails) waits for it, as for
+    // an event it has seen, rather than end as if it never was.
+    let seen = state.event(id).map(|rt| rt.live.clone());
     let mut tasks = lock(&state.tasks);
     // Drain mode: the drain task runs beside the scheduler and holds it while
     // drain admissions are not yet recorded in the store.
     tasks.spawn(crate::drain::supervise(
         state.clone(),
         id.clone(),
-        schedule(state.clone(), id.clone()),
+        seen.clone(),
+        schedule(state.clone(), id.clone(), seen.clone()),
     ));
-    tasks.spawn(crate::refresh::run(state.clone(), id.clone()));
+    tasks.spawn(crate::refresh::run(state.clone(), id.clone(), seen));
 }
 
 /// Starts every event's tasks and the config watcher.
@@ -115,10 +121,9 @@ fn next_tick(now: i64, grid_ms: i64, pace: Pace) -> i64 {
     next.max(boundary.div_euclid(grid_ms) + i64::from(boundary % grid_ms != 0))
 }
 
-async fn schedule(state: Arc<AppState>, id: EventId) {
+async fn schedule(state: Arc<AppState>, id: EventId, mut seen: Option<Arc<crate::state::Live>>) {
     let mut renewed: Option<tokio::time::Instant> = None;
     let mut measured: Option<tokio::time::Instant> = None;
-    let mut seen = None;
     loop {
         let Some(rt) = state.event_for_task(&id, &mut seen).await else {
             return;

@@ -75,8 +75,9 @@ pub struct Live {
     /// The event this state is of was deleted from this node (not created
     /// again in place): its background tasks end, even where an event of
     /// its id runs again by their next turn, since that one was started
-    /// with tasks of its own.
-    deleted: std::sync::atomic::AtomicBool,
+    /// with tasks of its own. Shared with the states made in place after it
+    /// ([`Live::after`]): a task may still hold an earlier one of them.
+    deleted: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Live {
@@ -84,7 +85,10 @@ impl Live {
     /// of, keeping only what belongs to the store rather than the event:
     /// how far its clock runs ahead of this node's.
     fn after(old: &Live) -> Self {
-        let fresh = Live::default();
+        let fresh = Live {
+            deleted: old.deleted.clone(),
+            ..Live::default()
+        };
         {
             let before = crate::locks::lock(&old.policy);
             let mut memory = crate::locks::lock(&fresh.policy);
@@ -381,15 +385,16 @@ impl AppState {
     }
 
     /// The event `id` as it runs now, for one of its background tasks,
-    /// which last saw it with the live state `seen`: `None` once it is gone
-    /// for good (deleted, its state retired). An event taken off the routes
-    /// for a moment (an admin delete whose store call failed puts it back)
-    /// is waited for: its tasks ended then, and it ran on without a
-    /// scheduler until a restart. An event created again in place (another
-    /// node deleted and made it between two looks of the watch) is the
-    /// task's to carry on with; one made again after this node deleted it
-    /// is not: it was started with tasks of its own, and the deleted one's
-    /// would run beside them, a set more for every delete and re-create.
+    /// which last saw it with the live state `seen`: `None` once that event
+    /// was deleted from this node ([`Live::delete`], on it or on a state
+    /// made in place after it). An event taken off the routes for a moment
+    /// (an admin delete whose store call failed puts it back) is waited
+    /// for: its tasks ended then, and it ran on without a scheduler until a
+    /// restart. An event created again in place (another node deleted and
+    /// made it between two looks of the watch) is the task's to carry on
+    /// with; one made again after this node deleted it is not: it was
+    /// started with tasks of its own, and the deleted one's would run
+    /// beside them, a set more for every delete and re-create.
     pub async fn event_for_task(
         &self,
         id: &EventId,
@@ -404,10 +409,10 @@ impl AppState {
                 return Some(rt);
             }
             match seen {
-                Some(live) if !live.is_gone() => {
+                Some(_) => {
                     tokio::time::sleep(std::time::Duration::from_millis(50)).await;
                 }
-                _ => return None,
+                None => return None,
             }
         }
     }

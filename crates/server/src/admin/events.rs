@@ -453,6 +453,10 @@ mod tests {
         crate::scheduler::spawn_event(&state, &anteroom_store::EventId::new("tickets").unwrap());
         let one_set = tasks_running(&state);
         assert!(one_set >= 2, "{one_set} tasks for one event");
+        // First made again in place, as the watch does for an event another
+        // node deleted and made anew: the tasks may still hold the earlier
+        // live state when this one is deleted.
+        made_again_in_place(&state);
         let again = r#"{"origin": "http://127.0.0.1:9", "paths": ["/tickets"], "max_active": 3}"#;
         for _ in 0..3 {
             assert!(admin(&state, "DELETE", "").await.unwrap().is_success());
@@ -472,6 +476,43 @@ mod tests {
             );
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
+    }
+
+    /// `tickets` created again in place, with a newer creation time, as the
+    /// watch takes up an event another node deleted and made anew.
+    fn made_again_in_place(state: &crate::state::AppState) {
+        let rt = state
+            .event(&anteroom_store::EventId::new("tickets").unwrap())
+            .unwrap();
+        let times = stored::EventTimes {
+            anchor_us: rt.anchor_us,
+            created_us: rt.created_us.max(0) + 1,
+        };
+        assert!(!state.upsert_event(rt.config.clone(), times).unwrap());
+        assert!(rt.live.is_gone());
+    }
+
+    /// An event off the routes for a while and put back (a delete whose
+    /// store call failed), after it was made again in place, keeps its
+    /// tasks: they wait for it rather than end.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_event_put_back_after_a_failed_delete_keeps_its_tasks() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = crate::state::testing::one_node(dir.path()).await;
+        let id = anteroom_store::EventId::new("tickets").unwrap();
+        crate::scheduler::spawn_event(&state, &id);
+        let one_set = tasks_running(&state);
+        made_again_in_place(&state);
+        let taken = state.remove_event(&id).unwrap();
+        // Off the routes past every task's turn (the idle scheduler's is a
+        // second): each finds it gone and waits.
+        tokio::time::sleep(std::time::Duration::from_millis(1_500)).await;
+        state.restore_event(taken);
+        assert_eq!(
+            tasks_running(&state),
+            one_set,
+            "tasks ended while the event was off the routes"
+        );
     }
 
     /// A pause, resume or close made on this node while a refresh is under

@@ -59,8 +59,10 @@ async fn set_state(
     id: &str,
     action: Action,
 ) -> Result<Response, ApiError> {
-    let rt = event(state, id)?;
+    // The event as it runs once this change has its turn: a look of the
+    // watch before it may have made it again in place, or removed it.
     let _writes = state.admin_writes.lock().await;
+    let rt = event(state, id)?;
     let current = state.store.admin_state(rt.id()).await?;
     let next = target(action, current)?;
     if next != current {

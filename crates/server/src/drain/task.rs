@@ -29,8 +29,13 @@ pub const PROBE_EVERY: Duration = Duration::from_millis(100);
 
 /// Runs the event's drain task beside its `scheduler`, polling the scheduler
 /// only while drain does not hold it.
-pub async fn supervise(state: Arc<AppState>, id: EventId, scheduler: impl Future<Output = ()>) {
-    let mut drain = pin!(watch(state.clone(), id.clone()));
+pub async fn supervise(
+    state: Arc<AppState>,
+    id: EventId,
+    seen: Option<Arc<crate::state::Live>>,
+    scheduler: impl Future<Output = ()>,
+) {
+    let mut drain = pin!(watch(state.clone(), id.clone(), seen));
     let mut scheduler = pin!(scheduler);
     std::future::poll_fn(|cx| {
         if drain.as_mut().poll(cx).is_ready() {
@@ -51,12 +56,11 @@ pub async fn supervise(state: Arc<AppState>, id: EventId, scheduler: impl Future
     .await;
 }
 
-async fn watch(state: Arc<AppState>, id: EventId) {
+async fn watch(state: Arc<AppState>, id: EventId, mut seen: Option<Arc<crate::state::Live>>) {
     let settings = state.server.drain;
     let window = settings.drain_after;
     let probe_timeout = health::probe_timeout(settings.store_timeout, window);
     let mut health = Health::default();
-    let mut seen = None;
     let mut every = tokio::time::interval(PROBE_EVERY);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
