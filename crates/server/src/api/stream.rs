@@ -389,14 +389,20 @@ impl Stream {
         // visitor has been reached, sooner if visitors ahead leave (a
         // release, an idle-out, an eviction), which the hub does not count.
         // So the stream reads again a quarter of the way short of that, and
-        // once within `NEAR_RANK` of the front at the next admission of
-        // any: a few reads over a long wait (each one short by a quarter of
-        // what is left), the admission told at once unless more than a
-        // quarter of those ahead left between two reads. Counted from
-        // before the read, so the mark is never late by the read itself.
+        // no later than when it would come within `NEAR_RANK` of the front,
+        // where it reads every second anyway: a few reads over a long wait
+        // (each one short by a quarter of what is left), the admission told
+        // at once unless more than a quarter of those ahead left between
+        // two reads. Counted from before the read, so the mark is never
+        // late by the read itself.
         let mark = match (has_rank(p.status), p.rank) {
             (true, Some(r)) => {
-                let reach = r.saturating_sub(r / 4).min(r.saturating_sub(NEAR_RANK));
+                let short = r.saturating_sub(r / 4);
+                let reach = if r >= NEAR_RANK {
+                    short.min(r - NEAR_RANK)
+                } else {
+                    short
+                };
                 Some(
                     before
                         .admitted_total
