@@ -154,6 +154,15 @@ async fn leave(state: &AppState, rt: &EventRuntime) {
     // deleted event's drain sessions (it forgot that event; the next event
     // of its id would begin with them, slots taken by nobody).
     let _turn = state.admin_writes.lock().await;
+    if let Some(recorded) = record(state, rt).await {
+        close(state, rt, &recorded).await;
+    }
+}
+
+/// Tells the store of the drain sessions not yet recorded, each with the
+/// end it has now: `None` when it failed (the node goes on draining) or the
+/// event is gone; otherwise what it recorded.
+async fn record(state: &AppState, rt: &EventRuntime) -> Option<Vec<(String, i64)>> {
     let drain = of(rt);
     if rt.live.is_gone() {
         // Deleted (or made again in place elsewhere) while draining: its
@@ -164,7 +173,7 @@ async fn leave(state: &AppState, rt: &EventRuntime) {
         {
             tracing::warn!(event = %rt.id(), error = %e, path = %j.path().display(), "drain journal of a deleted event not emptied");
         }
-        return;
+        return None;
     }
     let pending = pending_sessions(drain, rt, state.now_ms());
     if !pending.is_empty() {
@@ -186,7 +195,7 @@ async fn leave(state: &AppState, rt: &EventRuntime) {
             }
             Err(e) => {
                 tracing::warn!(event = %rt.id(), error = e.kind(), "reconcile failed; still draining");
-                return;
+                return None;
             }
         }
     }
@@ -199,37 +208,63 @@ async fn leave(state: &AppState, rt: &EventRuntime) {
     {
         tracing::warn!(event = %rt.id(), error = %e, path = %j.path().display(), "drain journal not emptied");
     }
+    Some(pending)
+}
+
+/// Leaves drain mode once `recorded` (sessions and the ends the store was
+/// told) is in the store. A session released on this node since the list
+/// was taken (its end lowered here, while the store, not holding it yet,
+/// had nothing to release) is released in the store now: it would
+/// otherwise hold its slot to the end it was recorded with.
+async fn close(state: &AppState, rt: &EventRuntime, recorded: &[(String, i64)]) {
+    let drain = of(rt);
     // Fresh stats and admin state before the first answer after the drain.
     crate::refresh::refresh_once(state, rt).await;
     let now = state.now_ms();
-    let mut inner = lock(&drain.inner);
-    for (member, _) in &pending {
-        if let Some(nonce) = inner.by_member.get(member).copied()
-            && let Some(local) = inner.local.get_mut(&nonce)
-        {
-            local.reconciled = true;
+    let ended_since: Vec<String> = {
+        let mut inner = lock(&drain.inner);
+        let mut ended_since = Vec::new();
+        for (member, end) in recorded {
+            if let Some(nonce) = inner.by_member.get(member).copied()
+                && let Some(local) = inner.local.get_mut(&nonce)
+            {
+                local.reconciled = true;
+                let over = local.session_start_ms.is_none()
+                    && local.redeemed_until_ms.is_some_and(|until| until < *end);
+                if over {
+                    ended_since.push(member.clone());
+                }
+            }
+        }
+        // Keep what still matters: unexpired drain tokens (replays stay
+        // refused) and sessions not yet over (see `queue::Queue::seen`).
+        let Inner {
+            local, by_member, ..
+        } = &mut *inner;
+        local.retain(|_, l| {
+            l.token_expires_at_ms > now || l.redeemed_until_ms.is_some_and(|until| until > now)
+        });
+        by_member.retain(|_, n| local.contains_key(n));
+        drain
+            .any_local
+            .store(!local.is_empty(), std::sync::atomic::Ordering::Release);
+        let lasted = inner.since_ms.take().map(|s| now - s);
+        drain
+            .draining
+            .store(false, std::sync::atomic::Ordering::Release);
+        drain
+            .holding
+            .store(false, std::sync::atomic::Ordering::Release);
+        tracing::info!(event = %rt.id(), lasted_ms = ?lasted, "queue store back; drain over");
+        ended_since
+    };
+    for member in ended_since {
+        let released =
+            crate::metrics::timed_store("release", state.store.release(rt.id(), &member)).await;
+        if let Err(e) = released {
+            tracing::warn!(event = %rt.id(), error = e.kind(), "a drain session released during the drain's end is still recorded; it ends at its recorded end");
         }
     }
-    // Keep what still matters: unexpired drain tokens (replays stay refused)
-    // and sessions not yet over (see `queue::Queue::seen`).
-    let Inner {
-        local, by_member, ..
-    } = &mut *inner;
-    local.retain(|_, l| {
-        l.token_expires_at_ms > now || l.redeemed_until_ms.is_some_and(|until| until > now)
-    });
-    by_member.retain(|_, n| local.contains_key(n));
-    drain
-        .any_local
-        .store(!local.is_empty(), std::sync::atomic::Ordering::Release);
-    let lasted = inner.since_ms.take().map(|s| now - s);
-    drain
-        .draining
-        .store(false, std::sync::atomic::Ordering::Release);
-    drain
-        .holding
-        .store(false, std::sync::atomic::Ordering::Release);
-    tracing::info!(event = %rt.id(), lasted_ms = ?lasted, "queue store back; drain over");
 }
 
 /// A visitor this node admitted while draining whom the store admitted as
@@ -388,6 +423,41 @@ fn admit_locally(state: &AppState, rt: &EventRuntime) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A drain session its visitor released while the drain's end recorded
+    /// it (the release's store call found nothing yet, its end lowered here
+    /// after the list was taken) is released in the store too, not left to
+    /// hold its slot to the end it was recorded with.
+    #[tokio::test]
+    async fn a_session_released_while_the_drain_ends_is_not_left_recorded() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = crate::state::testing::one_node(dir.path()).await;
+        let id = EventId::new("tickets").unwrap();
+        let rt = state.event(&id).unwrap();
+        let drain = of(&rt);
+        drain.enter(state.now_ms(), 0);
+        drain.note(
+            "visitor",
+            &anteroom_store::MemberState::Waiting {
+                rank: 0,
+                queue_length: 1,
+            },
+        );
+        admit_locally(&state, &rt);
+        let nonce = *lock(&drain.inner).by_member.get("visitor").unwrap();
+        let now = state.now_ms();
+        drain
+            .redeem_local("visitor", &nonce, now + 60_000, now * 1000)
+            .unwrap()
+            .unwrap();
+        let recorded = record(&state, &rt).await.unwrap();
+        assert_eq!(state.store.stats(&id).await.unwrap().active, 1);
+        drain.end_session("visitor", state.now_ms());
+        close(&state, &rt, &recorded).await;
+        let stats = state.store.stats(&id).await.unwrap();
+        assert_eq!(stats.active, 0, "{stats:?}");
+        assert!(!drain.is_draining());
+    }
 
     /// A drain that ends after its event was deleted records none of its
     /// admissions in the store, which forgot that event.
