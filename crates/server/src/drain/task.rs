@@ -424,16 +424,12 @@ fn admit_locally(state: &AppState, rt: &EventRuntime) {
 mod tests {
     use super::*;
 
-    /// A drain session its visitor released while the drain's end recorded
-    /// it (the release's store call found nothing yet, its end lowered here
-    /// after the list was taken) is released in the store too, not left to
-    /// hold its slot to the end it was recorded with.
-    #[tokio::test]
-    async fn a_session_released_while_the_drain_ends_is_not_left_recorded() {
-        let dir = tempfile::tempdir().unwrap();
-        let state = crate::state::testing::one_node(dir.path()).await;
-        let id = EventId::new("tickets").unwrap();
-        let rt = state.event(&id).unwrap();
+    /// A node whose `tickets` drains, with one visitor admitted on its own.
+    async fn draining_with_one_admission(
+        dir: &std::path::Path,
+    ) -> (Arc<AppState>, Arc<EventRuntime>) {
+        let state = crate::state::testing::one_node(dir).await;
+        let rt = state.event(&EventId::new("tickets").unwrap()).unwrap();
         let drain = of(&rt);
         drain.enter(state.now_ms(), 0);
         drain.note(
@@ -444,6 +440,18 @@ mod tests {
             },
         );
         admit_locally(&state, &rt);
+        (state, rt)
+    }
+
+    /// A drain session its visitor released while the drain's end recorded
+    /// it (the release's store call found nothing yet, its end lowered here
+    /// after the list was taken) is released in the store too, not left to
+    /// hold its slot to the end it was recorded with.
+    #[tokio::test]
+    async fn a_session_released_while_the_drain_ends_is_not_left_recorded() {
+        let dir = tempfile::tempdir().unwrap();
+        let (state, rt) = draining_with_one_admission(dir.path()).await;
+        let (id, drain) = (rt.id().clone(), of(&rt));
         let nonce = *lock(&drain.inner).by_member.get("visitor").unwrap();
         let now = state.now_ms();
         drain
@@ -464,19 +472,8 @@ mod tests {
     #[tokio::test]
     async fn a_drain_ended_after_its_event_was_deleted_records_nothing_in_the_store() {
         let dir = tempfile::tempdir().unwrap();
-        let state = crate::state::testing::one_node(dir.path()).await;
-        let id = EventId::new("tickets").unwrap();
-        let rt = state.event(&id).unwrap();
-        let drain = of(&rt);
-        drain.enter(state.now_ms(), 0);
-        drain.note(
-            "visitor",
-            &anteroom_store::MemberState::Waiting {
-                rank: 0,
-                queue_length: 1,
-            },
-        );
-        admit_locally(&state, &rt);
+        let (state, rt) = draining_with_one_admission(dir.path()).await;
+        let (id, drain) = (rt.id().clone(), of(&rt));
         assert_eq!(pending_sessions(drain, &rt, state.now_ms()).len(), 1);
         // Deleted as the admin API does, before the drain's end.
         state.remove_event(&id);
