@@ -73,7 +73,22 @@ pub async fn authorize(
             .into_response();
     }
     req.extensions_mut().insert(caller);
-    next.run(req).await
+    if reads {
+        return next.run(req).await;
+    }
+    // A change runs to its end once it has begun, in a task of its own:
+    // were it run in the connection's, a client that went away mid-way
+    // (a closed tab, a timed-out script) would cancel it between its store
+    // write and its audit entry and its taking effect on this node, which
+    // would then run the old state until a restart put the stored one in
+    // force, unrecorded.
+    match tokio::spawn(next.run(req)).await {
+        Ok(response) => response,
+        Err(e) => {
+            tracing::error!(error = %e, "admin change failed");
+            ApiError::Internal.into_response()
+        }
+    }
 }
 
 /// `GET /admin/whoami`: the caller's token name and role, so the dashboard

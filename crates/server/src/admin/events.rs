@@ -515,6 +515,54 @@ mod tests {
         );
     }
 
+    /// An admin change whose client goes away before the answer (a closed
+    /// tab; hyper then drops the call) runs to its end all the same: in
+    /// force on the node and in its audit trail, not in the store alone.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_change_whose_client_goes_away_runs_to_its_end() {
+        use anteroom_core::phase::AdminState;
+        let dir = tempfile::tempdir().unwrap();
+        let state = crate::state::testing::one_node(dir.path()).await;
+        let rt = state
+            .event(&anteroom_store::EventId::new("tickets").unwrap())
+            .unwrap();
+        let tasks = || {
+            tokio::runtime::Handle::current()
+                .metrics()
+                .num_alive_tasks()
+        };
+        let before = tasks();
+        // The change waits for its turn behind another write of this node,
+        // and its client goes away meanwhile.
+        let turn = state.admin_writes.lock().await;
+        let call = admin_at(&state, "POST", "/admin/events/tickets/pause", "");
+        // The call's own task and the change's, once it has begun.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        while tasks() < before + 2 && std::time::Instant::now() < deadline {
+            tokio::task::yield_now().await;
+        }
+        call.abort();
+        assert!(call.await.unwrap_err().is_cancelled());
+        drop(turn);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while rt.live.snapshot().admin != AdminState::Paused {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the change was dropped with its client"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        assert_eq!(
+            state.store.admin_state(rt.id()).await.unwrap(),
+            AdminState::Paused
+        );
+        let trail = state.store.audit(rt.id(), 10).await.unwrap();
+        assert!(
+            trail.iter().any(|e| e.contains("\"pause\"")),
+            "no audit entry: {trail:?}"
+        );
+    }
+
     /// A pause, resume or close made on this node while a refresh is under
     /// way (its store read before, its snapshot written after) stands: the
     /// refresh does not write the state it read back over it. (Drain mode
