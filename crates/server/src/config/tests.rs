@@ -108,6 +108,25 @@ fn invalid_values_name_their_key() {
             "{inv}events[0].origin (event \"drop\"): \"http://…@127.0.0.1:9000/app\" must not carry credentials (user:password@)"
         ),
     );
+    // A port no connection can be made to is refused, not a 502 for every
+    // admitted visitor.
+    for port in ["99999", "0", "-1", "65536"] {
+        check(
+            ("http://127.0.0.1:9000", &format!("http://127.0.0.1:{port}")),
+            &format!(
+                "{inv}events[0].origin (event \"drop\"): \"http://127.0.0.1:{port}\" has no usable port (1 to 65535)"
+            ),
+        );
+    }
+    check(
+        (
+            "admission = { mode = \"batch\", batch_size = 5, interval = \"100ms\" }",
+            "admission = { mode = \"capacity\", health_url = \"http://o:0/h\", field = \"c\", target = 4 }",
+        ),
+        &format!(
+            "{inv}events[0].admission.health_url (event \"drop\"): \"http://o:0/h\" has no usable port (1 to 65535)"
+        ),
+    );
     check(
         ("http://127.0.0.1:9000", "http://127.0.0.1:9000/app?v=2"),
         &format!(
