@@ -361,3 +361,47 @@ async fn a_head_handed_to_hyper_keeps_the_first_heads_deadline() {
     }
     server.stop().await;
 }
+
+/// A client that shuts its side down once its request is sent (`printf …
+/// | nc -N`, some health checkers) is answered, on either listener, for
+/// hyper's routes as for the door's. Before, hyper dropped the request of a
+/// half-closed connection unanswered.
+#[tokio::test]
+async fn a_request_whose_client_shut_its_side_down_is_answered() {
+    let server = TestServer::start("").await;
+    let cookie = session(&server).await;
+    let requests = [
+        // Hyper's: the waiting page, and the admin listener's health check.
+        (
+            server.public,
+            "GET /queue/tickets HTTP/1.1\r\nConnection: close\r\n",
+            200,
+        ),
+        (server.admin, "GET /healthz HTTP/1.1\r\n", 200),
+        // The door's: a poll.
+        (
+            server.public,
+            &*format!("GET /api/queue/position?eventId=tickets HTTP/1.1\r\nCookie: {cookie}\r\n"),
+            200,
+        ),
+    ];
+    for (addr, head, status) in requests {
+        let mut c = TcpStream::connect(addr).await.unwrap();
+        c.write_all(format!("{head}Host: {addr}\r\n\r\n").as_bytes())
+            .await
+            .unwrap();
+        c.shutdown().await.unwrap();
+        let mut all = Vec::new();
+        tokio::time::timeout(std::time::Duration::from_secs(10), c.read_to_end(&mut all))
+            .await
+            .expect("an answer within 10 s")
+            .unwrap();
+        let text = String::from_utf8_lossy(&all);
+        assert!(
+            text.starts_with(&format!("HTTP/1.1 {status} ")),
+            "{head:?}: {:?}",
+            &text[..text.len().min(200)]
+        );
+    }
+    server.stop().await;
+}
