@@ -163,6 +163,9 @@ impl Proxy {
         let authority = origin_authority(origin)?;
         let hop = headers::HopFields::read(&parts.headers);
         upgrade::check_asked(&hop)?;
+        if hop.transfer_encoding {
+            check_coding(&parts.headers)?;
+        }
         let upgrade = hop.upgrade_protocol(&parts.headers);
         // A WebSocket handshake is HTTP/1.1 (RFC 6455, 4.1): on HTTP/1.0
         // (or HTTP/2) the server gives no way to take the visitor's
@@ -414,6 +417,29 @@ fn requested(request: &Uri) -> std::borrow::Cow<'_, str> {
         Some(pq) if pq.starts_with('?') => format!("/{pq}").into(),
         Some(pq) => pq.into(),
         None => "/".into(),
+    }
+}
+
+/// Refuses a body sent with a transfer coding other than `chunked` (`gzip,
+/// chunked`, say). The HTTP parser takes the chunks off, but the gate's
+/// hop to the origin carries only its own chunking: the origin would read
+/// the still-coded bytes as the plain body, unseen by anything in between
+/// that checked it. RFC 9112 (6.1) answers such a request `501`.
+fn check_coding(headers: &http::HeaderMap) -> Result<(), ProxyError> {
+    let chunked_only = headers
+        .get_all(http::header::TRANSFER_ENCODING)
+        .iter()
+        .all(|v| {
+            v.to_str().is_ok_and(|v| {
+                v.split(',')
+                    .all(|t| t.trim().eq_ignore_ascii_case("chunked"))
+            })
+        });
+    if chunked_only {
+        Ok(())
+    } else {
+        crate::metrics::REJECTIONS.increment("not_implemented", 1);
+        Err(ProxyError::UnknownCoding)
     }
 }
 

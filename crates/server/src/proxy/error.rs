@@ -20,6 +20,9 @@ pub enum ProxyError {
     BrokenBody,
     #[error("only WebSocket upgrades are accepted")]
     UpgradeRefused,
+    /// A transfer coding other than `chunked` (RFC 9112, 6.1: 501).
+    #[error("the request's transfer coding is not supported: only chunked is")]
+    UnknownCoding,
     #[error("the origin is not an absolute http:// URL")]
     BadOrigin,
     #[error("the origin could not be reached")]
@@ -68,6 +71,7 @@ impl ProxyError {
             Self::AtConnectionCap => StatusCode::SERVICE_UNAVAILABLE,
             Self::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
             Self::UpgradeRefused | Self::BrokenBody => StatusCode::BAD_REQUEST,
+            Self::UnknownCoding => StatusCode::NOT_IMPLEMENTED,
             _ => StatusCode::BAD_GATEWAY,
         }
     }
@@ -78,6 +82,7 @@ impl ProxyError {
             Self::Timeout => "gateway_timeout",
             Self::BodyTimeout => "body_timeout",
             Self::UpgradeRefused => "upgrade_not_supported",
+            Self::UnknownCoding => "not_implemented",
             Self::BrokenBody => "bad_request",
             Self::AtConnectionCap => "too_many_connections",
             _ => "bad_gateway",
@@ -89,7 +94,7 @@ impl ProxyError {
     pub fn is_visitors(&self) -> bool {
         matches!(
             self,
-            Self::BodyTimeout | Self::BrokenBody | Self::UpgradeRefused
+            Self::BodyTimeout | Self::BrokenBody | Self::UpgradeRefused | Self::UnknownCoding
         )
     }
 }

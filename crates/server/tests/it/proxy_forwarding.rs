@@ -662,6 +662,46 @@ async fn raw_exchange(s: &server::TestServer, head: &str, body: &[u8]) -> String
     String::from_utf8_lossy(&got).into_owned()
 }
 
+/// A body sent with a transfer coding other than `chunked` (`gzip,
+/// chunked`) is refused with `501 not_implemented` (RFC 9112, 6.1) before
+/// the origin is asked. It was forwarded with the gate's own chunking only,
+/// so the origin read the still-coded bytes as the plain body.
+#[tokio::test]
+async fn a_body_in_a_transfer_coding_the_gate_cannot_pass_on_is_refused() {
+    let (s, origin) = start_server("").await;
+    let mut v = Visitor::default();
+    admit(&s, &mut v).await;
+    let cookies = v
+        .cookies
+        .iter()
+        .map(|(k, val)| format!("{k}={val}"))
+        .collect::<Vec<_>>()
+        .join("; ");
+    for coding in ["gzip, chunked", "x-custom, chunked", "deflate,chunked"] {
+        let head = format!(
+            "POST /tickets/coded HTTP/1.1\r\nHost: shop.example\r\nCookie: {cookies}\r\n\
+             Transfer-Encoding: {coding}\r\nConnection: close\r\n\r\n"
+        );
+        let answer = raw_exchange(&s, &head, b"2\r\nhi\r\n0\r\n\r\n").await;
+        assert!(answer.starts_with("HTTP/1.1 501 "), "{coding}: {answer}");
+        assert!(answer.contains("\"error\":\"not_implemented\""), "{answer}");
+    }
+    let seen = origin.requests.lock().unwrap().clone();
+    assert!(
+        !seen
+            .iter()
+            .any(|(uri, _, _)| uri.contains("/tickets/coded")),
+        "the origin saw {seen:?}"
+    );
+    // Plain chunking still goes through.
+    let head = format!(
+        "POST /tickets/coded HTTP/1.1\r\nHost: shop.example\r\nCookie: {cookies}\r\n\
+         Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+    );
+    let answer = raw_exchange(&s, &head, b"2\r\nhi\r\n0\r\n\r\n").await;
+    assert!(answer.starts_with("HTTP/1.1 200 "), "{answer}");
+}
+
 /// A visitor's malformed chunked body (a bad size line, a size past u64)
 /// is the visitor's failure: `400 bad_request`, and never a sample of the
 /// origin failing. It was a `502` counted as the origin's error, so one
