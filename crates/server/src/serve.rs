@@ -572,11 +572,7 @@ fn protocol_builder(limits: &Limits) -> Builder<TokioExecutor> {
         // request head, which cost an eighth of a position poll's CPU at
         // 2048. Browsers send 10-30 fields; a head with more than 100 gets
         // hyper's bare 431 before any handler runs (docs/api.md).
-        .max_buf_size(MAX_BUF)
-        // A client may shut its side down once its request is sent (as
-        // `printf … | nc -N` and some health checkers do) and still be
-        // answered; hyper's default drops such a request unanswered.
-        .half_close(true);
+        .max_buf_size(MAX_BUF);
     builder
         .http2()
         .timer(TokioTimer::new())
