@@ -101,9 +101,13 @@ impl Refresh {
                 // Every node learns the admission rate from the snapshot, so
                 // the ETA is as good where this node never wins a tick.
                 {
+                    let now = state.now_ms();
+                    let admitting =
+                        state.phase_with(rt, admin) == anteroom_core::phase::Phase::Open;
                     let mut feed = lock(&rt.live.admission.eta);
                     feed.set_plan(crate::state::admission::eta::Plan::of(&rt.config));
-                    feed.observe(state.now_ms(), &stats);
+                    feed.set_admitting(now, admitting);
+                    feed.observe(now, &stats);
                 }
                 // Set again between the look above and this lock: newer still.
                 let admin = if snapshot.admin_set == admin_set {

@@ -366,13 +366,13 @@ impl AppState {
 
     /// The event's phase now, from its config and the last known admin state.
     pub fn phase_of(&self, rt: &EventRuntime) -> Phase {
+        self.phase_with(rt, rt.live.stats_and_admin().1)
+    }
+
+    /// The event's phase now, were its admin state `admin`.
+    pub fn phase_with(&self, rt: &EventRuntime, admin: AdminState) -> Phase {
         let pre_window = i64::try_from(rt.config.pre_window.as_millis()).unwrap_or(i64::MAX);
-        phase(
-            self.now_ms(),
-            rt.config.opens_at_ms,
-            pre_window,
-            rt.live.stats_and_admin().1,
-        )
+        phase(self.now_ms(), rt.config.opens_at_ms, pre_window, admin)
     }
 
     /// The current events (a cheap snapshot; never held across a swap).

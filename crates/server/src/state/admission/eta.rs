@@ -103,6 +103,11 @@ pub struct EtaFeed {
     last_admitted_total: Option<u64>,
     smoothed: Option<(f64, i64)>,
     published: Option<f64>,
+    /// Since when (this node's ms) the event admits nobody by decision
+    /// (paused, closed, not yet open), and how long it stood so before: the
+    /// measured rate's clock ([`Self::rate_ms`]) leaves those times out.
+    halted_since: Option<i64>,
+    halted_ms: i64,
 }
 
 impl EtaFeed {
@@ -111,15 +116,46 @@ impl EtaFeed {
         self.plan = plan;
     }
 
+    /// Whether the event admits now (open, not paused or closed), as of
+    /// `now_ms`. While it does not, the measured rate's clock stands still:
+    /// a pause is no evidence of how fast the queue moves, and measured
+    /// through it the rate fell toward zero, so that after a six-minute
+    /// pause a visitor 23th in line was told eleven hours, and shown it for
+    /// minutes while the rate climbed back.
+    pub fn set_admitting(&mut self, now_ms: i64, admitting: bool) {
+        match (admitting, self.halted_since) {
+            (false, None) => self.halted_since = Some(now_ms),
+            (true, Some(since)) => {
+                self.halted_ms = self
+                    .halted_ms
+                    .saturating_add(now_ms.saturating_sub(since).max(0));
+                self.halted_since = None;
+            }
+            _ => {}
+        }
+    }
+
+    /// `now_ms` on the measured rate's clock: this node's, less the times
+    /// the event admitted nobody by decision ([`Self::set_admitting`]).
+    fn rate_ms(&self, now_ms: i64) -> i64 {
+        let halted_now = self
+            .halted_since
+            .map_or(0, |since| now_ms.saturating_sub(since).max(0));
+        now_ms
+            .saturating_sub(self.halted_ms)
+            .saturating_sub(halted_now)
+    }
+
     /// Learns from one stats snapshot taken at `now_ms`.
     pub fn observe(&mut self, now_ms: i64, stats: &EventStats) {
+        let rate_ms = self.rate_ms(now_ms);
         let admitted = match self.last_admitted_total {
             // A smaller total means the store was reset: start over from it.
             Some(last) if stats.admitted_total >= last => stats.admitted_total - last,
             _ => 0,
         };
         self.last_admitted_total = Some(stats.admitted_total);
-        self.history.record(now_ms, admitted, 0);
+        self.history.record(rate_ms, admitted, 0);
         self.turnover.record(
             now_ms,
             stats.admitted_total,
@@ -128,7 +164,7 @@ impl EtaFeed {
         if let Some((_, seen)) = &mut self.first_admission {
             *seen = seen.saturating_add(admitted);
         } else if admitted > 0 {
-            self.first_admission = Some((now_ms, admitted));
+            self.first_admission = Some((rate_ms, admitted));
         }
         if self.plan.slots > 0 {
             let model = eta::queue_rate(
@@ -151,18 +187,25 @@ impl EtaFeed {
                 return;
             }
         }
-        let Some(raw) = self.raw_rate(now_ms, stats) else {
+        let Some(raw) = self.raw_rate(rate_ms, stats) else {
             return;
         };
         let smoothed = match self.smoothed {
+            // Nothing learnt yet (no admission before), or a young history's
+            // rate rising as admissions come (its first span is measured
+            // conservatively already): taken as it is, not approached over
+            // seconds, which told a fresh event's first visitors ten to
+            // twenty times their wait. Only a falling rate is followed
+            // slowly, so no estimate jumps up.
             None => raw,
+            Some((prev, _)) if prev <= 0.0 || (raw > prev && self.young(rate_ms)) => raw,
             Some((prev, at)) => {
-                let dt = now_ms.saturating_sub(at).max(0) as f64;
+                let dt = rate_ms.saturating_sub(at).max(0) as f64;
                 let tau = if raw > prev { RISE_TAU_MS } else { FALL_TAU_MS };
                 prev + (raw - prev) * (1.0 - (-dt / tau).exp())
             }
         };
-        self.smoothed = Some((smoothed, now_ms));
+        self.smoothed = Some((smoothed, rate_ms));
         self.publish(smoothed);
     }
 
@@ -180,14 +223,17 @@ impl EtaFeed {
     /// Adds waiting visitors who idled out, seen by this node's expire sweep.
     pub fn record_abandoned(&mut self, now_ms: i64, abandoned: u64) {
         if abandoned > 0 {
-            self.history.record_abandoned(now_ms, abandoned);
+            let rate_ms = self.rate_ms(now_ms);
+            self.history.record_abandoned(rate_ms, abandoned);
         }
     }
 
     /// Waiting visitors lost per second over the last minute as of
     /// `now_ms` (this node's clock): what shortens an estimate.
     pub fn churn_per_s(&self, now_ms: i64) -> f64 {
-        self.history.churn_per_s(now_ms, RATE_1M_MS).unwrap_or(0.0)
+        self.history
+            .churn_per_s(self.rate_ms(now_ms), RATE_1M_MS)
+            .unwrap_or(0.0)
     }
 
     /// The published admission rate, visitors per second.

@@ -239,3 +239,75 @@ fn plan_floor_yields_to_a_lower_measured_rate() {
     let rate = feed.rate().unwrap();
     assert!((4.5..=5.5).contains(&rate), "rate {rate}");
 }
+
+/// A pause (or a close, or the time before the opening) is no evidence of
+/// the admission rate: the estimate after six minutes paused is the one
+/// before, not the hours a rate measured through the pause gave (a visitor
+/// 23rd in line was told eleven hours, and admitted 75 s later).
+#[test]
+fn a_pause_does_not_count_as_a_rate_of_zero() {
+    let mut feed = EtaFeed::default();
+    let mut total = 0;
+    let mut t = 0;
+    // One admission every 3 s for five minutes, observed twice a second.
+    while t < 300_000 {
+        if t % 3_000 == 0 {
+            total += 1;
+        }
+        feed.set_admitting(t, true);
+        feed.observe(t, &stats(total));
+        t += 500;
+    }
+    let before = feed.estimate(t, 23).unwrap().seconds;
+    // Six minutes paused: nobody admitted.
+    let paused_at = t;
+    while t < paused_at + 360_000 {
+        feed.set_admitting(t, false);
+        feed.observe(t, &stats(total));
+        t += 500;
+    }
+    let during = feed.estimate(t, 23).unwrap().seconds;
+    // Resumed: the first snapshots after it.
+    feed.set_admitting(t, true);
+    feed.observe(t, &stats(total));
+    let after = feed.estimate(t, 23).unwrap().seconds;
+    assert!(
+        during <= before * 11 / 10 && after <= before * 11 / 10,
+        "23rd in line: {before} s before the pause, {during} s during it, {after} s after it"
+    );
+    // And the rate stays the measured one as admissions go on.
+    let resumed_at = t;
+    while t < resumed_at + 30_000 {
+        if t % 3_000 == 0 {
+            total += 1;
+        }
+        feed.set_admitting(t, true);
+        feed.observe(t, &stats(total));
+        t += 500;
+    }
+    let later = feed.estimate(t, 23).unwrap().seconds;
+    assert!(later <= before * 11 / 10, "{before} s before, {later} s 30 s after");
+}
+
+/// A fresh event's first measured rate is published as measured, not
+/// approached from zero (its first visitors were told ten to twenty times
+/// their wait).
+#[test]
+fn the_first_measured_rate_is_taken_as_it_is() {
+    let mut feed = EtaFeed::default();
+    let mut total = 0;
+    let mut t = 0;
+    // Five admissions a second from the start, observed twice a second.
+    feed.observe(t, &stats(total));
+    while t < 3_000 {
+        t += 500;
+        total += 2;
+        feed.observe(t, &stats(total));
+    }
+    let rate = feed.rate().unwrap();
+    assert!(rate > 0.0, "rate {rate}");
+    // Measured over the first span, the rate is what the admissions say
+    // (6 in 3 s, over at least 10 s: 0.6/s at least), not a tenth of it.
+    let raw = 6.0 / 10.0;
+    assert!(rate >= raw * 0.9, "published {rate}/s against a measured {raw}/s at least");
+}
