@@ -353,7 +353,11 @@ fn waiting(
     p.queue_length = len;
     p.estimated_wait_seconds = estimate.map(|e| e.seconds);
     p.estimated_wait = estimate.map(|e| eta::iso8601(e.seconds));
-    p.display = Some(eta::display(estimate, lang));
+    p.display = Some(if status == Status::Paused {
+        eta::display_paused(lang)
+    } else {
+        eta::display(estimate, lang)
+    });
     p
 }
 

@@ -25,6 +25,11 @@ async fn queue_position_and_error_json() {
         ".pollAfterMs" => "[poll]",
         ".display" => "[display]",
     });
+    // Paused, the wording says so; "calculating…" would promise a figure.
+    assert_eq!(
+        paused["display"], "paused: no estimate until admissions resume",
+        "{paused}"
+    );
     let (_, none) = Visitor::default()
         .json(
             Method::GET,

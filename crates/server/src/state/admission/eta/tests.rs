@@ -286,7 +286,10 @@ fn a_pause_does_not_count_as_a_rate_of_zero() {
         t += 500;
     }
     let later = feed.estimate(t, 23).unwrap().seconds;
-    assert!(later <= before * 11 / 10, "{before} s before, {later} s 30 s after");
+    assert!(
+        later <= before * 11 / 10,
+        "{before} s before, {later} s 30 s after"
+    );
 }
 
 /// A fresh event's first measured rate is published as measured, not
@@ -309,5 +312,8 @@ fn the_first_measured_rate_is_taken_as_it_is() {
     // Measured over the first span, the rate is what the admissions say
     // (6 in 3 s, over at least 10 s: 0.6/s at least), not a tenth of it.
     let raw = 6.0 / 10.0;
-    assert!(rate >= raw * 0.9, "published {rate}/s against a measured {raw}/s at least");
+    assert!(
+        rate >= raw * 0.9,
+        "published {rate}/s against a measured {raw}/s at least"
+    );
 }
