@@ -311,17 +311,6 @@ pub fn estimate_in_slots(
 }
 
 /// `wait_s × BUFFER + SEEN_WITHIN_MS`, rounded up to the second.
-/// `e`, unless the visitor cannot be admitted before `wait_ms` from now
-/// (batch admission's next batches: a rate spreads a batch over its
-/// interval, but the whole batch waits for its tick), then that wait,
-/// buffered like any other.
-pub fn at_least(e: Estimate, wait_ms: u64) -> Estimate {
-    if wait_ms <= e.wait_ms {
-        return e;
-    }
-    buffered(wait_ms as f64 / 1000.0)
-}
-
 fn buffered(wait_s: f64) -> Estimate {
     // `as` saturates, so an absurd wait is u64::MAX.
     let seconds = (wait_s * BUFFER + SEEN_WITHIN_MS as f64 / 1000.0 - 1e-9).ceil() as u64;

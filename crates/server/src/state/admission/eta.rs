@@ -66,9 +66,6 @@ pub struct Plan {
     /// How many sessions may run at once: `max_active`, or capacity mode's
     /// `target` when lower. Zero where unknown (adaptive: its window moves).
     pub slots: u64,
-    /// Batch mode's size and interval (ms): its batches leave on the
-    /// interval's grid, every node's alike (`scheduler::next_tick`).
-    pub batch: Option<(u64, i64)>,
 }
 
 impl Plan {
@@ -77,22 +74,18 @@ impl Plan {
         match &config.admission {
             Admission::Batch { size, interval } => {
                 let secs = interval.as_secs_f64();
-                let interval_ms = i64::try_from(interval.as_millis()).unwrap_or(i64::MAX);
                 Plan {
                     admit_per_s: (secs > 0.0).then(|| *size as f64 / secs),
                     slots: max_active,
-                    batch: (*size > 0 && interval_ms > 0).then_some((*size, interval_ms)),
                 }
             }
             Admission::Continuous { max_per_minute } => Plan {
                 admit_per_s: Some(*max_per_minute as f64 / 60.0),
                 slots: max_active,
-                batch: None,
             },
             Admission::Capacity { target, .. } => Plan {
                 admit_per_s: None,
                 slots: (*target).min(max_active),
-                batch: None,
             },
             Admission::Adaptive { .. } => Plan::default(),
         }
@@ -259,26 +252,8 @@ impl EtaFeed {
         self.turnover.note_admitted(now_ms, admitted);
     }
 
-    /// The buffered estimate for a visitor with `rank` visitors ahead. In
-    /// batch mode never sooner than the batch the visitor can be in leaves:
-    /// the rate alone told the visitor at the front of a 50-every-minute
-    /// queue 3 s for the whole minute before its batch.
+    /// The buffered estimate for a visitor with `rank` visitors ahead.
     pub fn estimate(&self, now_ms: i64, rank: u64) -> Option<Estimate> {
-        let e = self.estimate_by_rate(now_ms, rank)?;
-        Some(match self.plan.batch {
-            Some((size, interval_ms)) => {
-                let until_next = interval_ms - now_ms.rem_euclid(interval_ms);
-                let batches_ahead = i64::try_from(rank / size).unwrap_or(i64::MAX);
-                let wait_ms = batches_ahead
-                    .saturating_mul(interval_ms)
-                    .saturating_add(until_next);
-                eta::at_least(e, u64::try_from(wait_ms).unwrap_or(0))
-            }
-            None => e,
-        })
-    }
-
-    fn estimate_by_rate(&self, now_ms: i64, rank: u64) -> Option<Estimate> {
         let churn = self.churn_per_s(now_ms);
         let slots = self.plan.slots;
         if slots > 0 {

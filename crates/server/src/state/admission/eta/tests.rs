@@ -97,7 +97,6 @@ fn flash_crowd_first_estimates_use_the_plan() {
     feed.set_plan(Plan {
         admit_per_s: Some(20.0),
         slots: 200,
-        batch: None,
     });
     feed.observe(0, &stats(0));
     feed.observe(500, &stats(20));
@@ -136,7 +135,6 @@ fn slots_that_bind_set_the_estimate() {
     feed.set_plan(Plan {
         admit_per_s: Some(20.0),
         slots: 100,
-        batch: None,
     });
     run_slots(&mut feed, 20, 100, 8, 1);
     // 20 held, 80 free: rank 50 waits 51 / 20 s → 3.06 s + 0.6 → 4 s.
@@ -146,7 +144,6 @@ fn slots_that_bind_set_the_estimate() {
     feed.set_plan(Plan {
         admit_per_s: Some(20.0),
         slots: 100,
-        batch: None,
     });
     run_slots(&mut feed, 20, 100, 8, 6);
     assert_eq!(feed.estimate(6_000, 0), None, "slots full, none freed");
@@ -155,7 +152,6 @@ fn slots_that_bind_set_the_estimate() {
     feed.set_plan(Plan {
         admit_per_s: Some(20.0),
         slots: 100,
-        batch: None,
     });
     run_slots(&mut feed, 20, 100, 8, 120);
     let rate = feed.rate().unwrap();
@@ -175,7 +171,6 @@ fn no_configured_rate_waits_for_the_turnover() {
     feed.set_plan(Plan {
         admit_per_s: None,
         slots: 50,
-        batch: None,
     });
     run_slots(&mut feed, 50, 50, 10, 5);
     assert_eq!(feed.estimate(5_000, 0), None);
@@ -183,7 +178,6 @@ fn no_configured_rate_waits_for_the_turnover() {
     feed.set_plan(Plan {
         admit_per_s: None,
         slots: 50,
-        batch: None,
     });
     run_slots(&mut feed, 50, 50, 10, 60);
     let rate = feed.rate().unwrap();
@@ -199,7 +193,6 @@ fn steady_batches_with_plan_never_raise_an_estimate() {
     feed.set_plan(Plan {
         admit_per_s: Some(10.0),
         slots: 10_000,
-        batch: None,
     });
     let mut total = 0u64;
     let mut last: Option<u64> = None;
@@ -237,7 +230,6 @@ fn plan_floor_yields_to_a_lower_measured_rate() {
     feed.set_plan(Plan {
         admit_per_s: Some(10.0),
         slots: 0,
-        batch: None,
     });
     let mut total = 0;
     for s in 0..300 {
@@ -324,50 +316,4 @@ fn the_first_measured_rate_is_taken_as_it_is() {
         rate >= raw * 0.9,
         "published {rate}/s against a measured {raw}/s at least"
     );
-}
-
-/// Batch mode: a visitor is never told sooner than the batch they can be
-/// in leaves (the rate alone told the front of a 50-a-minute queue 3 s for
-/// the whole minute), and a visitor's estimate only counts down as the
-/// batches go.
-#[test]
-fn a_batch_is_waited_for_to_its_tick() {
-    let mut feed = EtaFeed::default();
-    feed.set_plan(Plan {
-        admit_per_s: Some(50.0 / 60.0),
-        slots: 10_000,
-        batch: Some((50, 60_000)),
-    });
-    let mut total = 0;
-    let mut t = 0;
-    // Ten minutes of batches to learn from (on the minute's grid).
-    while t < 600_000 {
-        if t % 60_000 == 0 {
-            total += 50;
-        }
-        feed.observe(t, &stats(total));
-        t += 500;
-    }
-    // 5 s into a minute: the front waits 55 s, two batches back 175 s.
-    let t = 605_000;
-    feed.observe(t, &stats(total));
-    let front = feed.estimate(t, 0).unwrap();
-    assert!(front.wait_ms >= 55_000 && !front.almost_there, "{front:?}");
-    let back = feed.estimate(t, 120).unwrap();
-    assert!(back.wait_ms >= 175_000, "{back:?}");
-    // A visitor 120th in line, followed for three batches: only down.
-    let mut rank = 120u64;
-    let mut last = back.seconds;
-    let mut t = t;
-    while rank >= 50 {
-        t += 500;
-        if t % 60_000 == 0 {
-            total += 50;
-            rank -= 50;
-        }
-        feed.observe(t, &stats(total));
-        let e = feed.estimate(t, rank).unwrap().seconds;
-        assert!(e <= last, "rose from {last} to {e} s at {t} ms, rank {rank}");
-        last = e;
-    }
 }
