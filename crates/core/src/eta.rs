@@ -255,21 +255,21 @@ impl Lang {
 /// Estimates past this many minutes are shown in hours.
 const HOURS_FROM_MIN: u64 = 90;
 
-/// The estimate in words: "almost there", "about 7 minutes", "about 2 hours".
-///
-/// Minutes round up (the conservative side); hours, shown only past 90
-/// minutes, round to the nearest hour, since rounding 2 h 01 up to "about 3
-/// hours" would mislead more than the buffer already protects.
 /// What `display` says while the event's admissions are paused: no
 /// figure, and not "calculating…", which promises one is coming.
 pub fn display_paused(lang: Lang) -> String {
     match lang {
         Lang::En => "paused: no estimate until admissions resume",
-        Lang::Fr => "en pause : pas d'estimation avant la reprise",
+        Lang::Fr => "en pause : pas d’estimation avant la reprise",
     }
     .to_owned()
 }
 
+/// The estimate in words: "almost there", "about 7 minutes", "about 2 hours".
+///
+/// Minutes round up (the conservative side); hours, shown only past 90
+/// minutes, round to the nearest hour, since rounding 2 h 01 up to "about 3
+/// hours" would mislead more than the buffer already protects.
 pub fn display(e: Option<Estimate>, lang: Lang) -> String {
     let Some(e) = e else {
         return match lang {

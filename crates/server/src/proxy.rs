@@ -420,22 +420,27 @@ fn requested(request: &Uri) -> std::borrow::Cow<'_, str> {
     }
 }
 
-/// Refuses a body sent with a transfer coding other than `chunked` (`gzip,
-/// chunked`, say). The HTTP parser takes the chunks off, but the gate's
-/// hop to the origin carries only its own chunking: the origin would read
-/// the still-coded bytes as the plain body, unseen by anything in between
-/// that checked it. RFC 9112 (6.1) answers such a request `501`.
+/// Refuses a body sent with any transfer coding but one `chunked` (`gzip,
+/// chunked`, or `chunked, chunked` over one line or two). The HTTP parser
+/// takes one layer of chunks off, but the gate's hop to the origin carries
+/// only its own chunking: the origin would read what is left (still coded,
+/// or still chunk-framed) as the plain body, unseen by anything in between
+/// that checked it. RFC 9112 (6.1) answers an unknown coding `501`. Empty
+/// list elements (`, chunked`) are no coding (RFC 9110, 5.6.1).
 fn check_coding(headers: &http::HeaderMap) -> Result<(), ProxyError> {
-    let chunked_only = headers
-        .get_all(http::header::TRANSFER_ENCODING)
-        .iter()
-        .all(|v| {
-            v.to_str().is_ok_and(|v| {
-                v.split(',')
-                    .all(|t| t.trim().eq_ignore_ascii_case("chunked"))
-            })
-        });
-    if chunked_only {
+    let mut codings = 0usize;
+    let mut chunked = 0usize;
+    for value in headers.get_all(http::header::TRANSFER_ENCODING) {
+        let Ok(value) = value.to_str() else {
+            codings += 1;
+            continue;
+        };
+        for token in value.split(',').map(str::trim).filter(|t| !t.is_empty()) {
+            codings += 1;
+            chunked += usize::from(token.eq_ignore_ascii_case("chunked"));
+        }
+    }
+    if codings == 1 && chunked == 1 {
         Ok(())
     } else {
         crate::metrics::REJECTIONS.increment("not_implemented", 1);

@@ -110,7 +110,7 @@ fn invalid_values_name_their_key() {
     );
     // A port no connection can be made to is refused, not a 502 for every
     // admitted visitor.
-    for port in ["99999", "0", "-1", "65536"] {
+    for port in ["99999", "0", "-1", "65536", "+80", ""] {
         check(
             ("http://127.0.0.1:9000", &format!("http://127.0.0.1:{port}")),
             &format!(

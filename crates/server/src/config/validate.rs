@@ -931,14 +931,20 @@ fn http_url(key: &str, value: &str) -> Result<http::Uri> {
             format!("{shown:?} must not carry credentials (user:password@)"),
         ));
     }
-    // `:99999`, `:0` and `:-1` parse as a URI but name no TCP port: every
-    // admitted visitor would get a 502.
+    // `:99999`, `:0`, `:-1`, `:+80` and an empty port parse as a URI but
+    // name no TCP port the origin client can use: every admitted visitor
+    // would get a 502.
     let port = authority
         .as_str()
         .rsplit_once(':')
         .map(|(_, p)| p)
-        .filter(|p| !p.is_empty() && !p.contains(']'));
-    if port.is_some_and(|p| !p.parse::<u16>().is_ok_and(|p| p != 0)) {
+        .filter(|p| !p.contains(']'));
+    let usable = |p: &str| {
+        !p.is_empty()
+            && p.bytes().all(|b| b.is_ascii_digit())
+            && p.parse::<u16>().is_ok_and(|p| p != 0)
+    };
+    if port.is_some_and(|p| !usable(p)) {
         return Err(ConfigError::new(
             key,
             format!("{shown:?} has no usable port (1 to 65535)"),

@@ -222,7 +222,10 @@ impl EtaFeed {
 
     /// Adds waiting visitors who idled out, seen by this node's expire sweep.
     pub fn record_abandoned(&mut self, now_ms: i64, abandoned: u64) {
-        if abandoned > 0 {
+        // Not while halted: the rate's clock stands still then, and a whole
+        // pause's idle-outs in one bucket would shorten every estimate for
+        // a minute after it, then let them all jump back up at once.
+        if abandoned > 0 && self.halted_since.is_none() {
             let rate_ms = self.rate_ms(now_ms);
             self.history.record_abandoned(rate_ms, abandoned);
         }
