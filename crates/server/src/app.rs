@@ -225,6 +225,11 @@ async fn serve_all(
     for t in tls_tasks {
         t.abort();
     }
+    // Admin changes the listener took before it stopped run to their end
+    // (their clients may be gone), and may start an event's tasks: before
+    // those are stopped.
+    state.admin_changes.close();
+    state.admin_changes.wait().await;
     // Aborted and waited for: a tick in progress must not renew a hold
     // after it is given up.
     let mut tasks = std::mem::take(&mut *crate::locks::lock(&state.tasks));

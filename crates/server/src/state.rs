@@ -283,6 +283,10 @@ pub struct AppState {
     /// Serialises this node's admin writes, so two changes never validate
     /// against the same old set of events.
     pub admin_writes: tokio::sync::Mutex<()>,
+    /// Admin changes under way, each in a task of its own (see
+    /// `admin::auth`): a graceful stop waits for them before it stops the
+    /// event tasks, so none is cut between its store write and its audit.
+    pub admin_changes: tokio_util::task::TaskTracker,
     /// Open push streams and the per-event fan-out behind them.
     pub push: crate::push::Push,
     /// The stored event tables this node refuses to run, kept by the watch
@@ -350,6 +354,7 @@ impl AppState {
                 .map(|e| (e.id.clone(), e.raw.redacted()))
                 .collect(),
             admin_writes: tokio::sync::Mutex::new(()),
+            admin_changes: tokio_util::task::TaskTracker::new(),
             push: crate::push::Push::new(
                 config.server.max_streams,
                 config.server.max_streams_per_address,

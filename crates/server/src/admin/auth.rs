@@ -82,7 +82,7 @@ pub async fn authorize(
     // write and its audit entry and its taking effect on this node, which
     // would then run the old state until a restart put the stored one in
     // force, unrecorded.
-    match tokio::spawn(next.run(req)).await {
+    match state.admin_changes.spawn(next.run(req)).await {
         Ok(response) => response,
         Err(e) => {
             tracing::error!(error = %e, "admin change failed");
