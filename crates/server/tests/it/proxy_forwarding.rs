@@ -647,6 +647,22 @@ async fn an_origins_length_said_again_reaches_the_visitor_once() {
     }
 }
 
+/// The `Cookie` header of `v`'s cookies.
+fn cookie_header(v: &Visitor) -> String {
+    v.cookies
+        .iter()
+        .map(|(k, val)| format!("{k}={val}"))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// The `Cookie` header of a new visitor admitted to `tickets` on `s`.
+async fn admitted_cookies(s: &server::TestServer) -> String {
+    let mut v = Visitor::default();
+    admit(s, &mut v).await;
+    cookie_header(&v)
+}
+
 /// Sends `head` and `body` on a new connection to `s` and reads the answer
 /// to the end (the server closes a connection whose body broke).
 async fn raw_exchange(s: &server::TestServer, head: &str, body: &[u8]) -> String {
@@ -662,21 +678,14 @@ async fn raw_exchange(s: &server::TestServer, head: &str, body: &[u8]) -> String
     String::from_utf8_lossy(&got).into_owned()
 }
 
-/// A body sent with a transfer coding other than `chunked` (`gzip,
-/// chunked`) is refused with `501 not_implemented` (RFC 9112, 6.1) before
+/// A body sent with a transfer coding other than one `chunked` (`gzip,
+/// chunked`, `chunked, chunked`) is refused with `501 not_implemented` (RFC 9112, 6.1) before
 /// the origin is asked. It was forwarded with the gate's own chunking only,
 /// so the origin read the still-coded bytes as the plain body.
 #[tokio::test]
 async fn a_body_in_a_transfer_coding_the_gate_cannot_pass_on_is_refused() {
     let (s, origin) = start_server("").await;
-    let mut v = Visitor::default();
-    admit(&s, &mut v).await;
-    let cookies = v
-        .cookies
-        .iter()
-        .map(|(k, val)| format!("{k}={val}"))
-        .collect::<Vec<_>>()
-        .join("; ");
+    let cookies = admitted_cookies(&s).await;
     for coding in [
         "gzip, chunked",
         "x-custom, chunked",
@@ -723,12 +732,7 @@ async fn a_malformed_request_body_is_the_visitors_400_not_the_origins_failure() 
     let (s, _origin) = start_server("").await;
     let mut v = Visitor::default();
     admit(&s, &mut v).await;
-    let cookies = v
-        .cookies
-        .iter()
-        .map(|(k, val)| format!("{k}={val}"))
-        .collect::<Vec<_>>()
-        .join("; ");
+    let cookies = cookie_header(&v);
     let bodies: [&[u8]; 2] = [b"1\nx\n0\n\n", b"ffffffffffffffffff\r\nx\r\n0\r\n\r\n"];
     // The queue API reading such a body says the same (it said 413).
     for path in ["/tickets/buy", "/shop", "/api/queue/enter?eventId=tickets"] {
