@@ -119,9 +119,9 @@ impl EtaFeed {
     /// Whether the event admits now (open, not paused or closed), as of
     /// `now_ms`. While it does not, the measured rate's clock stands still:
     /// a pause is no evidence of how fast the queue moves, and measured
-    /// through it the rate fell toward zero, so that after a six-minute
-    /// pause a visitor 23th in line was told eleven hours, and shown it for
-    /// minutes while the rate climbed back.
+    /// through it the rate fell toward zero: after a pause of minutes the
+    /// visitors near the front were told hours, and went on being told
+    /// too much while the rate climbed back.
     pub fn set_admitting(&mut self, now_ms: i64, admitting: bool) {
         match (admitting, self.halted_since) {
             (false, None) => self.halted_since = Some(now_ms),
@@ -194,8 +194,8 @@ impl EtaFeed {
             // Nothing learnt yet (no admission before), or a young history's
             // rate rising as admissions come (its first span is measured
             // conservatively already): taken as it is, not approached over
-            // seconds, which told a fresh event's first visitors ten to
-            // twenty times their wait. Only a falling rate is followed
+            // seconds, which told a fresh event's first visitors many
+            // times their wait. Only a falling rate is followed
             // slowly, so no estimate jumps up.
             None => raw,
             Some((prev, _)) if prev <= 0.0 || (raw > prev && self.young(rate_ms)) => raw,
