@@ -11,7 +11,7 @@ use std::collections::VecDeque;
 mod turnover;
 pub use turnover::{
     GENERATION_SHARE, MIN_HOLD_MS, SEEN_WITHIN_MS, STALL_FACTOR, Turnover, earliest_turn,
-    estimate_in_slots, queue_rate, within_free_slots,
+    estimate_in_slots, on_schedule, queue_rate, within_free_slots,
 };
 
 /// Conservative multiplier applied to every estimate.

@@ -264,15 +264,7 @@ impl PolicyState {
     /// cadence, batches missed while nobody ticked are not caught up, and
     /// every node agrees where each batch begins.
     fn batch_start(&self, interval_ms: u64, now_ms: i64) -> i64 {
-        let interval = i64::try_from(interval_ms).unwrap_or(i64::MAX);
-        if interval <= 0 {
-            return now_ms;
-        }
-        now_ms.saturating_sub(
-            now_ms
-                .saturating_sub(self.cadence_anchor_ms)
-                .rem_euclid(interval),
-        )
+        batch_grid_start(self.cadence_anchor_ms, interval_ms, now_ms)
     }
 
     /// How many visitors to admit now. The caller admits exactly
@@ -471,7 +463,9 @@ fn health(target_p95_ms: f64, max_error_rate: f64, o: &Observed) -> Health {
 }
 
 /// `n × factor`, rounded up.
-fn scale(n: u64, factor: f64) -> u64 {
+/// `n` made up for no-shows: `n × factor` ([`PolicyState::compensation`]),
+/// rounded up. A batch of `size` owes `scale(size, factor)` admissions.
+pub fn scale(n: u64, factor: f64) -> u64 {
     (n as f64 * factor).ceil() as u64
 }
 
@@ -515,6 +509,18 @@ fn refilled_until(at_ms: Option<i64>, now_ms: i64) -> i64 {
 /// replica whose clock is behind). A new cadence starts then, instead of
 /// no batch until the clock catches up; a smaller step only delays the next
 /// batch by the step, so a little jitter never makes an extra batch.
+/// The start of the batch period `now_ms` falls in, on the grid of
+/// `interval_ms` counted from `anchor_ms` (all on one clock: the store's,
+/// for the scheduler). The scheduler begins its batches there, and the
+/// wait estimate counts them on the same grid.
+pub fn batch_grid_start(anchor_ms: i64, interval_ms: u64, now_ms: i64) -> i64 {
+    let interval = i64::try_from(interval_ms).unwrap_or(i64::MAX);
+    if interval <= 0 {
+        return now_ms;
+    }
+    now_ms.saturating_sub(now_ms.saturating_sub(anchor_ms).rem_euclid(interval))
+}
+
 fn stepped_back(started_ms: i64, interval_ms: i64, now_ms: i64) -> bool {
     now_ms < started_ms.saturating_sub(interval_ms)
 }

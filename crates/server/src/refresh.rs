@@ -11,6 +11,7 @@ use anteroom_store::EventId;
 
 use crate::locks::{lock, read, write};
 use crate::metrics::timed_store;
+use crate::state::admission::eta::Plan;
 use crate::state::{AppState, EventRuntime, Snapshot};
 
 /// How often each node refreshes an event's stats and revocation cache.
@@ -105,7 +106,7 @@ impl Refresh {
                     let admitting =
                         state.phase_with(rt, admin) == anteroom_core::phase::Phase::Open;
                     let mut feed = lock(&rt.live.admission.eta);
-                    feed.set_plan(crate::state::admission::eta::Plan::of(&rt.config));
+                    feed.set_plan(Plan::of(&rt.config));
                     feed.set_admitting(now, admitting);
                     feed.observe(now, &stats);
                 }

@@ -19,6 +19,7 @@ use rand::RngCore;
 use crate::config::{Admission, stored};
 use crate::locks::lock;
 use crate::metrics::timed_store;
+use crate::state::admission::eta::Grid;
 use crate::state::{AppState, EventRuntime};
 
 /// The refresh of one event, also run by the admin API and tests.
@@ -130,7 +131,7 @@ async fn schedule(state: Arc<AppState>, id: EventId, mut seen: Option<Arc<crate:
         };
         if measured.is_none_or(|at| at.elapsed() >= SLOW_TICK) {
             measured = Some(tokio::time::Instant::now());
-            measure_store_clock(&state, &rt).await;
+            measure_clock(&state, &rt).await;
         }
         let offset_ms = lock(&rt.live.policy).store_offset_ms;
         let tick_ms = i64::try_from(tick_every(&rt.config.admission).as_millis())
@@ -170,6 +171,13 @@ async fn schedule(state: Arc<AppState>, id: EventId, mut seen: Option<Arc<crate:
     }
 }
 
+/// Measures the store's clock ([`measure_store_clock`]) and tells the
+/// wait estimate the batch grid on it ([`publish_grid`]): once a second.
+pub async fn measure_clock(state: &AppState, rt: &EventRuntime) {
+    measure_store_clock(state, rt).await;
+    publish_grid(rt);
+}
+
 /// The widest round trip whose clock reading is trusted as it is: off by
 /// half of it at most, well within a tick claim's life (two ticks, 100 ms).
 const CLOCK_SAMPLE_RTT_MS: i64 = 50;
@@ -198,6 +206,25 @@ async fn measure_store_clock(state: &AppState, rt: &EventRuntime) {
         memory.store_offset_ms = offset;
     }
     memory.store_offset_rtt_ms = trusted_rtt;
+}
+
+/// Tells the wait estimate where this node's batches leave (the grid it
+/// counts them on, with the clock offset just measured and the no-show
+/// compensation learnt), so a visitor is never told sooner than their
+/// batch. Once a second, as the clock is measured.
+fn publish_grid(rt: &EventRuntime) {
+    let grid = {
+        let memory = lock(&rt.live.policy);
+        Grid {
+            anchor_ms: rt.anchor_us.div_euclid(1000),
+            store_offset_ms: memory.store_offset_ms,
+            tick_ms: i64::try_from(tick_every(&rt.config.admission).as_millis())
+                .unwrap_or(1000)
+                .max(1),
+            compensation: memory.state.as_ref().map_or(1.0, PolicyState::compensation),
+        }
+    };
+    lock(&rt.live.admission.eta).set_grid(grid);
 }
 
 /// Whether a clock reading whose round trip took `rtt_ms` replaces the one

@@ -310,6 +310,22 @@ pub fn estimate_in_slots(
     Some(buffered(wait_s))
 }
 
+/// The estimate of a wait the scheduler's own grid decides (batch
+/// admission, while free slots cover the visitor: their batch leaves at its
+/// tick, whatever a rate would say). It is a time, not a rate's guess, so
+/// it is not buffered: only the poll that sees the admission is added. A
+/// rate spread a batch over its interval: the front of a 50-a-minute queue
+/// was told 2 s for the whole minute, and its back a minute when its batch
+/// was about to leave.
+pub fn on_schedule(wait_ms: u64) -> Estimate {
+    let seconds = wait_ms.saturating_add(SEEN_WITHIN_MS).div_ceil(1000);
+    Estimate {
+        seconds,
+        almost_there: seconds < ALMOST_THERE_S,
+        wait_ms,
+    }
+}
+
 /// `wait_s × BUFFER + SEEN_WITHIN_MS`, rounded up to the second.
 fn buffered(wait_s: f64) -> Estimate {
     // `as` saturates, so an absurd wait is u64::MAX.

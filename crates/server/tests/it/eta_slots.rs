@@ -172,3 +172,40 @@ admission = { mode = "continuous", max_per_minute = 60 }"#,
         "the waiters who idled out were not counted as of this node's clock"
     );
 }
+
+/// Batch mode: the visitor at the front is told when their batch leaves,
+/// on the scheduler's grid (the event's anchor, on the store's clock, which
+/// runs 4 s ahead of this node's here), and is admitted then, not before;
+/// the one behind a full batch is told an interval more. A rate spread
+/// each batch over its interval: the front was told 2 s for all of it.
+#[tokio::test]
+async fn a_batch_visitor_is_told_when_their_batch_leaves() {
+    let h = Harness::with_store_ahead(
+        r#"max_active = 100
+admission = { mode = "batch", batch_size = 5, interval = "70s" }"#,
+        4_000,
+    )
+    .await;
+    let all = h.join_many("v", 12).await;
+    assert_eq!(h.tick().await, 5, "the first batch leaves at once");
+    h.step(7_000).await;
+    let (front, next) = {
+        let rt = h.rt();
+        let feed = lock(&rt.live.admission.eta);
+        (
+            feed.estimate(h.now_ms(), 0).unwrap(),
+            feed.estimate(h.now_ms(), 5).unwrap(),
+        )
+    };
+    assert!(
+        (1..=63_000).contains(&front.wait_ms),
+        "the next batch is within the interval: {front:?}"
+    );
+    assert_eq!(front.seconds, (front.wait_ms + 720).div_ceil(1000));
+    assert_eq!(next.wait_ms, front.wait_ms + 70_000, "{next:?}");
+    // A tick (50 ms) before the time told: nobody; at it: the batch.
+    let wait = i64::try_from(front.wait_ms).unwrap();
+    assert_eq!(h.step(wait - 50).await, 0, "admitted before the time told");
+    assert_eq!(h.step(50).await, 5, "not admitted at the time told");
+    assert_eq!(h.admitted(&all).await.len(), 10);
+}

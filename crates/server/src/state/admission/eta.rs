@@ -38,6 +38,7 @@
 //! is bounded.
 
 use anteroom_core::eta::{self, AdmissionHistory, Estimate, RATE_1M_MS, Turnover};
+use anteroom_core::policy;
 use anteroom_store::EventStats;
 
 use crate::config::{Admission, EventConfig};
@@ -66,6 +67,53 @@ pub struct Plan {
     /// How many sessions may run at once: `max_active`, or capacity mode's
     /// `target` when lower. Zero where unknown (adaptive: its window moves).
     pub slots: u64,
+    /// Batch mode's size and interval (ms): its batches leave on the
+    /// scheduler's grid ([`Grid`]), not spread over their interval.
+    pub batch: Option<(u64, u64)>,
+}
+
+/// Where the scheduler's batches leave, as this node knows it: on the
+/// interval's grid from the event's anchor, at the first tick (of
+/// `tick_ms`) at or after each start, all on the store's clock (this
+/// node's, moved on by the offset it measured); and the no-show
+/// compensation that makes a batch of `size` owe more admissions.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Grid {
+    pub anchor_ms: i64,
+    pub store_offset_ms: i64,
+    pub tick_ms: i64,
+    pub compensation: f64,
+}
+
+impl Default for Grid {
+    fn default() -> Self {
+        Grid {
+            anchor_ms: 0,
+            store_offset_ms: 0,
+            tick_ms: 1,
+            compensation: 1.0,
+        }
+    }
+}
+
+impl Grid {
+    /// When the next batch leaves after `store_now_ms`, on the store's
+    /// clock: the current period's, if its tick has not come yet.
+    fn next_batch_ms(&self, interval_ms: u64, store_now_ms: i64) -> i64 {
+        let on_tick = |t: i64| {
+            let tick = self.tick_ms.max(1);
+            t.div_euclid(tick)
+                .saturating_add(i64::from(t.rem_euclid(tick) != 0))
+                .saturating_mul(tick)
+        };
+        let started = policy::batch_grid_start(self.anchor_ms, interval_ms, store_now_ms);
+        let current = on_tick(started);
+        if store_now_ms < current {
+            return current;
+        }
+        let interval = i64::try_from(interval_ms).unwrap_or(i64::MAX);
+        on_tick(started.saturating_add(interval))
+    }
 }
 
 impl Plan {
@@ -74,18 +122,22 @@ impl Plan {
         match &config.admission {
             Admission::Batch { size, interval } => {
                 let secs = interval.as_secs_f64();
+                let interval_ms = u64::try_from(interval.as_millis()).unwrap_or(u64::MAX);
                 Plan {
                     admit_per_s: (secs > 0.0).then(|| *size as f64 / secs),
                     slots: max_active,
+                    batch: (*size > 0 && interval_ms > 0).then_some((*size, interval_ms)),
                 }
             }
             Admission::Continuous { max_per_minute } => Plan {
                 admit_per_s: Some(*max_per_minute as f64 / 60.0),
                 slots: max_active,
+                batch: None,
             },
             Admission::Capacity { target, .. } => Plan {
                 admit_per_s: None,
                 slots: (*target).min(max_active),
+                batch: None,
             },
             Admission::Adaptive { .. } => Plan::default(),
         }
@@ -98,6 +150,7 @@ pub struct EtaFeed {
     history: AdmissionHistory,
     turnover: Turnover,
     plan: Plan,
+    grid: Grid,
     /// When this node first saw an admission, and how many it saw since.
     first_admission: Option<(i64, u64)>,
     last_admitted_total: Option<u64>,
@@ -114,6 +167,12 @@ impl EtaFeed {
     /// Sets what the admission mode plans (the configuration can change live).
     pub fn set_plan(&mut self, plan: Plan) {
         self.plan = plan;
+    }
+
+    /// Sets where the scheduler's batches begin (the store's clock offset
+    /// is measured again every second, the compensation learnt).
+    pub fn set_grid(&mut self, grid: Grid) {
+        self.grid = grid;
     }
 
     /// Whether the event admits now (open, not paused or closed), as of
@@ -255,8 +314,48 @@ impl EtaFeed {
         self.turnover.note_admitted(now_ms, admitted);
     }
 
-    /// The buffered estimate for a visitor with `rank` visitors ahead.
+    /// The estimate for a visitor with `rank` visitors ahead: in batch
+    /// mode, while free slots cover them, when their batch leaves
+    /// ([`Self::batch_wait_ms`]); otherwise the buffered estimate of the
+    /// rate and the slots.
     pub fn estimate(&self, now_ms: i64, rank: u64) -> Option<Estimate> {
+        if let Some(wait_ms) = self.batch_wait_ms(now_ms, rank) {
+            return Some(eta::on_schedule(wait_ms));
+        }
+        self.estimate_by_rate(now_ms, rank)
+    }
+
+    /// In batch mode, how long until the batch that can take a visitor
+    /// with `rank` visitors ahead leaves: the next start on the scheduler's
+    /// grid, plus an interval for each full batch ahead. Visitors ahead
+    /// who leave unadmitted only make it sooner.
+    ///
+    /// Only while the free slots cover the visitor and everyone ahead: then
+    /// nothing but the batches stands in the way, and a batch that began
+    /// admitted all it owed at its tick (or the visitor would not be
+    /// waiting). While slots bind, what a batch could not admit at its tick
+    /// is still owed, and goes out as slots free before the next one, so
+    /// the slots' wait decides (and a batch of `size` may admit more, made
+    /// up for no-shows: counted with the compensation this node learnt).
+    fn batch_wait_ms(&self, now_ms: i64, rank: u64) -> Option<u64> {
+        let (size, interval_ms) = self.plan.batch?;
+        let free = self.plan.slots.saturating_sub(self.turnover.occupied());
+        if rank >= free {
+            return None;
+        }
+        let store_now = now_ms.saturating_add(self.grid.store_offset_ms);
+        let until_next = self
+            .grid
+            .next_batch_ms(interval_ms, store_now)
+            .saturating_sub(store_now);
+        let interval = i64::try_from(interval_ms).unwrap_or(i64::MAX);
+        let per_batch = policy::scale(size, self.grid.compensation).max(1);
+        let ahead = i64::try_from(rank / per_batch).unwrap_or(i64::MAX);
+        let wait = ahead.saturating_mul(interval).saturating_add(until_next);
+        u64::try_from(wait).ok()
+    }
+
+    fn estimate_by_rate(&self, now_ms: i64, rank: u64) -> Option<Estimate> {
         let churn = self.churn_per_s(now_ms);
         let slots = self.plan.slots;
         if slots > 0 {

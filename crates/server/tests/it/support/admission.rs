@@ -147,10 +147,12 @@ impl Harness {
         self.clock.now_ms()
     }
 
-    /// Runs one scheduler tick at the current time, then the refresh every
+    /// Runs one scheduler tick at the current time (after the store's clock
+    /// reading the scheduler takes once a second), then the refresh every
     /// node runs; returns how many were admitted.
     pub async fn tick(&self) -> u64 {
         let rt = self.rt();
+        anteroom::scheduler::measure_clock(&self.state, &rt).await;
         let tick_ms =
             i64::try_from(anteroom::scheduler::tick_every(&rt.config.admission).as_millis())
                 .unwrap();

@@ -97,6 +97,7 @@ fn flash_crowd_first_estimates_use_the_plan() {
     feed.set_plan(Plan {
         admit_per_s: Some(20.0),
         slots: 200,
+        batch: None,
     });
     feed.observe(0, &stats(0));
     feed.observe(500, &stats(20));
@@ -135,6 +136,7 @@ fn slots_that_bind_set_the_estimate() {
     feed.set_plan(Plan {
         admit_per_s: Some(20.0),
         slots: 100,
+        batch: None,
     });
     run_slots(&mut feed, 20, 100, 8, 1);
     // 20 held, 80 free: rank 50 waits 51 / 20 s → 3.06 s + 0.6 → 4 s.
@@ -144,6 +146,7 @@ fn slots_that_bind_set_the_estimate() {
     feed.set_plan(Plan {
         admit_per_s: Some(20.0),
         slots: 100,
+        batch: None,
     });
     run_slots(&mut feed, 20, 100, 8, 6);
     assert_eq!(feed.estimate(6_000, 0), None, "slots full, none freed");
@@ -152,6 +155,7 @@ fn slots_that_bind_set_the_estimate() {
     feed.set_plan(Plan {
         admit_per_s: Some(20.0),
         slots: 100,
+        batch: None,
     });
     run_slots(&mut feed, 20, 100, 8, 120);
     let rate = feed.rate().unwrap();
@@ -171,6 +175,7 @@ fn no_configured_rate_waits_for_the_turnover() {
     feed.set_plan(Plan {
         admit_per_s: None,
         slots: 50,
+        batch: None,
     });
     run_slots(&mut feed, 50, 50, 10, 5);
     assert_eq!(feed.estimate(5_000, 0), None);
@@ -178,6 +183,7 @@ fn no_configured_rate_waits_for_the_turnover() {
     feed.set_plan(Plan {
         admit_per_s: None,
         slots: 50,
+        batch: None,
     });
     run_slots(&mut feed, 50, 50, 10, 60);
     let rate = feed.rate().unwrap();
@@ -193,6 +199,7 @@ fn steady_batches_with_plan_never_raise_an_estimate() {
     feed.set_plan(Plan {
         admit_per_s: Some(10.0),
         slots: 10_000,
+        batch: None,
     });
     let mut total = 0u64;
     let mut last: Option<u64> = None;
@@ -230,6 +237,7 @@ fn plan_floor_yields_to_a_lower_measured_rate() {
     feed.set_plan(Plan {
         admit_per_s: Some(10.0),
         slots: 0,
+        batch: None,
     });
     let mut total = 0;
     for s in 0..300 {
@@ -322,5 +330,144 @@ fn the_first_measured_rate_is_taken_as_it_is() {
     assert!(
         rate >= raw * 0.9,
         "published {rate}/s against a measured {raw}/s at least"
+    );
+}
+
+/// A batch queue of 50 a minute on a grid anchored at 17 s on the store's
+/// clock, which runs 4 s ahead of this node's: ten minutes learnt, free
+/// slots for all (sessions end at once).
+fn batch_feed(compensation: f64) -> (EtaFeed, u64) {
+    let mut feed = EtaFeed::default();
+    feed.set_plan(Plan {
+        admit_per_s: Some(50.0 / 60.0),
+        slots: 10_000,
+        batch: Some((50, 60_000)),
+    });
+    feed.set_grid(Grid {
+        anchor_ms: 17_000,
+        store_offset_ms: 4_000,
+        tick_ms: 50,
+        compensation,
+    });
+    let mut total = 0;
+    let mut t = 0;
+    while t < 600_000 {
+        // Batches leave at 13 s past each minute of this node's clock.
+        if t % 60_000 == 13_000 {
+            total += 50;
+        }
+        feed.observe(t, &stats(total));
+        t += 500;
+    }
+    (feed, total)
+}
+
+/// Batch mode: the visitor at the front is never told sooner than the
+/// batch they are in leaves, on the scheduler's grid (the event's anchor
+/// on the store's clock), where the rate alone told them 2 s for the
+/// whole minute; further back, an interval for every full batch ahead.
+#[test]
+fn a_batch_is_waited_for_to_its_tick() {
+    let (feed, _) = batch_feed(1.0);
+    // 8 s past the node's minute (`600_000 + 8_000`): the batch leaves at
+    // 13 s, in 5 s; 0.72 s for the poll that sees it.
+    let front = feed.estimate(608_000, 0).unwrap();
+    assert_eq!((front.wait_ms, front.seconds), (5_000, 6), "{front:?}");
+    // 14 s past: the next leaves in 59 s.
+    let t = 614_000;
+    let front = feed.estimate(t, 0).unwrap();
+    assert_eq!((front.wait_ms, front.seconds), (59_000, 60), "{front:?}");
+    assert!(!front.almost_there, "{front:?}");
+    // The 51st is in the batch after, the 121st two batches on (deeper in
+    // a batch the rate's own estimate is the longer one).
+    assert_eq!(feed.estimate(t, 50).unwrap().wait_ms, 119_000);
+    assert_eq!(feed.estimate(t, 120).unwrap().wait_ms, 179_000);
+    assert!(feed.estimate(t, 49).unwrap().wait_ms >= 59_000);
+}
+
+/// The batch leaves at the scheduler's first tick at or after its start
+/// on the grid: an anchor off the tick grid moves it to that tick.
+#[test]
+fn a_batch_leaves_at_the_first_tick_of_its_period() {
+    let mut feed = EtaFeed::default();
+    feed.set_plan(Plan {
+        admit_per_s: Some(5_000.0 / 60.0),
+        slots: 10_000,
+        batch: Some((5_000, 60_000)),
+    });
+    feed.set_grid(Grid {
+        anchor_ms: 17_020,
+        store_offset_ms: 0,
+        tick_ms: 50,
+        compensation: 1.0,
+    });
+    feed.observe(0, &stats(0));
+    // The period starts at 77.02 s; its tick is at 77.05 s.
+    assert_eq!(feed.estimate(77_000, 0).unwrap().wait_ms, 50);
+    assert_eq!(feed.estimate(77_030, 0).unwrap().wait_ms, 20);
+    assert_eq!(feed.estimate(77_050, 0).unwrap().wait_ms, 60_000);
+}
+
+/// Batches made larger for no-shows carry more visitors each.
+#[test]
+fn a_compensated_batch_carries_more() {
+    let t = 614_000;
+    let (plain, _) = batch_feed(1.0);
+    assert_eq!(plain.estimate(t, 50).unwrap().wait_ms, 119_000);
+    // 75 a batch: the 51st is in the next; the 76th in the one after.
+    let (made_up, _) = batch_feed(1.5);
+    assert!(made_up.estimate(t, 50).unwrap().wait_ms < 119_000);
+    assert_eq!(made_up.estimate(t, 75).unwrap().wait_ms, 119_000);
+}
+
+/// A visitor followed from 141st in line until their batch takes them is
+/// only ever told less, every 100 ms.
+#[test]
+fn a_batch_visitors_estimate_only_counts_down() {
+    let (mut feed, mut total) = batch_feed(1.0);
+    let mut rank = 140u64;
+    let mut last = u64::MAX;
+    let mut t = 600_000;
+    loop {
+        if t % 60_000 == 13_000 {
+            if rank < 50 {
+                break;
+            }
+            total += 50;
+            rank -= 50;
+        }
+        if t % 500 == 0 {
+            feed.observe(t, &stats(total));
+        }
+        let e = feed.estimate(t, rank).unwrap().seconds;
+        assert!(
+            e <= last,
+            "rose from {last} to {e} s at {t} ms, rank {rank}"
+        );
+        last = e;
+        t += 100;
+    }
+    assert_eq!(t, 733_000, "admitted by the third batch");
+    assert!(last <= 2, "told {last} s just before");
+}
+
+/// Where the slots bind, what a batch could not admit at its tick goes out
+/// as slots free: no batch's tick is waited for then, the slots decide.
+#[test]
+fn slots_that_bind_keep_the_batch_out_of_it() {
+    let mut feed = EtaFeed::default();
+    feed.set_plan(Plan {
+        admit_per_s: Some(50.0 / 60.0),
+        slots: 100,
+        batch: Some((50, 60_000)),
+    });
+    // 100 slots, 90 held: the front 10 are covered, the 11th is not.
+    feed.observe(0, &stats_full(90, 0, 90));
+    let covered = feed.estimate(1_000, 9).unwrap();
+    assert_eq!(covered.wait_ms, 59_000, "{covered:?}");
+    let beyond = feed.estimate(1_000, 10);
+    assert!(
+        beyond.is_none_or(|e| e.wait_ms < 59_000),
+        "the 11th waits for a slot, not the tick: {beyond:?}"
     );
 }
