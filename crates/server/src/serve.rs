@@ -296,6 +296,9 @@ async fn serve_connection<S>(
         let activity = activity.clone();
         tower::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
             let busy = activity.begin();
+            // An HTTP/2 answer's body is watched from its head on (see
+            // `connections::SendWatch`), not while the answer is made.
+            let h2 = (req.version() == http::Version::HTTP_2).then(|| activity.clone());
             let prepared = |req| {
                 let mut req = prepare(req, peer, limits.body_read_timeout, &slot);
                 // Only TLS is marked: an absent mark reads as plain `http`.
@@ -322,8 +325,8 @@ async fn serve_connection<S>(
                         drop(busy);
                         Ok::<_, Infallible>(response)
                     }
-                    Served::Whole(hot) => Ok(track(hot.await.into_response(), busy)),
-                    Served::Router(router, req) => Ok(track(router.oneshot(req).await?, busy)),
+                    Served::Whole(hot) => Ok(track(hot.await.into_response(), busy, h2)),
+                    Served::Router(router, req) => Ok(track(router.oneshot(req).await?, busy, h2)),
                 }
             }
         })
@@ -333,7 +336,9 @@ async fn serve_connection<S>(
         .serve_connection_with_upgrades(TokioIo::new(stream), TowerToHyperService::new(service));
     tokio::pin!(conn);
     let mut first_head = std::pin::pin!(tokio::time::sleep_until(first.head_due));
-    let mut idle_check = tokio::time::interval(limits.http2_idle_timeout / 4);
+    let mut idle_check = tokio::time::interval(
+        (limits.http2_idle_timeout.min(limits.send_timeout) / 4).max(Duration::from_millis(1)),
+    );
     idle_check.tick().await;
     let mut closing = false;
     loop {
@@ -354,8 +359,17 @@ async fn serve_connection<S>(
                     return;
                 }
             }
-            _ = idle_check.tick(), if !closing => {
-                if activity.idle_for() >= limits.http2_idle_timeout {
+            _ = idle_check.tick() => {
+                // An HTTP/2 answer the client has left without window for
+                // `send_timeout` (see `connections::SendWatch`): the
+                // connection goes, as an HTTP/1 one whose client takes no
+                // byte does, and with it what its streams held.
+                if activity.send_stalled_for() >= limits.send_timeout {
+                    metrics::counter!("anteroom_connections_closed_total", "reason" => "send_timeout").increment(1);
+                    tracing::debug!(%peer, "an HTTP/2 answer waited server.send_timeout for its window; closing");
+                    return;
+                }
+                if !closing && activity.idle_for() >= limits.http2_idle_timeout {
                     closing = true;
                     metrics::counter!("anteroom_connections_closed_total", "reason" => "idle").increment(1);
                     conn.as_mut().graceful_shutdown();
@@ -397,14 +411,63 @@ fn prepare(
 }
 
 /// The response with `busy` held until its body is fully sent (or dropped),
-/// so a long download or push stream never counts as an idle connection.
-fn track(response: axum::response::Response, busy: connections::Busy) -> axum::response::Response {
-    response.map(|body| {
-        Body::new(body.map_frame(move |frame| {
-            let _busy = &busy;
-            frame
-        }))
-    })
+/// so a long download or push stream never counts as an idle connection;
+/// on HTTP/2 (`h2`: its connection's activity), each wait for the
+/// client's window watched too.
+fn track(
+    response: axum::response::Response,
+    busy: connections::Busy,
+    h2: Option<Activity>,
+) -> axum::response::Response {
+    match h2.map(|activity| activity.watch_send()) {
+        None => response.map(|body| {
+            Body::new(body.map_frame(move |frame| {
+                let _busy = &busy;
+                frame
+            }))
+        }),
+        Some(watch) => response.map(|inner| {
+            Body::new(Watched {
+                inner,
+                watch,
+                _busy: busy,
+            })
+        }),
+    }
+}
+
+/// An HTTP/2 answer's body, telling its [`connections::SendWatch`] when
+/// hyper polls it and when it gave hyper a piece to send.
+struct Watched {
+    inner: Body,
+    watch: connections::SendWatch,
+    _busy: connections::Busy,
+}
+
+impl hyper::body::Body for Watched {
+    type Data = bytes::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        if matches!(polled, Poll::Ready(Some(Ok(_)))) {
+            self.watch.owed();
+        } else {
+            self.watch.paid();
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.size_hint()
+    }
 }
 
 /// Each this many bytes of a request body extend its whole-body deadline by

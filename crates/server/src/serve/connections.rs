@@ -20,8 +20,8 @@
 //! ([`ConnectionSlot::origin_lease`]).
 
 use std::io;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use tokio::net::TcpStream;
@@ -357,15 +357,58 @@ struct ActivityInner {
     any_request: AtomicBool,
     in_flight: AtomicUsize,
     idle_since: Mutex<Instant>,
+    /// What the send watches count from.
+    epoch: Instant,
+    /// The HTTP/2 answers whose bodies are being sent ([`SendWatch`]).
+    sending: Mutex<Vec<Weak<AtomicU64>>>,
 }
 
 impl Activity {
     pub fn new() -> Self {
+        let now = Instant::now();
         Self(Arc::new(ActivityInner {
             any_request: AtomicBool::new(false),
             in_flight: AtomicUsize::new(0),
-            idle_since: Mutex::new(Instant::now()),
+            idle_since: Mutex::new(now),
+            epoch: now,
+            sending: Mutex::new(Vec::new()),
         }))
+    }
+
+    /// Watches an HTTP/2 answer's body from now until it is dropped (see
+    /// [`SendWatch`]).
+    pub fn watch_send(&self) -> SendWatch {
+        let since = Arc::new(AtomicU64::new(0));
+        let watch = SendWatch {
+            since,
+            activity: self.0.clone(),
+        };
+        watch.owed();
+        let mut sending = crate::locks::lock(&self.0.sending);
+        // Dropped watches are swept once they are as many as live ones can
+        // be (a connection's streams), so the list stays short.
+        if sending.len() >= SENDING_SWEEP {
+            sending.retain(|w| w.strong_count() > 0);
+        }
+        sending.push(Arc::downgrade(&watch.since));
+        watch
+    }
+
+    /// How long the answer that has waited longest for hyper to take its
+    /// next piece has waited (zero if none waits).
+    pub fn send_stalled_for(&self) -> Duration {
+        let now = self.0.epoch.elapsed().as_millis();
+        crate::locks::lock(&self.0.sending)
+            .iter()
+            .filter_map(Weak::upgrade)
+            .map(|since| match since.load(Ordering::Acquire) {
+                0 => Duration::ZERO,
+                t => Duration::from_millis(
+                    u64::try_from(now.saturating_sub(u128::from(t - 1))).unwrap_or(u64::MAX),
+                ),
+            })
+            .max()
+            .unwrap_or(Duration::ZERO)
     }
 
     /// A request head arrived; the connection is busy until the guard drops.
@@ -385,6 +428,41 @@ impl Activity {
             return Duration::ZERO;
         }
         crate::locks::lock(&self.0.idle_since).elapsed()
+    }
+}
+
+/// Watches kept before the dropped ones are swept: twice the streams an
+/// HTTP/2 connection may have open.
+const SENDING_SWEEP: usize = 512;
+
+/// One HTTP/2 answer's body, from the answer's head on: whether hyper owes
+/// it a poll, and since when. A client that never opens a stream's
+/// flow-control window is never sent a byte of its body, so hyper never
+/// polls it again and no socket write waits (which is what
+/// `server.send_timeout` bounds for HTTP/1): without this such streams held
+/// their origin connections, and their slots of the listener, for as long
+/// as the client answered PINGs. A body that waits for its own source (a
+/// push stream between events, a slow origin) was polled, and owes nothing.
+#[derive(Debug)]
+pub struct SendWatch {
+    /// Milliseconds from the connection's epoch, plus one, since the body
+    /// gave hyper a piece (or its head was made) and has not been polled
+    /// since; zero while it has been.
+    since: Arc<AtomicU64>,
+    activity: Arc<ActivityInner>,
+}
+
+impl SendWatch {
+    /// The body gave hyper a piece (or its head went out): the next poll
+    /// waits for the client.
+    pub fn owed(&self) {
+        let ms = u64::try_from(self.activity.epoch.elapsed().as_millis()).unwrap_or(u64::MAX - 1);
+        self.since.store(ms + 1, Ordering::Release);
+    }
+
+    /// hyper polled the body.
+    pub fn paid(&self) {
+        self.since.store(0, Ordering::Release);
     }
 }
 

@@ -496,6 +496,79 @@ async fn each_origin_request_past_a_connections_first_counts_against_the_connect
     s.stop().await;
 }
 
+/// A client that never opens a stream's window is never sent a byte of an
+/// answer's body, so no write to it ever waits: its streams held their
+/// origin connections, and their slots of the listener, for as long as it
+/// answered PINGs (32 a connection: a few thousand such connections shut
+/// every visitor out). An answer that waits `send_timeout` for its window
+/// closes the connection, as an HTTP/1 client that takes no byte is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_never_opens_a_window_is_closed_after_the_send_timeout() {
+    let origin = Origin::start().await;
+    let (ca, s) = start_before("send_timeout = \"1s\"", &origin).await;
+    let (send, driver) = h2_closed_window(&ca, s.public).await;
+    let mut heads = ask_big(&send, 8);
+    let mut held = Vec::new();
+    for _ in 0..8 {
+        let head = next_head(&mut heads).await;
+        assert_eq!(head.status(), StatusCode::OK);
+        held.push(head);
+    }
+    let asked = Instant::now();
+    // The client's side answers every PING and never closes by itself.
+    let ended = tokio::time::timeout(Duration::from_secs(10), driver).await;
+    let took = asked.elapsed();
+    assert!(ended.is_ok(), "still open 10 s after its answers' heads");
+    assert!(took < Duration::from_secs(5), "closed after {took:?}");
+    tls::wait_until("its origin connections closed", || async {
+        origin.open() == 0
+    })
+    .await;
+    let metrics = s.metrics().await;
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("anteroom_connections_closed_total{reason=\"send_timeout\"} ")),
+        "{metrics}"
+    );
+    drop((held, heads, send));
+    // A client that reads is served as before, over HTTP/2 too.
+    let (mut other, conn) = h2(&ca, s.public).await;
+    tokio::spawn(conn);
+    let small = other.send_request(get("/big?n=10", None)).await.unwrap();
+    assert_eq!(small.status(), StatusCode::OK);
+    assert_eq!(
+        small.into_body().collect().await.unwrap().to_bytes().len(),
+        10
+    );
+    s.stop().await;
+}
+
+/// The send timeout starts at an answer's head: an origin slower than it,
+/// and a body waiting for its source, are not the client's stall.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_slower_than_the_send_timeout_is_not_cut() {
+    let origin = Origin::options()
+        .hold(Duration::from_millis(2_500))
+        .start()
+        .await;
+    let (ca, s) = start_before("send_timeout = \"1s\"", &origin).await;
+    let (mut send, conn) = h2(&ca, s.public).await;
+    tokio::spawn(conn);
+    let slow = send.send_request(get("/page", None)).await.unwrap();
+    assert_eq!(slow.status(), StatusCode::OK);
+    assert!(
+        !slow
+            .into_body()
+            .collect()
+            .await
+            .unwrap()
+            .to_bytes()
+            .is_empty()
+    );
+    s.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_http2_head_with_more_than_a_hundred_fields_is_refused_like_http1s() {
     let origin = Origin::options().echo_proto().start().await;
