@@ -176,7 +176,8 @@ async fn serve_all(
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let hsts = tls.as_ref().and_then(|t| t.hsts.clone());
     let public_app = tls::with_hsts(public_router(state.clone()), hsts.clone());
-    let (public_limits, admin_limits) = listener_limits(&config.server)?;
+    let (public_limits, admin_limits, redirect_limits) =
+        listener_limits(&config.server, redirect.is_some())?;
     let admin_tls = tls.clone().filter(|t| t.admin);
     // An admin listener over TLS is told to browsers as HTTPS-only too: the
     // dashboard is a page, and its token must never go out in clear.
@@ -185,7 +186,7 @@ async fn serve_all(
     let https_port = public.local_addr()?.port();
     let redirect_task = redirect.map(|l| {
         let app = tls::redirect::router(challenges, https_port);
-        tokio::spawn(serve::serve(l, app, admin_limits, None, stop_rx.clone()))
+        tokio::spawn(serve::serve(l, app, redirect_limits, None, stop_rx.clone()))
     });
     let public_hot =
         hot::PublicHot::new(state.clone(), hsts).map(|h| Arc::new(h) as Arc<dyn serve::HotRoutes>);
@@ -269,12 +270,15 @@ pub fn check(config: &Config) -> anyhow::Result<()> {
 
 /// The public and admin listeners' limits: the configured timeouts, and
 /// connection caps that fit the process's descriptor limit.
+/// The public, admin and redirect listeners' limits (the redirect
+/// listener's, when there is one, `redirect`).
 fn listener_limits(
     server: &config::ServerConfig,
-) -> anyhow::Result<(serve::Limits, serve::Limits)> {
+    redirect: bool,
+) -> anyhow::Result<(serve::Limits, serve::Limits, serve::Limits)> {
     let c = &server.connections;
     let nofile = serve::connections::descriptor_limit();
-    let (public_cap, admin_cap) = serve::connections::connection_caps(c.max_connections, nofile)
+    let caps = serve::connections::connection_caps(c.max_connections, nofile, redirect)
         .map_err(anyhow::Error::msg)?;
     let limits = |max_connections, event_loops| serve::Limits {
         header_read_timeout: server.header_read_timeout,
@@ -289,7 +293,11 @@ fn listener_limits(
     };
     // Only the public listener carries the crowd; the admin and redirect
     // listeners stay on the shared runtime.
-    Ok((limits(public_cap, c.event_loops), limits(admin_cap, 0)))
+    Ok((
+        limits(caps.public, c.event_loops),
+        limits(caps.admin, 0),
+        limits(caps.redirect, 0),
+    ))
 }
 
 /// The public listener: queue API and page routes, the gate as fallback, and

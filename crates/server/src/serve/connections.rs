@@ -6,7 +6,8 @@
 //! Architecture invariant: client connections never take the descriptors the
 //! origin pool, the store and the files need. The public listener holds at
 //! most half of what is left of `RLIMIT_NOFILE` after a fixed reserve (each
-//! proxied request may hold one origin connection beside its client one),
+//! proxied request may hold one origin connection beside its client one;
+//! a third, with a redirect listener beside HTTPS, which holds as many),
 //! the admin listener a small fixed number inside the reserve; past that a
 //! connection is accepted and refused at once (a few refusals at a time,
 //! [`CLEAN_REFUSALS`], keep their descriptor briefly, also inside the
@@ -81,11 +82,24 @@ pub fn descriptor_limit() -> u64 {
     getrlimit(Resource::Nofile).current.unwrap_or(u64::MAX)
 }
 
-/// The public and admin listeners' connection caps for `max_connections`
-/// and a process allowed `nofile` descriptors.
-pub fn connection_caps(max_connections: u64, nofile: u64) -> Result<(usize, usize), String> {
+/// How many connections each listener may hold at once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Caps {
+    pub public: usize,
+    pub admin: usize,
+    /// The plain-HTTP redirect listener beside HTTPS (zero without one).
+    pub redirect: usize,
+}
+
+/// The listeners' connection caps for `max_connections` and a process
+/// allowed `nofile` descriptors: each public connection counts twice (its
+/// origin connection beside it), and with a `redirect` listener beside
+/// HTTPS, that listener may hold as many as the public one (a flash crowd
+/// typing the bare name comes through it, and so do the ACME CA's
+/// validations), each once.
+pub fn connection_caps(max_connections: u64, nofile: u64, redirect: bool) -> Result<Caps, String> {
     let admin = ADMIN_MAX_CONNECTIONS as u64;
-    let share = nofile.saturating_sub(DESCRIPTOR_RESERVE + admin) / 2;
+    let share = nofile.saturating_sub(DESCRIPTOR_RESERVE + admin) / (2 + u64::from(redirect));
     if share < MIN_CONNECTIONS.min(max_connections) {
         return Err(format!(
             "server.max_connections: the process may open only {nofile} file descriptors \
@@ -104,10 +118,11 @@ pub fn connection_caps(max_connections: u64, nofile: u64) -> Result<(usize, usiz
         );
     }
     let to_usize = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
-    Ok((
-        to_usize(public),
-        to_usize(admin.min(max_connections.max(MIN_CONNECTIONS))),
-    ))
+    Ok(Caps {
+        public: to_usize(public),
+        admin: to_usize(admin.min(max_connections.max(MIN_CONNECTIONS))),
+        redirect: if redirect { to_usize(public) } else { 0 },
+    })
 }
 
 /// Origin requests one client connection may have in flight at once. An
@@ -483,11 +498,29 @@ mod tests {
 
     #[test]
     fn caps_leave_half_the_descriptors_after_the_reserve() {
-        assert_eq!(connection_caps(50_000, 1_048_576).unwrap(), (50_000, 256));
+        let caps = |max, nofile| {
+            let c = connection_caps(max, nofile, false).unwrap();
+            assert_eq!(c.redirect, 0);
+            (c.public, c.admin)
+        };
+        assert_eq!(caps(50_000, 1_048_576), (50_000, 256));
         // 20000 descriptors: (20000 - 512 - 256) / 2 = 9616 client connections.
-        assert_eq!(connection_caps(50_000, 20_000).unwrap(), (9_616, 256));
-        assert_eq!(connection_caps(100, 20_000).unwrap(), (100, 100));
-        assert!(connection_caps(50_000, 256).is_err());
+        assert_eq!(caps(50_000, 20_000), (9_616, 256));
+        assert_eq!(caps(100, 20_000), (100, 100));
+        assert!(connection_caps(50_000, 256, false).is_err());
+    }
+
+    /// The redirect listener beside HTTPS holds as many as the public one
+    /// (it was held to the admin listener's 256, which a crowd arriving by
+    /// the bare name, or a few hundred idle sockets, filled, failing the
+    /// ACME CA's validations too), and both fit the descriptors.
+    #[test]
+    fn the_redirect_listener_holds_as_many_as_the_public_one() {
+        let c = connection_caps(50_000, 1_048_576, true).unwrap();
+        assert_eq!((c.public, c.admin, c.redirect), (50_000, 256, 50_000));
+        // (20000 - 512 - 256) / 3 = 6410 each: 2 × 6410 + 6410 fit.
+        let c = connection_caps(50_000, 20_000, true).unwrap();
+        assert_eq!((c.public, c.redirect), (6_410, 6_410));
     }
 
     #[test]

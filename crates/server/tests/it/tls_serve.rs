@@ -230,6 +230,43 @@ async fn redirect_listener_answers_308_to_https_and_tls_admin_works() {
     s.stop().await;
 }
 
+/// The redirect listener holds as many connections as the public one:
+/// held to the admin listener's 256, a few hundred idle sockets (or a crowd
+/// typing the bare name) had every visitor refused there, and the ACME
+/// CA's validations failed. And each answer closes its connection, so
+/// none sits idle on a slot until the header timeout.
+#[tokio::test]
+async fn the_redirect_listener_is_not_filled_by_a_few_hundred_sockets() {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let ca = Ca::new("test ca");
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = ca.leaf(&[HOST], 30).write(dir.path(), "site");
+    let origin = Origin::options().echo_proto().start().await.addr;
+    let toml = config(dir.path(), origin)
+        .tls(&format!("cert = {cert:?}\nkey = {key:?}"))
+        .toml();
+    let s = try_start(dir, &toml).await.unwrap();
+    let mut idle = Vec::new();
+    for _ in 0..300 {
+        idle.push(tokio::net::TcpStream::connect(s.redirect).await.unwrap());
+    }
+    let mut visitor = tokio::net::TcpStream::connect(s.redirect).await.unwrap();
+    visitor
+        .write_all(b"GET /tickets/ HTTP/1.1\r\nHost: tickets.test\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), visitor.read_to_end(&mut answer))
+        .await
+        .expect("the connection closed after its answer")
+        .unwrap();
+    let answer = String::from_utf8_lossy(&answer).to_lowercase();
+    assert!(answer.starts_with("http/1.1 308"), "{answer}");
+    assert!(answer.contains("\r\nconnection: close\r\n"), "{answer}");
+    drop(idle);
+    s.stop().await;
+}
+
 /// A verifier that accepts anything: to see which certificate was shown.
 mod support_noverify {
     use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
