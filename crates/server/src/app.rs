@@ -21,7 +21,7 @@ pub mod hot;
 // Paths older than the split of the state from the routers, still used by
 // the integration tests and the simulator.
 pub use crate::clock::Clock;
-pub use crate::locks::lock;
+pub use crate::locks::{lock, read};
 pub use crate::state::EventRuntime;
 
 /// Opens the configured queue store.

@@ -20,7 +20,7 @@ use rand::RngCore;
 
 use axum::http::{HeaderMap, HeaderValue};
 
-use crate::locks::{read, write};
+use crate::locks::{lock, read, write};
 use crate::proxy::{SessionEnd, SessionWatch};
 use crate::state::{AppState, EventRuntime};
 
@@ -66,9 +66,23 @@ impl Memo {
     }
 }
 
-/// Revocations are kept this long after the pass lifetime: any pass issued
-/// before a revocation has expired by then anyway.
+/// Revocations are kept this long past the longest a pass issued before
+/// one could still be honoured (see [`revocation_keep`]).
 const REVOCATION_MARGIN: Duration = Duration::from_secs(30);
+
+/// How long this node remembers a revocation: past the life of any pass
+/// issued before it. That is `pass_ttl`, or `session_idle_timeout` when
+/// longer: while the store cannot say whether a session goes on (it
+/// failed, or the event drains), the gate honours a pass that ran out
+/// until that long after its issue. Kept only a pass life, a released
+/// session's old pass worked again in an outage once its revocation was
+/// forgotten, and was renewed on every request until the store came back.
+fn revocation_keep(config: &crate::config::EventConfig) -> Duration {
+    config
+        .pass_ttl
+        .max(config.session_idle_timeout)
+        .saturating_add(REVOCATION_MARGIN)
+}
 
 /// A session start further ahead of a node's clock than this is not
 /// believed (nodes' clocks and the store's disagree by far less).
@@ -365,13 +379,7 @@ pub async fn refresh_revocations(
     state: &AppState,
     rt: &EventRuntime,
 ) -> Result<(), anteroom_store::StoreError> {
-    let keep_us = i64::try_from(
-        rt.config
-            .pass_ttl
-            .saturating_add(REVOCATION_MARGIN)
-            .as_micros(),
-    )
-    .unwrap_or(i64::MAX);
+    let keep_us = i64::try_from(revocation_keep(&rt.config).as_micros()).unwrap_or(i64::MAX);
     let since = read(&rt.live.revocations).since_us;
     let since = match since {
         Some(s) => s,
@@ -379,8 +387,9 @@ pub async fn refresh_revocations(
     };
     let list = state.store.revocations_since(rt.id(), since).await?;
     let now_us = state.now_ms().saturating_mul(1000);
+    let store_ahead_us = lock(&rt.live.policy).store_offset_ms.saturating_mul(1000);
     let mut cache = write(&rt.live.revocations);
-    cache.apply(&list, now_us.saturating_sub(keep_us));
+    cache.apply(&list, store_ahead_us, now_us.saturating_sub(keep_us));
     if cache.since_us.is_none() {
         cache.since_us = Some(since);
     }

@@ -23,7 +23,8 @@ pub struct Revocations {
 struct Revoked {
     /// Sessions that started at or before this canonical µs are over.
     started_until_us: i64,
-    /// When this entry was last raised (it is forgotten a pass life later).
+    /// When this node last raised this entry, on its own clock (it is
+    /// forgotten as long after as a pass it ends could still be honoured).
     recorded_us: i64,
 }
 
@@ -35,10 +36,16 @@ impl Revocations {
             .is_some_and(|r| session_start_us <= r.started_until_us)
     }
 
-    /// Records fetched revocations and forgets those older than `keep_after_us`.
-    pub fn apply(&mut self, list: &[Revocation], keep_after_us: i64) {
+    /// Records fetched revocations and forgets those recorded before
+    /// `keep_after_us`, on this node's clock. A revocation's time is the
+    /// store's: `store_ahead_us` (how far the store's clock runs ahead of
+    /// this node's, as the scheduler measures it) puts it on this node's.
+    /// Compared as it was, a node whose clock ran a pass life ahead of the
+    /// store's forgot each revocation as it arrived, and a released
+    /// session's pass went on working there.
+    pub fn apply(&mut self, list: &[Revocation], store_ahead_us: i64, keep_after_us: i64) {
         for r in list {
-            self.raise(&r.member, r.at_us, r.at_us);
+            self.raise(&r.member, r.at_us, r.at_us.saturating_sub(store_ahead_us));
             self.since_us = Some(self.since_us.map_or(r.at_us, |s| s.max(r.at_us)));
         }
         self.by_member.retain(|_, r| r.recorded_us >= keep_after_us);
@@ -81,13 +88,37 @@ mod tests {
                 at_us: 5_000_000,
             }],
             0,
+            0,
         );
         assert!(r.revokes("m", 4_000_000));
         assert!(r.revokes("m", 5_000_000));
         assert!(!r.revokes("m", 5_000_001), "a later session of the member");
         assert!(!r.revokes("other", 0));
         assert_eq!(r.since_us, Some(5_000_000));
-        r.apply(&[], 6_000_000);
+        r.apply(&[], 0, 6_000_000);
+        assert!(r.is_empty());
+    }
+
+    /// Kept on this node's clock: a node 45 s ahead of the store's clock,
+    /// keeping revocations 40 s, forgot each one as it arrived.
+    #[test]
+    fn a_revocation_is_kept_on_this_nodes_clock() {
+        let mut r = Revocations::default();
+        let store_at = 100_000_000;
+        let ahead = -45_000_000;
+        let node_at = store_at + 45_000_000;
+        r.apply(
+            &[Revocation {
+                member: "m".into(),
+                at_us: store_at,
+            }],
+            ahead,
+            node_at - 40_000_000,
+        );
+        assert!(r.revokes("m", store_at));
+        r.apply(&[], ahead, node_at);
+        assert!(r.revokes("m", store_at), "kept 40 s from its time");
+        r.apply(&[], ahead, node_at + 1);
         assert!(r.is_empty());
     }
 
@@ -97,9 +128,9 @@ mod tests {
         r.end_locally("m", 1_000_000, 9_000_000);
         assert!(r.revokes("m", 1_000_000));
         assert!(!r.revokes("m", 1_000_001));
-        r.apply(&[], 8_000_000);
+        r.apply(&[], 0, 8_000_000);
         assert!(r.revokes("m", 1_000_000), "recorded at 9 s, kept");
-        r.apply(&[], 9_000_001);
+        r.apply(&[], 0, 9_000_001);
         assert!(r.is_empty());
     }
 }

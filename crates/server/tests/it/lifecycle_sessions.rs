@@ -141,3 +141,44 @@ async fn a_burst_of_renewals_of_one_session_is_one_store_write() {
     assert_eq!(active_until(&h, "a", later).await, later);
     assert!(queue.extend_in_background("a", 8, end(&h)));
 }
+
+/// While the store cannot say whether a session goes on, the gate honours a
+/// pass that ran out until `session_idle_timeout` after its issue; so a
+/// revocation is remembered at least that long. Kept only a pass life
+/// (10 s + 30 s here), a released session's old pass worked again in an
+/// outage from 46 s on, renewed on every request until the store was back.
+#[tokio::test]
+async fn a_revocation_is_remembered_as_long_as_an_old_pass_could_be_honoured() {
+    let h = Harness::new(
+        r#"max_active = 1
+pass_ttl = "10s"
+session_idle_timeout = "2m""#,
+    )
+    .await;
+    h.join("a").await;
+    assert_eq!(h.tick().await, 1);
+    assert!(h.redeem("a").await);
+    h.release("a").await;
+    let rt = h.rt();
+    let revoked = || anteroom::app::read(&rt.live.revocations).revokes("a", 0);
+    anteroom::passes::refresh_revocations(&h.state, &rt)
+        .await
+        .unwrap();
+    assert!(revoked());
+    // A minute on: a pass issued just before the release could still be
+    // honoured for another minute.
+    h.clock.advance(60_000);
+    anteroom::passes::refresh_revocations(&h.state, &rt)
+        .await
+        .unwrap();
+    assert!(
+        revoked(),
+        "forgotten while an old pass could still be honoured"
+    );
+    // Past 2 min + 30 s it is forgotten: the cache stays bounded.
+    h.clock.advance(91_000);
+    anteroom::passes::refresh_revocations(&h.state, &rt)
+        .await
+        .unwrap();
+    assert!(!revoked());
+}
