@@ -46,7 +46,8 @@ pub fn find(tokens: &[AdminToken], given: &str) -> Option<Caller> {
 /// Middleware of every `/admin/*` route: `401` without a known token, `403`
 /// for a write with a read-only one; the caller goes on as an extension.
 /// An address that sent `state::guesses::MAX_FAILURES` wrong tokens within
-/// its window gets `429 rate_limited` until the window ends (by the TCP
+/// its window (requests without one do not count) gets `429 rate_limited`
+/// until the window ends (by the TCP
 /// peer: the admin listener is reached directly, not through the public
 /// listener's trusted proxies).
 pub async fn authorize(
@@ -59,11 +60,17 @@ pub async fn authorize(
     if let Some(retry_after_secs) = state.admin_failures.locked_out(ip, now) {
         return ApiError::RateLimited { retry_after_secs }.into_response();
     }
+    // Only a token given and wrong counts as a guess. A request with none
+    // is what any page open in the operator's browser can send cross-site
+    // (an image, a form, a no-cors fetch: none can carry the header
+    // without a CORS preflight, never granted here): counted, twenty a
+    // minute from such a page kept the operator's own address, and everyone
+    // behind its NAT, locked out for as long as it stayed open.
     let given = bearer(req.headers()).unwrap_or("");
-    let Some(caller) = (!given.is_empty())
-        .then(|| find(&state.server.admin_tokens, given))
-        .flatten()
-    else {
+    if given.is_empty() {
+        return ApiError::Unauthorized.into_response();
+    }
+    let Some(caller) = find(&state.server.admin_tokens, given) else {
         state.admin_failures.failed(ip, now);
         return ApiError::Unauthorized.into_response();
     };

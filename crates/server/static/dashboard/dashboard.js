@@ -116,6 +116,15 @@
     stop();
     api("GET", "/admin/events").then(function (res) {
       if (res.status === 401) { showLogin("That token was refused."); return null; }
+      if (res.status === 429) {
+        // Too many wrong tokens from this address: said as it is, not as
+        // an unreachable API, and asked again once the refusal ends.
+        var wait = parseInt(res.headers.get("Retry-After"), 10) || 60;
+        $("conn").textContent = "Too many wrong tokens from this address: the admin API refuses it for "
+          + wait + " s more";
+        timer = setTimeout(poll, wait * 1000);
+        return null;
+      }
       if (!res.ok) throw new Error("HTTP " + res.status);
       return res.json();
     }).then(function (events) {

@@ -425,3 +425,26 @@ async fn events_named_like_object_members_get_their_cards() {
     .await;
     s.stop().await;
 }
+
+/// An address held off for guessing tokens is told so, with how long, not
+/// that the admin API is unreachable.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_address_held_off_for_guessing_is_told_so() {
+    let s = TestServer::start("").await;
+    for i in 0..20 {
+        let (status, _, _) = s
+            .admin_get("/admin/events", Some(&format!("guess-{i:08}")))
+            .await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED);
+    }
+    let url = format!("http://{}/dashboard", s.admin);
+    with_browser(|client| async move {
+        client.goto(&url).await?;
+        sign_in(&client, ADMIN_TOKEN).await?;
+        let said = wait_text(&client, "#conn", "Too many wrong tokens").await?;
+        ensure!(said.contains(" s more"), "{said}");
+        Ok(())
+    })
+    .await;
+    s.stop().await;
+}
