@@ -147,7 +147,7 @@ pub async fn start(
     let store = if let Some(acme) = &config.acme {
         let store = Arc::new(CertStore::with_slots(1));
         let runner = acme::Acme::new(acme.clone(), store.clone(), challenges, provider)?;
-        runner.load_stored(now);
+        runner.load_stored();
         tasks.push(tokio::spawn(runner.run()));
         store
     } else {
@@ -198,6 +198,16 @@ pub fn report_expiry(name: &str, cert: &certs::Loaded, now: i64) -> bool {
         );
     }
     soon
+}
+
+/// Keeps a certificate still served reporting: its expiry gauge set to
+/// now, and the warning logged once as it crosses (`warned` remembers).
+pub fn keep_expiry(name: &str, cert: &certs::Loaded, now: i64, warned: &mut bool) {
+    let left = cert.not_after - now;
+    metrics::gauge!("anteroom_tls_cert_expiry_seconds", "cert" => name.to_owned()).set(left as f64);
+    if !*warned && left < i64::try_from(EXPIRY_WARNING.as_secs()).unwrap_or(i64::MAX) {
+        *warned = report_expiry(name, cert, now);
+    }
 }
 
 /// Wall-clock seconds, read at the edge (certificate validity is wall time).

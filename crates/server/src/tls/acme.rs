@@ -25,8 +25,9 @@ const NAME: &str = "server.tls.acme";
 const FIRST_RETRY: Duration = Duration::from_secs(5);
 const LAST_RETRY: Duration = Duration::from_secs(3600);
 /// A valid certificate is looked at again at least this often (the clock
-/// may jump; the files may be renewed by another node).
-const RECHECK: Duration = Duration::from_secs(12 * 3600);
+/// may jump; the files may be renewed by another node), and its expiry
+/// gauge set again.
+const RECHECK: Duration = Duration::from_secs(3600);
 
 pub struct Acme {
     cfg: AcmeConfig,
@@ -82,8 +83,9 @@ impl Acme {
         self.cfg.storage.join(format!("account-{hex}.json"))
     }
 
-    /// Serves the stored certificate, if there is one for these domains.
-    pub fn load_stored(&self, now: i64) {
+    /// Serves the stored certificate, if there is one for these domains
+    /// ([`Self::run`]'s first pass reports its expiry).
+    pub fn load_stored(&self) {
         let (Ok(cert), Ok(key)) = (
             certs::read(&self.cert_path()),
             certs::read(&self.key_path()),
@@ -93,7 +95,6 @@ impl Acme {
         match certs::load_pem(&cert, &key, &self.provider) {
             Ok(loaded) if self.covers(&loaded) => {
                 tracing::info!(names = ?loaded.names, "ACME certificate loaded from storage");
-                super::report_expiry(NAME, &loaded, now);
                 self.store.set(0, loaded);
             }
             Ok(_) => {
@@ -115,8 +116,16 @@ impl Acme {
     /// Orders when there is no certificate or it is due, forever.
     pub async fn run(self) {
         let mut retry = FIRST_RETRY;
+        let mut warned = false;
         loop {
             let now = super::unix_now();
+            // The certificate served keeps its expiry gauge moving on every
+            // pass, a failed order's included: set only when one was loaded
+            // or issued, a certificate the CA would not renew read 90 days
+            // left for good, and the expiry alerts never fired.
+            if let Some(served) = self.store.get(0) {
+                super::keep_expiry(NAME, &served, now, &mut warned);
+            }
             let renew_before = i64::try_from(self.cfg.renew_before.as_secs()).unwrap_or(i64::MAX);
             let wait = match self.store.get(0) {
                 Some(c) => c.not_after.saturating_sub(renew_before).saturating_sub(now),
@@ -131,7 +140,7 @@ impl Acme {
                 Ok(loaded) => {
                     tracing::info!(names = ?loaded.names, not_after = loaded.not_after, "ACME certificate issued");
                     let now = super::unix_now();
-                    super::report_expiry(NAME, &loaded, now);
+                    warned = super::report_expiry(NAME, &loaded, now);
                     let due_at_once = loaded.not_after.saturating_sub(renew_before) <= now;
                     self.store.set(0, loaded);
                     metrics::counter!("anteroom_tls_acme_orders_total", "result" => "ok")

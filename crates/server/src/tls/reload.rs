@@ -80,12 +80,7 @@ fn check_pair(
     }
     // Unchanged: keep the expiry gauge moving, and warn once as it crosses.
     if let Some(current) = store.get(i) {
-        let left = current.not_after - now;
-        metrics::gauge!("anteroom_tls_cert_expiry_seconds", "cert" => f.key_name.clone())
-            .set(left as f64);
-        if !seen.warned_expiry && left < super::EXPIRY_WARNING.as_secs() as i64 {
-            seen.warned_expiry = super::report_expiry(&f.key_name, &current, now);
-        }
+        super::keep_expiry(&f.key_name, &current, now, &mut seen.warned_expiry);
     }
 }
 

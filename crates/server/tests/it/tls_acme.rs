@@ -207,3 +207,73 @@ async fn pebble_issues_by_http01_the_certificate_is_kept_and_renewed() {
     let _ = stop.send(());
     task.await.unwrap().unwrap();
 }
+
+/// The expiry gauge of a certificate the CA will not renew keeps counting
+/// down: set only when one was loaded or issued, a stored certificate
+/// whose renewal kept failing read the same seconds left for good, and the
+/// expiry alerts never fired. (No CA answers here at all.)
+#[tokio::test]
+async fn a_certificate_the_ca_will_not_renew_still_counts_down() {
+    let ca = Ca::new("stored ca");
+    let dir = tempfile::tempdir().unwrap();
+    let storage = dir.path().join("acme");
+    std::fs::create_dir_all(&storage).unwrap();
+    let stored = ca.leaf(&["localhost"], 20);
+    std::fs::write(storage.join("localhost.key.pem"), &stored.key_pem).unwrap();
+    std::fs::write(storage.join("localhost.cert.pem"), &stored.cert_pem).unwrap();
+    let nobody = free_port();
+    let tls = format!(
+        "redirect_listen = \"127.0.0.1:0\"\nacme = {{ directory = \"https://127.0.0.1:{nobody}/dir\", domains = [\"localhost\"], contact = \"mailto:ops@example.com\", renew_before = \"30d\", storage = {storage:?} }}"
+    );
+    let origin = Origin::options().echo_proto().start().await.addr;
+    let toml = config(dir.path(), origin).tls(&tls).toml();
+    let config = anteroom::Config::from_toml(&toml).unwrap();
+    let public = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let admin = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let redirect = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let metrics_url = format!("http://{}/metrics", admin.local_addr().unwrap());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let listeners = anteroom::Listeners {
+        public,
+        admin,
+        redirect: Some(redirect),
+    };
+    let task = tokio::spawn(anteroom::run_listeners(listeners, config, async move {
+        let _ = stopped.await;
+    }));
+    let read = || async {
+        let text = match reqwest::get(&metrics_url).await {
+            Ok(r) => r.text().await.unwrap_or_default(),
+            Err(_) => String::new(),
+        };
+        let value = |prefix: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(prefix))
+                .and_then(|v| v.trim().parse::<f64>().ok())
+        };
+        (
+            value("anteroom_tls_cert_expiry_seconds{cert=\"server.tls.acme\"} "),
+            value("anteroom_tls_acme_orders_total{result=\"error\"} ").unwrap_or(0.0),
+        )
+    };
+    let mut first = None;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let (at_first, later) = loop {
+        let (left, failed) = read().await;
+        match (first, left) {
+            (None, Some(left)) if failed >= 1.0 => first = Some((left, failed)),
+            // A later failed order, seconds on.
+            (Some((at, f)), Some(left)) if failed > f => break (at, left),
+            _ => {}
+        }
+        assert!(Instant::now() < deadline, "two failed orders within 20 s");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(at_first <= 20.0 * 86_400.0, "{at_first}");
+    assert!(
+        later < at_first,
+        "the gauge stood at {at_first} s across a failed order"
+    );
+    let _ = stop.send(());
+    task.await.unwrap().unwrap();
+}
