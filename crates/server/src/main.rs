@@ -202,6 +202,22 @@ fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     use tokio::signal::unix::{SignalKind, signal};
     let term = signal(SignalKind::terminate());
     let int = signal(SignalKind::interrupt());
+    // `SIGHUP` is an operator's "reload": with certificate files it makes
+    // the TLS task read them again (it listens itself), and otherwise there
+    // is nothing to reload. Without a handler it ended the process at once,
+    // no graceful stop, every request in flight dropped.
+    match signal(SignalKind::hangup()) {
+        Ok(mut hangup) => {
+            tokio::spawn(async move {
+                while hangup.recv().await.is_some() {
+                    tracing::info!(
+                        "SIGHUP: certificate files of [server.tls] are read again; nothing else reloads"
+                    );
+                }
+            });
+        }
+        Err(e) => tracing::warn!(error = %e, "cannot listen for SIGHUP"),
+    }
     async move {
         let (mut term, mut int) = match (term, int) {
             (Ok(term), Ok(int)) => (term, int),

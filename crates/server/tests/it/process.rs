@@ -665,3 +665,28 @@ async fn the_pass_checks_metric_counts_remembered_and_opened_passes() {
         "opened {before} before the forged passes, {after} after"
     );
 }
+
+/// `SIGHUP`, an operator's reload, leaves a node without certificate files
+/// serving (it ended the process at once, dropping every request in
+/// flight), and says what it reloads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_does_not_stop_the_node() {
+    let origin = process::origin().await;
+    let dir = Arc::new(tempfile::tempdir().unwrap());
+    let mut node = Node::start(&config(&origin.url(), dir.path(), ""), dir.clone()).await;
+    let pid = node.pid().expect("a process node");
+    for _ in 0..2 {
+        let status = std::process::Command::new("kill")
+            .arg("-HUP")
+            .arg(pid.to_string())
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill -HUP failed");
+    }
+    // Still answering; and it exits as SIGTERM has it, not by SIGHUP (its
+    // exit status would say that signal).
+    let (status, _) = node.admin(Method::GET, "/readyz").await;
+    assert_eq!(status, StatusCode::OK);
+    let status = node.terminate(Duration::from_secs(10)).await;
+    assert!(status.success(), "{status:?}");
+}
