@@ -80,6 +80,15 @@ impl Tls {
         let mut first = [0u8; 1];
         match tokio::time::timeout_at(deadline, tcp.peek(&mut first)).await {
             Ok(Ok(1)) => {}
+            // A socket that never speaks is counted as a plain one is
+            // (`header_timeout`): uncounted, a flood of them on the TLS
+            // port left no trace in the metrics.
+            Err(_) => {
+                metrics::counter!("anteroom_tls_handshake_failures_total", "reason" => "timeout")
+                    .increment(1);
+                return None;
+            }
+            // Closed before a byte: nothing to count.
             _ => return None,
         }
         // 0x16 is a TLS handshake record; a letter is an HTTP method.

@@ -193,9 +193,20 @@ async fn garbage_plain_http_and_broken_handshakes_are_closed_cleanly() {
         .await
         .unwrap();
     read_all(c).await;
-    // Nothing at all: closed too.
+    // Nothing at all: closed too, and counted as a handshake that timed
+    // out (it left no trace in the metrics).
+    let timeouts = |m: String| {
+        m.lines()
+            .find_map(|l| {
+                l.strip_prefix("anteroom_tls_handshake_failures_total{reason=\"timeout\"} ")
+            })
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    let before = timeouts(s.metrics().await);
     let c = TcpStream::connect(s.public).await.unwrap();
     read_all(c).await;
+    assert_eq!(timeouts(s.metrics().await), before + 1.0);
     // A client that hangs up mid-handshake.
     let mut c = TcpStream::connect(s.public).await.unwrap();
     c.write_all(&[0x16, 0x03, 0x01, 0x02, 0x00, 0x01])
