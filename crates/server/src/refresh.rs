@@ -25,6 +25,11 @@ pub async fn run(state: Arc<AppState>, id: EventId, mut seen: Option<Arc<crate::
     loop {
         every.tick().await;
         let Some(rt) = state.event_for_task(&id, &mut seen).await else {
+            // Deleted: its gauges go to zero, unless the id runs again
+            // (made anew), whose own refresher sets them.
+            if state.event(&id).is_none() {
+                crate::state::observed::forget(&id);
+            }
             return;
         };
         refresh_once(&state, &rt).await;

@@ -109,6 +109,44 @@ pub fn observe(
     observed
 }
 
+/// Every gauge a node keeps per event (labelled `event`): the refresher's,
+/// [`export`]'s, the drain's and the scheduler's.
+const EVENT_GAUGES: &[&str] = &[
+    "anteroom_waiting",
+    "anteroom_active",
+    "anteroom_admitted_total",
+    "anteroom_max_active",
+    "anteroom_admitting",
+    "anteroom_paused",
+    "anteroom_closed",
+    "anteroom_origin_p95_seconds",
+    "anteroom_origin_error_ratio",
+    "anteroom_origin_samples",
+    "anteroom_origin_target_p95_seconds",
+    "anteroom_origin_max_error_ratio",
+    "anteroom_arrivals_1m",
+    "anteroom_bot_share",
+    "anteroom_pow_share",
+    "anteroom_outstanding",
+    "anteroom_eta_back_seconds",
+    "anteroom_draining",
+    "anteroom_drain_share",
+    "anteroom_admission_no_show_rate",
+    "anteroom_admission_window",
+];
+
+/// An event this node no longer runs (deleted) reads zero in every gauge
+/// it had: the recorder cannot drop a series, and left as they were, a
+/// deleted event went on showing its last queue (`anteroom_waiting 3`,
+/// `anteroom_admitting 1`) until a restart, which fired the alert on a
+/// queue that is not moving for an event that no longer exists.
+pub fn forget(id: &anteroom_store::EventId) {
+    let event = id.to_string();
+    for &name in EVENT_GAUGES {
+        metrics::gauge!(name, "event" => event.clone()).set(0.0);
+    }
+}
+
 fn export(
     rt: &EventRuntime,
     o: &Observed,
@@ -187,5 +225,69 @@ mod tests {
         // Before opening, a pause does not make the event look open.
         assert_eq!(phase(AdminState::Paused, "scheduled"), "scheduled");
         assert_eq!(phase(AdminState::Running, "pre_queue"), "pre_queue");
+    }
+
+    /// Every gauge set with an `event` label anywhere in the server is one
+    /// [`forget`] zeroes, so no deleted event keeps one at its last value.
+    #[test]
+    fn forget_knows_every_gauge_kept_per_event() {
+        fn files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+            for entry in std::fs::read_dir(dir).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    files(&path, out);
+                } else if path.extension().is_some_and(|e| e == "rs") {
+                    out.push(path);
+                }
+            }
+        }
+        let mut all = Vec::new();
+        files(
+            &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
+            &mut all,
+        );
+        let mut per_event = Vec::new();
+        for path in all {
+            let text = std::fs::read_to_string(&path).unwrap();
+            // `gauge!(name, "event" => ..)` calls, over one line or more,
+            // and `export`'s own `gauge(name, ..)`.
+            for (at, _) in text.match_indices("gauge!(") {
+                let call = &text[at..(at + 160).min(text.len())];
+                let call = call.split(".set(").next().unwrap_or(call);
+                if call.contains("\"event\"") {
+                    per_event.extend(names(call));
+                }
+            }
+            if path.ends_with("state/observed.rs") {
+                for (at, _) in text.match_indices("    gauge(\n        \"anteroom_") {
+                    per_event.extend(names(&text[at..(at + 80).min(text.len())]));
+                }
+                for (at, _) in text.match_indices("    gauge(\"anteroom_") {
+                    per_event.extend(names(&text[at..(at + 80).min(text.len())]));
+                }
+            }
+        }
+        per_event.sort();
+        per_event.dedup();
+        assert!(per_event.len() >= 20, "{per_event:?}");
+        // A stored table this node refuses is no event it runs: the
+        // watch sets that gauge to zero when the refusal clears (a
+        // deletion clears it).
+        let missing: Vec<_> = per_event
+            .iter()
+            .filter(|n| !EVENT_GAUGES.contains(&n.as_str()))
+            .filter(|n| *n != "anteroom_stored_event_refused")
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "not zeroed when an event goes: {missing:?}"
+        );
+    }
+
+    /// The `"anteroom_…"` names a piece of source names first.
+    fn names(call: &str) -> Option<String> {
+        let start = call.find("\"anteroom_")? + 1;
+        let len = call[start..].find('"')?;
+        Some(call[start..start + len].to_owned())
     }
 }

@@ -1015,3 +1015,65 @@ async fn a_key_the_events_mode_leaves_unused_is_refused_where_it_is_written() {
     assert_eq!(ev["config"]["admission"]["mode"], "continuous", "{ev}");
     s.stop().await;
 }
+
+/// A deleted event's gauges read zero: the recorder cannot drop a series,
+/// and left as they were a deleted event went on showing its last queue
+/// until a restart (`anteroom_waiting{event="ghost"} 2`), which fired the
+/// alert on a queue that is not moving.
+#[tokio::test]
+async fn a_deleted_events_gauges_read_zero() {
+    let s = TestServer::start("").await;
+    let table = json!({ "paths": ["/ghost/"], "origin": "http://127.0.0.1:9", "max_active": 1 });
+    let (status, _, body) = s
+        .admin_call(
+            Method::PUT,
+            "/admin/events/ghost",
+            Some(ADMIN_TOKEN),
+            Some(&table.to_string()),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+    for _ in 0..3 {
+        let (status, _) = Visitor::default()
+            .json(Method::POST, &s.url("/api/queue/enter?eventId=ghost"), None)
+            .await;
+        assert_eq!(status, StatusCode::OK);
+    }
+    let gauge = |name: &'static str| {
+        let s = &s;
+        async move {
+            let (_, _, body) = s.admin_get("/metrics", None).await;
+            let text = String::from_utf8_lossy(&body).into_owned();
+            let prefix = format!("{name}{{event=\"ghost\"}} ");
+            text.lines()
+                .find_map(|l| l.strip_prefix(prefix.as_str()))
+                .and_then(|v| v.trim().parse::<f64>().ok())
+        }
+    };
+    crate::support::wait_for(
+        "two visitors shown waiting",
+        Duration::from_secs(10),
+        || async { gauge("anteroom_waiting").await == Some(2.0) },
+    )
+    .await;
+    let (status, _, _) = s
+        .admin_call(
+            Method::DELETE,
+            "/admin/events/ghost?force=true",
+            Some(ADMIN_TOKEN),
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    crate::support::wait_for(
+        "the deleted event's gauges at zero",
+        Duration::from_secs(10),
+        || async {
+            gauge("anteroom_waiting").await == Some(0.0)
+                && gauge("anteroom_admitting").await == Some(0.0)
+                && gauge("anteroom_active").await.unwrap_or(0.0) == 0.0
+        },
+    )
+    .await;
+    s.stop().await;
+}
