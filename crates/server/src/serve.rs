@@ -322,8 +322,14 @@ async fn serve_connection<S>(
                     // once: the connection is busy until it is made.
                     Served::Head(hot) => {
                         let response = hot.await;
-                        drop(busy);
-                        Ok::<_, Infallible>(response)
+                        match h2 {
+                            // Over HTTP/2 a client may take none of it.
+                            Some(_) => Ok::<_, Infallible>(track(response, busy, h2)),
+                            None => {
+                                drop(busy);
+                                Ok(response)
+                            }
+                        }
                     }
                     Served::Whole(hot) => Ok(track(hot.await.into_response(), busy, h2)),
                     Served::Router(router, req) => Ok(track(router.oneshot(req).await?, busy, h2)),
@@ -336,11 +342,17 @@ async fn serve_connection<S>(
         .serve_connection_with_upgrades(TokioIo::new(stream), TowerToHyperService::new(service));
     tokio::pin!(conn);
     let mut first_head = std::pin::pin!(tokio::time::sleep_until(first.head_due));
-    let mut idle_check = tokio::time::interval(
-        (limits.http2_idle_timeout.min(limits.send_timeout) / 4).max(Duration::from_millis(1)),
-    );
+    let mut idle_check = tokio::time::interval(limits.http2_idle_timeout / 4);
     idle_check.tick().await;
+    let mut send_check =
+        tokio::time::interval((limits.send_timeout / 4).max(Duration::from_millis(1)));
+    send_check.tick().await;
     let mut closing = false;
+    let mut watching = false;
+    // A graceful close waits for the streams open; a client can keep one
+    // from ever ending (it opens no window for an answer hyper has taken
+    // whole), so the close is forced this long after it began.
+    let mut close_by: Option<Instant> = None;
     loop {
         tokio::select! {
             result = conn.as_mut() => {
@@ -359,18 +371,28 @@ async fn serve_connection<S>(
                     return;
                 }
             }
+            // An HTTP/2 answer the client has left without window for
+            // `send_timeout` is cut (see `connections::SendWatch`): what it
+            // held goes, as it does with an HTTP/1 client that takes no byte.
+            () = activity.first_watch(), if !watching => {
+                watching = true;
+                send_check.reset();
+            }
+            _ = send_check.tick(), if watching => {
+                let cut = activity.cut_stalled(limits.send_timeout);
+                if cut > 0 {
+                    metrics::counter!("anteroom_http2_streams_cut_total").increment(cut as u64);
+                    tracing::debug!(%peer, cut, "HTTP/2 answers waited server.send_timeout for their window; cut");
+                }
+            }
             _ = idle_check.tick() => {
-                // An HTTP/2 answer the client has left without window for
-                // `send_timeout` (see `connections::SendWatch`): the
-                // connection goes, as an HTTP/1 one whose client takes no
-                // byte does, and with it what its streams held.
-                if activity.send_stalled_for() >= limits.send_timeout {
+                if close_by.is_some_and(|by| Instant::now() >= by) {
                     metrics::counter!("anteroom_connections_closed_total", "reason" => "send_timeout").increment(1);
-                    tracing::debug!(%peer, "an HTTP/2 answer waited server.send_timeout for its window; closing");
                     return;
                 }
                 if !closing && activity.idle_for() >= limits.http2_idle_timeout {
                     closing = true;
+                    close_by = Some(Instant::now() + limits.send_timeout);
                     metrics::counter!("anteroom_connections_closed_total", "reason" => "idle").increment(1);
                     conn.as_mut().graceful_shutdown();
                 }
@@ -378,6 +400,7 @@ async fn serve_connection<S>(
             changed = stop.changed(), if !closing => {
                 if changed.is_err() || *stop.borrow() {
                     closing = true;
+                    close_by = Some(Instant::now() + limits.shutdown_grace);
                     conn.as_mut().graceful_shutdown();
                 }
             }
@@ -413,35 +436,51 @@ fn prepare(
 /// The response with `busy` held until its body is fully sent (or dropped),
 /// so a long download or push stream never counts as an idle connection;
 /// on HTTP/2 (`h2`: its connection's activity), each wait for the
-/// client's window watched too.
+/// client's window watched too ([`Watched`]).
 fn track(
     response: axum::response::Response,
     busy: connections::Busy,
     h2: Option<Activity>,
 ) -> axum::response::Response {
-    match h2.map(|activity| activity.watch_send()) {
+    match h2 {
         None => response.map(|body| {
             Body::new(body.map_frame(move |frame| {
                 let _busy = &busy;
                 frame
             }))
         }),
-        Some(watch) => response.map(|inner| {
+        Some(activity) => response.map(|inner| {
             Body::new(Watched {
-                inner,
-                watch,
-                _busy: busy,
+                watch: activity.watch_send((inner, busy)),
+                rest: None,
             })
         }),
     }
 }
 
+/// The most of a body [`Watched`] hands hyper at once: the client's wait
+/// is timed per piece, and an origin's chunk of 400 KiB read at 10 KB/s
+/// took longer than `send_timeout` though bytes kept flowing.
+const WATCHED_PIECE: usize = 16 * 1024;
+
 /// An HTTP/2 answer's body, telling its [`connections::SendWatch`] when
-/// hyper polls it and when it gave hyper a piece to send.
+/// hyper polls it and when it gave hyper a piece to send, in pieces of at
+/// most [`WATCHED_PIECE`]; once cut, an error (hyper resets the stream).
 struct Watched {
-    inner: Body,
-    watch: connections::SendWatch,
-    _busy: connections::Busy,
+    watch: Arc<connections::SendWatch<(Body, connections::Busy)>>,
+    /// What is left of a data frame larger than a piece.
+    rest: Option<bytes::Bytes>,
+}
+
+impl Watched {
+    fn piece(&mut self, mut data: bytes::Bytes) -> hyper::body::Frame<bytes::Bytes> {
+        if data.len() > WATCHED_PIECE {
+            let first = data.split_to(WATCHED_PIECE);
+            self.rest = Some(data);
+            data = first;
+        }
+        hyper::body::Frame::data(data)
+    }
 }
 
 impl hyper::body::Body for Watched {
@@ -452,21 +491,63 @@ impl hyper::body::Body for Watched {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
-        let polled = Pin::new(&mut self.inner).poll_frame(cx);
-        if matches!(polled, Poll::Ready(Some(Ok(_)))) {
-            self.watch.owed();
-        } else {
-            self.watch.paid();
+        let this = &mut *self;
+        let watch = Arc::clone(&this.watch);
+        let mut held = watch.held();
+        let Some((inner, _)) = held.as_mut() else {
+            return Poll::Ready(Some(Err(axum::Error::new(
+                "the client opened no window for server.send_timeout",
+            ))));
+        };
+        if let Some(rest) = this.rest.take() {
+            watch.owed();
+            return Poll::Ready(Some(Ok(this.piece(rest))));
         }
-        polled
+        let polled = Pin::new(inner).poll_frame(cx);
+        match polled {
+            Poll::Ready(Some(Ok(frame))) => {
+                watch.owed();
+                Poll::Ready(Some(Ok(match frame.into_data() {
+                    Ok(data) => this.piece(data),
+                    Err(frame) => frame,
+                })))
+            }
+            Poll::Ready(None) => {
+                watch.paid();
+                // Sent whole: the request is over.
+                *held = None;
+                Poll::Ready(None)
+            }
+            other => {
+                watch.paid();
+                other
+            }
+        }
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        self.rest.is_none()
+            && self
+                .watch
+                .held()
+                .as_ref()
+                .is_none_or(|(b, _)| b.is_end_stream())
     }
 
     fn size_hint(&self) -> hyper::body::SizeHint {
-        self.inner.size_hint()
+        let rest = self.rest.as_ref().map_or(0, |r| r.len() as u64);
+        match self.watch.held().as_ref() {
+            Some((b, _)) => {
+                let inner = b.size_hint();
+                let mut hint = hyper::body::SizeHint::new();
+                hint.set_lower(inner.lower().saturating_add(rest));
+                if let Some(upper) = inner.upper() {
+                    hint.set_upper(upper.saturating_add(rest));
+                }
+                hint
+            }
+            None => hyper::body::SizeHint::with_exact(rest),
+        }
     }
 }
 
@@ -673,6 +754,37 @@ mod tests {
     fn fed(timeout: Duration) -> (tokio::sync::mpsc::Sender<Bytes>, Body) {
         let (tx, rx) = tokio::sync::mpsc::channel(4);
         (tx, Body::new(ReadTimeoutBody::new(Fed(rx), timeout)))
+    }
+
+    /// An HTTP/2 answer's body goes to hyper in pieces of at most 16 KiB,
+    /// each owing a poll, so a reader is timed per piece, not per chunk
+    /// of the origin's (one of 400 KiB read at 10 KB/s took 40 s); and a
+    /// body cut for its stall ends its stream with an error.
+    #[tokio::test]
+    async fn an_http2_answer_goes_in_pieces_and_a_cut_one_errs() {
+        let activity = Activity::new();
+        let whole = Bytes::from(vec![7u8; 100_000]);
+        let response = axum::response::Response::new(Body::from(whole.clone()));
+        let mut body = track(response, activity.begin(), Some(activity.clone())).into_body();
+        let mut got = Vec::new();
+        while let Some(frame) = body.frame().await {
+            let data = frame.unwrap().into_data().unwrap();
+            assert!(data.len() <= 16 * 1024, "{}", data.len());
+            got.extend_from_slice(&data);
+        }
+        assert_eq!(got, whole);
+        assert!(activity.idle_for() > Duration::ZERO, "sent whole: not busy");
+        // One that waits for its window past the limit is cut.
+        let response = axum::response::Response::new(Body::from(whole));
+        let mut body = track(response, activity.begin(), Some(activity.clone())).into_body();
+        assert!(body.frame().await.unwrap().is_ok());
+        assert_eq!(activity.cut_stalled(Duration::ZERO), 1);
+        assert_eq!(activity.cut_stalled(Duration::ZERO), 0, "cut once");
+        assert!(body.frame().await.unwrap().is_err());
+        assert!(
+            activity.idle_for() > Duration::ZERO,
+            "a cut answer is not busy"
+        );
     }
 
     #[tokio::test]

@@ -363,7 +363,8 @@ pub async fn accept_failed(e: &io::Error, slots: &Arc<Semaphore>) {
 }
 
 /// Whether a connection has had a request yet, how many are in flight and
-/// since when it has had none.
+/// since when it has had none; and its HTTP/2 answers' waits for the
+/// client's window ([`SendWatch`]).
 #[derive(Clone, Debug)]
 pub struct Activity(Arc<ActivityInner>);
 
@@ -374,8 +375,12 @@ struct ActivityInner {
     idle_since: Mutex<Instant>,
     /// What the send watches count from.
     epoch: Instant,
-    /// The HTTP/2 answers whose bodies are being sent ([`SendWatch`]).
-    sending: Mutex<Vec<Weak<AtomicU64>>>,
+    /// Whether any answer was ever watched (an HTTP/2 connection), and
+    /// the connection's watchdog told so once.
+    watched: AtomicBool,
+    first_watch: tokio::sync::Notify,
+    /// The HTTP/2 answers whose bodies are being sent.
+    sending: Mutex<Vec<Weak<dyn Stall>>>,
 }
 
 impl Activity {
@@ -386,44 +391,61 @@ impl Activity {
             in_flight: AtomicUsize::new(0),
             idle_since: Mutex::new(now),
             epoch: now,
+            watched: AtomicBool::new(false),
+            first_watch: tokio::sync::Notify::new(),
             sending: Mutex::new(Vec::new()),
         }))
     }
 
-    /// Watches an HTTP/2 answer's body from now until it is dropped (see
-    /// [`SendWatch`]).
-    pub fn watch_send(&self) -> SendWatch {
-        let since = Arc::new(AtomicU64::new(0));
-        let watch = SendWatch {
-            since,
-            activity: self.0.clone(),
-        };
+    /// Watches an HTTP/2 answer's body, `held` (what its stall is cut
+    /// from: the body and the request's [`Busy`]), from now until it is
+    /// dropped (see [`SendWatch`]).
+    pub fn watch_send<T: Send + 'static>(&self, held: T) -> Arc<SendWatch<T>> {
+        let watch = Arc::new(SendWatch {
+            since: AtomicU64::new(0),
+            epoch: self.0.epoch,
+            held: Mutex::new(Some(held)),
+        });
         watch.owed();
+        if !self.0.watched.swap(true, Ordering::AcqRel) {
+            self.0.first_watch.notify_one();
+        }
         let mut sending = crate::locks::lock(&self.0.sending);
         // Dropped watches are swept once they are as many as live ones can
         // be (a connection's streams), so the list stays short.
         if sending.len() >= SENDING_SWEEP {
             sending.retain(|w| w.strong_count() > 0);
         }
-        sending.push(Arc::downgrade(&watch.since));
+        let weak: Weak<dyn Stall> = Arc::downgrade(&(watch.clone() as Arc<dyn Stall>));
+        sending.push(weak);
         watch
     }
 
-    /// How long the answer that has waited longest for hyper to take its
-    /// next piece has waited (zero if none waits).
-    pub fn send_stalled_for(&self) -> Duration {
-        let now = self.0.epoch.elapsed().as_millis();
-        crate::locks::lock(&self.0.sending)
+    /// Completes once an answer has been watched here (only HTTP/2's
+    /// are): an HTTP/1 connection's watchdog never wakes to look for
+    /// stalls.
+    pub async fn first_watch(&self) {
+        if !self.0.watched.load(Ordering::Acquire) {
+            self.0.first_watch.notified().await;
+        }
+    }
+
+    /// Cuts every answer that has waited `limit` or longer for hyper to
+    /// take its next piece (see [`SendWatch`]); how many it cut.
+    pub fn cut_stalled(&self, limit: Duration) -> usize {
+        let now = self.0.epoch.elapsed();
+        let stalled: Vec<Arc<dyn Stall>> = crate::locks::lock(&self.0.sending)
             .iter()
             .filter_map(Weak::upgrade)
-            .map(|since| match since.load(Ordering::Acquire) {
-                0 => Duration::ZERO,
-                t => Duration::from_millis(
-                    u64::try_from(now.saturating_sub(u128::from(t - 1))).unwrap_or(u64::MAX),
-                ),
+            .filter(|w| {
+                w.owed_since()
+                    .is_some_and(|t| now.saturating_sub(t) >= limit)
             })
-            .max()
-            .unwrap_or(Duration::ZERO)
+            .collect();
+        for w in &stalled {
+            w.cut();
+        }
+        stalled.len()
     }
 
     /// A request head arrived; the connection is busy until the guard drops.
@@ -451,33 +473,77 @@ impl Activity {
 const SENDING_SWEEP: usize = 512;
 
 /// One HTTP/2 answer's body, from the answer's head on: whether hyper owes
-/// it a poll, and since when. A client that never opens a stream's
-/// flow-control window is never sent a byte of its body, so hyper never
-/// polls it again and no socket write waits (which is what
-/// `server.send_timeout` bounds for HTTP/1): without this such streams held
-/// their origin connections, and their slots of the listener, for as long
-/// as the client answered PINGs. A body that waits for its own source (a
-/// push stream between events, a slow origin) was polled, and owes nothing.
-#[derive(Debug)]
-pub struct SendWatch {
+/// it a poll, and since when, and what the answer holds (`held`: the body,
+/// with the origin connection and the listener's slot it may hold, and the
+/// request's [`Busy`]).
+///
+/// A client that never opens a stream's flow-control window is never sent
+/// a byte of that stream's body, so hyper never polls it again and no
+/// socket write waits (which is what `server.send_timeout` bounds for
+/// HTTP/1): such streams held their origin connections, and their slots
+/// of the listener, for as long as the client answered PINGs. An answer
+/// that has waited `send_timeout` is cut: what it holds is dropped, and
+/// hyper resets the stream if it ever polls it again. Only that stream:
+/// the connection's other streams (the waiting room's push stream beside
+/// a paused video) go on. A body that waits for its own source (a push
+/// stream between events, a slow origin) was polled, and owes nothing.
+pub struct SendWatch<T> {
     /// Milliseconds from the connection's epoch, plus one, since the body
     /// gave hyper a piece (or its head was made) and has not been polled
     /// since; zero while it has been.
-    since: Arc<AtomicU64>,
-    activity: Arc<ActivityInner>,
+    since: AtomicU64,
+    epoch: Instant,
+    held: Mutex<Option<T>>,
 }
 
-impl SendWatch {
+impl<T> std::fmt::Debug for SendWatch<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SendWatch")
+            .field("since", &self.since)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T> SendWatch<T> {
     /// The body gave hyper a piece (or its head went out): the next poll
     /// waits for the client.
     pub fn owed(&self) {
-        let ms = u64::try_from(self.activity.epoch.elapsed().as_millis()).unwrap_or(u64::MAX - 1);
+        let ms = u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX - 1);
         self.since.store(ms + 1, Ordering::Release);
     }
 
     /// hyper polled the body.
     pub fn paid(&self) {
         self.since.store(0, Ordering::Release);
+    }
+
+    /// What the answer holds, unless it was cut.
+    pub fn held(&self) -> std::sync::MutexGuard<'_, Option<T>> {
+        crate::locks::lock(&self.held)
+    }
+}
+
+/// A watched answer, as its connection's watchdog sees it.
+trait Stall: Send + Sync + std::fmt::Debug {
+    /// Since when (from the connection's epoch) hyper owes it a poll.
+    fn owed_since(&self) -> Option<Duration>;
+    /// Drops what it holds.
+    fn cut(&self);
+}
+
+impl<T: Send> Stall for SendWatch<T> {
+    fn owed_since(&self) -> Option<Duration> {
+        match self.since.load(Ordering::Acquire) {
+            0 => None,
+            t => Some(Duration::from_millis(t - 1)),
+        }
+    }
+
+    fn cut(&self) {
+        // Counted once: a stream cut owes nothing more.
+        self.paid();
+        let held = self.held().take();
+        drop(held);
     }
 }
 
