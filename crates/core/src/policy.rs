@@ -504,11 +504,6 @@ fn refilled_until(at_ms: Option<i64>, now_ms: i64) -> i64 {
     }
 }
 
-/// Whether the clock is now more than an interval behind the batch that
-/// started at `started_ms`: it stepped back (a store failed over to a
-/// replica whose clock is behind). A new cadence starts then, instead of
-/// no batch until the clock catches up; a smaller step only delays the next
-/// batch by the step, so a little jitter never makes an extra batch.
 /// The start of the batch period `now_ms` falls in, on the grid of
 /// `interval_ms` counted from `anchor_ms` (all on one clock: the store's,
 /// for the scheduler). The scheduler begins its batches there, and the
@@ -521,6 +516,11 @@ pub fn batch_grid_start(anchor_ms: i64, interval_ms: u64, now_ms: i64) -> i64 {
     now_ms.saturating_sub(now_ms.saturating_sub(anchor_ms).rem_euclid(interval))
 }
 
+/// Whether the clock is now more than an interval behind the batch that
+/// started at `started_ms`: it stepped back (a store failed over to a
+/// replica whose clock is behind). A new cadence starts then, instead of
+/// no batch until the clock catches up; a smaller step only delays the next
+/// batch by the step, so a little jitter never makes an extra batch.
 fn stepped_back(started_ms: i64, interval_ms: i64, now_ms: i64) -> bool {
     now_ms < started_ms.saturating_sub(interval_ms)
 }

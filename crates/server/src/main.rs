@@ -211,7 +211,7 @@ fn shutdown_signal() -> impl std::future::Future<Output = ()> {
             tokio::spawn(async move {
                 while hangup.recv().await.is_some() {
                     tracing::info!(
-                        "SIGHUP: certificate files of [server.tls] are read again; nothing else reloads"
+                        "SIGHUP: certificate files of [server.tls], if any, are read again; nothing else reloads"
                     );
                 }
             });

@@ -71,16 +71,17 @@ impl Memo {
 const REVOCATION_MARGIN: Duration = Duration::from_secs(30);
 
 /// How long this node remembers a revocation: past the life of any pass
-/// issued before it. That is `pass_ttl`, or `session_idle_timeout` when
-/// longer: while the store cannot say whether a session goes on (it
-/// failed, or the event drains), the gate honours a pass that ran out
-/// until that long after its issue. Kept only a pass life, a released
-/// session's old pass worked again in an outage once its revocation was
-/// forgotten, and was renewed on every request until the store came back.
+/// issued before it. That is `pass_ttl`, or longer: while the store cannot
+/// say whether a session goes on (it failed, or the event drains), the
+/// gate honours a pass that ran out until `session_idle_timeout` after its
+/// issue, and never past `session_ttl` from the session's start. Kept only
+/// a pass life, a released session's old pass worked again in an outage
+/// once its revocation was forgotten, and was renewed on every request
+/// until the store came back.
 fn revocation_keep(config: &crate::config::EventConfig) -> Duration {
     config
         .pass_ttl
-        .max(config.session_idle_timeout)
+        .max(config.session_idle_timeout.min(config.session_ttl))
         .saturating_add(REVOCATION_MARGIN)
 }
 

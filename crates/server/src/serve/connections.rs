@@ -113,8 +113,8 @@ pub fn connection_caps(max_connections: u64, nofile: u64, redirect: bool) -> Res
             max_connections,
             nofile,
             cap = public,
-            "server.max_connections lowered to fit RLIMIT_NOFILE (half of it, after a reserve, \
-             stays free for origin and store connections)"
+            "server.max_connections lowered to fit RLIMIT_NOFILE (after a reserve, the descriptors \
+             are shared with the origin connections, and with the redirect listener's when there is one)"
         );
     }
     let to_usize = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
