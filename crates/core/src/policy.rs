@@ -153,6 +153,9 @@ pub struct PolicyState {
     /// owed (released as slots free, until the next batch replaces it).
     batch_started_ms: Option<i64>,
     batch_owed: u64,
+    /// Batch: whether this node began the current batch (then what it
+    /// owes is known here; a batch another node began is its to pay).
+    batch_begun_here: bool,
     /// Batch: the instant batches are counted from, so that every node
     /// starts its batches on one grid (the event's anchor on the store's
     /// clock).
@@ -176,6 +179,7 @@ impl PolicyState {
             kind: Kind::of(mode),
             batch_started_ms: None,
             batch_owed: 0,
+            batch_begun_here: false,
             cadence_anchor_ms: 0,
             budget: 0.0,
             budget_at_ms: None,
@@ -185,6 +189,14 @@ impl PolicyState {
             redeemed_w: 0.0,
             expired_w: 0.0,
         }
+    }
+
+    /// Batch: when the current batch started (on the clock `decide` was
+    /// given), and what it still owes if this node began it (`None` for a
+    /// batch another node began, or outside batch mode).
+    pub fn batch_progress(&self) -> (Option<i64>, Option<u64>) {
+        let here = self.kind == Kind::Batch && self.batch_begun_here;
+        (self.batch_started_ms, here.then_some(self.batch_owed))
     }
 
     /// Counts batches from `anchor_ms` (the event's anchor): every node
@@ -239,6 +251,7 @@ impl PolicyState {
                 if self.batch_due(interval_ms, now_ms) {
                     self.batch_started_ms = Some(self.batch_start(interval_ms, now_ms));
                     self.batch_owed = 0;
+                    self.batch_begun_here = false;
                 }
             }
             Mode::Continuous { .. } => {
@@ -341,6 +354,7 @@ impl PolicyState {
         if self.batch_due(interval_ms, o.now_ms) {
             self.batch_started_ms = Some(self.batch_start(interval_ms, o.now_ms));
             self.batch_owed = scale(size, factor);
+            self.batch_begun_here = true;
         }
         if self.batch_owed == 0 {
             return Decision {

@@ -171,6 +171,14 @@ async fn schedule(state: Arc<AppState>, id: EventId, mut seen: Option<Arc<crate:
     }
 }
 
+/// Tells the wait estimate what the batch under way still owes (known
+/// where this node began it), after each tick that may have changed it.
+fn tell_owed(rt: &EventRuntime, mode: &Mode, owed: Option<u64>) {
+    if matches!(mode, Mode::Batch { .. }) {
+        lock(&rt.live.admission.eta).set_owed(owed);
+    }
+}
+
 /// Measures the store's clock ([`measure_store_clock`]) and tells the
 /// wait estimate the batch grid on it ([`publish_grid`]): once a second.
 pub async fn measure_clock(state: &AppState, rt: &EventRuntime) {
@@ -215,7 +223,12 @@ async fn measure_store_clock(state: &AppState, rt: &EventRuntime) {
 fn publish_grid(rt: &EventRuntime) {
     let grid = {
         let memory = lock(&rt.live.policy);
+        let (last_start_ms, _) = memory
+            .state
+            .as_ref()
+            .map_or((None, None), PolicyState::batch_progress);
         Grid {
+            last_start_ms,
             anchor_ms: rt.anchor_us.div_euclid(1000),
             store_offset_ms: memory.store_offset_ms,
             tick_ms: i64::try_from(tick_every(&rt.config.admission).as_millis())
@@ -296,6 +309,9 @@ pub async fn tick_once(
         policy.set_cadence_anchor(rt.anchor_us.div_euclid(1000));
         policy.adopt(&mode, rt.config.max_active);
         policy.forfeit(&mode, now_ms);
+        let owed = policy.batch_progress().1;
+        drop(memory);
+        tell_owed(rt, &mode, owed);
         return Ok(0);
     };
     let _timed = TickTimer { id, started };
@@ -357,13 +373,15 @@ pub async fn tick_once(
     if let (Some(start_ms), Mode::Batch { interval_ms, .. }) = (due, &mode)
         && !claim_batch(state, rt, anchor_ms, start_ms, *interval_ms).await?
     {
-        if let Some(policy) = lock(&rt.live.policy).state.as_mut() {
+        let owed = lock(&rt.live.policy).state.as_mut().and_then(|policy| {
             policy.adopt(&mode, rt.config.max_active);
             policy.forfeit(&mode, now_ms);
-        }
+            policy.batch_progress().1
+        });
+        tell_owed(rt, &mode, owed);
         return Ok(0);
     }
-    let decision = {
+    let (decision, owed) = {
         let mut memory = lock(&rt.live.policy);
         let policy = memory
             .state
@@ -375,8 +393,9 @@ pub async fn tick_once(
         if matches!(mode, Mode::Adaptive { .. }) {
             metrics::gauge!("anteroom_admission_window", "event" => event).set(policy.window());
         }
-        decision
+        (decision, policy.batch_progress().1)
     };
+    tell_owed(rt, &mode, owed);
     tracing::trace!(event = %id, admit = decision.admit, reason = decision.reason, "decided");
     if decision.admit == 0 {
         return Ok(0);

@@ -77,23 +77,17 @@ pub struct Plan {
 /// `tick_ms`) at or after each start, all on the store's clock (this
 /// node's, moved on by the offset it measured); and the no-show
 /// compensation that makes a batch of `size` owe more admissions.
+///
+/// And when this node's policy began its last batch (`last_start_ms`, on
+/// the store's clock): after a live change of the interval the next batch
+/// is due an interval after it, later than the new grid's next start.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Grid {
     pub anchor_ms: i64,
     pub store_offset_ms: i64,
     pub tick_ms: i64,
     pub compensation: f64,
-}
-
-impl Default for Grid {
-    fn default() -> Self {
-        Grid {
-            anchor_ms: 0,
-            store_offset_ms: 0,
-            tick_ms: 1,
-            compensation: 1.0,
-        }
-    }
+    pub last_start_ms: Option<i64>,
 }
 
 impl Grid {
@@ -106,13 +100,18 @@ impl Grid {
                 .saturating_add(i64::from(t.rem_euclid(tick) != 0))
                 .saturating_mul(tick)
         };
+        let interval = i64::try_from(interval_ms).unwrap_or(i64::MAX);
         let started = policy::batch_grid_start(self.anchor_ms, interval_ms, store_now_ms);
         let current = on_tick(started);
-        if store_now_ms < current {
-            return current;
+        let next = if store_now_ms < current {
+            current
+        } else {
+            on_tick(started.saturating_add(interval))
+        };
+        match self.last_start_ms {
+            Some(last) => next.max(on_tick(last.saturating_add(interval))),
+            None => next,
         }
-        let interval = i64::try_from(interval_ms).unwrap_or(i64::MAX);
-        on_tick(started.saturating_add(interval))
     }
 }
 
@@ -144,13 +143,24 @@ impl Plan {
     }
 }
 
+/// A batch-mode visitor's wait on the scheduler's grid: exact where only
+/// the batches stand in the way, at least that where the slots may too.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BatchWait {
+    Exact(u64),
+    AtLeast(u64),
+}
+
 /// One event's rate learning on this node.
 #[derive(Debug, Default)]
 pub struct EtaFeed {
     history: AdmissionHistory,
     turnover: Turnover,
     plan: Plan,
-    grid: Grid,
+    /// The scheduler's batch grid, once it told it (see [`Grid`]).
+    grid: Option<Grid>,
+    /// What the batch under way still owes, where this node began it.
+    owed: Option<u64>,
     /// When this node first saw an admission, and how many it saw since.
     first_admission: Option<(i64, u64)>,
     last_admitted_total: Option<u64>,
@@ -172,7 +182,13 @@ impl EtaFeed {
     /// Sets where the scheduler's batches begin (the store's clock offset
     /// is measured again every second, the compensation learnt).
     pub fn set_grid(&mut self, grid: Grid) {
-        self.grid = grid;
+        self.grid = Some(grid);
+    }
+
+    /// Sets what the batch under way still owes: known where this node
+    /// began it (each of its ticks tells), `None` where another node did.
+    pub fn set_owed(&mut self, owed: Option<u64>) {
+        self.owed = owed;
     }
 
     /// Whether the event admits now (open, not paused or closed), as of
@@ -315,44 +331,71 @@ impl EtaFeed {
     }
 
     /// The estimate for a visitor with `rank` visitors ahead: in batch
-    /// mode, while free slots cover them, when their batch leaves
-    /// ([`Self::batch_wait_ms`]); otherwise the buffered estimate of the
-    /// rate and the slots.
+    /// mode, when their batch leaves ([`Self::batch_wait`]); otherwise the
+    /// buffered estimate of the rate and the slots.
     pub fn estimate(&self, now_ms: i64, rank: u64) -> Option<Estimate> {
-        if let Some(wait_ms) = self.batch_wait_ms(now_ms, rank) {
-            return Some(eta::on_schedule(wait_ms));
+        match self.batch_wait(now_ms, rank) {
+            Some(BatchWait::Exact(ms)) => Some(eta::on_schedule(ms)),
+            Some(BatchWait::AtLeast(ms)) => {
+                let e = self.estimate_by_rate(now_ms, rank)?;
+                let floor = eta::on_schedule(ms);
+                Some(if floor.wait_ms > e.wait_ms {
+                    Estimate {
+                        seconds: floor.seconds.max(e.seconds),
+                        almost_there: floor.seconds.max(e.seconds) < eta::ALMOST_THERE_S,
+                        wait_ms: floor.wait_ms,
+                    }
+                } else {
+                    e
+                })
+            }
+            None => self.estimate_by_rate(now_ms, rank),
         }
-        self.estimate_by_rate(now_ms, rank)
     }
 
     /// In batch mode, how long until the batch that can take a visitor
     /// with `rank` visitors ahead leaves: the next start on the scheduler's
-    /// grid, plus an interval for each full batch ahead. Visitors ahead
-    /// who leave unadmitted only make it sooner.
+    /// grid, plus an interval for each full batch ahead (counted with the
+    /// no-show compensation this node learnt). Visitors ahead who leave
+    /// unadmitted only make it sooner. The rate alone spread a batch over
+    /// its interval: it told the front of a 50-a-minute queue 2 s for the
+    /// whole minute, and its 50th a minute as its batch left.
     ///
-    /// Only while the free slots cover the visitor and everyone ahead: then
-    /// nothing but the batches stands in the way, and a batch that began
-    /// admitted all it owed at its tick (or the visitor would not be
-    /// waiting). While slots bind, what a batch could not admit at its tick
-    /// is still owed, and goes out as slots free before the next one, so
-    /// the slots' wait decides (and a batch of `size` may admit more, made
-    /// up for no-shows: counted with the compensation this node learnt).
-    fn batch_wait_ms(&self, now_ms: i64, rank: u64) -> Option<u64> {
+    /// What the batch under way still owes goes out as slots free, before
+    /// the next batch: known where this node began it, and then counted.
+    /// Elsewhere it is taken as paid where the free slots cover the visitor
+    /// and everyone ahead (the batch then admitted all it owed at its tick,
+    /// or the visitor would not be waiting), and unknown otherwise: no
+    /// batch is waited for then, the slots' estimate stands. Where the free
+    /// slots cover the visitor the batches alone stand in the way (the
+    /// wait is exact); otherwise the slots may too (it is a floor).
+    fn batch_wait(&self, now_ms: i64, rank: u64) -> Option<BatchWait> {
         let (size, interval_ms) = self.plan.batch?;
+        let grid = self.grid?;
         let free = self.plan.slots.saturating_sub(self.turnover.occupied());
-        if rank >= free {
-            return None;
-        }
-        let store_now = now_ms.saturating_add(self.grid.store_offset_ms);
-        let until_next = self
-            .grid
+        let covered = rank < free;
+        let store_now = now_ms.saturating_add(grid.store_offset_ms);
+        let until_next = grid
             .next_batch_ms(interval_ms, store_now)
             .saturating_sub(store_now);
+        let ahead = match (self.owed, covered) {
+            // Taken at the next tick, or as slots free.
+            (Some(owed), true) if rank < owed => return Some(BatchWait::Exact(0)),
+            (Some(owed), false) if rank < owed => return None,
+            (Some(owed), _) => rank - owed,
+            (None, true) => rank,
+            (None, false) => return None,
+        };
         let interval = i64::try_from(interval_ms).unwrap_or(i64::MAX);
-        let per_batch = policy::scale(size, self.grid.compensation).max(1);
-        let ahead = i64::try_from(rank / per_batch).unwrap_or(i64::MAX);
-        let wait = ahead.saturating_mul(interval).saturating_add(until_next);
-        u64::try_from(wait).ok()
+        let per_batch = policy::scale(size, grid.compensation).max(1);
+        let batches = i64::try_from(ahead / per_batch).unwrap_or(i64::MAX);
+        let wait =
+            u64::try_from(batches.saturating_mul(interval).saturating_add(until_next)).ok()?;
+        Some(if covered {
+            BatchWait::Exact(wait)
+        } else {
+            BatchWait::AtLeast(wait)
+        })
     }
 
     fn estimate_by_rate(&self, now_ms: i64, rank: u64) -> Option<Estimate> {

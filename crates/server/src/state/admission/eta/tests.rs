@@ -348,6 +348,7 @@ fn batch_feed(compensation: f64) -> (EtaFeed, u64) {
         store_offset_ms: 4_000,
         tick_ms: 50,
         compensation,
+        last_start_ms: None,
     });
     let mut total = 0;
     let mut t = 0;
@@ -400,6 +401,7 @@ fn a_batch_leaves_at_the_first_tick_of_its_period() {
         store_offset_ms: 0,
         tick_ms: 50,
         compensation: 1.0,
+        last_start_ms: None,
     });
     feed.observe(0, &stats(0));
     // The period starts at 77.02 s; its tick is at 77.05 s.
@@ -451,23 +453,117 @@ fn a_batch_visitors_estimate_only_counts_down() {
     assert!(last <= 2, "told {last} s just before");
 }
 
-/// Where the slots bind, what a batch could not admit at its tick goes out
-/// as slots free: no batch's tick is waited for then, the slots decide.
-#[test]
-fn slots_that_bind_keep_the_batch_out_of_it() {
+/// A grid at the epoch, on a store clock equal to this node's.
+fn plain_grid() -> Grid {
+    Grid {
+        anchor_ms: 0,
+        store_offset_ms: 0,
+        tick_ms: 50,
+        compensation: 1.0,
+        last_start_ms: None,
+    }
+}
+
+/// A batch queue of 50 a minute with 100 slots, 90 of them held: the front
+/// 10 are covered by the free slots, the 11th is not.
+fn bound_feed() -> EtaFeed {
     let mut feed = EtaFeed::default();
     feed.set_plan(Plan {
         admit_per_s: Some(50.0 / 60.0),
         slots: 100,
         batch: Some((50, 60_000)),
     });
-    // 100 slots, 90 held: the front 10 are covered, the 11th is not.
-    feed.observe(0, &stats_full(90, 0, 90));
-    let covered = feed.estimate(1_000, 9).unwrap();
+    feed.set_grid(plain_grid());
+    // Ten admitted a second, each held 8 s, for a minute: the slots'
+    // holding time is learnt. Then 90 of the 100 held.
+    let mut total = 0;
+    for t in 0..=60 {
+        total += 10;
+        feed.observe(
+            t * 1000,
+            &stats_full(total, total, (t + 1).min(8) as u64 * 10),
+        );
+    }
+    feed.observe(61_000, &stats_full(total + 10, total + 10, 90));
+    feed
+}
+
+/// Where the slots bind and nobody here knows what the batch under way
+/// still owes, what it could not admit at its tick may go out as slots
+/// free: no batch's tick is waited for then, the slots decide.
+#[test]
+fn slots_that_bind_keep_an_unknown_batch_out_of_it() {
+    let feed = bound_feed();
+    let covered = feed.estimate(61_000, 9).unwrap();
     assert_eq!(covered.wait_ms, 59_000, "{covered:?}");
-    let beyond = feed.estimate(1_000, 10);
+    let beyond = feed.estimate(61_000, 10);
     assert!(
-        beyond.is_none_or(|e| e.wait_ms < 59_000),
+        beyond.is_some_and(|e| e.wait_ms < 59_000),
         "the 11th waits for a slot, not the tick: {beyond:?}"
     );
+}
+
+/// Where this node began the batch under way and it owes nothing more, a
+/// visitor beyond the free slots waits for the next batch at least, a
+/// slot freeing sooner or not: told a slot's time, they were then told
+/// more once the slots covered them.
+#[test]
+fn a_paid_batch_is_waited_for_beyond_the_free_slots_too() {
+    let mut feed = bound_feed();
+    feed.set_owed(Some(0));
+    let beyond = feed.estimate(61_000, 10);
+    assert!(
+        beyond.is_some_and(|e| e.wait_ms >= 59_000),
+        "told sooner than the next batch: {beyond:?}"
+    );
+    // What it still owes goes out as slots free or at the next tick.
+    feed.set_owed(Some(12));
+    assert_eq!(
+        feed.estimate(61_000, 5).unwrap().wait_ms,
+        0,
+        "covered, owed"
+    );
+    let owed_beyond = feed.estimate(61_000, 11);
+    assert!(
+        owed_beyond.is_some_and(|e| e.wait_ms < 59_000),
+        "{owed_beyond:?}"
+    );
+    // Past what it owes: the next batch.
+    let past = feed.estimate(61_000, 12);
+    assert!(past.is_some_and(|e| e.wait_ms >= 59_000), "{past:?}");
+}
+
+/// After a live change of the interval the next batch is due an interval
+/// after the last one began, not at the new grid's next start.
+#[test]
+fn a_changed_interval_counts_from_the_last_batch() {
+    let mut feed = EtaFeed::default();
+    feed.set_plan(Plan {
+        admit_per_s: Some(50.0 / 45.0),
+        slots: 10_000,
+        batch: Some((50, 45_000)),
+    });
+    // The last batch began at 60 s, on the old minute's grid.
+    feed.set_grid(Grid {
+        last_start_ms: Some(60_000),
+        ..plain_grid()
+    });
+    feed.observe(0, &stats(0));
+    // At 70 s the new grid says 90 s; the scheduler begins it at 105 s.
+    assert_eq!(feed.estimate(70_000, 0).unwrap().wait_ms, 35_000);
+}
+
+/// Until the scheduler has told where its batches leave, no batch is
+/// counted on a grid nobody runs.
+#[test]
+fn no_grid_no_batch_wait() {
+    let mut feed = EtaFeed::default();
+    feed.set_plan(Plan {
+        admit_per_s: Some(50.0 / 60.0),
+        slots: 10_000,
+        batch: Some((50, 60_000)),
+    });
+    feed.observe(0, &stats(0));
+    let e = feed.estimate(1_000, 0).unwrap();
+    assert!(e.wait_ms < 59_000, "{e:?}");
 }
