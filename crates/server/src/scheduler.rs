@@ -395,9 +395,9 @@ pub async fn tick_once(
         }
         (decision, policy.batch_progress().1)
     };
-    tell_owed(rt, &mode, owed);
     tracing::trace!(event = %id, admit = decision.admit, reason = decision.reason, "decided");
     if decision.admit == 0 {
+        tell_owed(rt, &mode, owed);
         return Ok(0);
     }
     let nonces = (0..decision.admit.min(10_000))
@@ -422,7 +422,16 @@ pub async fn tick_once(
     memory.last_admitted = memory.last_admitted.saturating_add(admitted);
     drop(memory);
     // The ETA maps ranks onto admissions: tell it before the next snapshot.
-    lock(&rt.live.admission.eta).note_admitted(state.now_ms(), admitted);
+    // With what the batch still owes, in one step: told first, a visitor
+    // these admissions took the free slots from read as covered and owed,
+    // "almost there", until they were noted.
+    {
+        let mut feed = lock(&rt.live.admission.eta);
+        feed.note_admitted(state.now_ms(), admitted);
+        if matches!(mode, Mode::Batch { .. }) {
+            feed.set_owed(owed);
+        }
+    }
     if admitted > 0 {
         // Streamed visitors hear now, not at the hub's next tick.
         state.push.kick(id);

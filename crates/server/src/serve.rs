@@ -194,17 +194,20 @@ async fn accept_loop(
         let (app, limits, stop) = (app.clone(), *limits, stop.clone());
         let tls = tls.cloned();
         let serve = move |stream: tokio::net::TcpStream| async move {
+            let written = Arc::default();
             match tls {
                 None => {
                     let first = First {
                         scheme: ClientScheme::Http,
                         head_due,
+                        written: Arc::clone(&written),
                     };
-                    let stream = SendDeadline::new(stream, limits.send_timeout);
+                    let stream = SendDeadline::counting(stream, limits.send_timeout, written);
                     serve_http1_first(stream, peer, first, app, limits, permit, stop).await;
                 }
                 Some(tls) => {
-                    let stream = SendDeadline::new(stream, limits.send_timeout);
+                    let stream =
+                        SendDeadline::counting(stream, limits.send_timeout, Arc::clone(&written));
                     let Some(stream) = tls.accept(stream, head_due).await else {
                         return;
                     };
@@ -215,6 +218,7 @@ async fn accept_loop(
                         let first = First {
                             scheme: ClientScheme::Https,
                             head_due,
+                            written,
                         };
                         serve_connection(stream, peer, first, app, limits, slot, stop).await;
                         return;
@@ -222,6 +226,7 @@ async fn accept_loop(
                     let first = First {
                         scheme: ClientScheme::Https,
                         head_due,
+                        written,
                     };
                     serve_http1_first(stream, peer, first, app, limits, permit, stop).await;
                 }
@@ -236,11 +241,13 @@ async fn accept_loop(
     }
 }
 
-/// How a connection came, and when its first request head is due.
-#[derive(Clone, Copy, Debug)]
+/// How a connection came, when its first request head is due, and what
+/// counts the bytes its client has taken (see [`SendDeadline::counting`]).
+#[derive(Clone, Debug)]
 struct First {
     scheme: ClientScheme,
     head_due: Instant,
+    written: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// A connection whose first requests the door may answer (see [`door`]):
@@ -349,10 +356,11 @@ async fn serve_connection<S>(
     send_check.tick().await;
     let mut closing = false;
     let mut watching = false;
-    // A graceful close waits for the streams open; a client can keep one
-    // from ever ending (it opens no window for an answer hyper has taken
-    // whole), so the close is forced this long after it began.
-    let mut close_by: Option<Instant> = None;
+    // A graceful close waits for the streams open, and a client can keep
+    // one from ever ending (it opens no window for an answer hyper has
+    // taken whole into its buffers): once closing, the connection goes when
+    // the client has taken nothing for `send_timeout`.
+    let mut progress = Progress::new(&first.written);
     loop {
         tokio::select! {
             result = conn.as_mut() => {
@@ -378,21 +386,33 @@ async fn serve_connection<S>(
                 watching = true;
                 send_check.reset();
             }
+            // An HTTP/2 answer the client has left without window for
+            // `send_timeout` is cut (see `connections::SendWatch`): what it
+            // held goes, as it does with an HTTP/1 client that takes no byte.
             _ = send_check.tick(), if watching => {
-                let cut = activity.cut_stalled(limits.send_timeout);
+                let (cut, stuck) = activity.cut_stalled(limits.send_timeout);
                 if cut > 0 {
                     metrics::counter!("anteroom_http2_streams_cut_total").increment(cut as u64);
                     tracing::debug!(%peer, cut, "HTTP/2 answers waited server.send_timeout for their window; cut");
                 }
+                // hyper holds a cut stream until the client opens its window:
+                // a client that keeps many so, or any once the connection
+                // closes, would hold the connection for good.
+                if stuck >= STUCK_STREAMS || (closing && stuck > 0)
+                    || (closing && progress.stalled(limits.send_timeout))
+                {
+                    metrics::counter!("anteroom_connections_closed_total", "reason" => "send_timeout").increment(1);
+                    return;
+                }
             }
             _ = idle_check.tick() => {
-                if close_by.is_some_and(|by| Instant::now() >= by) {
+                if closing && progress.stalled(limits.send_timeout) {
                     metrics::counter!("anteroom_connections_closed_total", "reason" => "send_timeout").increment(1);
                     return;
                 }
                 if !closing && activity.idle_for() >= limits.http2_idle_timeout {
                     closing = true;
-                    close_by = Some(Instant::now() + limits.send_timeout);
+                    progress = Progress::new(&first.written);
                     metrics::counter!("anteroom_connections_closed_total", "reason" => "idle").increment(1);
                     conn.as_mut().graceful_shutdown();
                 }
@@ -400,11 +420,49 @@ async fn serve_connection<S>(
             changed = stop.changed(), if !closing => {
                 if changed.is_err() || *stop.borrow() {
                     closing = true;
-                    close_by = Some(Instant::now() + limits.shutdown_grace);
+                    progress = Progress::new(&first.written);
                     conn.as_mut().graceful_shutdown();
                 }
             }
         }
+    }
+}
+
+/// Cut HTTP/2 streams still held open (see `connections::SendWatch`) past
+/// which a connection is closed: a page with a paused video or two keeps
+/// its connection; a client holding streams open by the dozen does not.
+const STUCK_STREAMS: usize = 8;
+
+/// Fewer bytes than this taken by the client count as no progress (a PING
+/// answered every few seconds is not a reader).
+const MIN_PROGRESS: u64 = 1024;
+
+/// Whether a closing connection's client still takes what it is sent.
+struct Progress<'a> {
+    written: &'a std::sync::atomic::AtomicU64,
+    bytes: u64,
+    at: Instant,
+}
+
+impl<'a> Progress<'a> {
+    fn new(written: &'a std::sync::atomic::AtomicU64) -> Self {
+        Self {
+            written,
+            bytes: written.load(std::sync::atomic::Ordering::Relaxed),
+            at: Instant::now(),
+        }
+    }
+
+    /// Whether the client has taken less than [`MIN_PROGRESS`] for
+    /// `limit`; a slow reader still draining an answer's tail is not.
+    fn stalled(&mut self, limit: Duration) -> bool {
+        let now = self.written.load(std::sync::atomic::Ordering::Relaxed);
+        if now.saturating_sub(self.bytes) >= MIN_PROGRESS {
+            self.bytes = now;
+            self.at = Instant::now();
+            return false;
+        }
+        self.at.elapsed() >= limit
     }
 }
 
@@ -449,10 +507,13 @@ fn track(
                 frame
             }))
         }),
-        Some(activity) => response.map(|inner| {
+        Some(activity) => response.map(|body| {
             Body::new(Watched {
-                watch: activity.watch_send((inner, busy)),
-                rest: None,
+                watch: activity.watch_send(Sending {
+                    body,
+                    rest: None,
+                    _busy: busy,
+                }),
             })
         }),
     }
@@ -463,24 +524,35 @@ fn track(
 /// took longer than `send_timeout` though bytes kept flowing.
 const WATCHED_PIECE: usize = 16 * 1024;
 
+/// What a watched answer holds until it is sent whole or cut: its body
+/// (with what that holds of the origin), what is left of a data frame
+/// larger than a piece, and its request's busy mark.
+struct Sending {
+    body: Body,
+    rest: Option<bytes::Bytes>,
+    _busy: connections::Busy,
+}
+
 /// An HTTP/2 answer's body, telling its [`connections::SendWatch`] when
 /// hyper polls it and when it gave hyper a piece to send, in pieces of at
 /// most [`WATCHED_PIECE`]; once cut, an error (hyper resets the stream).
 struct Watched {
-    watch: Arc<connections::SendWatch<(Body, connections::Busy)>>,
-    /// What is left of a data frame larger than a piece.
-    rest: Option<bytes::Bytes>,
+    watch: Arc<connections::SendWatch<Sending>>,
 }
 
-impl Watched {
-    fn piece(&mut self, mut data: bytes::Bytes) -> hyper::body::Frame<bytes::Bytes> {
-        if data.len() > WATCHED_PIECE {
-            let first = data.split_to(WATCHED_PIECE);
-            self.rest = Some(data);
-            data = first;
-        }
-        hyper::body::Frame::data(data)
+/// The first [`WATCHED_PIECE`] of `data`, the rest kept in `rest`. A piece
+/// is copied out of a larger frame, so a stream cut while hyper holds its
+/// piece does not pin the whole of the origin's chunk.
+fn piece(
+    mut data: bytes::Bytes,
+    rest: &mut Option<bytes::Bytes>,
+) -> hyper::body::Frame<bytes::Bytes> {
+    if data.len() > WATCHED_PIECE {
+        let first = bytes::Bytes::copy_from_slice(&data[..WATCHED_PIECE]);
+        *rest = Some(data.split_off(WATCHED_PIECE));
+        data = first;
     }
+    hyper::body::Frame::data(data)
 }
 
 impl hyper::body::Body for Watched {
@@ -488,27 +560,25 @@ impl hyper::body::Body for Watched {
     type Error = axum::Error;
 
     fn poll_frame(
-        mut self: Pin<&mut Self>,
+        self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
-        let this = &mut *self;
-        let watch = Arc::clone(&this.watch);
+        let watch = Arc::clone(&self.watch);
         let mut held = watch.held();
-        let Some((inner, _)) = held.as_mut() else {
+        let Some(sending) = held.as_mut() else {
             return Poll::Ready(Some(Err(axum::Error::new(
                 "the client opened no window for server.send_timeout",
             ))));
         };
-        if let Some(rest) = this.rest.take() {
+        if let Some(rest) = sending.rest.take() {
             watch.owed();
-            return Poll::Ready(Some(Ok(this.piece(rest))));
+            return Poll::Ready(Some(Ok(piece(rest, &mut sending.rest))));
         }
-        let polled = Pin::new(inner).poll_frame(cx);
-        match polled {
+        match Pin::new(&mut sending.body).poll_frame(cx) {
             Poll::Ready(Some(Ok(frame))) => {
                 watch.owed();
                 Poll::Ready(Some(Ok(match frame.into_data() {
-                    Ok(data) => this.piece(data),
+                    Ok(data) => piece(data, &mut sending.rest),
                     Err(frame) => frame,
                 })))
             }
@@ -526,19 +596,19 @@ impl hyper::body::Body for Watched {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.rest.is_none()
-            && self
-                .watch
-                .held()
-                .as_ref()
-                .is_none_or(|(b, _)| b.is_end_stream())
+        // A cut answer is not at its end: hyper must not end the stream
+        // as if it were whole.
+        self.watch
+            .held()
+            .as_ref()
+            .is_some_and(|s| s.rest.is_none() && s.body.is_end_stream())
     }
 
     fn size_hint(&self) -> hyper::body::SizeHint {
-        let rest = self.rest.as_ref().map_or(0, |r| r.len() as u64);
         match self.watch.held().as_ref() {
-            Some((b, _)) => {
-                let inner = b.size_hint();
+            Some(s) => {
+                let rest = s.rest.as_ref().map_or(0, |r| r.len() as u64);
+                let inner = s.body.size_hint();
                 let mut hint = hyper::body::SizeHint::new();
                 hint.set_lower(inner.lower().saturating_add(rest));
                 if let Some(upper) = inner.upper() {
@@ -546,7 +616,7 @@ impl hyper::body::Body for Watched {
                 }
                 hint
             }
-            None => hyper::body::SizeHint::with_exact(rest),
+            None => hyper::body::SizeHint::default(),
         }
     }
 }
@@ -778,13 +848,20 @@ mod tests {
         let response = axum::response::Response::new(Body::from(whole));
         let mut body = track(response, activity.begin(), Some(activity.clone())).into_body();
         assert!(body.frame().await.unwrap().is_ok());
-        assert_eq!(activity.cut_stalled(Duration::ZERO), 1);
-        assert_eq!(activity.cut_stalled(Duration::ZERO), 0, "cut once");
+        assert_eq!(activity.cut_stalled(Duration::ZERO), (1, 1));
+        assert_eq!(
+            activity.cut_stalled(Duration::ZERO),
+            (0, 1),
+            "cut once, held open by hyper"
+        );
+        assert!(!hyper::body::Body::is_end_stream(&body), "cut is no end");
         assert!(body.frame().await.unwrap().is_err());
         assert!(
             activity.idle_for() > Duration::ZERO,
             "a cut answer is not busy"
         );
+        drop(body);
+        assert_eq!(activity.cut_stalled(Duration::ZERO), (0, 0), "reset: gone");
     }
 
     #[tokio::test]

@@ -376,9 +376,10 @@ struct ActivityInner {
     /// What the send watches count from.
     epoch: Instant,
     /// Whether any answer was ever watched (an HTTP/2 connection), and
-    /// the connection's watchdog told so once.
+    /// the connection's watchdog woken for it (lock-free: it is polled at
+    /// every wake-up of every connection).
     watched: AtomicBool,
-    first_watch: tokio::sync::Notify,
+    first_watch: futures::task::AtomicWaker,
     /// The HTTP/2 answers whose bodies are being sent.
     sending: Mutex<Vec<Weak<dyn Stall>>>,
 }
@@ -392,7 +393,7 @@ impl Activity {
             idle_since: Mutex::new(now),
             epoch: now,
             watched: AtomicBool::new(false),
-            first_watch: tokio::sync::Notify::new(),
+            first_watch: futures::task::AtomicWaker::new(),
             sending: Mutex::new(Vec::new()),
         }))
     }
@@ -403,12 +404,14 @@ impl Activity {
     pub fn watch_send<T: Send + 'static>(&self, held: T) -> Arc<SendWatch<T>> {
         let watch = Arc::new(SendWatch {
             since: AtomicU64::new(0),
+            cut_at: AtomicU64::new(0),
             epoch: self.0.epoch,
             held: Mutex::new(Some(held)),
         });
         watch.owed();
-        if !self.0.watched.swap(true, Ordering::AcqRel) {
-            self.0.first_watch.notify_one();
+        if !self.0.watched.load(Ordering::Relaxed) {
+            self.0.watched.store(true, Ordering::Release);
+            self.0.first_watch.wake();
         }
         let mut sending = crate::locks::lock(&self.0.sending);
         // Dropped watches are swept once they are as many as live ones can
@@ -424,28 +427,43 @@ impl Activity {
     /// Completes once an answer has been watched here (only HTTP/2's
     /// are): an HTTP/1 connection's watchdog never wakes to look for
     /// stalls.
-    pub async fn first_watch(&self) {
-        if !self.0.watched.load(Ordering::Acquire) {
-            self.0.first_watch.notified().await;
-        }
+    pub fn first_watch(&self) -> impl std::future::Future<Output = ()> + '_ {
+        std::future::poll_fn(move |cx| {
+            if self.0.watched.load(Ordering::Acquire) {
+                return std::task::Poll::Ready(());
+            }
+            self.0.first_watch.register(cx.waker());
+            if self.0.watched.load(Ordering::Acquire) {
+                std::task::Poll::Ready(())
+            } else {
+                std::task::Poll::Pending
+            }
+        })
     }
 
     /// Cuts every answer that has waited `limit` or longer for hyper to
-    /// take its next piece (see [`SendWatch`]); how many it cut.
-    pub fn cut_stalled(&self, limit: Duration) -> usize {
+    /// take its next piece (see [`SendWatch`]); how many it cut, and how
+    /// many cut at least `limit` ago are still open (hyper holds a cut
+    /// stream, and what it took of it, until the client opens its window,
+    /// which such a client never does).
+    pub fn cut_stalled(&self, limit: Duration) -> (usize, usize) {
         let now = self.0.epoch.elapsed();
-        let stalled: Vec<Arc<dyn Stall>> = crate::locks::lock(&self.0.sending)
+        let watched: Vec<Arc<dyn Stall>> = crate::locks::lock(&self.0.sending)
             .iter()
             .filter_map(Weak::upgrade)
+            .collect();
+        let cut = watched
+            .iter()
+            .filter(|w| w.cut_if_stalled(now, limit))
+            .count();
+        let stuck = watched
+            .iter()
             .filter(|w| {
-                w.owed_since()
+                w.cut_since()
                     .is_some_and(|t| now.saturating_sub(t) >= limit)
             })
-            .collect();
-        for w in &stalled {
-            w.cut();
-        }
-        stalled.len()
+            .count();
+        (cut, stuck)
     }
 
     /// A request head arrived; the connection is busy until the guard drops.
@@ -492,6 +510,8 @@ pub struct SendWatch<T> {
     /// gave hyper a piece (or its head was made) and has not been polled
     /// since; zero while it has been.
     since: AtomicU64,
+    /// Likewise, when it was cut; zero if it was not.
+    cut_at: AtomicU64,
     epoch: Instant,
     held: Mutex<Option<T>>,
 }
@@ -505,11 +525,16 @@ impl<T> std::fmt::Debug for SendWatch<T> {
 }
 
 impl<T> SendWatch<T> {
+    fn now_mark(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_millis())
+            .unwrap_or(u64::MAX - 1)
+            .saturating_add(1)
+    }
+
     /// The body gave hyper a piece (or its head went out): the next poll
     /// waits for the client.
     pub fn owed(&self) {
-        let ms = u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX - 1);
-        self.since.store(ms + 1, Ordering::Release);
+        self.since.store(self.now_mark(), Ordering::Release);
     }
 
     /// hyper polled the body.
@@ -523,27 +548,39 @@ impl<T> SendWatch<T> {
     }
 }
 
+/// A mark of [`SendWatch`] as a time from the connection's epoch.
+fn mark_to(t: u64) -> Option<Duration> {
+    (t > 0).then(|| Duration::from_millis(t - 1))
+}
+
 /// A watched answer, as its connection's watchdog sees it.
 trait Stall: Send + Sync + std::fmt::Debug {
-    /// Since when (from the connection's epoch) hyper owes it a poll.
-    fn owed_since(&self) -> Option<Duration>;
-    /// Drops what it holds.
-    fn cut(&self);
+    /// Drops what it holds if hyper has owed it a poll for `limit` as of
+    /// `now` (from the connection's epoch), judged under its lock, so a
+    /// poll that just took a piece is never cut after it; whether it did.
+    fn cut_if_stalled(&self, now: Duration, limit: Duration) -> bool;
+    /// When it was cut, if it was.
+    fn cut_since(&self) -> Option<Duration>;
 }
 
 impl<T: Send> Stall for SendWatch<T> {
-    fn owed_since(&self) -> Option<Duration> {
-        match self.since.load(Ordering::Acquire) {
-            0 => None,
-            t => Some(Duration::from_millis(t - 1)),
+    fn cut_if_stalled(&self, now: Duration, limit: Duration) -> bool {
+        let mut held = self.held();
+        let stalled = mark_to(self.since.load(Ordering::Acquire))
+            .is_some_and(|t| now.saturating_sub(t) >= limit);
+        if !stalled || held.is_none() {
+            return false;
         }
+        let taken = held.take();
+        self.paid();
+        self.cut_at.store(self.now_mark(), Ordering::Release);
+        drop(held);
+        drop(taken);
+        true
     }
 
-    fn cut(&self) {
-        // Counted once: a stream cut owes nothing more.
-        self.paid();
-        let held = self.held().take();
-        drop(held);
+    fn cut_since(&self) -> Option<Duration> {
+        mark_to(self.cut_at.load(Ordering::Acquire))
     }
 }
 

@@ -16,6 +16,8 @@
 use std::future::Future as _;
 use std::io;
 use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -33,6 +35,9 @@ pub struct SendDeadline<S> {
     waiting: bool,
     /// The deadline passed: every later write fails at once, counted once.
     timed_out: bool,
+    /// Bytes the client has taken so far, for the connection's watchdog
+    /// (whether a close it waits for still makes progress).
+    written: Arc<AtomicU64>,
 }
 
 /// A TLS listener looks at the first byte before the handshake.
@@ -43,17 +48,25 @@ impl<S: crate::tls::Peek + Sync> crate::tls::Peek for SendDeadline<S> {
 }
 
 impl<S> SendDeadline<S> {
-    pub fn new(inner: S, timeout: Duration) -> Self {
+    /// `inner` with its writes timed out after `timeout`, adding each byte
+    /// the client takes to `written`.
+    pub fn counting(inner: S, timeout: Duration, written: Arc<AtomicU64>) -> Self {
         Self {
             inner,
             timeout,
             timer: None,
             waiting: false,
             timed_out: false,
+            written,
         }
     }
 
-    /// What a write that made progress (or failed) answers: the wait is over.
+    fn taken(&self, r: &Poll<io::Result<usize>>) {
+        if let Poll::Ready(Ok(n)) = r {
+            self.written.fetch_add(*n as u64, Ordering::Relaxed);
+        }
+    }
+
     fn done<T>(&mut self, cx: &mut Context<'_>, r: Poll<io::Result<T>>) -> Poll<io::Result<T>> {
         match r {
             Poll::Pending => self.wait(cx),
@@ -119,6 +132,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for SendDeadline<S> {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let r = Pin::new(&mut self.inner).poll_write(cx, buf);
+        self.taken(&r);
         self.done(cx, r)
     }
 
@@ -128,6 +142,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for SendDeadline<S> {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let r = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        self.taken(&r);
         self.done(cx, r)
     }
 
@@ -156,7 +171,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_write_the_client_never_takes_fails_at_the_deadline() {
         let (ours, _client) = tokio::io::duplex(1024);
-        let mut s = SendDeadline::new(ours, TIMEOUT);
+        let mut s = SendDeadline::counting(ours, TIMEOUT, Arc::default());
         let started = Instant::now();
         let e = s.write_all(&[0u8; 4096]).await.unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::TimedOut);
@@ -166,7 +181,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_slow_reader_is_never_cut_off_while_it_reads() {
         let (ours, mut client) = tokio::io::duplex(1024);
-        let mut s = SendDeadline::new(ours, TIMEOUT);
+        let mut s = SendDeadline::counting(ours, TIMEOUT, Arc::default());
         // The client takes 512 bytes each 20 s: every wait is shorter than
         // the deadline, the whole far longer.
         let reader = tokio::spawn(async move {
@@ -187,7 +202,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_wait_that_ended_leaves_no_deadline_behind() {
         let (ours, mut client) = tokio::io::duplex(1024);
-        let mut s = SendDeadline::new(ours, TIMEOUT);
+        let mut s = SendDeadline::counting(ours, TIMEOUT, Arc::default());
         let drain = async {
             tokio::time::sleep(Duration::from_secs(25)).await;
             let mut buf = vec![0u8; 2048];
