@@ -351,6 +351,17 @@ impl Drop for Heads {
     }
 }
 
+/// The next `n` answers' heads, each `200`.
+async fn heads_ok(heads: &mut Heads, n: usize) -> Vec<Head> {
+    let mut held = Vec::new();
+    for _ in 0..n {
+        let head = next_head(heads).await;
+        assert_eq!(head.status(), StatusCode::OK);
+        held.push(head);
+    }
+    held
+}
+
 async fn next_head(heads: &mut Heads) -> Head {
     tokio::time::timeout(Duration::from_secs(10), heads.rx.recv())
         .await
@@ -368,12 +379,7 @@ async fn a_client_that_never_reads_holds_at_most_its_share_of_origin_connections
     let (ca, s) = start_before("", &origin).await;
     let (send, driver) = h2_closed_window(&ca, s.public).await;
     let mut heads = ask_big(&send, SHARE + 8);
-    let mut held = Vec::new();
-    for _ in 0..SHARE {
-        let head = next_head(&mut heads).await;
-        assert_eq!(head.status(), StatusCode::OK);
-        held.push(head);
-    }
+    let mut held = heads_ok(&mut heads, SHARE).await;
     // The same connection is still answered where no origin is involved,
     // and another connection still reaches the origin.
     let (mut other, conn) = h2(&ca, s.public).await;
@@ -445,12 +451,7 @@ async fn each_origin_request_past_a_connections_first_counts_against_the_connect
     let (pass, c) = admitted(&ca, s.public).await;
     // Three connections, then A's eight streams: 3 + 7 slots.
     let mut a_heads = ask_big(&a, 8);
-    let mut held = Vec::new();
-    for _ in 0..8 {
-        let head = next_head(&mut a_heads).await;
-        assert_eq!(head.status(), StatusCode::OK);
-        held.push(head);
-    }
+    let mut held = heads_ok(&mut a_heads, 8).await;
     // B's first rides on its own slot, the next six fill the cap, the
     // last is refused at once, as a seventeenth connection would be.
     let mut b_heads = ask(&b, 8, "/tickets/seat", Some(&pass));
@@ -509,12 +510,7 @@ async fn a_client_that_never_opens_a_window_has_its_answers_cut_after_the_send_t
     let (send, driver) = h2_closed_window(&ca, s.public).await;
     // Seven: fewer cut streams than closes a connection held busy.
     let mut heads = ask_big(&send, 7);
-    let mut held = Vec::new();
-    for _ in 0..7 {
-        let head = next_head(&mut heads).await;
-        assert_eq!(head.status(), StatusCode::OK);
-        held.push(head);
-    }
+    let held = heads_ok(&mut heads, 7).await;
     let asked = Instant::now();
     tls::wait_until("its origin connections closed", || async {
         origin.open() == 0
@@ -551,12 +547,7 @@ async fn a_connection_that_never_takes_its_answers_is_closed_after_going_idle() 
     let (ca, s) = start("send_timeout = \"1s\"\nhttp2_idle_timeout = \"1s\"").await;
     let (send, driver) = h2_closed_window(&ca, s.public).await;
     let mut heads = ask(&send, 5, "/api/queue/position?eventId=tickets", None);
-    let mut held = Vec::new();
-    for _ in 0..5 {
-        let head = next_head(&mut heads).await;
-        assert_eq!(head.status(), StatusCode::OK);
-        held.push(head);
-    }
+    let held = heads_ok(&mut heads, 5).await;
     let ended = tokio::time::timeout(Duration::from_secs(15), driver).await;
     assert!(ended.is_ok(), "still open 15 s after its answers' heads");
     drop((held, heads, send));
@@ -607,12 +598,7 @@ async fn a_connection_holding_many_cut_streams_is_closed_though_busy() {
     let (send, driver) = h2_closed_window(&ca, s.public).await;
     let _busy = ask(&send, 1, "/slow", None);
     let mut heads = ask_big(&send, 8);
-    let mut held = Vec::new();
-    for _ in 0..8 {
-        let head = next_head(&mut heads).await;
-        assert_eq!(head.status(), StatusCode::OK);
-        held.push(head);
-    }
+    let held = heads_ok(&mut heads, 8).await;
     let ended = tokio::time::timeout(Duration::from_secs(10), driver).await;
     assert!(ended.is_ok(), "still open 10 s after its answers' heads");
     drop((held, heads, send));
