@@ -379,9 +379,8 @@ async fn serve_connection<S>(
                     return;
                 }
             }
-            // An HTTP/2 answer the client has left without window for
-            // `send_timeout` is cut (see `connections::SendWatch`): what it
-            // held goes, as it does with an HTTP/1 client that takes no byte.
+            // The stall checks start with the connection's first HTTP/2
+            // answer: an HTTP/1 connection never wakes for them.
             () = activity.first_watch(), if !watching => {
                 watching = true;
                 send_check.reset();
