@@ -110,22 +110,26 @@ async fn verified_by(root_pem: &str, public: SocketAddr) -> bool {
     matches!(client.get(url).send().await, Ok(r) if r.status() == 200)
 }
 
+/// A server started by [`start_server`].
+struct Started {
+    public: SocketAddr,
+    admin: SocketAddr,
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<anyhow::Result<()>>,
+    dir: tempfile::TempDir,
+}
+
 /// Starts the server with ACME; the redirect listener was bound by the test
 /// so pebble knows its port.
 async fn start_server(
     dir: tempfile::TempDir,
     toml: &str,
     redirect: tokio::net::TcpListener,
-) -> (
-    SocketAddr,
-    tokio::sync::oneshot::Sender<()>,
-    tokio::task::JoinHandle<anyhow::Result<()>>,
-    tempfile::TempDir,
-) {
+) -> Started {
     let config = anteroom::Config::from_toml(toml).unwrap();
     let public = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let admin = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = public.local_addr().unwrap();
+    let (public_addr, admin_addr) = (public.local_addr().unwrap(), admin.local_addr().unwrap());
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let listeners = anteroom::Listeners {
         public,
@@ -135,7 +139,13 @@ async fn start_server(
     let task = tokio::spawn(anteroom::run_listeners(listeners, config, async move {
         let _ = stopped.await;
     }));
-    (addr, stop, task, dir)
+    Started {
+        public: public_addr,
+        admin: admin_addr,
+        stop,
+        task,
+        dir,
+    }
 }
 
 #[tokio::test]
@@ -156,7 +166,13 @@ async fn pebble_issues_by_http01_the_certificate_is_kept_and_renewed() {
     let toml = config(dir.path(), origin).tls(&tls).toml();
 
     // First start: no certificate yet; one is ordered and served.
-    let (public, stop, task, dir) = start_server(dir, &toml, redirect).await;
+    let Started {
+        public,
+        stop,
+        task,
+        dir,
+        ..
+    } = start_server(dir, &toml, redirect).await;
     let root = pebble_root(&ca, &pebble).await;
     wait_until("pebble's certificate is served", || {
         verified_by(&root, public)
@@ -192,7 +208,14 @@ async fn pebble_issues_by_http01_the_certificate_is_kept_and_renewed() {
     let redirect = tokio::net::TcpListener::bind(("127.0.0.1", redirect_port))
         .await
         .unwrap();
-    let (public, stop, task, _dir) = start_server(dir, &toml, redirect).await;
+    // The storage directory lives as long as the server (`_dir`).
+    let Started {
+        public,
+        stop,
+        task,
+        dir: _dir,
+        ..
+    } = start_server(dir, &toml, redirect).await;
     wait_until("the renewed certificate is served", || {
         verified_by(&root, public)
     })
@@ -227,20 +250,16 @@ async fn a_certificate_the_ca_will_not_renew_still_counts_down() {
     );
     let origin = Origin::options().echo_proto().start().await.addr;
     let toml = config(dir.path(), origin).tls(&tls).toml();
-    let config = anteroom::Config::from_toml(&toml).unwrap();
-    let public = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let admin = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let redirect = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let metrics_url = format!("http://{}/metrics", admin.local_addr().unwrap());
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let listeners = anteroom::Listeners {
-        public,
+    // The storage directory lives as long as the server (`_dir`).
+    let Started {
         admin,
-        redirect: Some(redirect),
-    };
-    let task = tokio::spawn(anteroom::run_listeners(listeners, config, async move {
-        let _ = stopped.await;
-    }));
+        stop,
+        task,
+        dir: _dir,
+        ..
+    } = start_server(dir, &toml, redirect).await;
+    let metrics_url = format!("http://{admin}/metrics");
     let read = || async {
         let text = match reqwest::get(&metrics_url).await {
             Ok(r) => r.text().await.unwrap_or_default(),

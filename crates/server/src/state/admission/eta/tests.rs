@@ -333,16 +333,23 @@ fn the_first_measured_rate_is_taken_as_it_is() {
     );
 }
 
+/// A feed planning batch admission: `size` every `interval_ms`, `slots`
+/// sessions at once.
+fn batch_feed_of(size: u64, interval_ms: u64, slots: u64) -> EtaFeed {
+    let mut feed = EtaFeed::default();
+    feed.set_plan(Plan {
+        admit_per_s: Some(size as f64 * 1000.0 / interval_ms as f64),
+        slots,
+        batch: Some((size, interval_ms)),
+    });
+    feed
+}
+
 /// A batch queue of 50 a minute on a grid anchored at 17 s on the store's
 /// clock, which runs 4 s ahead of this node's: ten minutes learnt, free
 /// slots for all (sessions end at once).
 fn batch_feed(compensation: f64) -> (EtaFeed, u64) {
-    let mut feed = EtaFeed::default();
-    feed.set_plan(Plan {
-        admit_per_s: Some(50.0 / 60.0),
-        slots: 10_000,
-        batch: Some((50, 60_000)),
-    });
+    let mut feed = batch_feed_of(50, 60_000, 10_000);
     feed.set_grid(Grid {
         anchor_ms: 17_000,
         store_offset_ms: 4_000,
@@ -390,12 +397,7 @@ fn a_batch_is_waited_for_to_its_tick() {
 /// on the grid: an anchor off the tick grid moves it to that tick.
 #[test]
 fn a_batch_leaves_at_the_first_tick_of_its_period() {
-    let mut feed = EtaFeed::default();
-    feed.set_plan(Plan {
-        admit_per_s: Some(5_000.0 / 60.0),
-        slots: 10_000,
-        batch: Some((5_000, 60_000)),
-    });
+    let mut feed = batch_feed_of(5_000, 60_000, 10_000);
     feed.set_grid(Grid {
         anchor_ms: 17_020,
         store_offset_ms: 0,
@@ -467,12 +469,7 @@ fn plain_grid() -> Grid {
 /// A batch queue of 50 a minute with 100 slots, 90 of them held: the front
 /// 10 are covered by the free slots, the 11th is not.
 fn bound_feed() -> EtaFeed {
-    let mut feed = EtaFeed::default();
-    feed.set_plan(Plan {
-        admit_per_s: Some(50.0 / 60.0),
-        slots: 100,
-        batch: Some((50, 60_000)),
-    });
+    let mut feed = batch_feed_of(50, 60_000, 100);
     feed.set_grid(plain_grid());
     // Ten admitted a second, each held 8 s, for a minute: the slots'
     // holding time is learnt. Then 90 of the 100 held.
@@ -537,12 +534,7 @@ fn a_paid_batch_is_waited_for_beyond_the_free_slots_too() {
 /// after the last one began, not at the new grid's next start.
 #[test]
 fn a_changed_interval_counts_from_the_last_batch() {
-    let mut feed = EtaFeed::default();
-    feed.set_plan(Plan {
-        admit_per_s: Some(50.0 / 45.0),
-        slots: 10_000,
-        batch: Some((50, 45_000)),
-    });
+    let mut feed = batch_feed_of(50, 45_000, 10_000);
     // The last batch began at 60 s, on the old minute's grid.
     feed.set_grid(Grid {
         last_start_ms: Some(60_000),
@@ -557,12 +549,7 @@ fn a_changed_interval_counts_from_the_last_batch() {
 /// counted on a grid nobody runs.
 #[test]
 fn no_grid_no_batch_wait() {
-    let mut feed = EtaFeed::default();
-    feed.set_plan(Plan {
-        admit_per_s: Some(50.0 / 60.0),
-        slots: 10_000,
-        batch: Some((50, 60_000)),
-    });
+    let mut feed = batch_feed_of(50, 60_000, 10_000);
     feed.observe(0, &stats(0));
     let e = feed.estimate(1_000, 0).unwrap();
     assert!(e.wait_ms < 59_000, "{e:?}");
