@@ -25,7 +25,14 @@ use crate::state::{AppState, EventRuntime};
 /// The refresh of one event, also run by the admin API and tests.
 pub use crate::refresh::refresh_once;
 
-/// How often each node looks for event changes put on other nodes.
+/// How often each node reads the stored tables' generation, which every
+/// change on any node moves on (a deletion too): a forced delete through
+/// another node must end the sessions here within the contract's 2 s, and
+/// one number a second is all that costs.
+const WATCH_GENERATION_EVERY: Duration = Duration::from_secs(1);
+/// How often each node reads the stored tables whole, the generation
+/// unmoved or not: a look that could not act on what it read (the store
+/// failing between its reads) is made again.
 const WATCH_CONFIGS_EVERY: Duration = Duration::from_secs(5);
 
 /// Starts the background tasks of one event.
@@ -530,12 +537,25 @@ fn micros(d: Duration) -> i64 {
 }
 
 async fn watch_configs(state: Arc<AppState>) {
-    let mut every = tokio::time::interval(WATCH_CONFIGS_EVERY);
+    let mut every = tokio::time::interval(WATCH_GENERATION_EVERY);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut refusals = Refusals::shown_in(state.refusals.clone());
+    // The generation and time of the last whole look.
+    let mut looked: Option<(u64, tokio::time::Instant)> = None;
     loop {
         every.tick().await;
+        if let Some((generation, at)) = looked
+            && at.elapsed() < WATCH_CONFIGS_EVERY
+        {
+            // Unmoved, or the store not answering (a whole look would
+            // fail as well): nothing to read yet.
+            match state.store.config_generation().await {
+                Ok(now) if now != generation => {}
+                _ => continue,
+            }
+        }
         if let Some(look) = Look::read(&state).await {
+            looked = Some((look.set.generation, tokio::time::Instant::now()));
             look.take_up(&state, &mut refusals).await;
         }
     }

@@ -788,6 +788,10 @@ impl QueueStore for EmbeddedStore {
             .await
     }
 
+    async fn config_generation(&self) -> Result<u64> {
+        self.meta_call(disk::config_generation).await
+    }
+
     async fn event_config_set(&self) -> Result<ConfigSet> {
         self.meta_call(|db, path| {
             let (generation, rows) = disk::configs(db, path)?;

@@ -490,6 +490,12 @@ pub trait QueueStore: Send + Sync + 'static {
     /// a number every change of any document (put, replace, the deletion
     /// of an event) moves on.
     async fn event_config_set(&self) -> Result<ConfigSet>;
+    /// The documents' generation alone: what a node reads every second to
+    /// learn of another node's change (a deletion above all) without
+    /// reading every document each time.
+    async fn config_generation(&self) -> Result<u64> {
+        Ok(self.event_config_set().await?.generation)
+    }
     /// Stores the event's document only while the set's generation is still
     /// `generation` (moving it on), in one step; `false`, storing nothing,
     /// when any document changed since. Read the set, check a change against

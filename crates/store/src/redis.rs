@@ -291,6 +291,16 @@ fn stats_from(v: &[i64]) -> Result<EventStats> {
 }
 
 /// An event's admin state as stored (unset: running).
+/// The documents' generation as stored: absent until a first change.
+fn parse_generation(stored: Option<String>) -> Result<u64> {
+    match stored {
+        None => Ok(0),
+        Some(g) => g
+            .parse()
+            .map_err(|_| StoreError::Corrupt(format!("bad generation {g:?} in {GENERATION}"))),
+    }
+}
+
 fn admin_from(stored: Option<&str>) -> Result<AdminState> {
     match stored {
         None | Some("running") => Ok(AdminState::Running),
@@ -660,16 +670,16 @@ impl QueueStore for RedisStore {
             .map(|stored| stored == 1)
     }
 
+    async fn config_generation(&self) -> Result<u64> {
+        let stored: Option<String> = self.query(redis::cmd("GET").arg(GENERATION)).await?;
+        parse_generation(stored)
+    }
+
     async fn event_config_set(&self) -> Result<ConfigSet> {
         let call = scripts::CONFIG_SET.call(&[CONFIGS.to_owned(), GENERATION.to_owned()]);
         let (generation, rows): (Option<String>, Vec<(String, String)>) =
             self.eval(&scripts::CONFIG_SET, &call).await?;
-        let generation = match generation {
-            None => 0,
-            Some(g) => g.parse().map_err(|_| {
-                StoreError::Corrupt(format!("bad generation {g:?} in {GENERATION}"))
-            })?,
-        };
+        let generation = parse_generation(generation)?;
         let mut configs = rows
             .into_iter()
             .map(|(id, json)| {

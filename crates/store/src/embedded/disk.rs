@@ -366,19 +366,29 @@ fn next_generation(w: &redb::WriteTransaction, path: &Path) -> Result<u64, Store
 }
 
 /// Every config document and their generation, from one read transaction.
+/// The config documents' generation alone (0 until a first change).
+pub(crate) fn config_generation(db: &Database, path: &Path) -> Result<u64, StoreError> {
+    let r = db.begin_read().map_err(|e| storage(path, e))?;
+    generation_in(&r, path)
+}
+
+fn generation_in(r: &redb::ReadTransaction, path: &Path) -> Result<u64, StoreError> {
+    match r.open_table(CONFIG_GENERATION) {
+        Ok(t) => Ok(t
+            .get(GENERATION)
+            .map_err(|e| storage(path, e))?
+            .map_or(0, |v| v.value())),
+        Err(redb::TableError::TableDoesNotExist(_)) => Ok(0),
+        Err(e) => Err(storage(path, e)),
+    }
+}
+
 pub(crate) fn configs(
     db: &Database,
     path: &Path,
 ) -> Result<(u64, Vec<(String, String)>), StoreError> {
     let r = db.begin_read().map_err(|e| storage(path, e))?;
-    let generation = match r.open_table(CONFIG_GENERATION) {
-        Ok(t) => t
-            .get(GENERATION)
-            .map_err(|e| storage(path, e))?
-            .map_or(0, |v| v.value()),
-        Err(redb::TableError::TableDoesNotExist(_)) => 0,
-        Err(e) => return Err(storage(path, e)),
-    };
+    let generation = generation_in(&r, path)?;
     let mut rows = Vec::new();
     match r.open_table(CONFIGS) {
         Ok(t) => {

@@ -486,7 +486,20 @@ pub(super) async fn event_config_replace_is_conditional(s: Store, c: Ctx) {
         !s.replace_event_config(&a, g2, "9").await.unwrap(),
         "after a deletion"
     );
-    assert!(s.event_config_set().await.unwrap().generation > g2);
+    let g3 = s.event_config_set().await.unwrap().generation;
+    assert!(g3 > g2);
+    // Read alone, as the nodes' watch reads it every second, it is the
+    // same number, and a deletion moves it on: how another node learns of
+    // one within the contract's seconds.
+    assert_eq!(s.config_generation().await.unwrap(), g3);
+    s.put_event_config(&b, "3").await.unwrap();
+    s.delete_event(&b).await.unwrap();
+    let g4 = s.config_generation().await.unwrap();
+    assert!(
+        g4 > g3,
+        "a deletion moves the generation on: {g4} after {g3}"
+    );
+    assert_eq!(s.event_config_set().await.unwrap().generation, g4);
     // A rule over the whole set holds under writers at once: each adds its
     // own document only while fewer than three of theirs exist. Were the
     // documents compared one by one, all six would see room and add theirs.
