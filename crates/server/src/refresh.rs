@@ -52,6 +52,9 @@ pub(crate) struct Refresh {
     stats: Result<anteroom_store::EventStats, anteroom_store::StoreError>,
     admin: Result<anteroom_core::phase::AdminState, anteroom_store::StoreError>,
     revocations_read: bool,
+    /// In batch mode, what the store says the last batch still owes (as
+    /// the node that began it records it), for this node's wait estimate.
+    batch_owed: Option<Option<(i64, u64)>>,
     /// The snapshot's count of admin states set on this node, as it was
     /// before the store was read.
     admin_set: u64,
@@ -64,10 +67,19 @@ impl Refresh {
         let stats = timed_store("stats", state.store.stats(id)).await;
         let admin = timed_store("admin_state", state.store.admin_state(id)).await;
         let revocations = crate::passes::refresh_revocations(state, rt).await;
+        let batch_owed = match rt.config.admission {
+            crate::config::Admission::Batch { .. } => {
+                timed_store("batch_owed", state.store.batch_owed(id))
+                    .await
+                    .ok()
+            }
+            _ => None,
+        };
         Self {
             stats,
             admin,
             revocations_read: revocations.is_ok(),
+            batch_owed,
             admin_set,
         }
     }
@@ -78,6 +90,7 @@ impl Refresh {
             stats,
             admin,
             revocations_read,
+            batch_owed,
             admin_set,
         } = self;
         let (last_admin, set_since) = {
@@ -114,6 +127,9 @@ impl Refresh {
                     feed.set_plan(Plan::of(&rt.config));
                     feed.set_admitting(now, admitting);
                     feed.observe(now, &stats);
+                    if let Some(record) = batch_owed {
+                        feed.set_shared_owed(record);
+                    }
                 }
                 // Set again between the look above and this lock: newer still.
                 let admin = if snapshot.admin_set == admin_set {

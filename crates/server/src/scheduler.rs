@@ -186,6 +186,38 @@ fn tell_owed(rt: &EventRuntime, mode: &Mode, owed: Option<u64>) {
     }
 }
 
+/// What the batch this node began owes, `(start_ms, owed)`, if that is
+/// not what it last recorded.
+fn owed_to_record(rt: &EventRuntime) -> Option<(i64, u64)> {
+    let memory = lock(&rt.live.policy);
+    let (start_ms, owed) = memory.state.as_ref().map(PolicyState::batch_progress)?;
+    let record = (start_ms?, owed?);
+    (memory.recorded_owed != Some(record)).then_some(record)
+}
+
+/// Records in the store what the batch this node began still owes, when
+/// that changed: the other nodes' wait estimates count it from there (read
+/// at each refresh). Counted on one node only, a visitor beyond the free
+/// slots was told the batch's time by that node and the slots' by the
+/// others, and their estimate swung between the two from poll to poll. A
+/// failed write is tried again at the next tick; the record is advice,
+/// kept two intervals.
+async fn record_owed(state: &AppState, rt: &EventRuntime, mode: &Mode) {
+    let Mode::Batch { interval_ms, .. } = mode else {
+        return;
+    };
+    let Some(record) = owed_to_record(rt) else {
+        return;
+    };
+    let ttl_ms = interval_ms.saturating_mul(2).max(1000);
+    let write = state
+        .store
+        .set_batch_owed(rt.id(), record.0, record.1, ttl_ms);
+    if timed_store("batch_owed", write).await.is_ok() {
+        lock(&rt.live.policy).recorded_owed = Some(record);
+    }
+}
+
 /// Measures the store's clock ([`measure_store_clock`]) and tells the
 /// wait estimate the batch grid on it ([`publish_grid`]): once a second.
 pub async fn measure_clock(state: &AppState, rt: &EventRuntime) {
@@ -405,6 +437,7 @@ pub async fn tick_once(
     tracing::trace!(event = %id, admit = decision.admit, reason = decision.reason, "decided");
     if decision.admit == 0 {
         tell_owed(rt, &mode, owed);
+        record_owed(state, rt, &mode).await;
         return Ok(0);
     }
     let nonces = (0..decision.admit.min(10_000))
@@ -425,9 +458,10 @@ pub async fn tick_once(
     // With several nodes the admission stays out of the others' holds.
     let admitted = crate::drain::share::admit(state, rt, &request).await?.len() as u64;
     // Summed over the ticks of a second, reported at its full tick.
-    let mut memory = lock(&rt.live.policy);
-    memory.last_admitted = memory.last_admitted.saturating_add(admitted);
-    drop(memory);
+    {
+        let mut memory = lock(&rt.live.policy);
+        memory.last_admitted = memory.last_admitted.saturating_add(admitted);
+    }
     // The ETA maps ranks onto admissions: tell it before the next snapshot.
     // With what the batch still owes, in one step: told first, a visitor
     // these admissions took the free slots from read as covered and owed,
@@ -439,6 +473,7 @@ pub async fn tick_once(
             feed.set_owed(owed);
         }
     }
+    record_owed(state, rt, &mode).await;
     if admitted > 0 {
         // Streamed visitors hear now, not at the hub's next tick.
         state.push.kick(id);

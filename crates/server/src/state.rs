@@ -151,6 +151,9 @@ pub struct PolicyMemory {
     /// The round trip of the reading `store_offset_ms` came from (its error
     /// is half that at most); `None` before the first.
     pub store_offset_rtt_ms: Option<i64>,
+    /// What this node last recorded in the store that the batch it began
+    /// owes, `(start_ms, owed)`: recorded again only when it changes.
+    pub recorded_owed: Option<(i64, u64)>,
 }
 
 impl Live {

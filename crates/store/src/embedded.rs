@@ -164,6 +164,10 @@ struct Inner {
     /// process is the whole cluster here, so the holds only keep the
     /// contract (a restart forgets them, and nobody else was counting).
     shares: Mutex<HashMap<EventId, Holds>>,
+    /// Per event, what its batch under way owes (`set_batch_owed`):
+    /// `(start_ms, owed, kept until µs)`. In memory, advice for the wait
+    /// estimate that a restart may forget.
+    batch_owed: Mutex<HashMap<EventId, (i64, u64, i64)>>,
 }
 
 /// One event's holds, by node id.
@@ -285,6 +289,7 @@ impl EmbeddedStore {
                 admin: Mutex::new(admin),
                 ticks: Mutex::new(HashMap::new()),
                 shares: Mutex::new(HashMap::new()),
+                batch_owed: Mutex::new(HashMap::new()),
             }),
         };
         let mut found = Vec::new();
@@ -731,6 +736,31 @@ impl QueueStore for EmbeddedStore {
         .await
     }
 
+    async fn set_batch_owed(
+        &self,
+        event: &EventId,
+        start_ms: i64,
+        owed: u64,
+        ttl_ms: u64,
+    ) -> Result<()> {
+        let ttl = i64::try_from(ttl_ms.saturating_mul(1000)).unwrap_or(i64::MAX);
+        let until = self.clock_us().saturating_add(ttl);
+        let mut all = locked(&self.inner.batch_owed);
+        let e = all.entry(event.clone()).or_insert((start_ms, owed, until));
+        if start_ms >= e.0 {
+            *e = (start_ms, owed, until);
+        }
+        Ok(())
+    }
+
+    async fn batch_owed(&self, event: &EventId) -> Result<Option<(i64, u64)>> {
+        let now = self.clock_us();
+        Ok(locked(&self.inner.batch_owed)
+            .get(event)
+            .filter(|&&(_, _, until)| until > now)
+            .map(|&(start, owed, _)| (start, owed)))
+    }
+
     async fn claim_tick(&self, event: &EventId, tick: u64, ttl_ms: u64) -> Result<bool> {
         // One process is the whole cluster here: an in-memory set is enough.
         let clock_us = self.clock_us();
@@ -854,6 +884,7 @@ impl QueueStore for EmbeddedStore {
         self.meta_call(move |db, path| disk::forget_event(db, path, &key))
             .await?;
         locked(&self.inner.admin).remove(event);
+        locked(&self.inner.batch_owed).remove(event);
         Ok(())
     }
 

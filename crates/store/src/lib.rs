@@ -450,6 +450,22 @@ pub trait QueueStore: Send + Sync + 'static {
     /// since) holds nothing: the next caller takes it.
     async fn claim_tick(&self, event: &EventId, tick: u64, ttl_ms: u64) -> Result<bool>;
 
+    /// Records what the batch that began at `start_ms` (the store's clock,
+    /// ms) still owes, as the node that began it counts it, kept `ttl_ms`:
+    /// only that node knows, and every node's wait estimate needs it. A
+    /// later batch's record replaces an earlier one's; an earlier batch's
+    /// never replaces a later one's.
+    async fn set_batch_owed(
+        &self,
+        event: &EventId,
+        start_ms: i64,
+        owed: u64,
+        ttl_ms: u64,
+    ) -> Result<()>;
+    /// The last [`Self::set_batch_owed`] record, `(start_ms, owed)`, while
+    /// it is kept.
+    async fn batch_owed(&self, event: &EventId) -> Result<Option<(i64, u64)>>;
+
     /// [`Self::claim_tick`], and for the caller that wins it what the tick
     /// reads next: the store's clock, the event's counts and its admin
     /// state; `None` for every other caller. A store across a network

@@ -611,6 +611,34 @@ impl QueueStore for RedisStore {
         Ok(set.is_some())
     }
 
+    async fn set_batch_owed(
+        &self,
+        event: &EventId,
+        start_ms: i64,
+        owed: u64,
+        ttl_ms: u64,
+    ) -> Result<()> {
+        let mut call = scripts::BATCH_OWED.call(&[EventKeys::new(event).batch_owed()]);
+        call.arg(start_ms).arg(owed).arg(ttl_ms.max(1));
+        self.eval::<i64>(&scripts::BATCH_OWED, &call)
+            .await
+            .map(|_| ())
+    }
+
+    async fn batch_owed(&self, event: &EventId) -> Result<Option<(i64, u64)>> {
+        let key = EventKeys::new(event).batch_owed();
+        let stored: Option<String> = self.query(redis::cmd("GET").arg(&key)).await?;
+        let Some(stored) = stored else {
+            return Ok(None);
+        };
+        let parsed = stored
+            .split_once(':')
+            .and_then(|(start, owed)| Some((start.parse().ok()?, owed.parse().ok()?)));
+        parsed
+            .map(Some)
+            .ok_or_else(|| StoreError::Corrupt(format!("bad batch record {stored:?} in {key}")))
+    }
+
     async fn claim_tick(&self, event: &EventId, tick: u64, ttl_ms: u64) -> Result<bool> {
         let mut call = scripts::CLAIM.call(&[EventKeys::new(event).tick(tick)]);
         call.arg(ttl_ms.max(1));

@@ -209,3 +209,62 @@ admission = { mode = "batch", batch_size = 5, interval = "70s" }"#,
     assert_eq!(h.step(50).await, 5, "not admitted at the time told");
     assert_eq!(h.admitted(&all).await.len(), 10);
 }
+
+/// With two nodes, a visitor beyond the free slots is told the same wait
+/// through either: what the batch under way still owes, which only the
+/// node that began it counts, reaches the other node through the store.
+/// Counted on one node only, that node told the next batch's time and the
+/// other the slots', and a visitor polling through both saw the estimate
+/// swing between the two.
+#[tokio::test]
+async fn a_batch_is_counted_alike_on_the_node_that_did_not_begin_it() {
+    let h = Harness::new(
+        r#"max_active = 3
+admission = { mode = "batch", batch_size = 5, interval = "30s" }"#,
+    )
+    .await;
+    let other = h.another_node().await;
+    let there = other.event(&h.id).unwrap();
+    let all = h.join_many("v", 40).await;
+    let estimates = |rt: &anteroom::state::EventRuntime| {
+        let feed = lock(&rt.live.admission.eta);
+        (0..8)
+            .map(|rank| feed.estimate(h.now_ms(), rank).map(|e| e.wait_ms / 1000))
+            .collect::<Vec<_>>()
+    };
+    let mut redeems: VecDeque<(i64, String)> = VecDeque::new();
+    let mut releases: VecDeque<(i64, String)> = VecDeque::new();
+    let mut seen = std::collections::HashSet::new();
+    let mut told = 0;
+    for step in 0..240 {
+        h.clock.advance(500);
+        h.tick().await;
+        if step % 2 == 0 {
+            anteroom::scheduler::measure_clock(&other, &there).await;
+        }
+        anteroom::scheduler::refresh_once(&other, &there).await;
+        for m in h.admitted(&all).await {
+            if seen.insert(m.clone()) {
+                redeems.push_back((h.now_ms() + 1_000, m));
+            }
+        }
+        while redeems.front().is_some_and(|(at, _)| *at <= h.now_ms()) {
+            let (_, m) = redeems.pop_front().unwrap();
+            assert!(h.redeem(&m).await);
+            releases.push_back((h.now_ms() + 8_000, m));
+        }
+        while releases.front().is_some_and(|(at, _)| *at <= h.now_ms()) {
+            let (_, m) = releases.pop_front().unwrap();
+            h.release(&m).await;
+        }
+        let (here, elsewhere) = (estimates(&h.rt()), estimates(&there));
+        assert_eq!(
+            elsewhere,
+            here,
+            "{} s in: the other node's estimates (s)",
+            step / 2
+        );
+        told += usize::from(here.iter().any(Option::is_some));
+    }
+    assert!(told > 200, "estimates were told at {told} of 240 steps");
+}

@@ -42,6 +42,7 @@ pub(crate) fn all() -> Vec<(&'static str, Check)> {
         consume_once_is_single_use,
         claim_tick_once_per_tick,
         claim_tick_and_read_reads_for_the_winner_only,
+        batch_owed_is_shared,
         admin_state_is_stored,
         event_configs_are_stored,
         event_config_replace_is_conditional,

@@ -111,6 +111,11 @@ impl EventKeys {
     pub(crate) fn anchor(&self) -> String {
         self.key("anchor")
     }
+    /// What the batch under way still owes (`<start ms>:<owed>`), as the
+    /// node that began it last counted (`batch_owed.lua`), with a TTL.
+    pub(crate) fn batch_owed(&self) -> String {
+        self.key("owed")
+    }
     /// Lifetime totals (`admitted`, `redeemed`).
     pub(crate) fn totals(&self) -> String {
         self.key("totals")
@@ -146,6 +151,7 @@ impl EventKeys {
             self.revocations(),
             self.state(),
             self.anchor(),
+            self.batch_owed(),
             self.totals(),
             self.admitted_per_s(),
             self.churn_per_s(),

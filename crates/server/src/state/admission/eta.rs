@@ -161,6 +161,10 @@ pub struct EtaFeed {
     grid: Option<Grid>,
     /// What the batch under way still owes, where this node began it.
     owed: Option<u64>,
+    /// What the node that began the last batch recorded in the store it
+    /// still owes, with the batch's start (the store's clock, ms): how a
+    /// node that did not begin it counts it alike.
+    shared_owed: Option<(i64, u64)>,
     /// When this node first saw an admission, and how many it saw since.
     first_admission: Option<(i64, u64)>,
     last_admitted_total: Option<u64>,
@@ -189,6 +193,13 @@ impl EtaFeed {
     /// began it (each of its ticks tells), `None` where another node did.
     pub fn set_owed(&mut self, owed: Option<u64>) {
         self.owed = owed;
+    }
+
+    /// Sets what the store says the last batch still owes, `(start_ms,
+    /// owed)` (read every refresh): counted where this node did not begin
+    /// the batch under way, once it is that batch's.
+    pub fn set_shared_owed(&mut self, record: Option<(i64, u64)>) {
+        self.shared_owed = record;
     }
 
     /// Whether the event admits now (open, not paused or closed), as of
@@ -362,8 +373,9 @@ impl EtaFeed {
     /// whole minute, and its 50th a minute as its batch left.
     ///
     /// What the batch under way still owes goes out as slots free, before
-    /// the next batch: known where this node began it, and then counted.
-    /// Elsewhere it is taken as paid where the free slots cover the visitor
+    /// the next batch: known where this node began it, and on every other
+    /// node from the store, where that node records it; then counted.
+    /// Without either it is taken as paid where the free slots cover the visitor
     /// and everyone ahead (the batch then admitted all it owed at its tick,
     /// or the visitor would not be waiting), and unknown otherwise: no
     /// batch is waited for then, the slots' estimate stands. Where the free
@@ -378,7 +390,13 @@ impl EtaFeed {
         let until_next = grid
             .next_batch_ms(interval_ms, store_now)
             .saturating_sub(store_now);
-        let ahead = match (self.owed, covered) {
+        // A record is the batch under way's until the next can begin.
+        let interval = i64::try_from(interval_ms).unwrap_or(i64::MAX);
+        let shared = self
+            .shared_owed
+            .filter(|&(start, _)| store_now < start.saturating_add(interval))
+            .map(|(_, owed)| owed);
+        let ahead = match (self.owed.or(shared), covered) {
             // Taken at the next tick, or as slots free.
             (Some(owed), true) if rank < owed => return Some(BatchWait::Exact(0)),
             (Some(owed), false) if rank < owed => return None,
@@ -386,7 +404,6 @@ impl EtaFeed {
             (None, true) => rank,
             (None, false) => return None,
         };
-        let interval = i64::try_from(interval_ms).unwrap_or(i64::MAX);
         let per_batch = policy::scale(size, grid.compensation).max(1);
         let batches = i64::try_from(ahead / per_batch).unwrap_or(i64::MAX);
         let wait =

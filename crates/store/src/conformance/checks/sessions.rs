@@ -377,6 +377,59 @@ pub(super) async fn claim_tick_once_per_tick(s: Store, c: Ctx) {
     assert!(!s.claim_tick(&ev, 8, 60_000).await.unwrap());
 }
 
+/// What a batch owes is read back as its node recorded it; an earlier
+/// batch's late record does not replace a later one's; it lapses after
+/// its time, and goes with its event.
+pub(super) async fn batch_owed_is_shared(s: Store, c: Ctx) {
+    let ev = c.event("owed");
+    assert_eq!(s.batch_owed(&ev).await.unwrap(), None, "nothing recorded");
+    s.set_batch_owed(&ev, 1_700_000_060_000, 40, 60_000)
+        .await
+        .unwrap();
+    assert_eq!(
+        s.batch_owed(&ev).await.unwrap(),
+        Some((1_700_000_060_000, 40))
+    );
+    s.set_batch_owed(&ev, 1_700_000_060_000, 12, 60_000)
+        .await
+        .unwrap();
+    assert_eq!(
+        s.batch_owed(&ev).await.unwrap(),
+        Some((1_700_000_060_000, 12))
+    );
+    s.set_batch_owed(&ev, 1_700_000_000_000, 50, 60_000)
+        .await
+        .unwrap();
+    assert_eq!(
+        s.batch_owed(&ev).await.unwrap(),
+        Some((1_700_000_060_000, 12)),
+        "an earlier batch's record came after"
+    );
+    s.set_batch_owed(&ev, 1_700_000_120_000, 0, 60_000)
+        .await
+        .unwrap();
+    assert_eq!(
+        s.batch_owed(&ev).await.unwrap(),
+        Some((1_700_000_120_000, 0))
+    );
+    s.delete_event(&ev).await.unwrap();
+    assert_eq!(
+        s.batch_owed(&ev).await.unwrap(),
+        None,
+        "deleted with its event"
+    );
+    let short = c.event("owed-short");
+    s.set_batch_owed(&short, 5_000, 3, 1).await.unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while s.batch_owed(&short).await.unwrap().is_some() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "a 1 ms record still kept after 5 s"
+        );
+        tokio::task::yield_now().await;
+    }
+}
+
 /// One caller wins a tick, whichever call claims it, and only the winner
 /// reads: the store's clock at the claim, the counts, the admin state.
 pub(super) async fn claim_tick_and_read_reads_for_the_winner_only(s: Store, c: Ctx) {

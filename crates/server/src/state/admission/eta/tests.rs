@@ -530,6 +530,39 @@ fn a_paid_batch_is_waited_for_beyond_the_free_slots_too() {
     assert!(past.is_some_and(|e| e.wait_ms >= 59_000), "{past:?}");
 }
 
+/// Where another node began the batch under way, what it recorded in the
+/// store that the batch owes counts as this node's own count would; a
+/// record of an earlier batch (its interval over) counts for nothing.
+#[test]
+fn another_nodes_record_of_the_batch_under_way_is_counted() {
+    let mut own = bound_feed();
+    own.set_owed(Some(12));
+    let mut shared = bound_feed();
+    shared.set_shared_owed(Some((60_000, 12)));
+    for rank in [5, 11, 12, 20] {
+        assert_eq!(
+            shared.estimate(61_000, rank),
+            own.estimate(61_000, rank),
+            "rank {rank}"
+        );
+    }
+    let unknown = bound_feed();
+    let mut stale = bound_feed();
+    stale.set_shared_owed(Some((0, 12)));
+    for rank in [5, 11, 12, 20] {
+        assert_eq!(
+            stale.estimate(61_000, rank),
+            unknown.estimate(61_000, rank),
+            "rank {rank}"
+        );
+    }
+    assert_ne!(
+        shared.estimate(61_000, 12),
+        unknown.estimate(61_000, 12),
+        "the record made no difference"
+    );
+}
+
 /// After a live change of the interval the next batch is due an interval
 /// after the last one began, not at the new grid's next start.
 #[test]
