@@ -219,7 +219,7 @@ impl<const N: usize> Labelled<Histogram, N> {
 }
 
 /// Every store call [`timed_store`] times.
-static STORE_LATENCY: Labelled<Histogram, 11> = Labelled::new(
+static STORE_LATENCY: Labelled<Histogram, 12> = Labelled::new(
     "anteroom_store_latency_seconds",
     "op",
     [
@@ -234,6 +234,7 @@ static STORE_LATENCY: Labelled<Histogram, 11> = Labelled::new(
         "stats",
         "hold_share",
         "admin_state",
+        "batch_owed",
     ],
 );
 
