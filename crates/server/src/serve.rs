@@ -801,6 +801,33 @@ mod tests {
     use super::*;
     use bytes::Bytes;
     use hyper::body::Frame;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    /// A closing connection whose client takes less than 1 KiB for the
+    /// send timeout is stalled, however many PINGs it answers; one still
+    /// draining an answer's tail, slowly, is not, and each 1 KiB it takes
+    /// starts the timeout again.
+    #[tokio::test(start_paused = true)]
+    async fn a_closing_client_that_takes_under_a_kibibyte_per_send_timeout_is_stalled() {
+        let limit = Duration::from_secs(4);
+        let written = AtomicU64::new(50_000);
+        let mut progress = Progress::new(&written);
+        // A slow reader: 1 KiB every 3 s, never stalled.
+        for _ in 0..5 {
+            tokio::time::advance(Duration::from_secs(3)).await;
+            written.fetch_add(MIN_PROGRESS, Ordering::Relaxed);
+            assert!(!progress.stalled(limit));
+        }
+        // PING answers and a trickle under 1 KiB: stalled once the send
+        // timeout passed since its last 1 KiB, not before.
+        tokio::time::advance(Duration::from_secs(2)).await;
+        written.fetch_add(MIN_PROGRESS - 1, Ordering::Relaxed);
+        assert!(!progress.stalled(limit));
+        tokio::time::advance(Duration::from_millis(1_999)).await;
+        assert!(!progress.stalled(limit));
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert!(progress.stalled(limit));
+    }
 
     /// A body fed piece by piece from the test.
     struct Fed(tokio::sync::mpsc::Receiver<Bytes>);

@@ -84,10 +84,12 @@ async fn a_tick_claims_and_reads_in_one_round_trip_and_sweeps_in_one_more() {
         n1 - n0,
         AWAY.as_millis()
     );
-    // The sweeping ticks too take two round trips, not three (one noisy
-    // tick allowed).
+    // The sweeping ticks too take two round trips, not three: with a third
+    // every sweeping tick (one in twenty, four of these eighty) is over
+    // 100 ms. Two noisy ticks are allowed (a full suite's load average of
+    // ten on two cores made two).
     assert!(
-        slow <= 1.0,
+        slow <= 2.0,
         "{slow} of {} ticks took over 100 ms with the store {} ms away: a sweeping tick reads its counts after the sweep, in a round trip of their own",
         n1 - n0,
         AWAY.as_millis()
