@@ -67,12 +67,15 @@ impl Refresh {
         let stats = timed_store("stats", state.store.stats(id)).await;
         let admin = timed_store("admin_state", state.store.admin_state(id)).await;
         let revocations = crate::passes::refresh_revocations(state, rt).await;
+        // Unread (the store failing), the last record is not trusted: the
+        // slots' estimate stands until the next read.
         let batch_owed = match rt.config.admission {
-            crate::config::Admission::Batch { .. } => {
+            crate::config::Admission::Batch { .. } => Some(
                 timed_store("batch_owed", state.store.batch_owed(id))
                     .await
                     .ok()
-            }
+                    .flatten(),
+            ),
             _ => None,
         };
         Self {

@@ -473,11 +473,13 @@ pub async fn tick_once(
             feed.set_owed(owed);
         }
     }
-    record_owed(state, rt, &mode).await;
     if admitted > 0 {
         // Streamed visitors hear now, not at the hub's next tick.
         state.push.kick(id);
     }
+    // After the kick: the record is for other nodes' estimates, which no
+    // admitted visitor should wait for.
+    record_owed(state, rt, &mode).await;
     Ok(admitted)
 }
 

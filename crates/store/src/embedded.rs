@@ -744,10 +744,12 @@ impl QueueStore for EmbeddedStore {
         ttl_ms: u64,
     ) -> Result<()> {
         let ttl = i64::try_from(ttl_ms.saturating_mul(1000)).unwrap_or(i64::MAX);
-        let until = self.clock_us().saturating_add(ttl);
+        let now = self.clock_us();
+        let until = now.saturating_add(ttl);
         let mut all = locked(&self.inner.batch_owed);
         let e = all.entry(event.clone()).or_insert((start_ms, owed, until));
-        if start_ms >= e.0 {
+        // A lapsed record is gone, as a Redis key past its TTL.
+        if start_ms >= e.0 || e.2 <= now {
             *e = (start_ms, owed, until);
         }
         Ok(())

@@ -290,7 +290,6 @@ fn stats_from(v: &[i64]) -> Result<EventStats> {
     })
 }
 
-/// An event's admin state as stored (unset: running).
 /// The documents' generation as stored: absent until a first change.
 fn parse_generation(stored: Option<String>) -> Result<u64> {
     match stored {
@@ -301,6 +300,7 @@ fn parse_generation(stored: Option<String>) -> Result<u64> {
     }
 }
 
+/// An event's admin state as stored (unset: running).
 fn admin_from(stored: Option<&str>) -> Result<AdminState> {
     match stored {
         None | Some("running") => Ok(AdminState::Running),

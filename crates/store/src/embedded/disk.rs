@@ -365,7 +365,6 @@ fn next_generation(w: &redb::WriteTransaction, path: &Path) -> Result<u64, Store
     Ok(now + 1)
 }
 
-/// Every config document and their generation, from one read transaction.
 /// The config documents' generation alone (0 until a first change).
 pub(crate) fn config_generation(db: &Database, path: &Path) -> Result<u64, StoreError> {
     let r = db.begin_read().map_err(|e| storage(path, e))?;
@@ -383,6 +382,7 @@ fn generation_in(r: &redb::ReadTransaction, path: &Path) -> Result<u64, StoreErr
     }
 }
 
+/// Every config document and their generation, from one read transaction.
 pub(crate) fn configs(
     db: &Database,
     path: &Path,

@@ -390,11 +390,16 @@ impl EtaFeed {
         let until_next = grid
             .next_batch_ms(interval_ms, store_now)
             .saturating_sub(store_now);
-        // A record is the batch under way's until the next can begin.
+        // A record is the batch under way's until the next can begin; one
+        // that starts more than an interval ahead of the store's time (a
+        // store whose clock stepped back since) is nobody's.
         let interval = i64::try_from(interval_ms).unwrap_or(i64::MAX);
         let shared = self
             .shared_owed
-            .filter(|&(start, _)| store_now < start.saturating_add(interval))
+            .filter(|&(start, _)| {
+                store_now < start.saturating_add(interval)
+                    && start.saturating_sub(interval) < store_now
+            })
             .map(|(_, owed)| owed);
         let ahead = match (self.owed.or(shared), covered) {
             // Taken at the next tick, or as slots free.

@@ -546,6 +546,7 @@ pub(super) async fn event_config_replace_is_conditional(s: Store, c: Ctx) {
     // one within the contract's seconds.
     assert_eq!(s.config_generation().await.unwrap(), g3);
     s.put_event_config(&b, "3").await.unwrap();
+    let g3 = s.config_generation().await.unwrap();
     s.delete_event(&b).await.unwrap();
     let g4 = s.config_generation().await.unwrap();
     assert!(
