@@ -547,14 +547,18 @@ fn another_nodes_record_of_the_batch_under_way_is_counted() {
         );
     }
     let unknown = bound_feed();
-    let mut stale = bound_feed();
-    stale.set_shared_owed(Some((0, 12)));
-    for rank in [5, 11, 12, 20] {
-        assert_eq!(
-            stale.estimate(61_000, rank),
-            unknown.estimate(61_000, rank),
-            "rank {rank}"
-        );
+    // An earlier batch's, and one from a store whose clock has since
+    // stepped back by more than an interval.
+    for start in [0, 200_000] {
+        let mut stale = bound_feed();
+        stale.set_shared_owed(Some((start, 12)));
+        for rank in [5, 11, 12, 20] {
+            assert_eq!(
+                stale.estimate(61_000, rank),
+                unknown.estimate(61_000, rank),
+                "start {start}, rank {rank}"
+            );
+        }
     }
     assert_ne!(
         shared.estimate(61_000, 12),
