@@ -186,13 +186,24 @@ fn tell_owed(rt: &EventRuntime, mode: &Mode, owed: Option<u64>) {
     }
 }
 
+/// How long a batch record is kept, and how often the node that began
+/// the batch records it again while it goes on: were that node to stop
+/// (a crash, a restart), nobody would pay what its batch owes until the
+/// next, and a record kept on would tell the visitors it covers that they
+/// go now, for up to an interval.
+const OWED_KEPT_MS: u64 = 3_000;
+const OWED_RECORDED_EVERY_MS: i64 = 1_000;
+
 /// What the batch this node began owes, `(start_ms, owed)`, if that is
-/// not what it last recorded.
-fn owed_to_record(rt: &EventRuntime) -> Option<(i64, u64)> {
+/// not what it last recorded, or was recorded a second ago or more.
+fn owed_to_record(rt: &EventRuntime, now_ms: i64) -> Option<(i64, u64)> {
     let memory = lock(&rt.live.policy);
     let (start_ms, owed) = memory.state.as_ref().map(PolicyState::batch_progress)?;
     let record = (start_ms?, owed?);
-    (memory.recorded_owed != Some(record)).then_some(record)
+    let fresh = memory.recorded_owed.is_some_and(|(last, at_ms)| {
+        last == record && now_ms.saturating_sub(at_ms) < OWED_RECORDED_EVERY_MS
+    });
+    (!fresh).then_some(record)
 }
 
 /// Records in the store what the batch this node began still owes, when
@@ -201,20 +212,20 @@ fn owed_to_record(rt: &EventRuntime) -> Option<(i64, u64)> {
 /// slots was told the batch's time by that node and the slots' by the
 /// others, and their estimate swung between the two from poll to poll. A
 /// failed write is tried again at the next tick; the record is advice,
-/// kept two intervals.
+/// kept [`OWED_KEPT_MS`].
 async fn record_owed(state: &AppState, rt: &EventRuntime, mode: &Mode) {
-    let Mode::Batch { interval_ms, .. } = mode else {
+    if !matches!(mode, Mode::Batch { .. }) {
+        return;
+    }
+    let now_ms = state.now_ms();
+    let Some(record) = owed_to_record(rt, now_ms) else {
         return;
     };
-    let Some(record) = owed_to_record(rt) else {
-        return;
-    };
-    let ttl_ms = interval_ms.saturating_mul(2).max(1000);
     let write = state
         .store
-        .set_batch_owed(rt.id(), record.0, record.1, ttl_ms);
+        .set_batch_owed(rt.id(), record.0, record.1, OWED_KEPT_MS);
     if timed_store("batch_owed", write).await.is_ok() {
-        lock(&rt.live.policy).recorded_owed = Some(record);
+        lock(&rt.live.policy).recorded_owed = Some((record, now_ms));
     }
 }
 

@@ -152,8 +152,10 @@ pub struct PolicyMemory {
     /// is half that at most); `None` before the first.
     pub store_offset_rtt_ms: Option<i64>,
     /// What this node last recorded in the store that the batch it began
-    /// owes, `(start_ms, owed)`: recorded again only when it changes.
-    pub recorded_owed: Option<(i64, u64)>,
+    /// owes, `(start_ms, owed)`, and when (this node's ms): recorded again
+    /// when it changes, and once a second so that it lapses soon after
+    /// this node stops.
+    pub recorded_owed: Option<((i64, u64), i64)>,
 }
 
 impl Live {

@@ -267,4 +267,13 @@ admission = { mode = "batch", batch_size = 5, interval = "30s" }"#,
         told += usize::from(here.iter().any(Option::is_some));
     }
     assert!(told > 200, "estimates were told at {told} of 240 steps");
+    // The node that began the batch stops: within 3 s its record lapses,
+    // and nobody is told that a batch nobody pays takes them now.
+    assert!(h.store.batch_owed(&h.id).await.unwrap().is_some());
+    h.clock.advance(3_000);
+    assert_eq!(
+        h.store.batch_owed(&h.id).await.unwrap(),
+        None,
+        "kept 3 s after its node stopped"
+    );
 }
