@@ -515,7 +515,14 @@ async fn session_goes_on(
     };
     let known_until_us = || {
         let start_ms = expired.session_start_us.div_euclid(1000);
+        let honour_ms =
+            i64::try_from(passes::outage_honour(&rt.config).as_millis()).unwrap_or(i64::MAX);
+        let honoured_us = expired
+            .issued_at_ms
+            .saturating_add(honour_ms)
+            .saturating_mul(1000);
         crate::admission::lifecycle::session_end_us(rt, start_ms, expired.issued_at_ms)
+            .min(honoured_us)
     };
     if rt.live.drain.is_draining() {
         return (expired.now_ms.saturating_mul(1000) < known_until_us()).then(goes_on);

@@ -81,8 +81,23 @@ const REVOCATION_MARGIN: Duration = Duration::from_secs(30);
 fn revocation_keep(config: &crate::config::EventConfig) -> Duration {
     config
         .pass_ttl
-        .max(config.session_idle_timeout.min(config.session_ttl))
+        .max(outage_honour(config))
         .saturating_add(REVOCATION_MARGIN)
+}
+
+/// How long after its issue a pass that ran out is honoured while the
+/// store cannot say whether its session goes on: `session_idle_timeout`
+/// (the issue moved the session's end that far), never past
+/// `session_ttl`, and never longer than the store keeps revocations (less
+/// [`REVOCATION_MARGIN`]): a node started meanwhile reads back only that
+/// much, and would honour a released session's old pass again.
+pub(crate) fn outage_honour(config: &crate::config::EventConfig) -> Duration {
+    let retention =
+        Duration::from_micros(u64::try_from(anteroom_store::REVOCATION_RETENTION_US).unwrap_or(0));
+    config
+        .session_idle_timeout
+        .min(config.session_ttl)
+        .min(retention.saturating_sub(REVOCATION_MARGIN))
 }
 
 /// A session start further ahead of a node's clock than this is not
@@ -395,4 +410,33 @@ pub async fn refresh_revocations(
         cache.since_us = Some(since);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(more: &str) -> crate::config::EventConfig {
+        let raw: crate::config::RawEvent = serde_json::from_str(&format!(
+            r#"{{"id": "e", "origin": "http://127.0.0.1:9", "paths": ["/e"]{more}}}"#
+        ))
+        .unwrap();
+        crate::config::event_from_raw("test event", &raw).unwrap()
+    }
+
+    /// Sessions idle longer than the store keeps revocations: an outage
+    /// honours an old pass no longer than the store keeps what could
+    /// refuse it, and a node remembers a revocation no longer than the
+    /// store does, so a node started later knows every one that counts.
+    /// Shorter sessions keep their own times.
+    #[test]
+    fn an_outage_honours_no_pass_longer_than_the_store_keeps_revocations() {
+        let retention = Duration::from_micros(anteroom_store::REVOCATION_RETENTION_US as u64);
+        let long = event(r#", "session_ttl": "5h", "session_idle_timeout": "2h""#);
+        assert_eq!(outage_honour(&long), retention - REVOCATION_MARGIN);
+        assert!(revocation_keep(&long) <= retention);
+        let usual = event(r#", "session_ttl": "10m", "session_idle_timeout": "5m""#);
+        assert_eq!(outage_honour(&usual), Duration::from_secs(300));
+        assert_eq!(revocation_keep(&usual), Duration::from_secs(330));
+    }
 }

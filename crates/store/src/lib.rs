@@ -563,5 +563,10 @@ pub trait QueueStore: Send + Sync + 'static {
     }
 }
 
+/// How long both backends keep a revocation (µs): a node that starts later
+/// reads back this much, so nothing may honour a pass issued before a
+/// revocation for longer (the gate's outage rule is bounded by it).
+pub const REVOCATION_RETENTION_US: i64 = 3_600_000_000;
+
 /// Audit entries kept per event; older ones are dropped as new ones come.
 pub const AUDIT_KEEP: usize = 1000;

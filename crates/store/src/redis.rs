@@ -72,10 +72,6 @@ const EXPIRE_TOKEN_BATCHES: u64 = 20;
 /// call sweeps: about as many members as [`EXPIRE_BATCH`].
 const EXPIRE_JOIN_BATCHES: u64 = 80;
 
-/// How long revocations are kept: far longer than any pass lives, so every
-/// node's once-a-second refresh sees each one.
-const REVOCATION_RETENTION_US: i64 = 3_600_000_000;
-
 impl RedisStore {
     /// Connects to standalone Redis (`cluster: false`, exactly one URL) or to a
     /// Redis Cluster through its seed nodes. An unreachable server is
@@ -239,7 +235,7 @@ fn expire_call(
     let mut call = script.call(&keys);
     call.arg(req.waiting_seen_before_us)
         .arg(EXPIRE_BATCH)
-        .arg(REVOCATION_RETENTION_US)
+        .arg(crate::REVOCATION_RETENTION_US)
         .arg(EXPIRE_TOKEN_BATCHES)
         .arg(EXPIRE_JOIN_BATCHES);
     call

@@ -20,9 +20,8 @@ use crate::{
 };
 
 const MINUTE_US: i64 = 60_000_000;
-/// Revocations are kept this long: far beyond any pass lifetime, and every
-/// node refreshes its revocation set about once a second.
-const REVOCATION_KEEP_US: i64 = 3600 * 1_000_000;
+/// Revocations are kept this long (see [`crate::REVOCATION_RETENTION_US`]).
+const REVOCATION_KEEP_US: i64 = crate::REVOCATION_RETENTION_US;
 
 /// A member's outstanding admission token.
 #[derive(Clone, Copy, Debug)]
