@@ -350,18 +350,23 @@ pub async fn tick_once(
         // Another node runs this tick: its batch and its share of the rate
         // are not this node's to hand out as well.
         let mode = mode(&rt.config.admission);
-        let mut memory = lock(&rt.live.policy);
-        // On the store's clock, which the winner decided on.
-        let now_ms = state.now_ms().saturating_add(memory.store_offset_ms);
-        let policy = memory
-            .state
-            .get_or_insert_with(|| PolicyState::new(&mode, rt.config.max_active));
-        policy.set_cadence_anchor(rt.anchor_us.div_euclid(1000));
-        policy.adopt(&mode, rt.config.max_active);
-        policy.forfeit(&mode, now_ms);
-        let owed = policy.batch_progress().1;
-        drop(memory);
+        let owed = {
+            let mut memory = lock(&rt.live.policy);
+            // On the store's clock, which the winner decided on.
+            let now_ms = state.now_ms().saturating_add(memory.store_offset_ms);
+            let policy = memory
+                .state
+                .get_or_insert_with(|| PolicyState::new(&mode, rt.config.max_active));
+            policy.set_cadence_anchor(rt.anchor_us.div_euclid(1000));
+            policy.adopt(&mode, rt.config.max_active);
+            policy.forfeit(&mode, now_ms);
+            policy.batch_progress().1
+        };
         tell_owed(rt, &mode, owed);
+        // Still this node's batch, whoever won the tick: its record must
+        // not lapse while the node lives, losing ticks for seconds among
+        // many nodes.
+        record_owed(state, rt, &mode).await;
         return Ok(0);
     };
     let _timed = TickTimer { id, started };

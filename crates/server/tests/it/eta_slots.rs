@@ -277,3 +277,38 @@ admission = { mode = "batch", batch_size = 5, interval = "30s" }"#,
         "kept 3 s after its node stopped"
     );
 }
+
+/// The node that began a batch keeps its record alive while it lives,
+/// though another node wins every tick meanwhile (many nodes share the
+/// ticks): lapsed, the other nodes' estimates fell back to the slots'.
+#[tokio::test]
+async fn a_batch_record_lives_while_its_node_loses_the_ticks() {
+    let h = Harness::new(
+        r#"max_active = 3
+admission = { mode = "batch", batch_size = 5, interval = "30s" }"#,
+    )
+    .await;
+    let other = h.another_node().await;
+    let there = other.event(&h.id).unwrap();
+    h.join_many("v", 12).await;
+    assert_eq!(h.tick().await, 3, "the first batch takes the free slots");
+    let record = h.store.batch_owed(&h.id).await.unwrap();
+    assert!(record.is_some_and(|(_, owed)| owed == 2), "{record:?}");
+    let tick_ms = 50;
+    for _ in 0..20 {
+        h.clock.advance(500);
+        let tick = u64::try_from(h.now_ms() / tick_ms).unwrap();
+        // The other node wins the tick; this one tries it after.
+        anteroom::scheduler::tick_once(&other, &there, tick, tick_ms)
+            .await
+            .unwrap();
+        anteroom::scheduler::tick_once(&h.state, &h.rt(), tick, tick_ms)
+            .await
+            .unwrap();
+    }
+    assert_eq!(
+        h.store.batch_owed(&h.id).await.unwrap(),
+        record,
+        "10 s of lost ticks later"
+    );
+}
