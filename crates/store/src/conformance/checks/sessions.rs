@@ -428,6 +428,14 @@ pub(super) async fn batch_owed_is_shared(s: Store, c: Ctx) {
         );
         tokio::task::yield_now().await;
     }
+    // Lapsed, a later batch's record no longer keeps an earlier one's out
+    // (a store clock set back since, a node's late record).
+    s.set_batch_owed(&short, 4_000, 7, 60_000).await.unwrap();
+    assert_eq!(
+        s.batch_owed(&short).await.unwrap(),
+        Some((4_000, 7)),
+        "refused after the later record lapsed"
+    );
 }
 
 /// One caller wins a tick, whichever call claims it, and only the winner
