@@ -210,6 +210,23 @@ admission = { mode = "batch", batch_size = 5, interval = "70s" }"#,
     assert_eq!(h.admitted(&all).await.len(), 10);
 }
 
+/// Two nodes on one store and clock, an event admitting batches of 5
+/// every 30 s into 3 slots: its batches owe what the slots cannot take.
+async fn two_nodes_on_a_bound_batch() -> (
+    Harness,
+    std::sync::Arc<anteroom::state::AppState>,
+    std::sync::Arc<anteroom::state::EventRuntime>,
+) {
+    let h = Harness::new(
+        r#"max_active = 3
+admission = { mode = "batch", batch_size = 5, interval = "30s" }"#,
+    )
+    .await;
+    let other = h.another_node().await;
+    let there = other.event(&h.id).unwrap();
+    (h, other, there)
+}
+
 /// With two nodes, a visitor beyond the free slots is told the same wait
 /// through either: what the batch under way still owes, which only the
 /// node that began it counts, reaches the other node through the store.
@@ -218,13 +235,7 @@ admission = { mode = "batch", batch_size = 5, interval = "70s" }"#,
 /// swing between the two.
 #[tokio::test]
 async fn a_batch_is_counted_alike_on_the_node_that_did_not_begin_it() {
-    let h = Harness::new(
-        r#"max_active = 3
-admission = { mode = "batch", batch_size = 5, interval = "30s" }"#,
-    )
-    .await;
-    let other = h.another_node().await;
-    let there = other.event(&h.id).unwrap();
+    let (h, other, there) = two_nodes_on_a_bound_batch().await;
     let all = h.join_many("v", 40).await;
     let estimates = |rt: &anteroom::state::EventRuntime| {
         let feed = lock(&rt.live.admission.eta);
@@ -283,13 +294,7 @@ admission = { mode = "batch", batch_size = 5, interval = "30s" }"#,
 /// ticks): lapsed, the other nodes' estimates fell back to the slots'.
 #[tokio::test]
 async fn a_batch_record_lives_while_its_node_loses_the_ticks() {
-    let h = Harness::new(
-        r#"max_active = 3
-admission = { mode = "batch", batch_size = 5, interval = "30s" }"#,
-    )
-    .await;
-    let other = h.another_node().await;
-    let there = other.event(&h.id).unwrap();
+    let (h, other, there) = two_nodes_on_a_bound_batch().await;
     h.join_many("v", 12).await;
     assert_eq!(h.tick().await, 3, "the first batch takes the free slots");
     let record = h.store.batch_owed(&h.id).await.unwrap();
