@@ -14,6 +14,9 @@
 //!    without the answer being consumed before the token is checked);
 //! 3. proof-of-work when `challenge` covers the risk level;
 //! 4. high risk + `back_of_queue` → join behind every verified visitor.
+//!
+//! A visitor the store knows already is let through any challenge of
+//! steps 2 and 3: their join changes nothing (see [`BotDefence::gate_enter`]).
 
 pub mod captcha;
 pub mod challenge;
@@ -326,7 +329,36 @@ impl BotDefence {
 
     /// Decides whether the caller of enter may join; see the module for the
     /// order of the steps.
+    ///
+    /// A visitor the store knows already (waiting, admitted or active: a
+    /// reload of the waiting page, a second tab) is never asked to prove
+    /// anything again: their join changes nothing, so a challenge would
+    /// only make a reloading visitor solve again for the place they hold.
+    /// The store is read for that only on the way to a challenge, so a
+    /// visitor who may join costs no read, and a refused one just one.
     pub async fn gate_enter(
+        &self,
+        entry: &Entry<'_>,
+        store: &dyn QueueStore,
+        now_ms: i64,
+    ) -> Result<EnterVerdict, BotRejection> {
+        match self.first_verdict(entry, store, now_ms).await {
+            Err(
+                asked @ (BotRejection::ChallengeRequired { .. }
+                | BotRejection::CaptchaRequired { .. }),
+            ) => match store.status(entry.event, entry.session, Touch::Peek).await {
+                Ok(anteroom_store::MemberState::None) | Err(_) => Err(asked),
+                Ok(_) => Ok(EnterVerdict::Join {
+                    // The join finds them in place: placement is not used.
+                    placement: Placement::ByArrival,
+                    entry: None,
+                }),
+            },
+            verdict => verdict,
+        }
+    }
+
+    async fn first_verdict(
         &self,
         entry: &Entry<'_>,
         store: &dyn QueueStore,

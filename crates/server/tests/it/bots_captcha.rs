@@ -12,6 +12,7 @@ use anteroom::bots::{
 };
 use anteroom::error::ApiError;
 use anteroom_core::score::Placement;
+use anteroom_store::QueueStore;
 use axum::Router;
 use axum::routing::post;
 
@@ -292,4 +293,41 @@ async fn past_the_entry_cap_a_captcha_joins_behind() {
     }
     let past = enter(&d, &curl(), Some("good")).await.unwrap();
     assert_eq!(past.placement(), Placement::Behind);
+}
+
+#[tokio::test]
+async fn a_high_risk_visitor_in_the_queue_entering_again_is_not_asked_again() {
+    let (url, seen) = fake_provider().await;
+    let d = with_captcha(&url);
+    let (_dir, store) = store().await;
+    let headers = curl();
+    let req = signals(&d, &headers, "100.64.0.9");
+    let (ev, event) = (captcha_event(), event());
+    let entry = Entry {
+        ev: &ev,
+        event: &event,
+        session: "s1",
+        req: &req,
+        answer: None,
+    };
+    assert_eq!(
+        reason_of(d.gate_enter(&entry, &store, NOW).await),
+        "captcha_required"
+    );
+    let scoring = anteroom_core::score::JoinScoring::new(
+        &anteroom_core::score::ScoreKey::new(SECRET.as_bytes()),
+        "drop",
+        "s1",
+        0,
+        0,
+        Placement::Behind,
+    );
+    store.join(&event, "s1", &scoring).await.unwrap();
+    // The page reloaded: its join changes nothing, so no second CAPTCHA.
+    let verdict = d.gate_enter(&entry, &store, NOW + 1).await;
+    assert!(
+        matches!(verdict, Ok(EnterVerdict::Join { entry: None, .. })),
+        "{verdict:?}"
+    );
+    assert!(seen.lock().unwrap().is_empty(), "nothing was verified");
 }

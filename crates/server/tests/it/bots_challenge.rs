@@ -335,3 +335,58 @@ fn challenge_json_matches_the_api() {
             "expiresAt": "2026-12-01T10:03:12.412Z", "reason": "challenge_required"})
     );
 }
+
+/// Joins `session` to the store as enter would after its bot check.
+async fn join(store: &dyn QueueStore, session: &str) {
+    let scoring = anteroom_core::score::JoinScoring::new(
+        &anteroom_core::score::ScoreKey::new(SECRET.as_bytes()),
+        "drop",
+        session,
+        0,
+        0,
+        Placement::ByArrival,
+    );
+    assert!(store.join(&event(), session, &scoring).await.unwrap().new);
+}
+
+#[tokio::test]
+async fn a_visitor_in_the_queue_entering_again_is_not_asked_to_work_again() {
+    let (_dir, store) = store().await;
+    let d = defence(&BotsConfig::default());
+    let ev = ev(ChallengeLevel::All, HighRiskPolicy::BackOfQueue);
+    let (challenge, difficulty, ..) =
+        challenge_of(enter(&d, &ev, &chrome(), None, &store, NOW).await);
+    let answer = EnterAnswer::pow(&challenge, pow::solve(&challenge, difficulty));
+    enter(&d, &ev, &chrome(), Some(&answer), &store, NOW + 1)
+        .await
+        .unwrap();
+    join(&store, SESSION).await;
+    // A reload of the waiting page, a second tab: the join changes nothing,
+    // so neither a missing answer nor the spent one earns a challenge.
+    for again in [None, Some(&answer)] {
+        let verdict = enter(&d, &ev, &chrome(), again, &store, NOW + 2).await;
+        assert!(
+            matches!(verdict, Ok(EnterVerdict::Join { entry: None, .. })),
+            "{verdict:?}"
+        );
+    }
+    // Still in the queue after the admission: as known, so not asked.
+    let admitted = store
+        .admit(
+            &event(),
+            &anteroom_store::AdmitRequest {
+                max: 1,
+                max_active: 10,
+                nonces: vec![[7; 16]],
+                token_ttl_us: 60_000_000,
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(admitted.len(), 1);
+    let verdict = enter(&d, &ev, &chrome(), None, &store, NOW + 3).await;
+    assert!(
+        matches!(verdict, Ok(EnterVerdict::Join { .. })),
+        "{verdict:?}"
+    );
+}
