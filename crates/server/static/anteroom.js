@@ -39,6 +39,9 @@
   var PRE_WINDOW_SPREAD_MS = 5000;
   // A paused bar stops short of full: full means it is the visitor's turn.
   var PAUSED_PROGRESS_MAX = 99;
+  // A screen reader is told a new place in line or a new estimate at most
+  // this often (see announce()).
+  var ANNOUNCE_EVERY_MS = 30000;
 
   var el = {
     heading: document.getElementById('ar-heading'),
@@ -48,6 +51,7 @@
     detail: document.getElementById('ar-detail'),
     eta: document.getElementById('ar-eta'),
     notice: document.getElementById('ar-notice'),
+    announce: document.getElementById('ar-announce'),
     countdown: document.getElementById('ar-countdown'),
     progress: document.getElementById('ar-progress'),
     cont: document.getElementById('ar-continue')
@@ -129,6 +133,45 @@
     return t.headingOutside;
   }
 
+  // What the live region said last. The served page is what a reader
+  // finds on arrival, so it counts as said when the script starts.
+  function shown(node) {
+    return node && !node.hidden ? node.textContent : '';
+  }
+  var said = {
+    status: el.status ? el.status.getAttribute('data-status') || '' : '',
+    text: [shown(el.headline), shown(el.eta), shown(el.notice)]
+      .filter(function (s) { return s; }).join(' '),
+    notice: shown(el.notice),
+    at: Date.now()
+  };
+
+  // Tells screen readers what changed, and only what matters to them. The
+  // visible block changes with every poll or push message (near the front
+  // each admission moves the visitor up, and the line's length changes
+  // with every arrival), and a live region re-reads all of itself at each
+  // change: made live, it would talk over everything else the visitor
+  // does. So the region below it says the headline, the estimate and the
+  // notice, never the line's length: at once when the status or the notice
+  // changes or the visitor reaches the front, otherwise at most once per
+  // ANNOUNCE_EVERY_MS, with the latest place at the first message after
+  // the window.
+  function announce(status, headline, eta, notice) {
+    if (!el.announce) return;
+    var text = [headline, eta, notice].filter(function (s) { return s; }).join(' ');
+    if (text === said.text) return;
+    var now = Date.now();
+    var urgent = status !== said.status || (notice || '') !== said.notice || headline === t.next;
+    said.status = status;
+    said.notice = notice || '';
+    if (!urgent && now - said.at < ANNOUNCE_EVERY_MS) return;
+    said.text = text;
+    said.at = now;
+    // Never hidden: a region shown and filled at once is not announced by
+    // every screen reader.
+    el.announce.textContent = text;
+  }
+
   function show(status, headline, detail, eta, notice) {
     el.status.setAttribute('data-status', status || '');
     setText(el.heading, headingOf(status));
@@ -138,10 +181,12 @@
     setText(el.detail, detail);
     setText(el.eta, eta);
     setText(el.notice, notice);
+    announce(status || '', headline, eta, notice);
   }
 
   function message(text) {
     setText(el.notice, text);
+    announce(said.status, shown(el.headline), shown(el.eta), text);
   }
 
   function stopCountdown() {

@@ -41,8 +41,10 @@ async fn journey_redirect_wait_pow_admit_arrive() {
         );
         ensure!(url.query() == Some("return=%2Fprotected%3Fx%3D1"), "{url}");
 
-        let region = client.find(Locator::Id("ar-status")).await?;
+        let region = client.find(Locator::Id("ar-announce")).await?;
+        ensure!(region.attr("role").await?.as_deref() == Some("status"));
         ensure!(region.attr("aria-live").await?.as_deref() == Some("polite"));
+        ensure!(region.attr("aria-atomic").await?.as_deref() == Some("true"));
 
         // Enter was answered with a challenge; the worker solved it and the fake
         // (using the core's verifier) accepted the answer.
@@ -265,6 +267,113 @@ async fn pow_solve_time_in_headless_chromium() {
         let path = artifacts_dir()?.join("pow-timing.json");
         std::fs::write(&path, serde_json::to_string_pretty(&report)?)?;
         println!("saved {}", path.display());
+        Ok(())
+    })
+    .await;
+}
+
+/// What the live region holds now (its text as a screen reader reads it:
+/// WebDriver's text of a visually hidden element may be empty).
+async fn announced(client: &Client) -> Result<String> {
+    let v: Value = client
+        .execute(
+            "return document.getElementById('ar-announce').textContent",
+            vec![],
+        )
+        .await?;
+    Ok(v.as_str().unwrap_or_default().to_owned())
+}
+
+/// What the live region said so far, recorded by a `MutationObserver` the
+/// test installs (`window.heard`).
+async fn heard(client: &Client) -> Result<Vec<String>> {
+    let v: Value = client.execute("return window.heard", vec![]).await?;
+    Ok(serde_json::from_value(v)?)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn screen_readers_hear_changes_that_matter_not_every_message() {
+    let (fake, addr) = fake::start(fake::Script {
+        rank: 40,
+        queue_length: 500,
+        ..Default::default()
+    })
+    .await;
+    with_browser(|client| async move {
+        client.goto(&format!("http://{addr}/protected")).await?;
+        status_contains(&client, "You are number 41 in line").await?;
+        // The page was served before the visitor joined: joining is a new
+        // status, said at once.
+        let said = wait_for("the join said", STEP, || async {
+            let text = announced(&client).await?;
+            Ok(text.contains("You are number 41 in line").then_some(text))
+        })
+        .await?;
+        ensure!(!said.contains("people"), "{said}");
+        client
+            .execute(
+                "const r = document.getElementById('ar-announce');
+                 window.heard = [];
+                 new MutationObserver(() => window.heard.push(r.textContent))
+                   .observe(r, { childList: true, characterData: true, subtree: true });",
+                vec![],
+            )
+            .await?;
+
+        // The line grows behind the visitor and they move up, message after
+        // message (a poll every 300 ms here): seen at once, heard at most
+        // once a window (30 s), and the line's length never.
+        for (rank, length) in [(35, 800), (30, 1200), (25, 1500)] {
+            {
+                let mut s = fake.script();
+                s.rank = rank;
+                s.queue_length = length;
+            }
+            status_contains(&client, &format!("You are number {} in line", rank + 1)).await?;
+        }
+        let said = heard(&client).await?;
+        ensure!(said.is_empty(), "announced within the window: {said:?}");
+        ensure!(
+            !announced(&client).await?.contains("people"),
+            "the length is not said"
+        );
+
+        // A window later the next message says the latest place, once.
+        client
+            .execute(
+                "const now = Date.now; Date.now = () => now() + 31000;",
+                vec![],
+            )
+            .await?;
+        fake.script().rank = 20;
+        status_contains(&client, "You are number 21 in line").await?;
+        let said = wait_for("the place said after the window", STEP, || async {
+            let said = heard(&client).await?;
+            Ok((!said.is_empty()).then_some(said))
+        })
+        .await?;
+        ensure!(said.len() == 1, "{said:?}");
+        ensure!(said[0].contains("You are number 21 in line"), "{said:?}");
+        ensure!(said[0].contains("Estimated wait"), "{said:?}");
+        ensure!(!said[0].contains("people"), "{said:?}");
+
+        // Reaching the front is said at once, inside the window.
+        fake.script().rank = 0;
+        wait_for("the front said at once", STEP, || async {
+            let said = heard(&client).await?;
+            Ok((said.len() == 2).then_some(()))
+        })
+        .await?;
+        ensure!(heard(&client).await?[1].contains("You are next in line"));
+
+        // At the front the line's length still changes, unsaid.
+        fake.script().queue_length = 900;
+        status_contains(&client, "900 people").await?;
+        ensure!(
+            heard(&client).await?.len() == 2,
+            "{:?}",
+            heard(&client).await?
+        );
         Ok(())
     })
     .await;

@@ -185,11 +185,10 @@ where
     }
 }
 
-/// The text of the page's `aria-live` status region.
+/// The text of the page's status block (`#ar-status`): what the visitor
+/// sees. What screen readers are told is `#ar-announce`.
 pub async fn status_text(client: &Client) -> Result<String> {
-    let region = client
-        .find(fantoccini::Locator::Css("[aria-live=polite]"))
-        .await?;
+    let region = client.find(fantoccini::Locator::Id("ar-status")).await?;
     Ok(region.text().await?)
 }
 
