@@ -30,6 +30,19 @@ pub use validate::{event_beside, event_from_raw, event_set, unused_keys};
 
 /// Largest total size of a request's headers the gate accepts (API.md: 431 above).
 pub const MAX_HEADER_BYTES: usize = 32 * 1024;
+
+/// How long past the longest a pass issued before a revocation could be
+/// honoured a node keeps the revocation (`passes::revocation_keep`).
+pub const REVOCATION_MARGIN: Duration = Duration::from_secs(30);
+
+/// The longest `pass_ttl`. A released session's pass is refused by its
+/// revocation, which the store keeps for
+/// [`anteroom_store::REVOCATION_RETENTION_US`] (a node that starts later
+/// reads back no more), less [`REVOCATION_MARGIN`]: a pass living longer
+/// would work again once its revocation was gone.
+pub const PASS_TTL_MAX: Duration =
+    Duration::from_micros(anteroom_store::REVOCATION_RETENTION_US as u64)
+        .saturating_sub(REVOCATION_MARGIN);
 /// Most header fields a request may have: what hyper's HTTP/1 parser holds
 /// (a head with more gets its bare `431`). HTTP/2 has no such count, only
 /// a size, so the gate counts there too.
@@ -225,6 +238,7 @@ pub struct EventConfig {
     /// `min(now + session_idle_timeout, start + session_ttl)`.
     pub session_idle_timeout: Duration,
     pub token_ttl: Duration,
+    /// At most [`PASS_TTL_MAX`].
     pub pass_ttl: Duration,
     pub queue_idle_timeout: Duration,
     pub identity: Identity,

@@ -66,9 +66,7 @@ impl Memo {
     }
 }
 
-/// Revocations are kept this long past the longest a pass issued before
-/// one could still be honoured (see [`revocation_keep`]).
-const REVOCATION_MARGIN: Duration = Duration::from_secs(30);
+use crate::config::REVOCATION_MARGIN;
 
 /// How long this node remembers a revocation: past the life of any pass
 /// issued before it. That is `pass_ttl`, or longer: while the store cannot

@@ -650,7 +650,7 @@ pub fn event_from_raw(key: &str, e: &RawEvent) -> Result<EventConfig> {
             "2m",
         )?,
         token_ttl: positive(&k("token_ttl"), e.token_ttl.as_deref(), "2m")?,
-        pass_ttl: positive(&k("pass_ttl"), e.pass_ttl.as_deref(), "60s")?,
+        pass_ttl: pass_ttl(&k("pass_ttl"), e.pass_ttl.as_deref())?,
         queue_idle_timeout: positive(
             &k("queue_idle_timeout"),
             e.queue_idle_timeout.as_deref(),
@@ -1004,6 +1004,21 @@ fn duration(key: &str, value: Option<&str>, default: &str) -> Result<Duration> {
         )
     })?;
     at_most_a_year(key, d)
+}
+
+/// `pass_ttl`: positive, and at most [`super::PASS_TTL_MAX`].
+fn pass_ttl(key: &str, value: Option<&str>) -> Result<Duration> {
+    let d = positive(key, value, "60s")?;
+    if d > super::PASS_TTL_MAX {
+        return Err(ConfigError::new(
+            key,
+            format!(
+                "must be at most {}: a pass must not outlive the store's record of its session's release, kept 1h (the gate renews a shorter pass while the session is active)",
+                humantime::format_duration(super::PASS_TTL_MAX)
+            ),
+        ));
+    }
+    Ok(d)
 }
 
 fn positive(key: &str, value: Option<&str>, default: &str) -> Result<Duration> {
