@@ -109,15 +109,13 @@ pub(crate) fn event(state: &AppState, id: &str) -> Result<Arc<EventRuntime>, Api
     state.event(&id).ok_or(ApiError::UnknownEvent)
 }
 
-pub(crate) fn view(rt: &EventRuntime) -> EventView {
+pub(crate) fn view(state: &AppState, rt: &EventRuntime) -> EventView {
     let snap = rt.live.snapshot();
     let s = &snap.stats;
-    let per_s = |n: u64, secs: f64| (n > 0).then(|| n as f64 / secs);
-    let rate = anteroom_core::eta::blended_rate(
-        per_s(s.admitted_last_1m, 60.0),
-        per_s(s.admitted_last_5m, 300.0),
-    );
-    let eta = anteroom_core::eta::estimate(s.waiting, rate, s.churn_last_1m as f64 / 60.0);
+    let now_ms = state.now_ms();
+    let pre_window = i64::try_from(rt.config.pre_window.as_millis()).unwrap_or(i64::MAX);
+    let phase = anteroom_core::phase::phase(now_ms, rt.config.opens_at_ms, pre_window, snap.admin);
+    let eta = crate::state::observed::back_of_queue_eta(rt, phase, now_ms, s.waiting);
     EventView {
         id: rt.id().to_string(),
         state: state_name(snap.admin).to_owned(),
@@ -130,7 +128,7 @@ pub(crate) fn view(rt: &EventRuntime) -> EventView {
             redeemed_total: s.redeemed_total,
             admission_rate_1m: s.admitted_last_1m as f64,
             admission_rate_5m: s.admitted_last_5m as f64 / 5.0,
-            eta_back_of_queue_seconds: eta.map(|e| e.seconds),
+            eta_back_of_queue_seconds: eta,
             observed: dashboard::current(&snap),
         },
         reachable: snap.reachable,
@@ -141,7 +139,7 @@ pub(crate) fn view(rt: &EventRuntime) -> EventView {
 #[utoipa::path(get, path = "/admin/events", tag = "admin", security(("bearer" = [])),
     responses((status = 200, body = [EventView]), (status = 401, body = crate::error::ErrorBody)))]
 pub async fn list(State(state): State<Arc<AppState>>) -> Json<Vec<EventView>> {
-    Json(state.events().iter().map(|rt| view(rt)).collect())
+    Json(state.events().iter().map(|rt| view(&state, rt)).collect())
 }
 
 /// One event: config and stats.
@@ -154,7 +152,7 @@ pub async fn show(
 ) -> Result<Json<EventView>, ApiError> {
     let rt = event(&state, &id)?;
     crate::refresh::refresh_once(&state, &rt).await;
-    Ok(Json(view(&rt)))
+    Ok(Json(view(&state, &rt)))
 }
 
 /// Prometheus text format.

@@ -255,7 +255,7 @@ async fn in_force(
     )
     .await;
     crate::refresh::refresh_once(state, &rt).await;
-    Ok((StatusCode::OK, Json(view(&rt))).into_response())
+    Ok((StatusCode::OK, Json(view(state, &rt))).into_response())
 }
 
 /// The same check as the config file's: this event in full, beside all the

@@ -105,8 +105,31 @@ pub fn observe(
         bot_share_1m: share(risky),
         pow_share_1m: share(challenged),
     };
-    export(rt, &observed, phase, admin, stats);
+    export(rt, &observed, phase, admin, stats, now_ms);
     observed
+}
+
+/// The wait a visitor joining the back of the queue now is told, in
+/// seconds: the estimate the queue API gives a waiting visitor (the same
+/// feed, with the batch schedule, the slots' turnover and the smoothing),
+/// with everyone waiting ahead. `None` while no visitor is told one: before
+/// the opening, in a pause, after the close, or before the rate is known.
+/// A blend of the raw one- and five-minute admission counts stood here
+/// before: eight times the truth ten seconds after an opening, and in
+/// batch mode swinging with every batch while visitors were told a steady
+/// wait.
+pub fn back_of_queue_eta(
+    rt: &EventRuntime,
+    phase: Phase,
+    now_ms: i64,
+    waiting: u64,
+) -> Option<u64> {
+    if phase != Phase::Open {
+        return None;
+    }
+    lock(&rt.live.admission.eta)
+        .estimate(now_ms, waiting)
+        .map(|e| e.seconds)
 }
 
 /// Every gauge a node keeps per event (labelled `event`): the refresher's,
@@ -153,6 +176,7 @@ fn export(
     phase: Phase,
     admin: AdminState,
     stats: Option<&EventStats>,
+    now_ms: i64,
 ) {
     let event = rt.id().to_string();
     let gauge = |name: &'static str, value: f64| {
@@ -185,18 +209,9 @@ fn export(
     gauge("anteroom_pow_share", o.pow_share_1m.unwrap_or(0.0));
     if let Some(s) = stats {
         gauge("anteroom_outstanding", s.outstanding as f64);
-        // The admin view's estimate for a visitor joining the back now;
-        // 0 while no estimate can be made (no admissions seen yet).
-        let per_s = |n: u64, secs: f64| (n > 0).then(|| n as f64 / secs);
-        let rate = anteroom_core::eta::blended_rate(
-            per_s(s.admitted_last_1m, 60.0),
-            per_s(s.admitted_last_5m, 300.0),
-        );
-        let eta = anteroom_core::eta::estimate(s.waiting, rate, s.churn_last_1m as f64 / 60.0);
-        gauge(
-            "anteroom_eta_back_seconds",
-            eta.map_or(0.0, |e| e.seconds as f64),
-        );
+        // 0 while no visitor is told one.
+        let eta = back_of_queue_eta(rt, phase, now_ms, s.waiting);
+        gauge("anteroom_eta_back_seconds", eta.map_or(0.0, |e| e as f64));
     }
 }
 

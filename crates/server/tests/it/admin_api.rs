@@ -1077,3 +1077,92 @@ async fn a_deleted_events_gauges_read_zero() {
     .await;
     s.stop().await;
 }
+
+/// The admin view's wait at the back of the queue and its gauge are what a
+/// visitor joining now is told. They were a blend of the raw one- and
+/// five-minute admission counts: seconds after an opening at 10 a second,
+/// the blend saw 0.4 a second and said twenty times the visitors' wait.
+#[tokio::test]
+async fn the_wait_at_the_back_is_what_a_visitor_joining_now_is_told() {
+    let origin = crate::support::origin::Origin::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let event = Event::at("tickets", origin.addr)
+        .max_active(100_000)
+        .admission(r#"{ mode = "continuous", max_per_minute = 600 }"#);
+    let toml = server::config(dir.path(), origin.addr, event).toml();
+    let s = TestServer::start_with(&toml, origin, dir).await;
+    for _ in 0..300 {
+        let (status, _) = Visitor::default()
+            .json(
+                Method::POST,
+                &s.url("/api/queue/enter?eventId=tickets"),
+                None,
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK);
+    }
+    let admin_eta = || {
+        let s = &s;
+        async move {
+            let (_, _, body) = s
+                .admin_call(
+                    Method::GET,
+                    "/admin/events/tickets",
+                    Some(ADMIN_TOKEN),
+                    None,
+                )
+                .await;
+            let v: Value = serde_json::from_slice(&body).unwrap();
+            v["stats"]["eta_back_of_queue_seconds"].as_f64()
+        }
+    };
+    // A few seconds of admissions, so the estimate is the rate's.
+    crate::support::wait_for("thirty admitted", Duration::from_secs(20), || async {
+        let (_, _, body) = s
+            .admin_call(
+                Method::GET,
+                "/admin/events/tickets",
+                Some(ADMIN_TOKEN),
+                None,
+            )
+            .await;
+        let v: Value = serde_json::from_slice(&body).unwrap();
+        v["stats"]["admitted_total"].as_u64() >= Some(30)
+    })
+    .await;
+    let (status, told) = Visitor::default()
+        .json(
+            Method::POST,
+            &s.url("/api/queue/enter?eventId=tickets"),
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let told = told["estimatedWaitSeconds"]
+        .as_f64()
+        .expect("a wait is told");
+    let shown = admin_eta().await.expect("the admin view shows a wait");
+    // Moments apart, the line moving at 10 a second.
+    let near = |x: f64| (x - told).abs() <= told * 0.25 + 2.0;
+    assert!(
+        near(shown),
+        "the admin view says {shown} s, a visitor at the back is told {told} s"
+    );
+    let gauge = || {
+        let s = &s;
+        async move {
+            let (_, _, body) = s.admin_get("/metrics", None).await;
+            let text = String::from_utf8_lossy(&body).into_owned();
+            text.lines()
+                .find_map(|l| l.strip_prefix("anteroom_eta_back_seconds{event=\"tickets\"} "))
+                .and_then(|v| v.trim().parse::<f64>().ok())
+        }
+    };
+    crate::support::wait_for(
+        "the gauge at the visitors' wait",
+        Duration::from_secs(10),
+        || async { gauge().await.is_some_and(near) },
+    )
+    .await;
+    s.stop().await;
+}
