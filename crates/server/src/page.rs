@@ -186,7 +186,7 @@ impl Pages {
             RedeemFailure::Token => (t.redeem_failed_title, t.redeem_failed),
             RedeemFailure::Paused => (t.heading_outside, t.redeem_paused),
             RedeemFailure::Closed => (t.heading_closed, t.closed),
-            RedeemFailure::Other => (t.heading_outside, t.retrying),
+            RedeemFailure::Other => (t.heading_outside, t.redeem_other),
         };
         let return_path = view::safe_return_path(return_path);
         let back = format!(

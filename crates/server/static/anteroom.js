@@ -37,6 +37,14 @@
   // arrival is shuffled, so the spread costs nobody a place. Same bound as
   // the server's no-JavaScript refresh (view.rs PRE_WINDOW_SPREAD_MS).
   var PRE_WINDOW_SPREAD_MS = 5000;
+  // Browsers run a timer set further ahead than 2^31 - 1 ms (24.8 days) at
+  // once: a longer wait is made of timers this long.
+  var LONGEST_TIMER_MS = 2147483647;
+  // A stream that ended after it had delivered (its node stopped, its
+  // lifetime ran out) is followed by a poll this long after, at random:
+  // every stream of a stopping node ends at once, and the pages must not
+  // come back to the other nodes together.
+  var STREAM_ENDED_SPREAD_MS = 10000;
   // A paused bar stops short of full: full means it is the visitor's turn.
   var PAUSED_PROGRESS_MAX = 99;
   // A screen reader is told a new place in line or a new estimate at most
@@ -58,6 +66,10 @@
   };
 
   var timer = null;
+  // Whether the pending timer is a back-off the server or a failure asked
+  // for (a 429's Retry-After, a network error): a tab coming back into view
+  // brings an ordinary poll forward, never one of those.
+  var timerIsBackoff = false;
   var countdownTimer = null;
   var firstPoll = true;
   var failures = 0;
@@ -261,7 +273,8 @@
 
   function schedule(ms) {
     if (timer) clearTimeout(timer);
-    timer = setTimeout(tick, Math.max(0, ms));
+    timerIsBackoff = false;
+    timer = setTimeout(tick, Math.min(LONGEST_TIMER_MS, Math.max(0, ms)));
   }
 
   function scheduleNext(pollAfterMs) {
@@ -278,6 +291,7 @@
     var ms = retryAfterSeconds > 0 ? retryAfterSeconds * 1000
       : Math.min(MAX_BACKOFF_MS, 1000 * Math.pow(2, failures));
     schedule(jitter(ms));
+    timerIsBackoff = true;
   }
 
   function tick() {
@@ -291,7 +305,7 @@
   }
 
   document.addEventListener('visibilitychange', function () {
-    if (!document.hidden && !redeeming && timer) {
+    if (!document.hidden && !redeeming && timer && !timerIsBackoff) {
       schedule(Math.random() * 1000);
     }
   });
@@ -318,6 +332,9 @@
   }
 
   function enter(answer) {
+    // While a challenge is being solved an enter without its answer would
+    // only be handed another challenge (and, before, crossed the answers).
+    if (solving && !answer) return Promise.resolve();
     return call('POST', '/enter', answer).then(function (r) {
       if (r.resp.status === 200) outside = false;
       return handle(r);
@@ -337,10 +354,13 @@
     if (!outside || joinTimer) return;
     var windowMs = Date.parse(pos.opensAt) - Date.parse(pos.preWindowStartsAt);
     var spread = isNaN(windowMs) ? 0 : Math.min(PRE_WINDOW_SPREAD_MS, Math.max(0, windowMs) / 4);
+    var delay = Math.max(0, untilStart) + Math.random() * spread;
     joinTimer = setTimeout(function () {
       joinTimer = null;
+      // The next poll plans again from the server's clock.
+      if (delay > LONGEST_TIMER_MS) return;
       if (!redeeming) enter();
-    }, Math.max(0, untilStart) + Math.random() * spread);
+    }, Math.min(LONGEST_TIMER_MS, delay));
   }
 
   function poll() {
@@ -390,7 +410,7 @@
       if (redeeming) return;
       if (delivered) {
         streamRetryAt = 0;
-        schedule(jitter(1500));
+        schedule(1000 + Math.random() * STREAM_ENDED_SPREAD_MS);
       } else {
         streamFailures++;
         streamRetryAt = Date.now() +
@@ -425,6 +445,9 @@
     if (resp.status === 200) {
       failures = 0;
       return onPosition(json);
+    }
+    if (resp.status === 401 && json && json.challenge && json.challenge.captcha) {
+      return askCaptcha(json.challenge);
     }
     if (resp.status === 401 && json && json.challenge) {
       return solve(json.challenge);
@@ -467,9 +490,23 @@
     redeeming = true;
     return call('POST', '/redeem', { token: token }).then(function (r) {
       if (r.resp.status === 200) return leave();
+      redeeming = false;
+      if (r.json && r.json.error === 'event_paused') {
+        // The line paused between the admission and the redeem: the token
+        // waits with the visitor, and is tried again when the server says
+        // (not through the position, which would say "your turn" again
+        // and again while the pause lasts).
+        show('PAUSED', t.paused, '', '', '');
+        if (timer) clearTimeout(timer);
+        timerIsBackoff = true;
+        timer = setTimeout(function () {
+          timer = null;
+          redeem(token);
+        }, jitter((retryAfter(r.resp) || 5) * 1000));
+        return;
+      }
       // A used or expired token: the position endpoint says what is true now
       // (ACTIVE if another tab redeemed it, WAITING again otherwise).
-      redeeming = false;
       scheduleNext(1000);
     }, function () {
       redeeming = false;
@@ -485,15 +522,37 @@
   /* ---- proof of work ---- */
 
   var worker = null;
+  var solving = false;
 
+  // One challenge at a time: a second one while the first is solved (an
+  // enter that was already under way) is left, or the two jobs' answers
+  // would cross.
   function solve(challenge) {
-    message(t.checking);
+    if (solving) return;
+    // The headline may say it already (the server's render of the check).
+    message(el.headline && el.headline.textContent === t.checking ? '' : t.checking);
     if (typeof Worker === 'undefined') {
       message(t.blocked);
       return;
     }
-    if (!worker) worker = new Worker(config.worker);
+    var failed = function () {
+      // The worker did not load (a refused request in a crowd) or broke:
+      // a new one is made for the next challenge.
+      if (worker) worker.terminate();
+      worker = null;
+      solving = false;
+      message(t.retrying);
+      backoff(0);
+    };
+    try {
+      if (!worker) worker = new Worker(config.worker);
+    } catch (e) {
+      return failed();
+    }
+    solving = true;
+    worker.onerror = failed;
     worker.onmessage = function (event) {
+      solving = false;
       var result = event.data || {};
       if (result.error || typeof result.nonce !== 'number') {
         message(t.retrying);
@@ -507,6 +566,31 @@
     };
     worker.postMessage({ challenge: challenge.challenge, difficulty: challenge.difficulty });
   }
+
+  // A CAPTCHA (a high-risk visitor on an event with high_risk = "captcha"):
+  // this page shows no provider's widget (it loads nothing from elsewhere),
+  // so it says a check is needed and asks again of nobody, instead of
+  // answering the demand as if it were proof of work, over and over. An
+  // operator's page that shows the widget listens for `anteroom:captcha`
+  // (its `detail` is the challenge: `captcha.siteKey`, `reason`) and hands
+  // the provider's token to `window.anteroomCaptcha(token)`.
+  function askCaptcha(challenge) {
+    message(t.captcha);
+    var detail = { captcha: challenge.captcha, reason: challenge.reason };
+    var ev;
+    try {
+      ev = new CustomEvent('anteroom:captcha', { detail: detail });
+    } catch (e) {
+      return;
+    }
+    document.dispatchEvent(ev);
+  }
+
+  window.anteroomCaptcha = function (token) {
+    if (typeof token !== 'string' || !token) return;
+    message(t.checking);
+    enter({ captchaToken: token });
+  };
 
   /* ---- start ---- */
 

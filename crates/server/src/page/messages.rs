@@ -62,6 +62,12 @@ pub struct Messages {
     pub redeem_failed: &'static str,
     /// The event is paused: the token is kept while it is valid.
     pub redeem_paused: &'static str,
+    /// The redeem page when the redeem could not be done (the store out of
+    /// reach): a static page, so it says what to do, not "retrying".
+    pub redeem_other: &'static str,
+    /// To a high-risk visitor asked for a CAPTCHA, which this page does not
+    /// show (an operator's page that does listens for `anteroom:captcha`).
+    pub captcha: &'static str,
     /// The link back to the waiting page.
     pub back_to_line: &'static str,
     pub footer: &'static str,
@@ -103,6 +109,8 @@ const EN: Messages = Messages {
     redeem_failed_title: "This link has expired",
     redeem_failed: "This link to continue has expired or has already been used. If you are still in line, the waiting room shows where you stand; if not, it lets you join again.",
     redeem_paused: "The line is paused for a moment, so you cannot continue yet. Your turn is kept for a short while: go back to the waiting room, it continues by itself when the line resumes.",
+    redeem_other: "We are having a technical problem, so you cannot continue yet. Your turn is kept for a short while: go back to the waiting room, it continues by itself.",
+    captcha: "One more check is needed before you can join the line, and this page cannot show it. Please try again later.",
     back_to_line: "Back to the waiting room",
     footer: "Waiting room by Anteroom. This page sets only the cookies needed to keep your place.",
 };
@@ -143,6 +151,8 @@ const FR: Messages = Messages {
     redeem_failed_title: "Ce lien a expiré",
     redeem_failed: "Ce lien pour continuer a expiré ou a déjà servi. Si vous êtes encore dans la file, la salle d’attente vous montre votre place ; sinon, elle vous permet d’y entrer à nouveau.",
     redeem_paused: "La file est en pause un instant : vous ne pouvez pas encore continuer. Votre tour est gardé peu de temps : retournez à la salle d’attente, elle reprend toute seule quand la file repart.",
+    redeem_other: "Nous avons un problème technique : vous ne pouvez pas encore continuer. Votre tour est gardé peu de temps : retournez à la salle d’attente, elle reprend toute seule.",
+    captcha: "Une vérification de plus est nécessaire avant d’entrer dans la file, et cette page ne peut pas l’afficher. Réessayez plus tard.",
     back_to_line: "Retour à la salle d’attente",
     footer: "Salle d’attente Anteroom. Cette page n’utilise que les cookies nécessaires pour garder votre place.",
 };

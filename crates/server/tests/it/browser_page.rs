@@ -378,3 +378,99 @@ async fn screen_readers_hear_changes_that_matter_not_every_message() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_captcha_demand_is_said_and_handed_to_the_operators_widget_not_looped() {
+    let (fake, addr) = fake::start(fake::Script {
+        captcha: true,
+        ..Default::default()
+    })
+    .await;
+    with_browser(|client| async move {
+        client.goto(&format!("http://{addr}/protected")).await?;
+        status_contains(&client, "One more check is needed").await?;
+        // Nothing answers the demand on this page: the page waits, it does
+        // not send enter again and again (it took the demand for proof of
+        // work, answered a nonce of 0 and was asked again, for ever).
+        let enters = fake.script().enters;
+        ensure!(enters <= 2, "{enters} enters for one demand");
+        // An operator's widget hears of the demand and hands the token in.
+        client
+            .execute(
+                "window.demands = [];
+                 document.addEventListener('anteroom:captcha', e => window.demands.push(e.detail));
+                 window.anteroomCaptcha('bad');",
+                vec![],
+            )
+            .await?;
+        let demands = wait_for("the demand after a failed token", STEP, || async {
+            let d: Value = client.execute("return window.demands", vec![]).await?;
+            Ok((d.as_array().is_some_and(|a| !a.is_empty())).then_some(d))
+        })
+        .await?;
+        ensure!(
+            demands[0]["captcha"]["siteKey"] == "site-key-1",
+            "{demands}"
+        );
+        ensure!(demands[0]["reason"] == "captcha_failed", "{demands}");
+        client
+            .execute("window.anteroomCaptcha('good')", vec![])
+            .await?;
+        status_contains(&client, "You are number 3 in line").await?;
+        let s = fake.script();
+        ensure!(
+            s.captcha_tokens == ["bad", "good"],
+            "{:?}",
+            s.captcha_tokens
+        );
+        ensure!(s.enters == enters + 2, "{} enters", s.enters);
+        Ok(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_proof_of_work_worker_that_does_not_load_is_made_again() {
+    let (fake, addr) = fake::start(fake::Script {
+        difficulty: Some(8),
+        worker_refusals: 1,
+        ..Default::default()
+    })
+    .await;
+    with_browser(|client| async move {
+        client.goto(&format!("http://{addr}/protected")).await?;
+        // The first worker's script is refused (a crowd's 503): the page
+        // says so, waits, joins again, and solves with a new worker.
+        status_contains(&client, "You are number 3 in line").await?;
+        let s = fake.script();
+        ensure!(s.solved_nonce.is_some() && s.worker_refusals == 0, "{s:?}");
+        Ok(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_redeem_refused_by_a_pause_says_so_and_waits_as_told() {
+    let (fake, addr) = fake::start(fake::Script {
+        admitted: true,
+        paused_redeems: 2,
+        ..Default::default()
+    })
+    .await;
+    with_browser(|client| async move {
+        client.goto(&format!("http://{addr}/protected")).await?;
+        status_contains(&client, "The line is paused").await?;
+        wait_for("arrival once the pause ends", STEP, || async {
+            let url = client.current_url().await?;
+            Ok((url.path() == "/protected").then_some(url))
+        })
+        .await?;
+        let s = fake.script();
+        // The token is tried again when the server says (Retry-After: 1),
+        // not through a position that says "your turn" each second.
+        ensure!(s.redeems == 3 && s.redeemed, "{s:?}");
+        ensure!(s.polls == 0, "{} polls", s.polls);
+        Ok(())
+    })
+    .await;
+}

@@ -29,6 +29,13 @@ pub struct Script {
     pub display: String,
     pub poll_after_ms: u64,
     pub admitted: bool,
+    /// Enter asks for a CAPTCHA until it gets the token `good`.
+    pub captcha: bool,
+    /// The proof-of-work worker's script is refused (`503`) this many times.
+    pub worker_refusals: u32,
+    /// Redeems refused with `409 event_paused` (`Retry-After: 1`) before
+    /// one is let through.
+    pub paused_redeems: u32,
     // Observations.
     pub challenge: Option<String>,
     pub solved_nonce: Option<u64>,
@@ -36,6 +43,9 @@ pub struct Script {
     pub enters: u32,
     pub polls: u32,
     pub redeemed: bool,
+    pub redeems: u32,
+    /// The CAPTCHA tokens enter was given, in order.
+    pub captcha_tokens: Vec<String>,
 }
 
 impl Default for Script {
@@ -48,12 +58,17 @@ impl Default for Script {
             display: "about 3 minutes".to_owned(),
             poll_after_ms: 300,
             admitted: false,
+            captcha: false,
+            worker_refusals: 0,
+            paused_redeems: 0,
             challenge: None,
             solved_nonce: None,
             rejected_answers: 0,
             enters: 0,
             polls: 0,
             redeemed: false,
+            redeems: 0,
+            captcha_tokens: Vec::new(),
         }
     }
 }
@@ -127,7 +142,14 @@ async fn page(
         .into_response()
 }
 
-async fn asset(Path(file): Path<String>) -> Response {
+async fn asset(State(fake): State<Arc<Fake>>, Path(file): Path<String>) -> Response {
+    if file == "pow-worker.js" {
+        let mut s = fake.script();
+        if s.worker_refusals > 0 {
+            s.worker_refusals -= 1;
+            return StatusCode::SERVICE_UNAVAILABLE.into_response();
+        }
+    }
     match static_asset(&file) {
         Some((content_type, body)) => {
             ([(header::CONTENT_TYPE, content_type)], body).into_response()
@@ -158,6 +180,25 @@ fn challenge_required(s: &mut Script, difficulty: u8) -> Response {
 async fn enter(State(fake): State<Arc<Fake>>, body: Bytes) -> Response {
     let mut s = fake.script();
     s.enters += 1;
+    if s.captcha {
+        let answer: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+        let token = answer["captchaToken"].as_str().map(str::to_owned);
+        let reason = if token.is_some() {
+            "captcha_failed"
+        } else {
+            "captcha_required"
+        };
+        if let Some(t) = token {
+            s.captcha_tokens.push(t.clone());
+            if t == "good" {
+                s.captcha = false;
+                return axum::Json(position_json(&s)).into_response();
+            }
+        }
+        let body = json!({"error": "challenge_required", "message": "prove it",
+            "challenge": {"captcha": {"siteKey": "site-key-1"}, "reason": reason}});
+        return (StatusCode::UNAUTHORIZED, axum::Json(body)).into_response();
+    }
     if let (Some(difficulty), None) = (s.difficulty, s.solved_nonce) {
         let answer: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
         let (Some(challenge), Some(nonce)) =
@@ -180,11 +221,28 @@ async fn enter(State(fake): State<Arc<Fake>>, body: Bytes) -> Response {
 async fn position(State(fake): State<Arc<Fake>>) -> Response {
     let mut s = fake.script();
     s.polls += 1;
+    // Not in the line until the challenge is answered.
+    if (s.difficulty.is_some() && s.solved_nonce.is_none()) || s.captcha {
+        return axum::Json(json!({"eventId": "demo", "status": "NONE", "rank": null,
+            "position": null, "queueLength": s.queue_length, "pollAfterMs": s.poll_after_ms,
+            "token": null, "redirect": null}))
+        .into_response();
+    }
     axum::Json(position_json(&s)).into_response()
 }
 
 async fn redeem(State(fake): State<Arc<Fake>>, body: Bytes) -> Response {
     let mut s = fake.script();
+    s.redeems += 1;
+    if s.admitted && s.paused_redeems > 0 {
+        s.paused_redeems -= 1;
+        return (
+            StatusCode::CONFLICT,
+            [(header::RETRY_AFTER, "1")],
+            axum::Json(json!({"error": "event_paused", "message": "paused"})),
+        )
+            .into_response();
+    }
     let answer: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     if !s.admitted || s.redeemed || answer["token"] != TOKEN {
         return (
