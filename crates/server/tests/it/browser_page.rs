@@ -474,3 +474,31 @@ async fn a_redeem_refused_by_a_pause_says_so_and_waits_as_told() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_opening_a_month_away_is_waited_for_not_hammered() {
+    // 30 days: past the 24.8 days a browser timer reaches, which it fires
+    // at once, and the page then entered again at each answer.
+    let (fake, addr) = fake::start(fake::Script {
+        opens_in_ms: Some(30 * 24 * 3600 * 1000),
+        poll_after_ms: 5000,
+        ..Default::default()
+    })
+    .await;
+    with_browser(|client| async move {
+        client.goto(&format!("http://{addr}/protected")).await?;
+        status_contains(&client, "The line opens soon").await?;
+        let enters = fake.script().enters;
+        // Two seconds is dozens of round trips on loopback.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let s = fake.script();
+        ensure!(
+            s.enters == enters && enters <= 2,
+            "{} enters, {} then",
+            s.enters,
+            enters
+        );
+        Ok(())
+    })
+    .await;
+}

@@ -29,6 +29,9 @@ pub struct Script {
     pub display: String,
     pub poll_after_ms: u64,
     pub admitted: bool,
+    /// The line opens this far ahead of every answer's `timestamp`
+    /// (`NOT_OPEN`, the pre-window a minute before it); nobody joins.
+    pub opens_in_ms: Option<i64>,
     /// Enter asks for a CAPTCHA until it gets the token `good`.
     pub captcha: bool,
     /// The proof-of-work worker's script is refused (`503`) this many times.
@@ -58,6 +61,7 @@ impl Default for Script {
             display: "about 3 minutes".to_owned(),
             poll_after_ms: 300,
             admitted: false,
+            opens_in_ms: None,
             captcha: false,
             worker_refusals: 0,
             paused_redeems: 0,
@@ -159,6 +163,19 @@ async fn asset(State(fake): State<Arc<Fake>>, Path(file): Path<String>) -> Respo
 }
 
 fn position_json(s: &Script) -> Value {
+    if let Some(ahead) = s.opens_in_ms {
+        let now = i64::try_from(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_millis(),
+        )
+        .unwrap();
+        let at = |ms: i64| anteroom::clock::rfc3339_ms(now + ms);
+        return json!({"eventId": "demo", "status": "NOT_OPEN", "rank": null, "position": null,
+            "queueLength": 0, "pollAfterMs": s.poll_after_ms, "token": null, "redirect": null,
+            "timestamp": at(0), "opensAt": at(ahead), "preWindowStartsAt": at(ahead - 60_000)});
+    }
     if s.admitted {
         return json!({"eventId": "demo", "status": "ADMITTED", "rank": null, "position": null,
             "queueLength": s.queue_length, "estimatedWaitSeconds": 0, "display": "almost there",
