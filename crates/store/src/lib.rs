@@ -496,6 +496,26 @@ pub trait QueueStore: Send + Sync + 'static {
     async fn set_admin_state(&self, event: &EventId, state: AdminState) -> Result<()>;
     async fn admin_state(&self, event: &EventId) -> Result<AdminState>;
 
+    /// [`Self::set_admin_state`] only while the stored state is `expected`,
+    /// in one step: `None` when it was set, else the state found. Admin
+    /// changes on several nodes each decide on the state they read; set
+    /// unconditionally, a resume on one node undid a close that another
+    /// node had just answered. The default is for a store no other process
+    /// shares, whose caller serialises its admin changes.
+    async fn set_admin_state_if(
+        &self,
+        event: &EventId,
+        expected: AdminState,
+        state: AdminState,
+    ) -> Result<Option<AdminState>> {
+        let found = self.admin_state(event).await?;
+        if found != expected {
+            return Ok(Some(found));
+        }
+        self.set_admin_state(event, state).await?;
+        Ok(None)
+    }
+
     /// Event configuration documents (JSON) put through the admin API, so a
     /// live change reaches every node and survives restart.
     async fn put_event_config(&self, event: &EventId, json: &str) -> Result<()>;

@@ -654,6 +654,18 @@ impl QueueStore for RedisStore {
         admin_from(stored.as_deref())
     }
 
+    async fn set_admin_state_if(
+        &self,
+        event: &EventId,
+        expected: AdminState,
+        state: AdminState,
+    ) -> Result<Option<AdminState>> {
+        let mut call = scripts::ADMIN_STATE_IF.call(&[EventKeys::new(event).state()]);
+        call.arg(state_name(expected)).arg(state_name(state));
+        let found: Option<String> = self.eval(&scripts::ADMIN_STATE_IF, &call).await?;
+        found.map(|f| admin_from(Some(&f))).transpose()
+    }
+
     async fn claim_tick_and_read(
         &self,
         event: &EventId,

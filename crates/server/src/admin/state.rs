@@ -63,11 +63,38 @@ async fn set_state(
     // watch before it may have made it again in place, or removed it.
     let _writes = state.admin_writes.lock().await;
     let rt = event(state, id)?;
-    let current = state.store.admin_state(rt.id()).await?;
-    let next = target(action, current)?;
-    if next != current {
-        state.store.set_admin_state(rt.id(), next).await?;
-    }
+    // The lock above serialises this node's changes only: the store sets
+    // the state only while it is the one this change was decided on, so a
+    // resume on this node cannot undo a close another node just answered.
+    // Decided again on what it found, at most a few times: each retry means
+    // another node's change landed in between.
+    let mut current = state.store.admin_state(rt.id()).await?;
+    let mut tries = 0;
+    let next = loop {
+        let next = target(action, current)?;
+        if next == current {
+            break next;
+        }
+        match state
+            .store
+            .set_admin_state_if(rt.id(), current, next)
+            .await?
+        {
+            None => break next,
+            Some(found) if tries < 4 => {
+                current = found;
+                tries += 1;
+            }
+            Some(_) => {
+                return Err(ApiError::Conflict {
+                    code: "concurrent_change",
+                    message:
+                        "the event's state kept changing on other nodes; make the change again"
+                            .into(),
+                });
+            }
+        }
+    };
     // In force here at once; other nodes see it at their next refresh, and
     // the store itself refuses admissions from the moment it answered.
     rt.live.set_admin(next);

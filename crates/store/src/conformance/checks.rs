@@ -44,6 +44,7 @@ pub(crate) fn all() -> Vec<(&'static str, Check)> {
         claim_tick_and_read_reads_for_the_winner_only,
         batch_owed_is_shared,
         admin_state_is_stored,
+        admin_state_changes_only_from_the_state_read,
         event_configs_are_stored,
         event_config_replace_is_conditional,
         anchor_is_set_once_by_the_first_caller,

@@ -79,6 +79,8 @@ pub(crate) static NOW: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("n
 pub(crate) static ANCHOR: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("anchor.lua")));
 pub(crate) static REPLACE_CONFIG: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("replace_config.lua")));
+pub(crate) static ADMIN_STATE_IF: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(include_str!("admin_state_if.lua")));
 pub(crate) static BATCH_OWED: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("batch_owed.lua")));
 pub(crate) static CONFIG_SET: LazyLock<Lua> =

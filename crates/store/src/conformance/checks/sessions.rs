@@ -502,6 +502,35 @@ pub(super) async fn admin_state_is_stored(s: Store, c: Ctx) {
     }
 }
 
+/// An admin change made on what was read: it takes effect only while the
+/// state is still that, and otherwise answers what it found.
+pub(super) async fn admin_state_changes_only_from_the_state_read(s: Store, c: Ctx) {
+    let ev = c.event("admin-if");
+    use AdminState::{Closed, Paused, Running};
+    assert_eq!(
+        s.set_admin_state_if(&ev, Running, Paused).await.unwrap(),
+        None
+    );
+    assert_eq!(s.admin_state(&ev).await.unwrap(), Paused);
+    // Another node closed it after this one read "paused".
+    s.set_admin_state(&ev, Closed).await.unwrap();
+    assert_eq!(
+        s.set_admin_state_if(&ev, Paused, Running).await.unwrap(),
+        Some(Closed),
+        "a resume decided on a stale read"
+    );
+    assert_eq!(
+        s.admin_state(&ev).await.unwrap(),
+        Closed,
+        "the close stands"
+    );
+    assert_eq!(
+        s.set_admin_state_if(&ev, Closed, Running).await.unwrap(),
+        None
+    );
+    assert_eq!(s.admin_state(&ev).await.unwrap(), Running);
+}
+
 pub(super) async fn event_configs_are_stored(s: Store, c: Ctx) {
     let (a, b) = (c.event("cfg-a"), c.event("cfg-b"));
     s.put_event_config(&a, r#"{"v":1}"#).await.unwrap();
