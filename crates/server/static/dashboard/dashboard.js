@@ -24,6 +24,11 @@
   var history = loadHistory();
   var cards = dict();
   var timer = null;
+  // Each poll's number: an answer to any but the latest (one still on its
+  // way when the operator signed out, or when a control's answer polled
+  // again) is dropped, or it drew the charts again after the sign-out,
+  // saved them for the next operator of this tab, and polled on.
+  var pollGen = 0;
   var readOnly = false;
   var lastOk = 0;
   var polls = 0;
@@ -90,6 +95,7 @@
   function stop() {
     if (timer) clearTimeout(timer);
     timer = null;
+    pollGen++;
   }
 
   // A server with named tokens says the role at /admin/whoami; one without
@@ -114,7 +120,10 @@
 
   function poll() {
     stop();
+    if (!token()) return;
+    var mine = pollGen;
     api("GET", "/admin/events").then(function (res) {
+      if (mine !== pollGen) return null;
       if (res.status === 401) { showLogin("That token was refused."); return null; }
       if (res.status === 429) {
         // Too many wrong tokens from this address: said as it is, not as
@@ -128,13 +137,14 @@
       if (!res.ok) throw new Error("HTTP " + res.status);
       return res.json();
     }).then(function (events) {
-      if (!events) return;
+      if (!events || mine !== pollGen) return;
       lastOk = Date.now();
       render(events, lastOk);
       if (polls++ % REFUSALS_EVERY === 0) refusals();
       $("conn").textContent = "Live · updated " + new Date(lastOk).toLocaleTimeString();
       timer = setTimeout(poll, POLL_MS);
     }).catch(function () {
+      if (mine !== pollGen) return;
       var since = lastOk ? " (last update " + new Date(lastOk).toLocaleTimeString() + ")" : "";
       $("conn").textContent = "Admin API unreachable, retrying" + since;
       timer = setTimeout(poll, POLL_MS * 2);

@@ -448,3 +448,60 @@ async fn an_address_held_off_for_guessing_is_told_so() {
     .await;
     s.stop().await;
 }
+
+/// Signing out while a poll is on its way: its answer is dropped, so the
+/// charts are not drawn again and saved for the next operator of the tab,
+/// and no poll follows without a token (which the API counted as a wrong
+/// token, and the login said "refused" to someone who had signed out).
+#[tokio::test(flavor = "multi_thread")]
+async fn signing_out_during_a_poll_leaves_nothing_behind() {
+    let s = TestServer::start("").await;
+    let url = format!("http://{}/dashboard", s.admin);
+    with_browser(|client| async move {
+        fit_viewport(&client, 1280, 800).await?;
+        client.goto(&url).await?;
+        sign_in(&client, ADMIN_TOKEN).await?;
+        wait_badges(&client, "tickets", "OPEN").await?;
+        // Every answer of the admin API now reaches the page a second late,
+        // and the page's requests are counted.
+        client
+            .execute(
+                "const real = window.fetch;
+                 window.sent = [];
+                 window.fetch = (path, init) => {
+                   window.sent.push([path, init.headers.Authorization]);
+                   return real(path, init).then(r => new Promise(ok => setTimeout(() => ok(r), 1000)));
+                 };",
+                vec![],
+            )
+            .await?;
+        wait_for("a poll on its way", STEP, || async {
+            let n: Value = client.execute("return window.sent.length", vec![]).await?;
+            Ok((n.as_u64() >= Some(1)).then_some(()))
+        })
+        .await?;
+        client.find(Locator::Id("signout")).await?.click().await?;
+        let sent_then: Value = client.execute("return window.sent.length", vec![]).await?;
+        // Past the late answer, and a poll interval after it.
+        tokio::time::sleep(Duration::from_millis(3500)).await;
+        let left: Value = client
+            .execute(
+                "return { cards: document.querySelectorAll('[data-event]').length,
+                          history: sessionStorage.getItem('anteroom.dashboard.history'),
+                          error: document.getElementById('login-error').textContent,
+                          sent: window.sent }",
+                vec![],
+            )
+            .await?;
+        ensure!(left["cards"] == 0, "cards drawn after the sign-out: {left}");
+        ensure!(left["history"].is_null(), "history saved after the sign-out: {left}");
+        ensure!(left["error"] == "", "the login says: {left}");
+        ensure!(
+            left["sent"].as_array().map(Vec::len) == sent_then.as_u64().map(|n| n as usize),
+            "requests after the sign-out: {left}"
+        );
+        Ok(())
+    })
+    .await;
+    s.stop().await;
+}
