@@ -100,6 +100,9 @@ pub async fn authorize(
 
 /// `GET /admin/whoami`: the caller's token name and role, so the dashboard
 /// hides the controls a read-only token cannot use.
+#[utoipa::path(get, path = "/admin/whoami", tag = "admin", security(("bearer" = [])),
+    responses((status = 200, description = "`{\"name\": \"...\", \"role\": \"admin\" | \"read-only\"}`"),
+        (status = 401, body = crate::error::ErrorBody)))]
 pub async fn whoami(
     axum::extract::Extension(caller): axum::extract::Extension<Caller>,
 ) -> axum::Json<serde_json::Value> {

@@ -31,6 +31,7 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
         crate::admin::refusals::list,
         crate::admin::metrics,
         crate::admin::ready,
+        crate::admin::auth::whoami,
     ),
     components(schemas(
         crate::api::QueuePosition,

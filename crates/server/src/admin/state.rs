@@ -136,7 +136,8 @@ pub async fn resume(
 
 /// Closes the event: no joins, no admissions, until `reopen`.
 #[utoipa::path(post, path = "/admin/events/{event}/close", tag = "admin", security(("bearer" = [])),
-    params(("event" = String, Path,)), responses((status = 204), (status = 404, body = crate::error::ErrorBody)))]
+    params(("event" = String, Path,)), responses((status = 204), (status = 404, body = crate::error::ErrorBody),
+        (status = 409, body = crate::error::ErrorBody, description = "concurrent_change")))]
 pub async fn close(
     State(state): State<Arc<AppState>>,
     Extension(caller): Extension<Caller>,
@@ -147,7 +148,8 @@ pub async fn close(
 
 /// Reopens a closed event (running); on an event not closed it changes nothing.
 #[utoipa::path(post, path = "/admin/events/{event}/reopen", tag = "admin", security(("bearer" = [])),
-    params(("event" = String, Path,)), responses((status = 204), (status = 404, body = crate::error::ErrorBody)))]
+    params(("event" = String, Path,)), responses((status = 204), (status = 404, body = crate::error::ErrorBody),
+        (status = 409, body = crate::error::ErrorBody, description = "concurrent_change")))]
 pub async fn reopen(
     State(state): State<Arc<AppState>>,
     Extension(caller): Extension<Caller>,

@@ -28,10 +28,31 @@ pub struct EnterBody {
     /// The `challenge` string of the `401 challenge_required` answer.
     pub challenge: Option<String>,
     /// A decimal nonce (a JSON number, or a string of digits).
+    #[schema(schema_with = nonce_schema)]
     pub nonce: Option<u64>,
     /// A CAPTCHA provider's token, when the challenge asked for one.
     #[serde(rename = "captchaToken")]
     pub captcha_token: Option<String>,
+}
+
+/// The nonce as enter takes it: a JSON number (clients search up to
+/// 2^53 - 1, exact in JavaScript) or a string of decimal digits (any u64).
+fn nonce_schema() -> utoipa::openapi::schema::Schema {
+    use utoipa::openapi::schema::{KnownFormat, ObjectBuilder, OneOfBuilder, SchemaFormat, Type};
+    OneOfBuilder::new()
+        .item(
+            ObjectBuilder::new()
+                .schema_type(Type::Integer)
+                .format(Some(SchemaFormat::KnownFormat(KnownFormat::Int64)))
+                .minimum(Some(0)),
+        )
+        .item(
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .pattern(Some("^[0-9]{1,20}$")),
+        )
+        .build()
+        .into()
 }
 
 /// Joins the queue (insert-if-absent) and answers the caller's position.

@@ -363,6 +363,14 @@ async fn admin_needs_the_bearer_token() {
         "{enter}"
     );
     assert!(position["429"].is_object(), "{position}");
+    // The nonce is a number or a string of digits, as enter takes it.
+    let nonce = &doc["components"]["schemas"]["EnterBody"]["properties"]["nonce"];
+    let kinds: Vec<&str> = nonce["oneOf"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|k| k["type"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(kinds, ["integer", "string"], "{nonce}");
+    assert!(doc["paths"]["/admin/whoami"]["get"].is_object());
     // So is an admin change refused because the events kept changing.
     let event = &doc["paths"]["/admin/events/{event}"];
     for method in ["put", "patch"] {
