@@ -373,7 +373,14 @@ pub async fn tick_once(
     let mode = mode(&rt.config.admission);
     let (now_us, admin) = (view.now_us, view.admin);
     let stats = if full {
-        let idle_us = micros(rt.config.queue_idle_timeout);
+        // Less the drain that just ended, whose polls never reached the
+        // store (see `DrainState::forgiven_idle_ms`).
+        let forgiven_us = rt
+            .live
+            .drain
+            .forgiven_idle_ms(state.now_ms())
+            .saturating_mul(1000);
+        let idle_us = micros(rt.config.queue_idle_timeout).saturating_add(forgiven_us);
         // The counts read again after the sweep, in its last call: they
         // count the slots the sweep freed.
         let (expired, stats) = timed_store(

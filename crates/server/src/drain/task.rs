@@ -249,6 +249,12 @@ async fn close(state: &AppState, rt: &EventRuntime, recorded: &[(String, i64)]) 
             .any_local
             .store(!local.is_empty(), std::sync::atomic::Ordering::Release);
         let lasted = inner.since_ms.take().map(|s| now - s);
+        if let Some(lasted) = lasted {
+            // For one idle timeout from now the sweep forgives waiters the
+            // drain's length (`DrainState::forgiven_idle_ms`).
+            let idle = i64::try_from(rt.config.queue_idle_timeout.as_millis()).unwrap_or(i64::MAX);
+            inner.forgive = Some((now.saturating_add(idle), lasted.max(0)));
+        }
         drain
             .draining
             .store(false, std::sync::atomic::Ordering::Release);

@@ -54,6 +54,10 @@ pub(crate) struct Inner {
     pub(crate) by_member: HashMap<String, Nonce>,
     /// This node's hold on the event's capacity in the store.
     pub(crate) share: ShareState,
+    /// `(until, lasted)` in node ms: the last drain lasted `lasted`, and
+    /// until `until` the idle sweep forgives waiters that long (see
+    /// [`DrainState::forgiven_idle_ms`]).
+    pub(crate) forgive: Option<(i64, i64)>,
 }
 
 #[derive(Debug, Clone)]
@@ -99,6 +103,20 @@ impl DrainState {
         inner.since_ms = Some(now_ms);
         inner.used_at_entry = used;
         true
+    }
+
+    /// How much longer than `queue_idle_timeout` a waiter may go unseen
+    /// before the idle sweep drops them, at `now_ms`: the length of the
+    /// drain that ended less than one `queue_idle_timeout` ago, else 0.
+    /// While the event drained, this node answered the polls itself and
+    /// no seen mark reached the store, so without it the first sweep after
+    /// an outage longer than `queue_idle_timeout` dropped every waiter the
+    /// drain had kept in place.
+    pub fn forgiven_idle_ms(&self, now_ms: i64) -> i64 {
+        match lock(&self.inner).forgive {
+            Some((until, lasted)) if now_ms < until => lasted,
+            _ => 0,
+        }
     }
 
     /// How long the current drain has lasted, if draining.

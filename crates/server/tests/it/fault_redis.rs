@@ -359,3 +359,78 @@ fn redis_cli(port: u16, args: &[&str]) {
         String::from_utf8_lossy(&out.stdout)
     );
 }
+
+/// A waiter kept in place by the drain keeps it after an outage longer
+/// than `queue_idle_timeout`: the node answered their polls itself, so no
+/// seen mark reached the store, and the first sweep after the store came
+/// back dropped every waiter (they rejoined at the back).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outage_longer_than_the_idle_timeout_costs_no_waiter_the_place() {
+    let mut redis = RedisServer::start().expect("redis-server (apt-get install redis-server)");
+    let origin = process::origin().await;
+    let dir = Arc::new(tempfile::tempdir().unwrap());
+    let config = process::redis_node(&[redis.url()])
+        .gateway_nodes(1)
+        .event(
+            // One slot, held by the first visitor: the drain admits nobody.
+            process::event(EVENT, &origin.url(), 1)
+                .admission(HOURLY)
+                .line("queue_idle_timeout = \"3s\""),
+        )
+        .toml();
+    let node = Node::start(&config, dir).await;
+    // Admitted at the first tick (one an hour): the rest wait.
+    let _first = active_visitor(&node).await;
+    let mut waiter = Visitor::default();
+    let (status, _, joined) = waiter.enter(&node, EVENT).await;
+    assert_eq!(status, StatusCode::OK, "{joined}");
+    assert_eq!(joined["status"], "WAITING", "{joined}");
+    // The node's counts refreshed (the admin view reads them): the drain
+    // sees the one slot taken.
+    let (s, _) = node.admin(Method::GET, "/admin/events/tickets").await;
+    assert_eq!(s, StatusCode::OK);
+    redis_cli(redis.port(), &["SAVE"]);
+    redis.kill().unwrap();
+    let readyz = node.admin_url("/readyz");
+    let ready_is = |want: StatusCode| {
+        let url = readyz.clone();
+        async move {
+            process::send(Method::GET, &url, &[], None)
+                .await
+                .is_ok_and(|(s, _, _)| s == want)
+        }
+    };
+    wait_for("the drain", Duration::from_secs(10), || {
+        ready_is(StatusCode::SERVICE_UNAVAILABLE)
+    })
+    .await;
+    // The waiter polls all through the outage, answered by the node.
+    let outage = Instant::now();
+    while outage.elapsed() < Duration::from_secs(4) {
+        let p = waiter.position(&node, EVENT).await;
+        assert_eq!(p["status"], "DRAINING", "{p}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    redis.restart().unwrap();
+    wait_for("the drain's end", Duration::from_secs(10), || {
+        ready_is(StatusCode::OK)
+    })
+    .await;
+    // Two sweeps (a full tick's) answered after the return, before the
+    // waiter's next poll.
+    let sweeps = || async {
+        node.metric_with("anteroom_store_latency_seconds_count", &[("op", "expire")])
+            .await
+            .unwrap_or(0.0)
+    };
+    let before = sweeps().await;
+    wait_for(
+        "two sweeps after the return",
+        Duration::from_secs(10),
+        || async { sweeps().await >= before + 2.0 },
+    )
+    .await;
+    let p = waiter.position(&node, EVENT).await;
+    assert_eq!(p["status"], "WAITING", "the place was swept: {p}");
+    assert_eq!(p["rank"], joined["rank"], "{p}");
+}
