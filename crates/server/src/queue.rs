@@ -250,6 +250,11 @@ impl<'r> Queue<'r> {
                 }
                 Err(e) => {
                     tracing::debug!(event = %event, error = e.kind(), "session extend failed");
+                    if let Some(rt) = events.get(&event) {
+                        rt.live
+                            .drain
+                            .unextended(&member, session_start_us, until_us);
+                    }
                 }
             }
         });

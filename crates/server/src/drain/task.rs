@@ -218,6 +218,9 @@ async fn record(state: &AppState, rt: &EventRuntime) -> Option<Vec<(String, i64)
 /// otherwise hold its slot to the end it was recorded with.
 async fn close(state: &AppState, rt: &EventRuntime, recorded: &[(String, i64)]) {
     let drain = of(rt);
+    // The session ends the gate moved during the drain, before the
+    // scheduler's first sweep could end those sessions by the old ones.
+    extend_again(state, rt, drain.take_unextended()).await;
     // Fresh stats and admin state before the first answer after the drain.
     crate::refresh::refresh_once(state, rt).await;
     let now = state.now_ms();
@@ -271,6 +274,34 @@ async fn close(state: &AppState, rt: &EventRuntime, recorded: &[(String, i64)]) 
             tracing::warn!(event = %rt.id(), error = e.kind(), "a drain session released during the drain's end is still recorded; it ends at its recorded end");
         }
     }
+}
+
+/// Sends the session ends of [`DrainState::unextended`] to the store, a few
+/// at a time. A session the store no longer has is ended here as a failed
+/// renewal's would be. Once one call fails the rest are not sent (the store
+/// is out again: each would wait for it, holding the drain's end); those
+/// keep their old ends.
+async fn extend_again(
+    state: &AppState,
+    rt: &EventRuntime,
+    ends: std::collections::HashMap<String, (i64, i64)>,
+) {
+    use futures::StreamExt;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let now = state.now_ms();
+    let failed = &AtomicBool::new(false);
+    futures::stream::iter(ends)
+        .for_each_concurrent(16, |(member, (start_us, until_us))| async move {
+            if failed.load(Ordering::Relaxed) {
+                return;
+            }
+            match state.store.extend(rt.id(), &member, until_us).await {
+                Ok(true) => {}
+                Ok(false) => crate::passes::store_says_gone_at(rt, &member, start_us, now),
+                Err(_) => failed.store(true, Ordering::Relaxed),
+            }
+        })
+        .await;
 }
 
 /// A visitor this node admitted while draining whom the store admitted as

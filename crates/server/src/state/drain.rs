@@ -58,7 +58,15 @@ pub(crate) struct Inner {
     /// until `until` the idle sweep forgives waiters that long (see
     /// [`DrainState::forgiven_idle_ms`]).
     pub(crate) forgive: Option<(i64, i64)>,
+    /// Sessions whose end the gate moved while the store could not hear of
+    /// it (see [`DrainState::unextended`]): member → (session start µs,
+    /// latest end µs).
+    pub(crate) unextended: HashMap<String, (i64, i64)>,
 }
+
+/// Sessions remembered for [`DrainState::unextended`] at most: beyond it (a
+/// drain of more sessions than any event holds) the rest are dropped.
+const MAX_UNEXTENDED: usize = 100_000;
 
 #[derive(Debug, Clone)]
 pub(crate) struct LocalAdmission {
@@ -103,6 +111,34 @@ impl DrainState {
         inner.since_ms = Some(now_ms);
         inner.used_at_entry = used;
         true
+    }
+
+    /// Remembers that moving `member`'s session end to `until_us` failed
+    /// while the event drains: the gate renewed the pass on this node, but
+    /// the store's end stood still, and the first sweep after the store's
+    /// return would end a session its holder was using all along. The drain's
+    /// end sends these again before the scheduler resumes
+    /// ([`Self::take_unextended`]).
+    pub fn unextended(&self, member: &str, session_start_us: i64, until_us: i64) {
+        if !self.is_draining() {
+            return;
+        }
+        let mut inner = lock(&self.inner);
+        if inner.unextended.len() >= MAX_UNEXTENDED && !inner.unextended.contains_key(member) {
+            return;
+        }
+        let entry = inner
+            .unextended
+            .entry(member.to_owned())
+            .or_insert((session_start_us, until_us));
+        if until_us > entry.1 {
+            *entry = (session_start_us, until_us);
+        }
+    }
+
+    /// The session ends [`Self::unextended`] remembered, forgotten here.
+    pub fn take_unextended(&self) -> HashMap<String, (i64, i64)> {
+        std::mem::take(&mut lock(&self.inner).unextended)
     }
 
     /// How much longer than `queue_idle_timeout` a waiter may go unseen

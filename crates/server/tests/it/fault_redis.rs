@@ -434,3 +434,77 @@ async fn an_outage_longer_than_the_idle_timeout_costs_no_waiter_the_place() {
     assert_eq!(p["status"], "WAITING", "the place was swept: {p}");
     assert_eq!(p["rank"], joined["rank"], "{p}");
 }
+
+/// A pass holder who browses all through an outage longer than
+/// `session_idle_timeout` keeps the session once the store is back: the
+/// gate renewed the pass on the node while the store's end could not move,
+/// and the first sweep after the return ended the session by that old end
+/// (the holder was sent to the waiting room). The drain's end now sends
+/// the ends the gate moved before the scheduler sweeps.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_browsing_through_a_long_outage_keeps_the_session() {
+    let mut redis = RedisServer::start().expect("redis-server (apt-get install redis-server)");
+    let origin = process::origin().await;
+    let dir = Arc::new(tempfile::tempdir().unwrap());
+    let config = process::redis_node(&[redis.url()])
+        .gateway_nodes(1)
+        .event(
+            process::event(EVENT, &origin.url(), MAX_ACTIVE)
+                .line("pass_ttl = \"1s\"")
+                .line("session_idle_timeout = \"3s\""),
+        )
+        .toml();
+    let node = Node::start(&config, dir).await;
+    let mut holder = active_visitor(&node).await;
+    redis_cli(redis.port(), &["SAVE"]);
+    redis.kill().unwrap();
+    let readyz = node.admin_url("/readyz");
+    let ready_is = |want: StatusCode| {
+        let url = readyz.clone();
+        async move {
+            process::send(Method::GET, &url, &[], None)
+                .await
+                .is_ok_and(|(s, _, _)| s == want)
+        }
+    };
+    wait_for("the drain", Duration::from_secs(10), || {
+        ready_is(StatusCode::SERVICE_UNAVAILABLE)
+    })
+    .await;
+    // Browsing all through the outage, past the session's idle time.
+    let outage = Instant::now();
+    let mut i = 0;
+    while outage.elapsed() < Duration::from_millis(4500) {
+        assert_eq!(
+            holder.fetch(&node, &format!("/tickets/o{i}")).await,
+            StatusCode::OK,
+            "during the outage"
+        );
+        i += 1;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    redis.restart().unwrap();
+    wait_for("the drain's end", Duration::from_secs(10), || {
+        ready_is(StatusCode::OK)
+    })
+    .await;
+    let sweeps = || async {
+        node.metric_with("anteroom_store_latency_seconds_count", &[("op", "expire")])
+            .await
+            .unwrap_or(0.0)
+    };
+    let before = sweeps().await;
+    wait_for(
+        "two sweeps after the return",
+        Duration::from_secs(10),
+        || async { sweeps().await >= before + 2.0 },
+    )
+    .await;
+    assert_eq!(
+        holder.fetch(&node, "/tickets/after").await,
+        StatusCode::OK,
+        "the session was ended by the sweep"
+    );
+    let p = holder.position(&node, EVENT).await;
+    assert_eq!(p["status"], "ACTIVE", "{p}");
+}
