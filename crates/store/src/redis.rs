@@ -732,7 +732,8 @@ impl QueueStore for RedisStore {
     }
 
     async fn ping(&self, event: &EventId) -> Result<()> {
-        self.now_us(event).await.map(|_| ())
+        let call = scripts::PROBE.call(&[EventKeys::new(event).probe()]);
+        self.eval::<i64>(&scripts::PROBE, &call).await.map(|_| ())
     }
 
     async fn delete_event(&self, event: &EventId) -> Result<()> {

@@ -508,3 +508,54 @@ async fn a_holder_browsing_through_a_long_outage_keeps_the_session() {
     let p = holder.position(&node, EVENT).await;
     assert_eq!(p["status"], "ACTIVE", "{p}");
 }
+
+/// A Redis that still answers reads but refuses writes (here it asks for a
+/// replica it lacks; in production: unable to persist, out of memory under
+/// `noeviction`, a replica after a failover) drains the node, and the node
+/// leaves the drain once writes are taken again. The probe only read the
+/// clock: the node never drained, every join was refused and nobody was
+/// admitted for as long as it lasted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_that_refuses_writes_drains_the_node() {
+    let redis = RedisServer::start().expect("redis-server (apt-get install redis-server)");
+    let origin = process::origin().await;
+    let dir = Arc::new(tempfile::tempdir().unwrap());
+    let config = process::redis_node(&[redis.url()])
+        .gateway_nodes(1)
+        .event(process::event(EVENT, &origin.url(), MAX_ACTIVE))
+        .toml();
+    let node = Node::start(&config, dir).await;
+    let readyz = node.admin_url("/readyz");
+    let ready_is = |want: StatusCode| {
+        let url = readyz.clone();
+        async move {
+            process::send(Method::GET, &url, &[], None)
+                .await
+                .is_ok_and(|(s, _, _)| s == want)
+        }
+    };
+    wait_for("ready", Duration::from_secs(10), || {
+        ready_is(StatusCode::OK)
+    })
+    .await;
+    redis_cli(
+        redis.port(),
+        &["CONFIG", "SET", "min-replicas-to-write", "1"],
+    );
+    // Reads are still answered.
+    redis_cli(redis.port(), &["GET", "anything"]);
+    wait_for("the drain", Duration::from_secs(10), || {
+        ready_is(StatusCode::SERVICE_UNAVAILABLE)
+    })
+    .await;
+    redis_cli(
+        redis.port(),
+        &["CONFIG", "SET", "min-replicas-to-write", "0"],
+    );
+    wait_for("the drain's end", Duration::from_secs(10), || {
+        ready_is(StatusCode::OK)
+    })
+    .await;
+    let (status, _, body) = Visitor::default().enter(&node, EVENT).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+}

@@ -116,6 +116,10 @@ impl EventKeys {
     pub(crate) fn batch_owed(&self) -> String {
         self.key("owed")
     }
+    /// The readiness probe's write (`probe.lua`), lapsing after a second.
+    pub(crate) fn probe(&self) -> String {
+        self.key("probe")
+    }
     /// Lifetime totals (`admitted`, `redeemed`).
     pub(crate) fn totals(&self) -> String {
         self.key("totals")
@@ -152,6 +156,7 @@ impl EventKeys {
             self.state(),
             self.anchor(),
             self.batch_owed(),
+            self.probe(),
             self.totals(),
             self.admitted_per_s(),
             self.churn_per_s(),

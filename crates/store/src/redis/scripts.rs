@@ -76,6 +76,7 @@ pub(crate) static SHARE: LazyLock<Lua> = LazyLock::new(|| {
     ))
 });
 pub(crate) static NOW: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("now.lua")));
+pub(crate) static PROBE: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("probe.lua")));
 pub(crate) static ANCHOR: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("anchor.lua")));
 pub(crate) static REPLACE_CONFIG: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("replace_config.lua")));
