@@ -319,6 +319,35 @@ async fn a_delete_the_store_refuses_leaves_the_event_admitting() {
     active_visitor(&node).await;
 }
 
+/// Waits (at most 10 s) until the node's `/readyz` answers `want`.
+async fn wait_ready(node: &Node, want: StatusCode, what: &str) {
+    let url = node.admin_url("/readyz");
+    wait_for(what, Duration::from_secs(10), || {
+        let url = url.clone();
+        async move {
+            process::send(Method::GET, &url, &[], None)
+                .await
+                .is_ok_and(|(s, _, _)| s == want)
+        }
+    })
+    .await;
+}
+
+/// Waits until the node's scheduler has swept the event twice more (each
+/// full tick's `expire`, counted by the store latency metric).
+async fn two_sweeps(node: &Node) {
+    let sweeps = || async {
+        node.metric_with("anteroom_store_latency_seconds_count", &[("op", "expire")])
+            .await
+            .unwrap_or(0.0)
+    };
+    let before = sweeps().await;
+    wait_for("two sweeps", Duration::from_secs(10), || async {
+        sweeps().await >= before + 2.0
+    })
+    .await;
+}
+
 /// A visitor who entered, was admitted, redeemed and reached the origin.
 async fn active_visitor(node: &Node) -> Visitor {
     let mut v = Visitor::default();
@@ -391,19 +420,7 @@ async fn an_outage_longer_than_the_idle_timeout_costs_no_waiter_the_place() {
     assert_eq!(s, StatusCode::OK);
     redis_cli(redis.port(), &["SAVE"]);
     redis.kill().unwrap();
-    let readyz = node.admin_url("/readyz");
-    let ready_is = |want: StatusCode| {
-        let url = readyz.clone();
-        async move {
-            process::send(Method::GET, &url, &[], None)
-                .await
-                .is_ok_and(|(s, _, _)| s == want)
-        }
-    };
-    wait_for("the drain", Duration::from_secs(10), || {
-        ready_is(StatusCode::SERVICE_UNAVAILABLE)
-    })
-    .await;
+    wait_ready(&node, StatusCode::SERVICE_UNAVAILABLE, "the drain").await;
     // The waiter polls all through the outage, answered by the node.
     let outage = Instant::now();
     while outage.elapsed() < Duration::from_secs(4) {
@@ -412,24 +429,10 @@ async fn an_outage_longer_than_the_idle_timeout_costs_no_waiter_the_place() {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     redis.restart().unwrap();
-    wait_for("the drain's end", Duration::from_secs(10), || {
-        ready_is(StatusCode::OK)
-    })
-    .await;
+    wait_ready(&node, StatusCode::OK, "the drain's end").await;
     // Two sweeps (a full tick's) answered after the return, before the
     // waiter's next poll.
-    let sweeps = || async {
-        node.metric_with("anteroom_store_latency_seconds_count", &[("op", "expire")])
-            .await
-            .unwrap_or(0.0)
-    };
-    let before = sweeps().await;
-    wait_for(
-        "two sweeps after the return",
-        Duration::from_secs(10),
-        || async { sweeps().await >= before + 2.0 },
-    )
-    .await;
+    two_sweeps(&node).await;
     let p = waiter.position(&node, EVENT).await;
     assert_eq!(p["status"], "WAITING", "the place was swept: {p}");
     assert_eq!(p["rank"], joined["rank"], "{p}");
@@ -458,19 +461,7 @@ async fn a_holder_browsing_through_a_long_outage_keeps_the_session() {
     let mut holder = active_visitor(&node).await;
     redis_cli(redis.port(), &["SAVE"]);
     redis.kill().unwrap();
-    let readyz = node.admin_url("/readyz");
-    let ready_is = |want: StatusCode| {
-        let url = readyz.clone();
-        async move {
-            process::send(Method::GET, &url, &[], None)
-                .await
-                .is_ok_and(|(s, _, _)| s == want)
-        }
-    };
-    wait_for("the drain", Duration::from_secs(10), || {
-        ready_is(StatusCode::SERVICE_UNAVAILABLE)
-    })
-    .await;
+    wait_ready(&node, StatusCode::SERVICE_UNAVAILABLE, "the drain").await;
     // Browsing all through the outage, past the session's idle time.
     let outage = Instant::now();
     let mut i = 0;
@@ -484,22 +475,8 @@ async fn a_holder_browsing_through_a_long_outage_keeps_the_session() {
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
     redis.restart().unwrap();
-    wait_for("the drain's end", Duration::from_secs(10), || {
-        ready_is(StatusCode::OK)
-    })
-    .await;
-    let sweeps = || async {
-        node.metric_with("anteroom_store_latency_seconds_count", &[("op", "expire")])
-            .await
-            .unwrap_or(0.0)
-    };
-    let before = sweeps().await;
-    wait_for(
-        "two sweeps after the return",
-        Duration::from_secs(10),
-        || async { sweeps().await >= before + 2.0 },
-    )
-    .await;
+    wait_ready(&node, StatusCode::OK, "the drain's end").await;
+    two_sweeps(&node).await;
     assert_eq!(
         holder.fetch(&node, "/tickets/after").await,
         StatusCode::OK,
@@ -525,37 +502,19 @@ async fn a_redis_that_refuses_writes_drains_the_node() {
         .event(process::event(EVENT, &origin.url(), MAX_ACTIVE))
         .toml();
     let node = Node::start(&config, dir).await;
-    let readyz = node.admin_url("/readyz");
-    let ready_is = |want: StatusCode| {
-        let url = readyz.clone();
-        async move {
-            process::send(Method::GET, &url, &[], None)
-                .await
-                .is_ok_and(|(s, _, _)| s == want)
-        }
-    };
-    wait_for("ready", Duration::from_secs(10), || {
-        ready_is(StatusCode::OK)
-    })
-    .await;
+    wait_ready(&node, StatusCode::OK, "ready").await;
     redis_cli(
         redis.port(),
         &["CONFIG", "SET", "min-replicas-to-write", "1"],
     );
     // Reads are still answered.
     redis_cli(redis.port(), &["GET", "anything"]);
-    wait_for("the drain", Duration::from_secs(10), || {
-        ready_is(StatusCode::SERVICE_UNAVAILABLE)
-    })
-    .await;
+    wait_ready(&node, StatusCode::SERVICE_UNAVAILABLE, "the drain").await;
     redis_cli(
         redis.port(),
         &["CONFIG", "SET", "min-replicas-to-write", "0"],
     );
-    wait_for("the drain's end", Duration::from_secs(10), || {
-        ready_is(StatusCode::OK)
-    })
-    .await;
+    wait_ready(&node, StatusCode::OK, "the drain's end").await;
     let (status, _, body) = Visitor::default().enter(&node, EVENT).await;
     assert_eq!(status, StatusCode::OK, "{body}");
 }
