@@ -119,6 +119,8 @@ pub fn prefix_name(canonical: &str) -> String {
 ///   or `;` and anything after it: Rails' `(.:format)`, Spring's suffix
 ///   matching and servlet path parameters route `/tickets.json`,
 ///   `/TICKETS.HTML` and `/tickets;jsessionid=x` to the `/tickets` handler;
+///   so does such a segment once bare (`/%20tickets..x;p`: Spring trims
+///   the space, drops the parameters, then matches the suffix);
 /// - `%3B` counts as `;`, for origins that decode before they strip
 ///   parameters (the gate keeps reserved escapes encoded).
 ///
@@ -159,7 +161,8 @@ pub fn matches_prefix(path: &[u8], prefix: &[u8]) -> bool {
         let last = wanted.peek().is_none();
         let same = segment.eq_ignore_ascii_case(want)
             || bare(segment).eq_ignore_ascii_case(bare(want))
-            || (last && starts_with_suffix(segment, want));
+            || (last
+                && (starts_with_suffix(segment, want) || starts_with_suffix(bare(segment), want)));
         if !same {
             return false;
         }

@@ -214,3 +214,23 @@ proptest::proptest! {
         );
     }
 }
+
+/// A last segment with encoded spaces before its name and a format suffix
+/// or parameters after it: Spring trims the spaces, drops the parameters
+/// and matches the suffix, so it routes these to `/tickets`. The gate
+/// compared the suffix on the untrimmed segment and let them through
+/// (found by `gate::classify::tests::a_target_an_origin_routes_to_a_prefix_is_never_unprotected`).
+#[test]
+fn a_suffix_after_trimmed_spaces_is_still_the_prefix() {
+    let t = table(&[("/tickets", "drop")]);
+    for path in [
+        "/%20tickets.json",
+        "/%20tickets%2etickets",
+        "/%20%20TICKETS.html;jsessionid=1",
+        "/%20tickets..rovip%3Bx",
+        "/shop/../%20tickets.json",
+    ] {
+        check(&t, path, Some("drop"));
+    }
+    check(&t, "/%20ticketsale", None);
+}
