@@ -35,7 +35,8 @@ pub const MAX_HEADER_BYTES: usize = 32 * 1024;
 /// honoured a node keeps the revocation (`passes::revocation_keep`).
 pub const REVOCATION_MARGIN: Duration = Duration::from_secs(30);
 
-/// The longest `pass_ttl`. A released session's pass is refused by its
+/// The longest `pass_ttl` (a longer one is used as this). A released
+/// session's pass is refused by its
 /// revocation, which the store keeps for
 /// [`anteroom_store::REVOCATION_RETENTION_US`] (a node that starts later
 /// reads back no more), less [`REVOCATION_MARGIN`]: a pass living longer

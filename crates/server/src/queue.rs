@@ -287,6 +287,7 @@ impl<'r> Queue<'r> {
         let drain = self.drain();
         drain.end_session(member, self.state.now_ms());
         drain.ranks.forget(member);
+        drain.forget_unextended(member);
         if let Err(StoreError::Unavailable(_)) = &released {
             self.store_failed();
         }

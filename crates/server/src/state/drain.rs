@@ -136,6 +136,16 @@ impl DrainState {
         }
     }
 
+    /// Forgets the session end [`Self::unextended`] remembered for
+    /// `member` (a release): sent at the drain's end it would keep a
+    /// released session in the store past its old end.
+    pub fn forget_unextended(&self, member: &str) {
+        let mut inner = lock(&self.inner);
+        if !inner.unextended.is_empty() {
+            inner.unextended.remove(member);
+        }
+    }
+
     /// The session ends [`Self::unextended`] remembered, forgotten here.
     pub fn take_unextended(&self) -> HashMap<String, (i64, i64)> {
         std::mem::take(&mut lock(&self.inner).unextended)

@@ -29,6 +29,8 @@
   // again) is dropped, or it drew the charts again after the sign-out,
   // saved them for the next operator of this tab, and polled on.
   var pollGen = 0;
+  // Each sign-in's number (moved on at sign-in and sign-out).
+  var signIns = 0;
   var readOnly = false;
   var lastOk = 0;
   var polls = 0;
@@ -71,6 +73,7 @@
 
   function showLogin(message) {
     stop();
+    signIns++;
     sessionStorage.removeItem(TOKEN_KEY);
     $("login").hidden = false;
     $("events").hidden = true;
@@ -84,6 +87,7 @@
   }
 
   function start() {
+    signIns++;
     $("login").hidden = true;
     $("events").hidden = false;
     $("signout").hidden = false;
@@ -102,10 +106,15 @@
   // it (404) has a single full admin token. A 403 on a control also hides
   // the controls, so a read-only token never sees buttons that cannot work.
   function learnRole() {
+    // Dropped once its sign-in is over, like a poll's answer: a late role
+    // of the last token would hide the next operator's controls, or show
+    // a read-only one controls that cannot work.
+    var mine = signIns;
     api("GET", "/admin/whoami").then(function (res) {
       if (!res.ok) return null;
       return res.json();
     }).then(function (me) {
+      if (mine !== signIns) return;
       if (me && typeof me.role === "string") setReadOnly(me.role !== "admin");
     }, function () {});
   }
