@@ -255,17 +255,8 @@ async fn close(state: &AppState, rt: &EventRuntime, recorded: &[(String, i64)]) 
         if let Some(lasted) = lasted {
             // For one idle timeout from now the sweep forgives waiters the
             // drain's length (`DrainState::forgiven_idle_ms`).
-            // A drain that follows one still forgiven forgives from the
-            // first one's start: a waiter may not have been seen since.
             let idle = i64::try_from(rt.config.queue_idle_timeout.as_millis()).unwrap_or(i64::MAX);
-            let mut forgiven = lasted.max(0);
-            if let Some((until, earlier)) = inner.forgive
-                && now < until
-            {
-                let earlier_end = until.saturating_sub(idle);
-                forgiven = forgiven.max(earlier.saturating_add(now.saturating_sub(earlier_end)));
-            }
-            inner.forgive = Some((now.saturating_add(idle), forgiven));
+            inner.drain_ended(now, lasted, idle);
         }
         drain
             .draining

@@ -64,6 +64,23 @@ pub(crate) struct Inner {
     pub(crate) unextended: HashMap<String, (i64, i64)>,
 }
 
+impl Inner {
+    /// Notes that a drain of `lasted_ms` ended at `now_ms`: for one
+    /// `queue_idle_ms` from now, [`DrainState::forgiven_idle_ms`] forgives
+    /// that long. A drain that follows one still forgiven forgives from the
+    /// first one's start: a waiter may not have been seen since.
+    pub(crate) fn drain_ended(&mut self, now_ms: i64, lasted_ms: i64, queue_idle_ms: i64) {
+        let mut forgiven = lasted_ms.max(0);
+        if let Some((until, earlier)) = self.forgive
+            && now_ms < until
+        {
+            let earlier_end = until.saturating_sub(queue_idle_ms);
+            forgiven = forgiven.max(earlier.saturating_add(now_ms.saturating_sub(earlier_end)));
+        }
+        self.forgive = Some((now_ms.saturating_add(queue_idle_ms), forgiven));
+    }
+}
+
 /// Sessions remembered for [`DrainState::unextended`] at most: beyond it (a
 /// drain of more sessions than any event holds) the rest are dropped.
 const MAX_UNEXTENDED: usize = 100_000;
@@ -313,6 +330,50 @@ impl ShareState {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    const IDLE: i64 = 300_000;
+
+    #[test]
+    fn a_drain_forgives_waiters_its_length_for_one_idle_timeout() {
+        let d = DrainState::default();
+        assert_eq!(d.forgiven_idle_ms(0), 0, "no drain, nothing forgiven");
+        lock(&d.inner).drain_ended(10_000, 600_000, IDLE);
+        assert_eq!(d.forgiven_idle_ms(10_000), 600_000);
+        assert_eq!(d.forgiven_idle_ms(10_000 + IDLE - 1), 600_000);
+        assert_eq!(d.forgiven_idle_ms(10_000 + IDLE), 0);
+    }
+
+    /// A second drain soon after a long one: the next sweep must not drop
+    /// the waiters the first one kept, unseen since it began.
+    #[test]
+    fn a_drain_soon_after_another_forgives_from_the_first_ones_start() {
+        let d = DrainState::default();
+        lock(&d.inner).drain_ended(610_000, 600_000, IDLE);
+        // 20 s later, a drain of 3 s.
+        lock(&d.inner).drain_ended(633_000, 3_000, IDLE);
+        assert_eq!(d.forgiven_idle_ms(633_000), 600_000 + 23_000);
+        assert_eq!(d.forgiven_idle_ms(633_000 + IDLE), 0);
+        // Long after: a drain forgives its own length alone.
+        lock(&d.inner).drain_ended(2_000_000, 3_000, IDLE);
+        assert_eq!(d.forgiven_idle_ms(2_000_000), 3_000);
+    }
+
+    #[test]
+    fn session_ends_not_sent_while_draining_are_kept_latest_and_a_release_forgets_one() {
+        let d = DrainState::default();
+        d.unextended("a", 1, 5);
+        assert!(d.take_unextended().is_empty(), "only while draining");
+        d.enter(0, 0);
+        for (member, until) in [("a", 5), ("a", 9), ("a", 7), ("b", 3)] {
+            d.unextended(member, 1, until);
+        }
+        d.forget_unextended("b");
+        assert_eq!(
+            d.take_unextended(),
+            HashMap::from([("a".to_owned(), (1, 9))])
+        );
+        assert!(d.take_unextended().is_empty(), "taken once");
+    }
 
     /// A drain state holding one admission of `member` (nonce 7s), redeemed
     /// until `until_ms`.
