@@ -48,10 +48,12 @@ pub fn of(rt: &EventRuntime) -> &DrainState {
 /// Switches the event to drain mode (the probe decided the store is down);
 /// `kind` is why the store said it was unavailable, if it said.
 fn enter_drain(state: &AppState, rt: &EventRuntime, why: &str, kind: Option<UnavailableKind>) {
-    let (stats, _) = rt.live.stats_and_admin();
+    let snapshot = rt.live.snapshot();
+    let stats = &snapshot.stats;
     if of(rt).enter(
         state.now_ms(),
         stats.active.saturating_add(stats.outstanding),
+        snapshot.refreshed_at_ms,
     ) {
         let kind = kind.map_or("unknown", UnavailableKind::as_str);
         tracing::warn!(event = %rt.id(), why, kind, "queue store unreachable; draining");
@@ -95,6 +97,7 @@ pub fn restore(state: &AppState, rt: &EventRuntime) -> Result<usize, String> {
                         redeemed_until_ms: None,
                         session_start_ms: None,
                         reconciled: false,
+                        reconciled_at_ms: 0,
                     },
                 );
             }

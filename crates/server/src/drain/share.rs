@@ -78,6 +78,7 @@ pub async fn renew(state: &AppState, rt: &EventRuntime) {
             let mut inner = lock(&of(rt).inner);
             inner.share.floor = grant.reserve;
             inner.share.confirmed_at = Some(Instant::now());
+            inner.share.confirmed_at_ms = state.now_ms();
             gauge(rt, grant.reserve);
         }
         Err(e) => tracing::debug!(event = %rt.id(), error = e.kind(), "drain reserve not renewed"),

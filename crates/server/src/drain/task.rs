@@ -218,6 +218,9 @@ async fn record(state: &AppState, rt: &EventRuntime) -> Option<Vec<(String, i64)
 /// otherwise hold its slot to the end it was recorded with.
 async fn close(state: &AppState, rt: &EventRuntime, recorded: &[(String, i64)]) {
     let drain = of(rt);
+    // The store holds the recorded admissions from here on: capacity figures
+    // read from now on count them (see `admit_locally`).
+    let recorded_at = state.now_ms();
     // The session ends the gate moved during the drain, before the
     // scheduler's first sweep could end those sessions by the old ones.
     extend_again(state, rt, drain.take_unextended()).await;
@@ -232,6 +235,7 @@ async fn close(state: &AppState, rt: &EventRuntime, recorded: &[(String, i64)]) 
                 && let Some(local) = inner.local.get_mut(&nonce)
             {
                 local.reconciled = true;
+                local.reconciled_at_ms = recorded_at;
                 let over = local.session_start_ms.is_none()
                     && local.redeemed_until_ms.is_some_and(|until| until < *end);
                 if over {
@@ -345,6 +349,21 @@ fn pending_sessions(drain: &DrainState, rt: &EventRuntime, now: i64) -> Vec<(Str
         .collect()
 }
 
+/// The admissions of this node that count against a share computed from
+/// figures read at `as_of_ms`: those the store has not recorded, and those
+/// it recorded since (the figures do not count them yet). A drain's end
+/// used to stop counting what it recorded at once, while the share and the
+/// capacity taken stayed as the last figures read before it said: a store
+/// that dropped again before new figures came let the node hand out its
+/// whole share a second time, past `max_active`.
+fn taken_from_share(inner: &Inner, as_of_ms: i64) -> u64 {
+    inner
+        .local
+        .values()
+        .filter(|l| !l.reconciled || l.reconciled_at_ms >= as_of_ms)
+        .count() as u64
+}
+
 /// How long an event's sessions last (`session_ttl`, `session_idle_timeout`).
 #[derive(Clone, Copy, Debug)]
 struct Lives {
@@ -389,12 +408,16 @@ fn admit_locally(state: &AppState, rt: &EventRuntime) {
     let mut inner = lock(&drain.inner);
     // Several nodes: what the store holds for this node (the others admit
     // around it). One node: the capacity left at entry, nobody else admits.
-    let share = if super::share::shared(state) {
-        inner.share.budget()
+    // The share and when the figures it comes from were read.
+    let (share, as_of_ms) = if super::share::shared(state) {
+        (inner.share.budget(), inner.share.confirmed_at_ms)
     } else {
-        rt.config.max_active.saturating_sub(inner.used_at_entry) / nodes
+        (
+            rt.config.max_active.saturating_sub(inner.used_at_entry) / nodes,
+            inner.used_as_of_ms,
+        )
     };
-    let taken = inner.local.values().filter(|l| !l.reconciled).count() as u64;
+    let taken = taken_from_share(&inner, as_of_ms);
     let room = usize::try_from(share.saturating_sub(taken)).unwrap_or(0);
     if room == 0 {
         return;
@@ -419,6 +442,7 @@ fn admit_locally(state: &AppState, rt: &EventRuntime) {
                 redeemed_until_ms: None,
                 session_start_ms: None,
                 reconciled: false,
+                reconciled_at_ms: 0,
             };
             (nonce, local)
         })
@@ -468,7 +492,7 @@ mod tests {
         let state = crate::state::testing::one_node(dir).await;
         let rt = state.event(&EventId::new("tickets").unwrap()).unwrap();
         let drain = of(&rt);
-        drain.enter(state.now_ms(), 0);
+        drain.enter(state.now_ms(), 0, 0);
         drain.note(
             "visitor",
             &anteroom_store::MemberState::Waiting {
@@ -521,6 +545,52 @@ mod tests {
         assert_eq!((stats.active, stats.outstanding), (0, 0), "{stats:?}");
     }
 
+    /// A store that comes back and drops again before the node reads new
+    /// figures: the share was computed from figures read before the first
+    /// drain, so the admissions it recorded still count against it, and the
+    /// second drain hands out nothing more (it handed the whole share out
+    /// again: 4 sessions on a `max_active` of 2).
+    #[tokio::test]
+    async fn a_store_that_drops_again_before_new_figures_gets_no_second_share() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = crate::state::testing::one_node(dir.path()).await;
+        let rt = state.event(&EventId::new("tickets").unwrap()).unwrap();
+        let drain = of(&rt);
+        let note = |members: [&str; 2]| {
+            for (rank, m) in (0u64..).zip(members) {
+                drain.note(
+                    m,
+                    &anteroom_store::MemberState::Waiting {
+                        rank,
+                        queue_length: 4,
+                    },
+                );
+            }
+        };
+        let figures_at = state.now_ms() - 1;
+        drain.enter(state.now_ms(), 0, figures_at);
+        note(["a", "b"]);
+        admit_locally(&state, &rt);
+        assert_eq!(lock(&drain.inner).local.len(), 2, "the share: max_active 2");
+        let recorded = record(&state, &rt).await.unwrap();
+        close(&state, &rt, &recorded).await;
+        // Out again, the last figures still those from before.
+        drain.enter(state.now_ms(), 0, figures_at);
+        note(["c", "d"]);
+        admit_locally(&state, &rt);
+        let inner = lock(&drain.inner);
+        assert!(
+            !inner.by_member.contains_key("c") && !inner.by_member.contains_key("d"),
+            "a second share past max_active"
+        );
+        assert_eq!(taken_from_share(&inner, figures_at), 2);
+        assert_eq!(
+            taken_from_share(&inner, state.now_ms() + 1),
+            0,
+            "figures read after the record count it themselves"
+        );
+    }
+
     fn admission(redeemed_until_ms: Option<i64>, session_start_ms: Option<i64>) -> LocalAdmission {
         LocalAdmission {
             member: "m".to_owned(),
@@ -528,6 +598,7 @@ mod tests {
             redeemed_until_ms,
             session_start_ms,
             reconciled: false,
+            reconciled_at_ms: 0,
         }
     }
 

@@ -48,6 +48,8 @@ pub(crate) struct Inner {
     pub(crate) since_ms: Option<i64>,
     /// Capacity already taken at the last refresh: active + outstanding.
     pub(crate) used_at_entry: u64,
+    /// When (node ms) that refresh read it.
+    pub(crate) used_as_of_ms: i64,
     /// Visitors this node admitted while draining, by token nonce. Kept until
     /// their token expires so a replay stays refused after the drain ends.
     pub(crate) local: HashMap<Nonce, LocalAdmission>,
@@ -95,6 +97,10 @@ pub(crate) struct LocalAdmission {
     /// (a journal replayed after a restart says only its end).
     pub(crate) session_start_ms: Option<i64>,
     pub(crate) reconciled: bool,
+    /// When (node ms) the drain's end found it recorded in the store:
+    /// capacity figures older than that do not count it yet, so it still
+    /// counts against the node's share (see `admit_locally`).
+    pub(crate) reconciled_at_ms: i64,
 }
 
 impl DrainState {
@@ -119,7 +125,7 @@ impl DrainState {
 
     /// Enters drain mode (idempotent); `used` is active + outstanding as last
     /// known. Returns `true` for the call that switched it on.
-    pub fn enter(&self, now_ms: i64, used: u64) -> bool {
+    pub fn enter(&self, now_ms: i64, used: u64, used_as_of_ms: i64) -> bool {
         let mut inner = lock(&self.inner);
         self.holding.store(true, Ordering::Release);
         if self.draining.swap(true, Ordering::AcqRel) {
@@ -127,6 +133,7 @@ impl DrainState {
         }
         inner.since_ms = Some(now_ms);
         inner.used_at_entry = used;
+        inner.used_as_of_ms = used_as_of_ms;
         true
     }
 
@@ -313,6 +320,8 @@ pub struct ShareState {
     pub(crate) floor: u64,
     /// When the store last confirmed a reserve.
     pub(crate) confirmed_at: Option<Instant>,
+    /// The same, in node ms.
+    pub(crate) confirmed_at_ms: i64,
 }
 
 impl ShareState {
@@ -363,7 +372,7 @@ mod tests {
         let d = DrainState::default();
         d.unextended("a", 1, 5);
         assert!(d.take_unextended().is_empty(), "only while draining");
-        d.enter(0, 0);
+        d.enter(0, 0, 0);
         for (member, until) in [("a", 5), ("a", 9), ("a", 7), ("b", 3)] {
             d.unextended(member, 1, until);
         }
@@ -389,6 +398,7 @@ mod tests {
                     redeemed_until_ms: None,
                     session_start_ms: None,
                     reconciled: false,
+                    reconciled_at_ms: 0,
                 },
             );
             inner.by_member.insert(member.to_owned(), [7; 16]);
