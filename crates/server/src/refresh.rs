@@ -40,6 +40,7 @@ pub async fn run(state: Arc<AppState>, id: EventId, mut seen: Option<Arc<crate::
 /// store error the snapshot is marked unreachable (drain) and the revocation
 /// cache is kept as it is.
 pub async fn refresh_once(state: &AppState, rt: &EventRuntime) {
+    rt.live.drain.stamp_notes(state.now_ms());
     Refresh::read(state, rt).await.apply(state, rt);
 }
 

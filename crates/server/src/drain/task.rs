@@ -422,9 +422,14 @@ fn admit_locally(state: &AppState, rt: &EventRuntime) {
     if room == 0 {
         return;
     }
+    // Not heard of for a queue idle timeout before the drain began (the
+    // store could note nobody since): swept by the store, or moved on
+    // through another node.
+    let idle = i64::try_from(rt.config.queue_idle_timeout.as_millis()).unwrap_or(i64::MAX);
+    let since = inner.since_ms.unwrap_or(now).saturating_sub(idle);
     let front: Vec<String> = drain
         .ranks
-        .take_front(room)
+        .take_front_since(room, since)
         .into_iter()
         .filter(|m| !inner.by_member.contains_key(m))
         .collect();
@@ -588,6 +593,29 @@ mod tests {
             taken_from_share(&inner, state.now_ms() + 1),
             0,
             "figures read after the record count it themselves"
+        );
+    }
+
+    /// A visitor last heard of a queue idle timeout before the drain began
+    /// (gone by the store's rule, or moved on through another node) is not
+    /// handed a drain admission; one heard of since is.
+    #[tokio::test]
+    async fn a_drain_passes_over_visitors_not_heard_of_for_an_idle_timeout() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = crate::state::testing::one_node(dir.path()).await;
+        let rt = state.event(&EventId::new("tickets").unwrap()).unwrap();
+        let drain = of(&rt);
+        let start = state.now_ms();
+        let idle = i64::try_from(rt.config.queue_idle_timeout.as_millis()).unwrap();
+        drain.enter(start, 0, start);
+        drain.ranks.note_at("gone", 0, start - idle - 1);
+        drain.ranks.note_at("here", 1, start - idle);
+        admit_locally(&state, &rt);
+        let inner = lock(&drain.inner);
+        assert!(inner.by_member.contains_key("here"));
+        assert!(
+            !inner.by_member.contains_key("gone"),
+            "a stale rank admitted"
         );
     }
 

@@ -7,7 +7,7 @@
 pub mod cache;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -40,6 +40,9 @@ pub struct DrainState {
     pub(crate) ranks: cache::Ranks,
     /// Where this node's drain admissions go before they are answered.
     pub(crate) journal: OnceLock<EventJournal>,
+    /// The time rank notes carry (node ms), moved on by each refresh (twice
+    /// a second): a clock read on every poll's note would cost the hot path.
+    pub(crate) noted_at_ms: AtomicI64,
 }
 
 #[derive(Debug, Default)]
@@ -115,10 +118,18 @@ impl DrainState {
         self.holding.load(Ordering::Acquire)
     }
 
+    /// Moves on the time rank notes carry (the refresher, twice a second).
+    pub fn stamp_notes(&self, now_ms: i64) {
+        self.noted_at_ms.store(now_ms, Ordering::Relaxed);
+    }
+
     /// Remembers what the store said about `member` (position/enter answers).
     pub fn note(&self, member: &str, state: &MemberState) {
         match state {
-            MemberState::Waiting { rank, .. } => self.ranks.note(member, *rank),
+            MemberState::Waiting { rank, .. } => {
+                self.ranks
+                    .note_at(member, *rank, self.noted_at_ms.load(Ordering::Relaxed));
+            }
             _ => self.ranks.forget(member),
         }
     }

@@ -31,7 +31,8 @@ pub const MAX_REMEMBERED: usize = 100_000;
 pub struct RankCache {
     /// The standard SipHash: its keys are visitors' session ids, which a
     /// visitor chooses, up to 200,000 of them.
-    by_member: HashMap<Box<str>, u64>,
+    /// Rank and when it was noted (node ms; 0 when not known).
+    by_member: HashMap<Box<str>, (u64, i64)>,
     limit: usize,
     /// The rank of the furthest back visitor the last pruning kept
     /// (`u64::MAX` before any).
@@ -55,8 +56,13 @@ impl RankCache {
 
     /// Remembers `member` at `rank` (its latest answer replaces older ones).
     pub fn note(&mut self, member: &str, rank: u64) {
+        self.note_at(member, rank, 0);
+    }
+
+    /// [`Self::note`], noted at `at_ms` (see [`Self::front_since`]).
+    pub fn note_at(&mut self, member: &str, rank: u64, at_ms: i64) {
         if let Some(known) = self.by_member.get_mut(member) {
-            *known = rank;
+            *known = (rank, at_ms);
             return;
         }
         // A new visitor behind everyone the last pruning kept, while the
@@ -69,7 +75,7 @@ impl RankCache {
         if rank > self.cut && self.by_member.len() >= self.limit {
             return;
         }
-        self.by_member.insert(member.into(), rank);
+        self.by_member.insert(member.into(), (rank, at_ms));
         if self.by_member.len() > 2 * self.limit {
             self.prune();
         }
@@ -77,10 +83,10 @@ impl RankCache {
 
     /// Keeps the `limit` front-most visitors.
     fn prune(&mut self) {
-        let mut ranks: Vec<u64> = self.by_member.values().copied().collect();
+        let mut ranks: Vec<u64> = self.by_member.values().map(|&(rank, _)| rank).collect();
         let (_, &mut cut, _) = ranks.select_nth_unstable(self.limit - 1);
         // Ties at the cut may keep a few more than the limit: harmless.
-        self.by_member.retain(|_, rank| *rank <= cut);
+        self.by_member.retain(|_, (rank, _)| *rank <= cut);
         self.cut = cut;
     }
 
@@ -92,10 +98,23 @@ impl RankCache {
     /// The `n` front-most remembered visitors with their ranks, front first
     /// (ties in member order, so the answer is the same every time).
     pub fn front(&self, n: usize) -> Vec<(u64, String)> {
+        self.front_since(n, i64::MIN)
+    }
+
+    /// [`Self::front`] among the visitors noted at `since_ms` or later (or
+    /// at an unknown time). A visitor not heard of for a while has left
+    /// (the store sweeps them), or moved on through another node; a drain
+    /// admission handed to them would hold a slot nobody uses.
+    pub fn front_since(&self, n: usize, since_ms: i64) -> Vec<(u64, String)> {
         if n == 0 || self.by_member.is_empty() {
             return Vec::new();
         }
-        let mut all: Vec<(u64, &str)> = self.by_member.iter().map(|(m, r)| (*r, &**m)).collect();
+        let mut all: Vec<(u64, &str)> = self
+            .by_member
+            .iter()
+            .filter(|(_, (_, at))| *at == 0 || *at >= since_ms)
+            .map(|(m, (r, _))| (*r, &**m))
+            .collect();
         if n < all.len() {
             all.select_nth_unstable(n - 1);
             all.truncate(n);
@@ -164,6 +183,11 @@ impl Ranks {
         lock(self.shard(member)).note(member, rank);
     }
 
+    /// [`Self::note`], noted at `at_ms` (see [`RankCache::front_since`]).
+    pub fn note_at(&self, member: &str, rank: u64, at_ms: i64) {
+        lock(self.shard(member)).note_at(member, rank, at_ms);
+    }
+
     /// Forgets `member` (admitted, active, gone).
     pub fn forget(&self, member: &str) {
         lock(self.shard(member)).forget(member);
@@ -174,9 +198,15 @@ impl Ranks {
     /// of the shards; a visitor noted anew between the look and the taking
     /// is taken all the same (it was at the front a moment before).
     pub fn take_front(&self, n: usize) -> Vec<String> {
+        self.take_front_since(n, i64::MIN)
+    }
+
+    /// [`Self::take_front`] among the visitors noted at `since_ms` or later
+    /// (see [`RankCache::front_since`]).
+    pub fn take_front_since(&self, n: usize, since_ms: i64) -> Vec<String> {
         let mut all: Vec<(u64, String)> = Vec::new();
         for shard in self.shards.iter() {
-            all.extend(lock(shard).front(n));
+            all.extend(lock(shard).front_since(n, since_ms));
         }
         all.sort_unstable();
         all.truncate(n);
@@ -244,6 +274,23 @@ mod tests {
         }
         c.note("back", 50);
         assert_eq!(c.take_front(5), vec!["back".to_owned()]);
+    }
+
+    /// A visitor not heard of for a while (gone, swept by the store, or
+    /// moved on through another node) is passed over by a drain.
+    #[test]
+    fn visitors_not_heard_of_since_are_passed_over() {
+        let ranks = Ranks::with_limit(100);
+        ranks.note_at("gone", 0, 1_000);
+        ranks.note_at("here", 1, 5_000);
+        ranks.note("unknown", 2);
+        assert_eq!(
+            ranks.take_front_since(3, 2_000),
+            vec!["here".to_owned(), "unknown".to_owned()]
+        );
+        // Noted again since: taken.
+        ranks.note_at("gone", 0, 6_000);
+        assert_eq!(ranks.take_front_since(3, 2_000), vec!["gone".to_owned()]);
     }
 
     #[test]
