@@ -619,6 +619,27 @@ mod tests {
         );
     }
 
+    /// Rank notes carry the time of the last refresh.
+    #[tokio::test]
+    async fn a_refresh_moves_the_time_rank_notes_carry() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = crate::state::testing::one_node(dir.path()).await;
+        let rt = state.event(&EventId::new("tickets").unwrap()).unwrap();
+        let drain = of(&rt);
+        crate::refresh::refresh_once(&state, &rt).await;
+        let stamped = drain.noted_at_ms.load(std::sync::atomic::Ordering::Relaxed);
+        assert!(stamped > 0 && stamped <= state.now_ms(), "{stamped}");
+        drain.note(
+            "v",
+            &anteroom_store::MemberState::Waiting {
+                rank: 0,
+                queue_length: 1,
+            },
+        );
+        assert!(drain.ranks.take_front_since(1, stamped + 1).is_empty());
+        assert_eq!(drain.ranks.take_front_since(1, stamped), ["v"]);
+    }
+
     fn admission(redeemed_until_ms: Option<i64>, session_start_ms: Option<i64>) -> LocalAdmission {
         LocalAdmission {
             member: "m".to_owned(),

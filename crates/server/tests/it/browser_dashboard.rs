@@ -505,3 +505,63 @@ async fn signing_out_during_a_poll_leaves_nothing_behind() {
     .await;
     s.stop().await;
 }
+
+/// The role check of a token signed out of answers late, after another
+/// token signed in: it is dropped. It hid the next operator's controls (a
+/// read-only token's late answer after an admin signed in).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_late_role_of_a_token_signed_out_of_changes_nothing() {
+    let s = TestServer::start(&format!(
+        "[[server.admin_tokens]]\nname = \"viewer\"\ntoken = \"{VIEWER_TOKEN}\"\nrole = \"read\"\n"
+    ))
+    .await;
+    let url = format!("http://{}/dashboard", s.admin);
+    with_browser(|client| async move {
+        fit_viewport(&client, 1280, 800).await?;
+        client.goto(&url).await?;
+        // The viewer's role check answers two seconds late; `window.late`
+        // is set a moment after that answer reached the page.
+        client
+            .execute(
+                &format!(
+                    "const real = window.fetch;
+                     window.late = false;
+                     window.fetch = (path, init) => {{
+                       const r = real(path, init);
+                       if (path !== '/admin/whoami' || init.headers.Authorization !== 'Bearer {VIEWER_TOKEN}') return r;
+                       return r.then(v => new Promise(ok => setTimeout(() => {{
+                         ok(v);
+                         setTimeout(() => {{ window.late = true; }}, 200);
+                       }}, 2000)));
+                     }};"
+                ),
+                vec![],
+            )
+            .await?;
+        sign_in(&client, VIEWER_TOKEN).await?;
+        wait_badges(&client, "tickets", "OPEN").await?;
+        client.find(Locator::Id("signout")).await?.click().await?;
+        sign_in(&client, ADMIN_TOKEN).await?;
+        wait_badges(&client, "tickets", "OPEN").await?;
+        wait_for("the viewer's late role", STEP, || async {
+            let v: Value = client.execute("return window.late", vec![]).await?;
+            Ok((v == json!(true)).then_some(()))
+        })
+        .await?;
+        let controls = client
+            .find(Locator::Css("[data-event=tickets] .controls"))
+            .await?;
+        ensure!(controls.is_displayed().await?, "the admin's controls hidden");
+        ensure!(
+            !client
+                .find(Locator::Id("readonly"))
+                .await?
+                .is_displayed()
+                .await?,
+            "the read-only notice shown to the admin"
+        );
+        Ok(())
+    })
+    .await;
+    s.stop().await;
+}
