@@ -57,12 +57,20 @@ async fn a_script_solves_the_challenge_joins_and_its_answer_is_single_use() {
 
     // And again from the session that solved it, now in the queue (a
     // reload, a second tab): its join changes nothing, so it is not asked
-    // again, with the spent answer or without one, and keeps its place.
+    // again, with the spent answer or without one, and is told where it
+    // stands (the queue moves a visitor every 100 ms here: admitted by now,
+    // maybe).
     for again in [Some(&answer), None] {
         let (status, _, body) = call(&s, &mut bot, Method::POST, ENTER, CURL, again).await;
         assert_eq!(status, StatusCode::OK, "{body}");
-        assert_eq!(body["status"], "WAITING", "{body}");
-        assert_eq!(body["position"], joined["position"], "{body}");
+        let place = body["status"].as_str().unwrap_or_default();
+        assert!(["WAITING", "ADMITTED"].contains(&place), "{body}");
+        if place == "WAITING" {
+            assert!(
+                body["position"].as_u64() <= joined["position"].as_u64(),
+                "{body}"
+            );
+        }
     }
 
     // A garbage answer is a fresh challenge too, never a 400 or a panic.
