@@ -46,6 +46,10 @@ pub enum Refusal {
     /// events protect.
     #[error("the request path begins with // and reads as two protected paths")]
     HostLike,
+    /// A path with a character outside ASCII that folds to an ASCII
+    /// letter (see [`folded`]), read as two protected paths.
+    #[error("the request path reads as two protected paths once its case is folded")]
+    Folded,
 }
 
 /// Classifies a request, by its method and target, against `routes`.
@@ -70,6 +74,27 @@ pub fn classify<'t>(
     if !path.starts_with('/') {
         return Err(Refusal::Target);
     }
+    let mut found = readings(routes, path)?;
+    // The same with the escapes of the few characters outside ASCII that
+    // fold to an ASCII letter replaced by it: one that an event protects
+    // protects the request, and two events' are refused, as above.
+    if let Some(folded) = folded(path)
+        && let Some(event) = readings(routes, &folded)?
+    {
+        match found {
+            Some(other) if other != event => return Err(Refusal::Folded),
+            _ => found = Some(event),
+        }
+    }
+    Ok(match found {
+        Some(event) => Class::Protected(event),
+        None => Class::Unprotected,
+    })
+}
+
+/// The event protecting `path` (which begins `/`) in any of its readings,
+/// or none.
+fn readings<'t>(routes: &'t RouteTable, path: &str) -> Result<Option<&'t EventId>, Refusal> {
     let collapsed = normalized(path).map_err(Refusal::Path)?;
     let mut found = routes.lookup(&collapsed);
     // A path that begins `//` is a host and then a path to a URL parser
@@ -89,10 +114,54 @@ pub fn classify<'t>(
             }
         }
     }
-    Ok(match found {
-        Some(event) => Class::Protected(event),
-        None => Class::Unprotected,
-    })
+    Ok(found)
+}
+
+/// The escapes of the characters outside ASCII whose simple case mapping
+/// is an ASCII letter, and that letter: `İ` and `ı` (`i`), `ſ` (`s`) and the
+/// Kelvin sign (`k`). Java's `Character.toLowerCase` and `toUpperCase`, and
+/// so `equalsIgnoreCase`, fold them onto the letter, so an origin that
+/// routes ignoring case (Spring's `PathPatternParser` made case-insensitive,
+/// a servlet filter comparing with `equalsIgnoreCase`) routes
+/// `/t%C4%B0ckets` to `/tickets`; the ASCII-only comparison of the prefix
+/// rule would not.
+const FOLDS: [(&[u8], u8); 4] = [
+    (b"%C4%B0", b'i'),
+    (b"%C4%B1", b'i'),
+    (b"%C5%BF", b's'),
+    (b"%E2%84%AA", b'k'),
+];
+
+/// `path` with every escape of [`FOLDS`] (in either case of hex) replaced
+/// by its letter, or `None` when it has none (nearly every path: one
+/// without `%` is passed by a single `memchr`).
+fn folded(path: &str) -> Option<String> {
+    let bytes = path.as_bytes();
+    let first = memchr::memchr(b'%', bytes)?;
+    let mut out = Vec::with_capacity(bytes.len());
+    out.extend_from_slice(&bytes[..first]);
+    let mut changed = false;
+    let mut i = first;
+    while i < bytes.len() {
+        if bytes[i] == b'%'
+            && let Some((escape, letter)) = FOLDS.iter().find(|(escape, _)| {
+                bytes
+                    .get(i..i + escape.len())
+                    .is_some_and(|s| s.eq_ignore_ascii_case(escape))
+            })
+        {
+            out.push(*letter);
+            i += escape.len();
+            changed = true;
+            continue;
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    if !changed {
+        return None;
+    }
+    String::from_utf8(out).ok()
 }
 
 /// The paths a URL parser may read in `path` (which begins `//`) once it

@@ -106,6 +106,8 @@ async fn protected_spellings_never_reach_the_origin() {
         "/tickets%7F",
         "/tickets%20",
         "/%20tickets/2026",
+        "/t%C4%B0ckets",
+        "/tic%E2%84%AAets.json",
         "/public/..;/tickets",
         "/public/..%3B/tickets",
         "/tickets;x=1/vip.json",

@@ -86,6 +86,15 @@ fn spellings_of_a_protected_prefix() {
     check("/tickets/2026/row/1", P("drop"));
     check("/Tickets", P("drop"));
     check("/tickets.json", P("drop"));
+    // Characters outside ASCII that Java's case mapping folds onto the
+    // prefix's letters.
+    check("/t%C4%B0ckets", P("drop"));
+    check("/T%c4%b1CKETS.json", P("drop"));
+    check("/tic%E2%84%AAets/2026", P("drop"));
+    check("/tickets/vip/x%C5%BF", P("vip"));
+    check("/tickets/v%C4%B0p", R(Refusal::Folded));
+    check("/t%C4%B0ckets/vip", P("vip"));
+    check("/t%C4%B2ckets", U);
     check("/tickets.html", P("drop"));
     check("/TICKETS.JSON", P("drop"));
     check("/tickets.json/extra", P("drop"));
