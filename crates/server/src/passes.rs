@@ -165,18 +165,21 @@ pub fn issue(
     (keyring.sign(&claims), expires_at_ms)
 }
 
-/// The session start (canonical µs) carried by a pass. A start outside the
-/// possible range (a pass from an older format) counts as the pass's issue
-/// time.
-pub fn session_start_us(claims: &Claims, rt: &EventRuntime, now_ms: i64) -> i64 {
+/// The session start (canonical µs) carried by a pass. A start further
+/// ahead of this node's clock than any skew (a pass from an older format)
+/// counts as the pass's issue time, the latest a session can have started.
+/// A start however far back is kept as it is: its session has ended, and
+/// [`check`] says so by its end. Taken for the issue time instead, a pass
+/// renewed just before its session's end began a second lifetime, which an
+/// outage (that honours an expired pass) let it live in full.
+pub fn session_start_us(claims: &Claims, now_ms: i64) -> i64 {
     let mut start = [0u8; 8];
     start.copy_from_slice(&claims.nonce[..8]);
     let start = i64::from_be_bytes(start);
-    // A start older than one lifetime plus a pass would have ended already.
-    let oldest_ms =
-        now_ms.saturating_sub(ms(rt.config.session_ttl).saturating_add(ms(rt.config.pass_ttl)));
-    let now_us = now_ms.saturating_mul(1000);
-    if start >= oldest_ms.saturating_mul(1000) && start <= now_us.saturating_add(MAX_START_AHEAD_US)
+    if start
+        <= now_ms
+            .saturating_mul(1000)
+            .saturating_add(MAX_START_AHEAD_US)
     {
         start
     } else {
@@ -187,9 +190,13 @@ pub fn session_start_us(claims: &Claims, rt: &EventRuntime, now_ms: i64) -> i64 
 /// When a session that started at `session_start_us` ends at the latest
 /// (`session_ttl` after its start), in node ms.
 pub fn session_hard_end_ms(rt: &EventRuntime, session_start_us: i64) -> i64 {
+    hard_end_ms(&rt.config, session_start_us)
+}
+
+fn hard_end_ms(config: &crate::config::EventConfig, session_start_us: i64) -> i64 {
     session_start_us
         .div_euclid(1000)
-        .saturating_add(ms(rt.config.session_ttl))
+        .saturating_add(ms(config.session_ttl))
 }
 
 /// Checks the passes in `cookie` for the event and session; local only.
@@ -223,7 +230,7 @@ pub fn check(
     let Some(claims) = claims else {
         return PassCheck::Missing;
     };
-    let session_start_us = session_start_us(&claims, rt, now_ms);
+    let session_start_us = session_start_us(&claims, now_ms);
     // A session that started before the event was created as it now runs
     // was a deleted event's: the store forgot it and its revocations, but
     // its pass still bears the same event id and signature.
@@ -420,6 +427,42 @@ mod tests {
         ))
         .unwrap();
         crate::config::event_from_raw("test event", &raw).unwrap()
+    }
+
+    /// A pass renewed just before its session's end, met again once the
+    /// session is a pass's life past it (in an outage, which honours an
+    /// expired pass), keeps its session's start and so its end: it was
+    /// once taken for a pass of an older format and given its issue time
+    /// as a new start, a second lifetime. Only a start ahead of the clock
+    /// past any skew, which no pass of this version carries, is replaced.
+    #[test]
+    fn a_pass_of_a_session_long_over_keeps_its_start_and_its_end() {
+        let e = event(r#", "session_ttl": "10m", "pass_ttl": "60s""#);
+        let start_ms: i64 = 1_800_000_000_000;
+        let issued_ms = start_ms + 600_000 - 30_000;
+        let mut nonce = [0u8; 16];
+        nonce[..8].copy_from_slice(&(start_ms * 1000).to_be_bytes());
+        let claims = Claims {
+            kind: TokenKind::Pass,
+            event: "e".into(),
+            session_tag: [0; 16],
+            issued_at_ms: issued_ms,
+            expires_at_ms: issued_ms + 60_000,
+            nonce,
+            difficulty: 0,
+        };
+        for now_ms in [
+            issued_ms + 1,
+            start_ms + 600_000 + 61_000,
+            start_ms + 86_400_000,
+        ] {
+            let start = session_start_us(&claims, now_ms);
+            assert_eq!(start, start_ms * 1000, "at {now_ms}");
+            assert_eq!(hard_end_ms(&e, start), start_ms + 600_000);
+        }
+        let mut ahead = claims.clone();
+        ahead.nonce[..8].copy_from_slice(&((issued_ms + 3_600_000) * 1000).to_be_bytes());
+        assert_eq!(session_start_us(&ahead, issued_ms), issued_ms * 1000);
     }
 
     /// Sessions idle longer than the store keeps revocations: an outage
