@@ -93,14 +93,18 @@ pub fn resolve(
             created: false,
         }));
     }
-    if let Some((sid, _)) = session_id(headers, cookies) {
+    if let Some((sid, name)) = session_id(headers, cookies) {
         // Every call that may set cookies sets it again: its day counts
         // from the last enter or page load, not from the first visit, so a
         // visitor who opened a countdown page yesterday does not lose the
         // session (and its place) in the middle of today's queue. An old
-        // unprefixed cookie moves to the `__Host-` name (and its new
-        // `SameSite`) on the way.
-        let new_cookie = create
+        // unprefixed cookie is not set again, under either name: a sibling
+        // subdomain can plant one with an id it knows, and set again under
+        // the `__Host-` name that id would stay the visitor's for good,
+        // past the upgrade, where no sibling could ever replace it (its
+        // planter polls as the visitor and redeems the admission first).
+        // Unrenewed, it ages out within the day of its last setting.
+        let new_cookie = (create && name == CookieName::Current)
             .then(|| cookies.session_cookie(sid, Some(SESSION_MAX_AGE)))
             .flatten();
         return Ok(Some(Visitor {
@@ -336,6 +340,49 @@ mod tests {
             HeaderValue::from_static("anteroom_sid=nothex"),
         );
         assert_eq!(session_id(&h, &c), None);
+    }
+
+    /// A session read under the old unprefixed name (which a sibling
+    /// subdomain can plant) is used while upgrading but never set again,
+    /// under the `__Host-` name least of all; one under the current name is
+    /// set again on every call that may set cookies.
+    #[test]
+    fn an_old_unprefixed_session_is_read_but_never_set_anew() {
+        const SID: &str = "0123456789abcdef0123456789abcdef";
+        let mut c = CookieSettings::secure();
+        c.read_unprefixed = true;
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::COOKIE,
+            HeaderValue::from_str(&format!("anteroom_sid={SID}")).unwrap(),
+        );
+        let v = resolve(&h, None, Mint::Allowed, &c).unwrap().unwrap();
+        assert_eq!(v.member, SID);
+        assert!(!v.created);
+        assert_eq!(v.new_cookie, None);
+        h.insert(
+            header::COOKIE,
+            HeaderValue::from_str(&format!("__Host-anteroom_sid={SID}")).unwrap(),
+        );
+        let v = resolve(&h, None, Mint::Allowed, &c).unwrap().unwrap();
+        assert_eq!(v.member, SID);
+        let set = v.new_cookie.expect("the current cookie is set again");
+        assert!(
+            set.to_str()
+                .unwrap()
+                .starts_with(&format!("__Host-anteroom_sid={SID};"))
+        );
+        // By default the old name is not read at all: the planted id names
+        // nobody, and a new session is made.
+        h.insert(
+            header::COOKIE,
+            HeaderValue::from_str(&format!("anteroom_sid={SID}")).unwrap(),
+        );
+        let v = resolve(&h, None, Mint::Allowed, &CookieSettings::secure())
+            .unwrap()
+            .unwrap();
+        assert_ne!(v.member, SID);
+        assert!(v.created);
     }
 
     #[test]

@@ -305,7 +305,7 @@ fn cookie_defaults_follow_secure() {
     assert!(c.server.cookies.secure);
     assert_eq!(c.server.cookies.session_same_site, SameSite::Lax);
     assert_eq!(c.server.cookies.pass_same_site, SameSite::None);
-    assert!(c.server.cookies.read_unprefixed);
+    assert!(!c.server.cookies.read_unprefixed);
     assert_eq!(c.limits.entries_per_ip, 20);
     assert_eq!(c.limits.entries_window, Duration::from_secs(600));
     let plain = BASE.replacen("[server]\n", "[server]\ninsecure_cookies = true\n", 1);
@@ -314,13 +314,13 @@ fn cookie_defaults_follow_secure() {
     assert_eq!(c.server.cookies.pass_same_site, SameSite::Lax);
     let strict = BASE.replacen(
         "[keys]",
-        "[server.cookies]\nsession_same_site = \"strict\"\npass_same_site = \"lax\"\nread_unprefixed = false\n[keys]",
+        "[server.cookies]\nsession_same_site = \"strict\"\npass_same_site = \"lax\"\nread_unprefixed = true\n[keys]",
         1,
     );
     let c = Config::from_toml(&strict).unwrap();
     assert_eq!(c.server.cookies.session_same_site, SameSite::Strict);
     assert_eq!(c.server.cookies.pass_same_site, SameSite::Lax);
-    assert!(!c.server.cookies.read_unprefixed);
+    assert!(c.server.cookies.read_unprefixed);
 }
 
 #[test]

@@ -67,15 +67,16 @@ pub struct CookieSettings {
     pub session_same_site: SameSite,
     pub pass_same_site: SameSite,
     /// With `secure`, also read the unprefixed names (cookies set before the
-    /// `__Host-` prefix), so visitors mid-queue survive an upgrade. A sibling
-    /// subdomain can plant an unprefixed cookie, so operators turn this off
-    /// once the old cookies have aged out (a day).
+    /// `__Host-` prefix), so visitors mid-queue survive an upgrade from such
+    /// a version. Off by default: a sibling subdomain can plant an
+    /// unprefixed cookie, so an operator turns it on for the upgrade's day
+    /// only.
     pub read_unprefixed: bool,
 }
 
 /// Which name a cookie came under: the one Anteroom sets now, or an old
-/// unprefixed one (read while upgrading), which the next call that may set
-/// cookies sets anew under the current name.
+/// unprefixed one (read while upgrading), which is never set anew under the
+/// current name (see [`crate::identity::resolve`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CookieName {
     Current,
@@ -96,7 +97,7 @@ impl CookieSettings {
             secure: true,
             session_same_site: SameSite::Lax,
             pass_same_site: SameSite::None,
-            read_unprefixed: true,
+            read_unprefixed: false,
         }
     }
 
@@ -322,6 +323,14 @@ fn cross_site_subresource(headers: &HeaderMap) -> bool {
     !(mode == Some("navigate") && dest.is_none_or(|d| d == "document"))
 }
 
+/// A browser's request that another origin's page made: `Sec-Fetch-Site`
+/// `same-site` (a sibling subdomain, whose form `POST` carries the `Lax`
+/// session cookie) or `cross-site`. A client that sends no `Sec-Fetch-Site`
+/// (a script, an older browser) is taken at its word.
+pub fn from_another_origin(headers: &HeaderMap) -> bool {
+    matches!(fetch_site(headers), Some("same-site" | "cross-site"))
+}
+
 fn fetch_site(headers: &HeaderMap) -> Option<&str> {
     headers.get("sec-fetch-site").and_then(|v| v.to_str().ok())
 }
@@ -361,6 +370,8 @@ mod tests {
     #[test]
     fn the_prefixed_name_wins_and_the_old_one_is_read_while_upgrading() {
         let mut c = CookieSettings::secure();
+        assert!(!c.read_unprefixed, "off unless the operator upgrades");
+        c.read_unprefixed = true;
         let old = headers(&[("cookie", &format!("anteroom_sid={SID}"))]);
         assert_eq!(c.session(&old), Some((SID, CookieName::Old)));
         let both = headers(&[(
@@ -410,7 +421,8 @@ mod tests {
 
     #[test]
     fn the_pass_cookie_names_its_session_for_the_gate() {
-        let c = CookieSettings::secure();
+        let mut c = CookieSettings::secure();
+        c.read_unprefixed = true;
         let value = CookieSettings::pass_value_for(SID, "p1~p2");
         assert_eq!(value, format!("{SID}!p1~p2"));
         let h = headers(&[("cookie", &format!("__Host-anteroom_pass={value}"))]);

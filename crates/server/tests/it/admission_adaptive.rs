@@ -102,7 +102,10 @@ admission = { mode = "adaptive", target_p95 = "10ms", max_error_rate = 0.05 }"#,
                 now * 1000,
             );
             let req = Request::get("/shop/item")
-                .header("cookie", format!("anteroom_sid={m}; anteroom_pass={pass}"))
+                .header(
+                    "cookie",
+                    format!("__Host-anteroom_sid={m}; __Host-anteroom_pass={pass}"),
+                )
                 .body(Body::empty())
                 .unwrap();
             let status = gate.clone().oneshot(req).await.unwrap().status();
