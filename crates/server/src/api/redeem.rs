@@ -241,6 +241,15 @@ pub async fn release(
     req: Request,
 ) -> Result<Response, ApiError> {
     let rt = resolve_event(&state, req.uri())?;
+    // `SameSite=Lax` keeps other sites' forms from releasing a visitor, but
+    // not a sibling subdomain's: to the browser that is the same site, and
+    // its form `POST` carries the session cookie. The waiting page's own
+    // calls, and the origin's pages behind the gate, are same-origin.
+    if identity::cookies::from_another_origin(req.headers()) {
+        return Err(ApiError::Forbidden(
+            "a release is made from this site's own pages, not from another origin's".into(),
+        ));
+    }
     let visitor = identity::resolve(
         req.headers(),
         rt.jwt.as_ref(),

@@ -81,7 +81,31 @@ async fn a_visitor_walks_from_enter_to_the_origin_and_releases() {
     let (_, p) = v.json(Method::GET, &s.url(POSITION), None).await;
     assert_eq!(p["status"], "ACTIVE");
 
-    let (status, _, _) = v.call(Method::POST, &s.url(RELEASE), &[], None).await;
+    // A sibling subdomain's form is same-site to the browser and carries the
+    // `Lax` session cookie: its release is refused and the session goes on.
+    for site in ["same-site", "cross-site"] {
+        let (status, _, body) = v
+            .call(
+                Method::POST,
+                &s.url(RELEASE),
+                &[("sec-fetch-site", site)],
+                None,
+            )
+            .await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{site}");
+        let body: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(body["error"], "forbidden", "{site}");
+    }
+    let (_, p) = v.json(Method::GET, &s.url(POSITION), None).await;
+    assert_eq!(p["status"], "ACTIVE", "a refused release ended the session");
+    let (status, _, _) = v
+        .call(
+            Method::POST,
+            &s.url(RELEASE),
+            &[("sec-fetch-site", "same-origin")],
+            None,
+        )
+        .await;
     assert_eq!(status, StatusCode::NO_CONTENT);
     // The replayed old pass stops working within 2 s on this node.
     let old_pass = pass
