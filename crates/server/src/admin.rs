@@ -6,6 +6,7 @@ pub mod audit;
 pub mod auth;
 pub mod dashboard;
 pub mod events;
+pub mod hosts;
 pub mod openapi;
 pub mod refusals;
 pub mod state;
@@ -83,7 +84,9 @@ pub fn router(state: Arc<AppState>) -> Router {
             state.clone(),
             auth::authorize,
         ));
-    Router::new()
+    // Over TLS the browser checks the name against the certificate first.
+    let plain = !state.server.tls.as_ref().is_some_and(|t| t.admin);
+    let router = Router::new()
         .merge(admin)
         .merge(dashboard::router())
         .route("/metrics", get(metrics))
@@ -92,7 +95,12 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/openapi.json", get(|| async { Json(openapi::document()) }))
         .fallback(|| async { ApiError::NotFound })
         .method_not_allowed_fallback(crate::error::method_not_allowed)
-        .with_state(state)
+        .with_state(state.clone());
+    if plain {
+        router.layer(middleware::from_fn_with_state(state, hosts::check))
+    } else {
+        router
+    }
 }
 
 /// `running`, `paused` or `closed`.

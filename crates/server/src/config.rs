@@ -10,6 +10,7 @@
 pub mod bots;
 pub mod drain;
 pub mod env;
+pub mod hosts;
 mod parse;
 pub mod raw;
 pub mod stored;
@@ -111,6 +112,9 @@ pub struct ServerConfig {
     /// Every admin token: `server.admin_token` (named `admin`) and
     /// `[[server.admin_tokens]]`; never empty.
     pub admin_tokens: Vec<AdminToken>,
+    /// `server.admin_hosts`: the names a plain-HTTP admin listener answers
+    /// to besides addresses and `localhost` (DNS rebinding).
+    pub admin_hosts: crate::config::hosts::AdminHosts,
     pub insecure_cookies: bool,
     /// `[server.cookies]` with `insecure_cookies`: names, flags, `SameSite`.
     pub cookies: crate::identity::CookieSettings,

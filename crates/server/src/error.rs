@@ -77,6 +77,12 @@ pub enum ApiError {
     EventClosed,
     #[error("the request body stopped arriving")]
     BodyTimeout,
+    /// A plain-HTTP admin listener named by a host it does not answer to
+    /// (see `admin::hosts`).
+    #[error(
+        "the admin listener does not answer to this host name; an operator who reaches it by this name lists it in server.admin_hosts"
+    )]
+    UnknownHost,
     #[error("internal error")]
     Internal,
 }
@@ -105,6 +111,7 @@ impl ApiError {
             ApiError::EventPaused { .. } => "event_paused",
             ApiError::EventClosed => "event_closed",
             ApiError::BodyTimeout => "body_timeout",
+            ApiError::UnknownHost => "unknown_host",
             ApiError::Internal => "internal",
         }
     }
@@ -131,6 +138,7 @@ impl ApiError {
             ApiError::Draining { .. } => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::HeadersTooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             ApiError::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::UnknownHost => StatusCode::MISDIRECTED_REQUEST,
             ApiError::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }

@@ -31,6 +31,9 @@ pub struct RawServer {
     pub admin_token: Option<String>,
     /// `[[server.admin_tokens]]`: named tokens, each `admin` or `read`.
     pub admin_tokens: Option<Vec<RawAdminToken>>,
+    /// Names a plain-HTTP admin listener answers to besides addresses and
+    /// `localhost` (`"*"`: any).
+    pub admin_hosts: Option<Vec<String>>,
     pub insecure_cookies: Option<bool>,
     /// `[server.cookies]`: `SameSite` per cookie and the upgrade reading.
     pub cookies: RawCookies,
@@ -84,7 +87,7 @@ pub struct RawCookies {
     pub session_same_site: Option<String>,
     /// `"strict"`, `"lax"` or `"none"` (default with `Secure` cookies).
     pub pass_same_site: Option<String>,
-    /// Also read the unprefixed cookie names of older versions (default true).
+    /// Also read the unprefixed cookie names of older versions (default false).
     pub read_unprefixed: Option<bool>,
 }
 

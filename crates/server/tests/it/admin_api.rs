@@ -99,6 +99,68 @@ async fn an_address_that_guesses_tokens_is_held_off() {
     s.stop().await;
 }
 
+/// DNS rebinding: a page whose own name was pointed at the admin listener
+/// after it loaded reaches the listener through the operator's browser, by
+/// that name. Such a request is answered `421 unknown_host` before any
+/// token is read, so the page can neither read the metrics nor lock the
+/// operator's address out; addresses, `localhost` and the names listed in
+/// `server.admin_hosts` are answered.
+#[tokio::test]
+async fn a_page_rebound_to_the_admin_listener_by_its_name_is_not_answered() {
+    let origin = crate::support::origin::Origin::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let toml = server::config(dir.path(), origin.addr, server::tickets(origin.addr))
+        .server_line(r#"admin_hosts = ["ops.example"]"#)
+        .toml();
+    let s = TestServer::start_with(&toml, origin, dir).await;
+    let port = s.admin.port();
+    let named = |host: String, path: &str, token: Option<String>| {
+        let mut headers = vec![("host".to_owned(), host)];
+        if let Some(t) = token {
+            headers.push(("authorization".to_owned(), format!("Bearer {t}")));
+        }
+        let url = format!("http://{}{path}", s.admin);
+        async move { server::send(Method::GET, &url, &headers, None).await }
+    };
+    let rebound = format!("rebind.attacker.example:{port}");
+    for path in [
+        "/metrics",
+        "/openapi.json",
+        "/dashboard",
+        "/healthz",
+        "/nothing",
+    ] {
+        let (status, _, body) = named(rebound.clone(), path, None).await;
+        assert_eq!(status, StatusCode::MISDIRECTED_REQUEST, "{path}");
+        let body: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(body["error"], "unknown_host", "{path}");
+    }
+    for i in 0..40 {
+        let (status, _, _) = named(
+            rebound.clone(),
+            "/admin/events",
+            Some(format!("guess-{i:08}")),
+        )
+        .await;
+        assert_eq!(status, StatusCode::MISDIRECTED_REQUEST, "guess {i}");
+    }
+    // No guess counted: the operator's own calls are answered, by address,
+    // by `localhost` and by the listed name in any case.
+    for host in [
+        s.admin.to_string(),
+        format!("localhost:{port}"),
+        format!("[::1]:{port}"),
+        format!("OPS.example.:{port}"),
+    ] {
+        let (status, _, _) =
+            named(host.clone(), "/admin/events", Some(ADMIN_TOKEN.to_owned())).await;
+        assert_eq!(status, StatusCode::OK, "{host}");
+    }
+    let (status, _, _) = named(format!("other.example:{port}"), "/healthz", None).await;
+    assert_eq!(status, StatusCode::MISDIRECTED_REQUEST);
+    s.stop().await;
+}
+
 /// A request without a token is no guess: any page open in the operator's
 /// browser can send those cross-site (an image, a form post), and counted,
 /// they kept the operator's own address locked out of the admin API and
