@@ -28,6 +28,12 @@ use crate::state::AppState;
 /// Largest event body the admin API reads.
 const MAX_EVENT_BODY: usize = 64 * 1024;
 
+/// How many times a `DELETE` tries to store its deletion marker after the
+/// wipe, and the pause between two tries: a blip of the store is waited
+/// out, an outage answered.
+const DELETE_MARK_TRIES: u32 = 3;
+const DELETE_MARK_PAUSE: std::time::Duration = std::time::Duration::from_millis(250);
+
 /// The config as the admin API shows and records it: secrets redacted.
 /// Unset fields are left out rather than shown as `null`.
 pub fn shown(raw: &RawEvent) -> Value {
@@ -346,6 +352,29 @@ pub async fn delete(
         }
         return Err(e.into());
     }
+    // The marker is what tells the other nodes, and this one after a
+    // restart, that the event is gone: the wipe above took its stored
+    // table, so without the marker they ran it on over an empty queue. A
+    // store that does not take it after a few tries puts the event back on
+    // this node's routes, as the other nodes still run it, so a repeated
+    // `DELETE` finds it here (not `404`) and finishes the deletion.
+    let change = Change {
+        by: caller.name.clone(),
+        at_ms: state.now_ms(),
+        file_base: state.file_events.get(rt.id()).cloned(),
+        creates: false,
+    };
+    let mut tries = 0;
+    while let Err(e) = stored::put_deleted(state.store.as_ref(), rt.id(), change.clone()).await {
+        tries += 1;
+        if tries == DELETE_MARK_TRIES {
+            if let Some(rt) = taken {
+                state.restore_event(rt);
+            }
+            return Err(e.into());
+        }
+        tokio::time::sleep(DELETE_MARK_PAUSE).await;
+    }
     // Its sessions are over: their WebSockets through this node close
     // (the state taken off the routes, which the watch may have renewed
     // since `rt` was read, too).
@@ -353,13 +382,6 @@ pub async fn delete(
     if let Some(taken) = &taken {
         taken.live.delete();
     }
-    let change = Change {
-        by: caller.name.clone(),
-        at_ms: state.now_ms(),
-        file_base: state.file_events.get(rt.id()).cloned(),
-        creates: false,
-    };
-    stored::put_deleted(state.store.as_ref(), rt.id(), change).await?;
     let before = serde_json::json!({
         "config": shown(&rt.config.raw),
         "waiting": stats.waiting, "admitted": stats.outstanding, "active": stats.active,
