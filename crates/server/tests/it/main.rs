@@ -8,6 +8,7 @@
 mod support;
 
 mod admin_api;
+mod admin_faults;
 mod admin_nodes;
 mod admission_adaptive;
 mod admission_modes;

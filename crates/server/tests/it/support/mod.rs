@@ -7,6 +7,7 @@ pub mod bots;
 pub mod browser;
 pub mod config;
 pub mod cut;
+pub mod faulty;
 pub mod logs;
 pub mod origin;
 pub mod process;

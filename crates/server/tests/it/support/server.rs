@@ -52,15 +52,33 @@ impl TestServer {
 
     /// The server of `toml` (whose store is in `dir`) in front of `origin`.
     pub async fn start_with(toml: &str, origin: Arc<Origin>, dir: tempfile::TempDir) -> Self {
-        let origin_addr = origin.addr;
         let config = anteroom::Config::from_toml(toml).unwrap();
+        let store = anteroom::open_store(&config).await.unwrap();
+        Self::start_on(config, store, origin, dir).await
+    }
+
+    /// The server of `toml` on `store` (which the test opened, to wrap or
+    /// share it), its files in `dir`, in front of `origin`.
+    pub async fn start_on(
+        config: anteroom::Config,
+        store: Arc<dyn anteroom_store::QueueStore>,
+        origin: Arc<Origin>,
+        dir: tempfile::TempDir,
+    ) -> Self {
+        let origin_addr = origin.addr;
         let public = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let admin = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let (public_addr, admin_addr) = (public.local_addr().unwrap(), admin.local_addr().unwrap());
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(anteroom::run(public, admin, config, async move {
-            let _ = stopped.await;
-        }));
+        let task = tokio::spawn(anteroom::run_with_store(
+            public,
+            admin,
+            config,
+            store,
+            async move {
+                let _ = stopped.await;
+            },
+        ));
         let server = Self {
             public: public_addr,
             admin: admin_addr,
