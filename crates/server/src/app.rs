@@ -280,7 +280,7 @@ fn listener_limits(
     let nofile = serve::connections::descriptor_limit();
     let caps = serve::connections::connection_caps(c.max_connections, nofile, redirect)
         .map_err(anyhow::Error::msg)?;
-    let limits = |max_connections, event_loops| serve::Limits {
+    let limits = |max_connections, event_loops, http1_only| serve::Limits {
         header_read_timeout: server.header_read_timeout,
         body_read_timeout: c.body_read_timeout,
         send_timeout: c.send_timeout,
@@ -290,13 +290,14 @@ fn listener_limits(
         http2_idle_timeout: c.http2_idle_timeout,
         shutdown_grace: server.shutdown_grace,
         event_loops,
+        http1_only,
     };
     // Only the public listener carries the crowd; the admin and redirect
     // listeners stay on the shared runtime.
     Ok((
-        limits(caps.public, c.event_loops),
-        limits(caps.admin, 0),
-        limits(caps.redirect, 0),
+        limits(caps.public, c.event_loops, false),
+        limits(caps.admin, 0, false),
+        limits(caps.redirect, 0, true),
     ))
 }
 

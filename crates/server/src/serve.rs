@@ -18,6 +18,7 @@ mod door;
 pub mod send_deadline;
 pub mod workers;
 
+use futures::future::Either;
 use std::convert::Infallible;
 use std::future::Future as _;
 use std::net::SocketAddr;
@@ -345,8 +346,15 @@ async fn serve_connection<S>(
         })
     };
     let builder = protocol_builder(&limits);
-    let conn = builder
-        .serve_connection_with_upgrades(TokioIo::new(stream), TowerToHyperService::new(service));
+    let (io, service) = (TokioIo::new(stream), TowerToHyperService::new(service));
+    // hyper-util's connection with upgrades reads the protocol from the
+    // first bytes whatever the builder allows: an HTTP/1-only listener
+    // takes the connection without upgrades, which keeps to HTTP/1.
+    let conn = if limits.http1_only {
+        Either::Left(builder.serve_connection(io, service))
+    } else {
+        Either::Right(builder.serve_connection_with_upgrades(io, service))
+    };
     tokio::pin!(conn);
     let mut first_head = std::pin::pin!(tokio::time::sleep_until(first.head_due));
     let mut idle_check = tokio::time::interval(limits.http2_idle_timeout / 4);
@@ -413,14 +421,14 @@ async fn serve_connection<S>(
                     closing = true;
                     progress = Progress::new(&first.written);
                     metrics::counter!("anteroom_connections_closed_total", "reason" => "idle").increment(1);
-                    conn.as_mut().graceful_shutdown();
+                    shut_down_gracefully(conn.as_mut());
                 }
             }
             changed = stop.changed(), if !closing => {
                 if changed.is_err() || *stop.borrow() {
                     closing = true;
                     progress = Progress::new(&first.written);
-                    conn.as_mut().graceful_shutdown();
+                    shut_down_gracefully(conn.as_mut());
                 }
             }
         }
@@ -774,8 +782,35 @@ pub fn is_broken_body(err: &(dyn std::error::Error + 'static)) -> bool {
 }
 
 /// HTTP/1 and HTTP/2 settings of one connection.
+/// A connection as hyper serves it: HTTP/1 only, or either protocol with
+/// upgrades.
+type Conn<'b, A, B> = Either<
+    hyper_util::server::conn::auto::Connection<'b, A, B, TokioExecutor>,
+    hyper_util::server::conn::auto::UpgradeableConnection<'b, A, B, TokioExecutor>,
+>;
+
+/// Asks hyper to finish the connection's requests in flight and close it.
+fn shut_down_gracefully<A, B>(conn: std::pin::Pin<&mut Conn<'_, A, B>>)
+where
+    A: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+    B: hyper::service::HttpService<hyper::body::Incoming>,
+    B::Future: 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    B::ResBody: 'static,
+    <B::ResBody as hyper::body::Body>::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    TokioExecutor: hyper_util::server::conn::auto::HttpServerConnExec<B::Future, B::ResBody>,
+{
+    match conn.as_pin_mut() {
+        Either::Left(conn) => conn.graceful_shutdown(),
+        Either::Right(conn) => conn.graceful_shutdown(),
+    }
+}
+
 fn protocol_builder(limits: &Limits) -> Builder<TokioExecutor> {
     let mut builder = Builder::new(TokioExecutor::new());
+    if limits.http1_only {
+        builder = builder.http1_only();
+    }
     builder
         .http1()
         .timer(TokioTimer::new())

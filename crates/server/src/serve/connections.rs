@@ -63,6 +63,11 @@ pub struct Limits {
     /// connections (see [`super::workers`]); 0 serves them on the shared
     /// runtime.
     pub event_loops: usize,
+    /// HTTP/1.1 only: the redirect listener, whose answers each close their
+    /// connection. Offered HTTP/2 with prior knowledge there, hyper took
+    /// `Connection: close` off the answer, and one request a minute kept
+    /// the socket on a slot for good.
+    pub http1_only: bool,
 }
 
 /// The descriptors this process may open: the soft `RLIMIT_NOFILE`, raised

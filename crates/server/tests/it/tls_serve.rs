@@ -263,6 +263,23 @@ async fn the_redirect_listener_is_not_filled_by_a_few_hundred_sockets() {
     let answer = String::from_utf8_lossy(&answer).to_lowercase();
     assert!(answer.starts_with("http/1.1 308"), "{answer}");
     assert!(answer.contains("\r\nconnection: close\r\n"), "{answer}");
+    // HTTP/2 with prior knowledge is not spoken there: served, it took
+    // `Connection: close` off every answer, and a request a minute held
+    // the socket for good. The preface is a bad HTTP/1 request, and the
+    // connection ends.
+    let mut h2 = tokio::net::TcpStream::connect(s.redirect).await.unwrap();
+    h2.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), h2.read_to_end(&mut answer))
+        .await
+        .expect("a connection opened with the HTTP/2 preface is closed")
+        .unwrap();
+    assert!(
+        answer.len() < 9 || answer[3] != 0x04,
+        "answered with HTTP/2 SETTINGS: {answer:?}"
+    );
     drop(idle);
     s.stop().await;
 }
