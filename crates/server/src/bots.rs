@@ -229,8 +229,8 @@ impl BotDefence {
 
     /// Notes that `member` polled `event` and was rate-limited: it is still
     /// there, and is marked seen on the next flush.
-    pub fn note_throttled_poll(&self, event: &EventId, member: &str, ip: std::net::IpAddr) {
-        self.inner.throttled.note(event, member, ip);
+    pub fn note_throttled_poll(&self, event: &EventId, member: &str) {
+        self.inner.throttled.note(event, member);
     }
 
     /// Marks the throttled visitors seen now (tests, and shutdown paths).

@@ -269,7 +269,7 @@ pub fn polling_visitor(
     if let Err(limited) = state.bots.check_rate(RateKind::Position, ip, member) {
         // Refused, but the visitor is there: the place must not idle out
         // because the address (a NAT full of people) polls too much.
-        state.bots.note_throttled_poll(rt.id(), member, ip);
+        state.bots.note_throttled_poll(rt.id(), member);
         return Err(limited.into());
     }
     Ok(visitor)
