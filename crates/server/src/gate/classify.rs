@@ -124,26 +124,32 @@ fn readings<'t>(routes: &'t RouteTable, path: &str) -> Result<Option<&'t EventId
 /// routes ignoring case (Spring's `PathPatternParser` made case-insensitive,
 /// a servlet filter comparing with `equalsIgnoreCase`) routes
 /// `/t%C4%B0ckets` to `/tickets`; the ASCII-only comparison of the prefix
-/// rule would not.
-const FOLDS: [(&[u8], u8); 4] = [
+/// rule would not. Each comes escaped and raw: hyper takes UTF-8 in a
+/// request target as it is, and servlet containers decode it.
+const FOLDS: [(&[u8], u8); 8] = [
     (b"%C4%B0", b'i'),
     (b"%C4%B1", b'i'),
     (b"%C5%BF", b's'),
     (b"%E2%84%AA", b'k'),
+    ("\u{130}".as_bytes(), b'i'),
+    ("\u{131}".as_bytes(), b'i'),
+    ("\u{17f}".as_bytes(), b's'),
+    ("\u{212a}".as_bytes(), b'k'),
 ];
 
-/// `path` with every escape of [`FOLDS`] (in either case of hex) replaced
-/// by its letter, or `None` when it has none (nearly every path: one
-/// without `%` is passed by a single `memchr`).
+/// `path` with every character of [`FOLDS`] (escaped in either case of
+/// hex, or raw) replaced by its letter, or `None` when it has none (nearly
+/// every path: one without `%` or a byte outside ASCII is passed by one
+/// look at each byte).
 fn folded(path: &str) -> Option<String> {
     let bytes = path.as_bytes();
-    let first = memchr::memchr(b'%', bytes)?;
+    let first = bytes.iter().position(|&b| b == b'%' || !b.is_ascii())?;
     let mut out = Vec::with_capacity(bytes.len());
     out.extend_from_slice(&bytes[..first]);
     let mut changed = false;
     let mut i = first;
     while i < bytes.len() {
-        if bytes[i] == b'%'
+        if (bytes[i] == b'%' || !bytes[i].is_ascii())
             && let Some((escape, letter)) = FOLDS.iter().find(|(escape, _)| {
                 bytes
                     .get(i..i + escape.len())

@@ -108,6 +108,7 @@ async fn protected_spellings_never_reach_the_origin() {
         "/%20tickets/2026",
         "/t%C4%B0ckets",
         "/tic%E2%84%AAets.json",
+        "/t\u{130}ckets",
         "/public/..;/tickets",
         "/public/..%3B/tickets",
         "/tickets;x=1/vip.json",

@@ -95,6 +95,11 @@ fn spellings_of_a_protected_prefix() {
     check("/tickets/v%C4%B0p", R(Refusal::Folded));
     check("/t%C4%B0ckets/vip", P("vip"));
     check("/t%C4%B2ckets", U);
+    // The same characters raw: hyper takes UTF-8 in a target as it is.
+    check("/t\u{130}ckets", P("drop"));
+    check("/tic\u{212a}ets.json", P("drop"));
+    check("/tickets/v\u{131}p", R(Refusal::Folded));
+    check("/\u{17f}tickets", U);
     check("/tickets.html", P("drop"));
     check("/TICKETS.JSON", P("drop"));
     check("/tickets.json/extra", P("drop"));
