@@ -85,7 +85,11 @@ pub fn router(state: Arc<AppState>) -> Router {
             auth::authorize,
         ));
     // Over TLS the browser checks the name against the certificate first.
-    let plain = !state.server.tls.as_ref().is_some_and(|t| t.admin);
+    let plain = !state.server.tls.as_ref().is_some_and(|t| t.admin)
+        && state
+            .server
+            .admin_hosts
+            .checked_on(state.server.admin_listen);
     let router = Router::new()
         .merge(admin)
         .merge(dashboard::router())

@@ -7,6 +7,8 @@ use std::net::Ipv4Addr;
 /// `server.admin_hosts`: the names besides addresses and `localhost`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct AdminHosts {
+    /// `server.admin_hosts` was set (an empty list included).
+    configured: bool,
     /// `"*"` was listed: any name.
     any: bool,
     /// Lower case, without a trailing dot.
@@ -16,9 +18,12 @@ pub struct AdminHosts {
 impl AdminHosts {
     /// The list as configured; `Err` gives the first wrong entry's place
     /// and what is wrong with it.
-    pub fn new(list: &[String]) -> Result<Self, (usize, String)> {
-        let mut hosts = Self::default();
-        for (i, entry) in list.iter().enumerate() {
+    pub fn new(list: Option<&[String]>) -> Result<Self, (usize, String)> {
+        let mut hosts = Self {
+            configured: list.is_some(),
+            ..Self::default()
+        };
+        for (i, entry) in list.unwrap_or_default().iter().enumerate() {
             if entry == "*" {
                 hosts.any = true;
                 continue;
@@ -43,6 +48,18 @@ impl AdminHosts {
             hosts.names.push(name);
         }
         Ok(hosts)
+    }
+
+    /// Whether a plain-HTTP admin listener on `listen` checks the names it
+    /// is reached by: always once `server.admin_hosts` is set, and by
+    /// default only on a loopback address. A loopback listener is reached
+    /// by `localhost` or an address, and is what a page in the operator's
+    /// own browser rebinds to; one on another address is commonly reached
+    /// by a service's DNS name (a scraper's target, a container's health
+    /// check), which a default check would refuse with no word in the
+    /// config. Those operators list their names to have the check.
+    pub fn checked_on(&self, listen: std::net::SocketAddr) -> bool {
+        self.configured || listen.ip().is_loopback()
     }
 
     /// Whether a request naming `host` (a `Host` field's value or an
@@ -80,7 +97,10 @@ mod tests {
     use super::*;
 
     fn hosts(list: &[&str]) -> AdminHosts {
-        AdminHosts::new(&list.iter().map(|s| s.to_string()).collect::<Vec<_>>()).unwrap()
+        AdminHosts::new(Some(
+            &list.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
+        ))
+        .unwrap()
     }
 
     #[test]
@@ -118,6 +138,20 @@ mod tests {
         assert!(hosts(&["*"]).allows("anything.example:1"));
     }
 
+    /// Unset, the names are checked on a loopback listener only (where a
+    /// rebound page in the operator's browser lands); set, everywhere.
+    #[test]
+    fn the_check_is_on_by_default_on_loopback_and_everywhere_once_set() {
+        let unset = AdminHosts::new(None).unwrap();
+        assert!(unset.checked_on("127.0.0.1:9090".parse().unwrap()));
+        assert!(unset.checked_on("[::1]:9090".parse().unwrap()));
+        assert!(!unset.checked_on("0.0.0.0:9090".parse().unwrap()));
+        assert!(!unset.checked_on("10.0.0.5:9090".parse().unwrap()));
+        let set = hosts(&["admin.internal"]);
+        assert!(set.checked_on("0.0.0.0:9090".parse().unwrap()));
+        assert!(hosts(&[]).checked_on("10.0.0.5:9090".parse().unwrap()));
+    }
+
     #[test]
     fn an_entry_that_is_not_a_name_is_refused_with_its_place() {
         for bad in [
@@ -127,14 +161,14 @@ mod tests {
             "a..b",
             "*.example",
         ] {
-            let (at, err) = AdminHosts::new(&[bad.to_string()]).unwrap_err();
+            let (at, err) = AdminHosts::new(Some(&[bad.to_string()])).unwrap_err();
             assert_eq!(at, 0);
             assert!(
                 err.starts_with(&format!("{bad:?} is not a host name")),
                 "{err}"
             );
         }
-        let (at, _) = AdminHosts::new(&["ok.example".into(), "no pe".into()]).unwrap_err();
+        let (at, _) = AdminHosts::new(Some(&["ok.example".into(), "no pe".into()])).unwrap_err();
         assert_eq!(at, 1);
     }
 }

@@ -354,10 +354,8 @@ fn server(raw: &RawConfig) -> Result<ServerConfig> {
             s.admin_listen.as_deref().unwrap_or("127.0.0.1:9090"),
         )?,
         admin_tokens,
-        admin_hosts: crate::config::hosts::AdminHosts::new(
-            s.admin_hosts.as_deref().unwrap_or_default(),
-        )
-        .map_err(|(i, e)| ConfigError::new(format!("server.admin_hosts[{i}]"), e))?,
+        admin_hosts: crate::config::hosts::AdminHosts::new(s.admin_hosts.as_deref())
+            .map_err(|(i, e)| ConfigError::new(format!("server.admin_hosts[{i}]"), e))?,
         insecure_cookies: s.insecure_cookies.unwrap_or(false),
         cookies: cookie_settings(s)?,
         default_origin,
