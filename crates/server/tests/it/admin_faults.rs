@@ -13,6 +13,7 @@ use crate::support::config::ADMIN_TOKEN;
 use crate::support::faulty::Faulty;
 use crate::support::origin::Origin;
 use crate::support::server::{self, TestServer};
+use crate::support::visitor::Visitor;
 
 /// The usual test server (`tickets` and `other`) on a [`Faulty`] store.
 async fn start() -> (TestServer, Arc<Faulty>) {
@@ -86,6 +87,16 @@ async fn a_delete_whose_marker_the_store_refuses_is_finished_by_repeating_it() {
         StatusCode::TOO_MANY_REQUESTS,
         "its paths are still gated"
     );
+    // Its tasks were not retired with it: a visitor joining now is admitted.
+    let mut v = Visitor::default();
+    let (status, _, body) = v.enter(&s, "tickets").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    server::poll_until(
+        &v,
+        &s.url("/api/queue/position?eventId=tickets"),
+        "ADMITTED",
+    )
+    .await;
     let (status, body) = call(&s, Method::DELETE, "/admin/events/tickets?force=true").await;
     assert_eq!(status, StatusCode::NO_CONTENT, "{body}");
     let (status, _) = call(&s, Method::GET, "/admin/events/tickets").await;
