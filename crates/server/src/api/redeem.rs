@@ -235,6 +235,7 @@ async fn redeem(
 #[utoipa::path(post, path = "/api/queue/release", tag = "queue",
     params(("eventId" = Option<String>, Query, description = "event id; optional with one event")),
     responses((status = 204, description = "released (or nothing to release)"),
+        (status = 403, body = crate::error::ErrorBody, description = "from another origin's page (Sec-Fetch-Site)"),
         (status = 404, body = crate::error::ErrorBody)))]
 pub async fn release(
     State(state): State<Arc<AppState>>,
