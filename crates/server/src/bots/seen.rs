@@ -32,6 +32,11 @@ pub const MAX_PER_FLUSH: usize = 10_000;
 /// queue's refused visitors, far more than any flood leaves room for).
 pub const MAX_KNOWN: usize = 100_000;
 
+/// Flushes a known visitor stays known without being found again (ten
+/// minutes at one flush a second): one who left, or whose polls go through
+/// again, makes room for others.
+const KNOWN_FOR: u64 = 600;
+
 /// Store calls in flight at once while flushing.
 const CONCURRENCY: usize = 16;
 
@@ -43,8 +48,11 @@ pub struct ThrottledSeen {
 /// One event's refused visitors.
 #[derive(Default)]
 struct EventSeen {
-    /// Found in the store at an earlier flush.
-    known: HashSet<String>,
+    /// Found in the store at an earlier flush, with the last flush that
+    /// found it.
+    known: HashMap<String, u64>,
+    /// Flushes so far.
+    flushes: u64,
     /// Known ones refused since the last flush.
     known_noted: HashSet<String>,
     /// A uniform sample of the others refused since the last flush
@@ -69,7 +77,7 @@ impl ThrottledSeen {
         }
         let mut events = self.events.lock().unwrap_or_else(|p| p.into_inner());
         let seen = events.entry(event.clone()).or_default();
-        if seen.known.contains(member) {
+        if seen.known.contains_key(member) {
             seen.known_noted.insert(member.to_owned());
             return;
         }
@@ -105,6 +113,7 @@ impl ThrottledSeen {
             events
                 .iter_mut()
                 .map(|(event, seen)| {
+                    seen.flushes += 1;
                     seen.in_sample.clear();
                     seen.offered = 0;
                     let marks = Marks {
@@ -146,8 +155,11 @@ impl ThrottledSeen {
                 continue;
             };
             match (found, was_known) {
+                (true, true) => {
+                    seen.known.insert(member, seen.flushes);
+                }
                 (true, false) if seen.known.len() < MAX_KNOWN => {
-                    seen.known.insert(member);
+                    seen.known.insert(member, seen.flushes);
                 }
                 // Gone from the event (left, expired, never there).
                 (false, true) => {
@@ -158,6 +170,10 @@ impl ThrottledSeen {
         }
         // An event nobody is remembered for any more (one deleted, or whose
         // crowd left) is dropped.
+        for seen in events.values_mut() {
+            let now = seen.flushes;
+            seen.known.retain(|_, found| now - *found < KNOWN_FOR);
+        }
         events.retain(|_, seen| !seen.known.is_empty() || seen.offered > 0);
         marked
     }
@@ -222,7 +238,7 @@ mod tests {
         {
             let events = seen.events.lock().unwrap();
             let known = &events[&event].known;
-            assert!(known.contains(real) && !known.contains("made-up-0"));
+            assert!(known.contains_key(real) && !known.contains_key("made-up-0"));
         }
         for i in 0..3 * MAX_PER_FLUSH {
             seen.note(&event, &format!("made-up-{i}"));
@@ -239,5 +255,32 @@ mod tests {
         // Nobody is known now (the flood made no one known, and the
         // visitor left), so the event itself is forgotten.
         assert!(!seen.events.lock().unwrap().contains_key(&event));
+    }
+
+    /// A known visitor not found again for [`KNOWN_FOR`] flushes (gone, or
+    /// its polls go through) makes room: it is forgotten, one found since
+    /// is kept.
+    #[tokio::test]
+    async fn a_known_visitor_not_found_again_is_forgotten_in_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = anteroom_store::embedded::EmbeddedStore::open(
+            dir.path(),
+            anteroom_store::embedded::EmbeddedOptions::default(),
+        )
+        .await
+        .unwrap();
+        let event = EventId::new("e").unwrap();
+        let seen = ThrottledSeen::default();
+        {
+            let mut events = seen.events.lock().unwrap();
+            let e = events.entry(event.clone()).or_default();
+            e.flushes = KNOWN_FOR - 1;
+            e.known.insert("stale".into(), 0);
+            e.known.insert("recent".into(), 1);
+        }
+        seen.flush(&store).await;
+        let events = seen.events.lock().unwrap();
+        let known = &events[&event].known;
+        assert!(!known.contains_key("stale") && known.contains_key("recent"));
     }
 }
