@@ -85,6 +85,15 @@ fn invalid_values_name_their_key() {
         &format!("{inv}server.shutdown_grace: must be at most 365d"),
     );
     check(
+        (
+            "[server]",
+            "[server]\nadmin_hosts = [\"ops.example\", \"ops.example:9090\"]",
+        ),
+        &format!(
+            "{inv}server.admin_hosts[1]: \"ops.example:9090\" is not a host name (a name such as \"admin.example.com\", without scheme or port, or \"*\" for any)"
+        ),
+    );
+    check(
         ("http://127.0.0.1:9000", "ftp://x"),
         &format!(
             "{inv}events[0].origin (event \"drop\"): \"ftp://x\" must be an http:// URL with a host"
