@@ -224,11 +224,17 @@ mod tests {
         assert_eq!(events[&event].in_sample, distinct, "the sample's index");
     }
 
-    /// A visitor the store knows is marked however many made-up ids come
-    /// with it; a made-up id is never known, and a known visitor who left
-    /// is forgotten.
-    #[tokio::test]
-    async fn a_visitor_the_store_knows_is_marked_through_any_flood() {
+    const REAL: &str = "0123456789abcdef0123456789abcdef";
+
+    /// A real embedded store in a new directory, with `member` waiting in
+    /// event `e`.
+    async fn store_with(
+        member: &str,
+    ) -> (
+        tempfile::TempDir,
+        anteroom_store::embedded::EmbeddedStore,
+        EventId,
+    ) {
         let dir = tempfile::tempdir().unwrap();
         let store = anteroom_store::embedded::EmbeddedStore::open(
             dir.path(),
@@ -244,8 +250,17 @@ mod tests {
             tiebreak: 0,
             behind: false,
         };
-        let real = "0123456789abcdef0123456789abcdef";
-        store.join(&event, real, &scoring).await.unwrap();
+        store.join(&event, member, &scoring).await.unwrap();
+        (dir, store, event)
+    }
+
+    /// A visitor the store knows is marked however many made-up ids come
+    /// with it; a made-up id is never known, and a known visitor who left
+    /// is forgotten.
+    #[tokio::test]
+    async fn a_visitor_the_store_knows_is_marked_through_any_flood() {
+        let (_dir, store, event) = store_with(REAL).await;
+        let real = REAL;
         let seen = ThrottledSeen::default();
         seen.note(&event, real);
         seen.note(&event, "made-up-0");
@@ -277,23 +292,8 @@ mod tests {
     /// is kept, and one refused and found at every flush stays known.
     #[tokio::test]
     async fn a_known_visitor_not_found_again_is_forgotten_in_time() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = anteroom_store::embedded::EmbeddedStore::open(
-            dir.path(),
-            anteroom_store::embedded::EmbeddedOptions::default(),
-        )
-        .await
-        .unwrap();
-        let event = EventId::new("e").unwrap();
-        let now = store.now_us(&event).await.unwrap();
-        let scoring = anteroom_core::score::JoinScoring {
-            opens_at_us: now - 1_000_000,
-            prewindow_score: -1,
-            tiebreak: 0,
-            behind: false,
-        };
-        let refused = "0123456789abcdef0123456789abcdef";
-        store.join(&event, refused, &scoring).await.unwrap();
+        let (_dir, store, event) = store_with(REAL).await;
+        let refused = REAL;
         let seen = ThrottledSeen::default();
         {
             let mut events = seen.events.lock().unwrap();
