@@ -252,19 +252,7 @@ async fn scenario(fault: Fault) {
 /// the holder queues again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pass_that_runs_out_during_an_outage_is_renewed_within_its_sessions_idle_time() {
-    let mut redis = RedisServer::start().expect("redis-server (apt-get install redis-server)");
-    let origin = process::origin().await;
-    let dir = Arc::new(tempfile::tempdir().unwrap());
-    let config = process::redis_node(&[redis.url()])
-        .gateway_nodes(1)
-        .event(
-            process::event(EVENT, &origin.url(), MAX_ACTIVE)
-                .line("pass_ttl = \"1s\"")
-                .line("session_idle_timeout = \"4s\""),
-        )
-        .toml();
-    let node = Node::start(&config, dir).await;
-    let mut holder = active_visitor(&node).await;
+    let (mut redis, _origin, node, mut holder) = a_holder_on_one_node("4s").await;
     let issued = Instant::now();
     redis.kill().unwrap();
     // The pass (1 s) has run out; the session's idle time (4 s) has not.
@@ -349,6 +337,33 @@ async fn two_sweeps(node: &Node) {
 }
 
 /// A visitor who entered, was admitted, redeemed and reached the origin.
+/// One node on a real Redis whose passes live 1 s and whose sessions idle
+/// out after `idle`, with an active visitor: the outage tests of a pass
+/// holder. The origin comes back too, to keep it running.
+async fn a_holder_on_one_node(
+    idle: &str,
+) -> (
+    RedisServer,
+    Arc<crate::support::origin::Origin>,
+    Node,
+    Visitor,
+) {
+    let redis = RedisServer::start().expect("redis-server (apt-get install redis-server)");
+    let origin = process::origin().await;
+    let dir = Arc::new(tempfile::tempdir().unwrap());
+    let config = process::redis_node(&[redis.url()])
+        .gateway_nodes(1)
+        .event(
+            process::event(EVENT, &origin.url(), MAX_ACTIVE)
+                .line("pass_ttl = \"1s\"")
+                .line(&format!("session_idle_timeout = \"{idle}\"")),
+        )
+        .toml();
+    let node = Node::start(&config, dir).await;
+    let holder = active_visitor(&node).await;
+    (redis, origin, node, holder)
+}
+
 async fn active_visitor(node: &Node) -> Visitor {
     let mut v = Visitor::default();
     v.enter(node, EVENT).await;
@@ -446,19 +461,7 @@ async fn an_outage_longer_than_the_idle_timeout_costs_no_waiter_the_place() {
 /// the ends the gate moved before the scheduler sweeps.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_holder_browsing_through_a_long_outage_keeps_the_session() {
-    let mut redis = RedisServer::start().expect("redis-server (apt-get install redis-server)");
-    let origin = process::origin().await;
-    let dir = Arc::new(tempfile::tempdir().unwrap());
-    let config = process::redis_node(&[redis.url()])
-        .gateway_nodes(1)
-        .event(
-            process::event(EVENT, &origin.url(), MAX_ACTIVE)
-                .line("pass_ttl = \"1s\"")
-                .line("session_idle_timeout = \"3s\""),
-        )
-        .toml();
-    let node = Node::start(&config, dir).await;
-    let mut holder = active_visitor(&node).await;
+    let (mut redis, _origin, node, mut holder) = a_holder_on_one_node("3s").await;
     redis_cli(redis.port(), &["SAVE"]);
     redis.kill().unwrap();
     wait_ready(&node, StatusCode::SERVICE_UNAVAILABLE, "the drain").await;
