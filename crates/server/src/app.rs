@@ -27,17 +27,19 @@ pub use crate::state::EventRuntime;
 /// Opens the configured queue store.
 pub async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn QueueStore>> {
     Ok(match &config.store {
-        config::StoreConfig::Embedded { path } => {
+        config::StoreConfig::Embedded { path, timeout } => {
             std::fs::create_dir_all(path)
                 .with_context(|| format!("store.path: cannot create {}", path.display()))?;
-            let store = EmbeddedStore::open(path, EmbeddedOptions::default())
-                .await
-                .with_context(|| {
-                    format!(
-                        "store.path: cannot open the embedded store in {}",
-                        path.display()
-                    )
-                })?;
+            let opts = EmbeddedOptions {
+                timeout: *timeout,
+                ..EmbeddedOptions::default()
+            };
+            let store = EmbeddedStore::open(path, opts).await.with_context(|| {
+                format!(
+                    "store.path: cannot open the embedded store in {}",
+                    path.display()
+                )
+            })?;
             Arc::new(store)
         }
         config::StoreConfig::Redis {

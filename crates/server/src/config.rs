@@ -204,6 +204,8 @@ pub enum LogFormat {
 pub enum StoreConfig {
     Embedded {
         path: PathBuf,
+        /// The longest a call waits for an event's disk (`store.timeout`).
+        timeout: Duration,
     },
     Redis {
         urls: Vec<String>,

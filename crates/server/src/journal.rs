@@ -17,7 +17,9 @@
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use anteroom_store::{EventId, Nonce};
 use rand::RngCore;
@@ -95,9 +97,12 @@ impl JournalDir {
     /// The journal file of one event (opened on first write).
     pub fn event(&self, id: &EventId) -> EventJournal {
         EventJournal {
-            dir: self.dir.clone(),
-            path: self.dir.join(format!("{}.journal", id.as_str())),
-            file: Mutex::new(None),
+            inner: Arc::new(Files {
+                dir: self.dir.clone(),
+                path: self.dir.join(format!("{}.journal", id.as_str())),
+                file: Mutex::new(None),
+                waiting: AtomicUsize::new(0),
+            }),
         }
     }
 }
@@ -116,22 +121,107 @@ fn write_durably(dir: &Path, path: &Path, bytes: &[u8]) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
+/// Journal writes the node lets wait on a disk that does not answer, per
+/// event, before it refuses more at once: each holds a thread of the
+/// blocking pool until the disk answers.
+const MAX_WAITING: usize = 64;
+
 /// One event's journal file.
 #[derive(Debug)]
 pub struct EventJournal {
+    inner: Arc<Files>,
+}
+
+#[derive(Debug)]
+struct Files {
     dir: PathBuf,
     path: PathBuf,
     file: Mutex<Option<File>>,
+    /// Writes handed to the blocking pool and not yet finished.
+    waiting: AtomicUsize,
+}
+
+/// Takes one of an event's journal writes off the count when it finishes,
+/// however it ends.
+struct Waiting(Arc<Files>);
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        self.0.waiting.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl EventJournal {
     pub fn path(&self) -> &Path {
-        &self.path
+        &self.inner.path
     }
 
     /// Appends `records` and waits until they are on disk (`fdatasync`).
     /// Only then may the admissions they describe be answered.
     pub fn append(&self, records: &[Record]) -> io::Result<()> {
+        self.inner.append(records)
+    }
+
+    /// As [`Self::append`], on the blocking pool, waited for at most
+    /// `limit`: the request or drain task that asks must not stop its
+    /// event loop on a disk that hangs (with the embedded store the journal
+    /// is on the store's disk, and a store whose disk hangs is what made the
+    /// node drain). A write that takes longer is answered as failed, though
+    /// it may still be made: its admissions then count against the node's
+    /// share after a restart without anybody holding them, which admits
+    /// fewer, never more.
+    pub async fn append_within(&self, records: Vec<Record>, limit: Duration) -> io::Result<()> {
+        self.blocking(limit, move |f| f.append(&records)).await
+    }
+
+    /// As [`Self::clear`], bounded as [`Self::append_within`] is.
+    pub async fn clear_within(&self, limit: Duration) -> io::Result<()> {
+        self.blocking(limit, Files::clear).await
+    }
+
+    async fn blocking(
+        &self,
+        limit: Duration,
+        work: impl FnOnce(&Files) -> io::Result<()> + Send + 'static,
+    ) -> io::Result<()> {
+        if self.inner.waiting.fetch_add(1, Ordering::AcqRel) >= MAX_WAITING {
+            self.inner.waiting.fetch_sub(1, Ordering::AcqRel);
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "earlier journal writes still wait for the disk",
+            ));
+        }
+        let waiting = Waiting(self.inner.clone());
+        let task = tokio::task::spawn_blocking(move || work(&waiting.0));
+        match tokio::time::timeout(limit, task).await {
+            Ok(Ok(done)) => done,
+            Ok(Err(e)) => Err(io::Error::other(e)),
+            Err(_) => Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!(
+                    "the disk did not finish the write within {} ms",
+                    limit.as_millis()
+                ),
+            )),
+        }
+    }
+
+    /// Reads every record. A last line cut short by a crash was never
+    /// acknowledged (its fsync did not return): it is cut off the file so
+    /// that later appends start on a clean line. A damaged complete line is
+    /// an error, never skipped.
+    pub fn replay(&self) -> Result<Vec<Record>, String> {
+        self.inner.replay()
+    }
+
+    /// Empties the journal once the store has recorded every admission in it.
+    pub fn clear(&self) -> io::Result<()> {
+        self.inner.clear()
+    }
+}
+
+impl Files {
+    fn append(&self, records: &[Record]) -> io::Result<()> {
         let mut text = Vec::new();
         for r in records {
             serde_json::to_writer(&mut text, r).map_err(io::Error::other)?;
@@ -154,11 +244,7 @@ impl EventJournal {
         f.sync_data()
     }
 
-    /// Reads every record. A last line cut short by a crash was never
-    /// acknowledged (its fsync did not return): it is cut off the file so
-    /// that later appends start on a clean line. A damaged complete line is
-    /// an error, never skipped.
-    pub fn replay(&self) -> Result<Vec<Record>, String> {
+    fn replay(&self) -> Result<Vec<Record>, String> {
         let mut f = match OpenOptions::new().read(true).write(true).open(&self.path) {
             Ok(f) => f,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -184,8 +270,7 @@ impl EventJournal {
             .collect()
     }
 
-    /// Empties the journal once the store has recorded every admission in it.
-    pub fn clear(&self) -> io::Result<()> {
+    fn clear(&self) -> io::Result<()> {
         let mut file = lock(&self.file);
         *file = None;
         match OpenOptions::new().write(true).open(&self.path) {

@@ -180,16 +180,21 @@ impl<'r> Queue<'r> {
         session_end_us: i64,
         now_ms: i64,
     ) -> Result<i64, ApiError> {
-        let local = self.drain().redeem_local(
-            member,
-            nonce,
-            session_end_us.div_euclid(1000),
-            now_ms.saturating_mul(1000),
-        );
+        let local = self
+            .drain()
+            .redeem_local(
+                member,
+                nonce,
+                session_end_us.div_euclid(1000),
+                now_ms.saturating_mul(1000),
+                self.state.server.drain.store_timeout,
+            )
+            .await;
         let outcome = match local {
             Some(Ok(outcome)) => outcome,
             Some(Err(failed)) => {
                 tracing::error!(event = %self.rt.id(), error = %failed.error, path = %failed.path.display(), "drain journal write failed; redeem refused");
+                crate::state::drain::journal_failed(self.rt.id());
                 return Err(draining_error());
             }
             None => {

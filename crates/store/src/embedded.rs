@@ -25,6 +25,7 @@ mod handoff;
 mod huge;
 mod index;
 mod load;
+mod stall;
 mod state;
 mod table;
 mod upgrade;
@@ -37,6 +38,7 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use anteroom_core::phase::AdminState;
 use anteroom_core::score::JoinScoring;
@@ -61,6 +63,10 @@ pub struct EmbeddedOptions {
     pub clock: Arc<dyn Fn() -> i64 + Send + Sync>,
     /// Most commands one group commit takes.
     pub max_batch: usize,
+    /// The longest a call waits for its event's disk (`store.timeout`): a
+    /// write the disk has held longer makes the event unavailable (see
+    /// [`stall`]) until the disk finishes it.
+    pub timeout: Duration,
     /// redb page cache per event file, in bytes. Reads are served from memory,
     /// so a small cache only slows start-up scans down a little.
     pub cache_bytes: usize,
@@ -74,6 +80,7 @@ impl Default for EmbeddedOptions {
         Self {
             clock: Arc::new(system_clock_us),
             max_batch: 4096,
+            timeout: Duration::from_secs(1),
             // The cache mostly holds the B-tree paths that commits touch; the
             // start-up scan reads each page once, so a bigger cache would only
             // add resident memory.
@@ -88,6 +95,7 @@ impl fmt::Debug for EmbeddedOptions {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("EmbeddedOptions")
             .field("max_batch", &self.max_batch)
+            .field("timeout", &self.timeout)
             .field("cache_bytes", &self.cache_bytes)
             .finish_non_exhaustive()
     }
@@ -133,6 +141,8 @@ struct EventHandle {
     to_disk: Pusher,
     tx: Mutex<Option<Sender<Op>>>,
     thread: Mutex<Option<JoinHandle<()>>>,
+    /// The write the event's committer has under way (see [`stall`]).
+    stall: Arc<stall::Stall>,
 }
 
 struct Inner {
@@ -361,6 +371,7 @@ impl EmbeddedStore {
         let max_batch = self.inner.opts.max_batch.max(1);
         let (to_disk, from_actor) = handoff::handoff(max_batch);
         let pusher = to_disk.pusher();
+        let stall = Arc::new(stall::Stall::default());
         let actor = Actor {
             db,
             wal,
@@ -371,6 +382,7 @@ impl EmbeddedStore {
             state: state.clone(),
             clock: self.inner.opts.clock.clone(),
             max_batch,
+            stall: stall.clone(),
         };
         let thread = std::thread::Builder::new()
             .name(format!("event-{id}"))
@@ -381,6 +393,7 @@ impl EmbeddedStore {
             to_disk: pusher,
             tx: Mutex::new(Some(tx)),
             thread: Mutex::new(Some(thread)),
+            stall,
         }))
     }
 
@@ -428,20 +441,33 @@ impl EmbeddedStore {
 
     /// Sends the event's actor the operation `op` builds around its reply
     /// sender, and awaits the answer (after the commit).
+    ///
+    /// Bounded by the store's timeout, as a Redis call is: while the
+    /// event's disk holds a write past it, the call is refused at once, and
+    /// a call that waits that long is answered unavailable. Its change may
+    /// still be made once the disk finishes (as a timed-out Redis call's
+    /// may), so every caller treats such an answer as "not known".
     async fn call<T>(&self, id: &EventId, op: impl FnOnce(ReplyTo<T>) -> Op) -> Result<T> {
         let (tx, rx) = oneshot::channel();
         let op = op(ReplyTo::here(tx));
-        self.with_event(id, |h| {
+        let limit = self.inner.opts.timeout;
+        let stall = self.with_event(id, |h| {
+            if let Some(refused) = h.stall.refusal(id, limit) {
+                return Err(refused);
+            }
             let Err(op) = actor::apply_inline(&h.state, &self.inner.opts.clock, &h.to_disk, op)
             else {
-                return Ok(());
+                return Ok(h.stall.clone());
             };
             match locked(&h.tx).as_ref().map(|s| s.send(op).is_ok()) {
-                Some(true) => Ok(()),
+                Some(true) => Ok(h.stall.clone()),
                 _ => Err(actor_stopped(id)),
             }
         })?;
-        rx.await.map_err(|_| actor_stopped(id))?
+        match tokio::time::timeout(limit, rx).await {
+            Ok(answer) => answer.map_err(|_| actor_stopped(id))?,
+            Err(_) => Err(stall::hung(id, stall.held_for().unwrap_or(limit))),
+        }
     }
 
     /// The node's clock (µs), which the event's canonical clock follows.
@@ -840,7 +866,15 @@ impl QueueStore for EmbeddedStore {
     }
 
     async fn ping(&self, event: &EventId) -> Result<()> {
-        self.read(event, |_, _| ())
+        self.read(event, |_, _| ())?;
+        // Memory answers even while the disk hangs: the ping also asks
+        // whether the disk has finished its writes in time.
+        self.with_event(event, |h| {
+            match h.stall.refusal(event, self.inner.opts.timeout) {
+                Some(refused) => Err(refused),
+                None => Ok(()),
+            }
+        })
     }
 
     async fn delete_event(&self, event: &EventId) -> Result<()> {

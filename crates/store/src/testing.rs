@@ -5,14 +5,17 @@
 //! sim's, behind the `conformance` feature.
 //!
 //! A missing `redis-server` / `redis-cli` is an error naming the package to
-//! install, so a test never passes silently without Redis.
+//! install, so a test never passes silently without Redis. The same holds
+//! for [`HungDisk`], a directory whose disk hangs on command (`bindfs`).
 
 mod cluster;
 mod distant;
+mod hung_disk;
 mod server;
 
 pub use self::cluster::RedisCluster;
 pub use self::distant::{DistantProxy, serve as serve_distant};
+pub use self::hung_disk::{Frozen, HungDisk};
 pub use self::server::RedisServer;
 
 /// Waits (10 s at most) until `n` connections to the Redis at `url`

@@ -37,9 +37,19 @@ fn the_base_document_is_valid_with_defaults() {
     assert_eq!(
         c.store,
         StoreConfig::Embedded {
-            path: "./anteroom-data".into()
+            path: "./anteroom-data".into(),
+            timeout: Duration::from_secs(1),
         }
     );
+    assert_eq!(c.server.drain.store_timeout, Duration::from_secs(1));
+    // The embedded store takes the store's timeout too: it bounds a call
+    // waiting on a hung disk, and the drain probe with it.
+    let hung = BASE.replacen("[server]", "[store]\ntimeout = \"250ms\"\n\n[server]", 1);
+    let c2 = Config::from_toml(&hung).unwrap();
+    assert!(
+        matches!(c2.store, StoreConfig::Embedded { timeout, .. } if timeout == Duration::from_millis(250))
+    );
+    assert_eq!(c2.server.drain.store_timeout, Duration::from_millis(250));
     let e = &c.events[0];
     assert_eq!(e.max_active, 500);
     assert_eq!(e.pass_ttl, Duration::from_secs(60));
@@ -241,6 +251,10 @@ fn invalid_values_name_their_key() {
             "[bots.captcha]\nverify_url = \"http://127.0.0.1:9/v\"\nsecret = \"s\"\ntimeout = \"0s\"\n\n[server]",
         ),
         &format!("{inv}bots.captcha.timeout: must be at least 1ms"),
+    );
+    check(
+        ("[server]", "[store]\ntimeout = \"0s\"\n\n[server]"),
+        &format!("{inv}store.timeout: must be > 0"),
     );
     check(
         ("[server]", "[server]\nlisten = \"localhost\""),

@@ -19,15 +19,17 @@ pub(super) fn config(raw: &RawConfig) -> Result<Config> {
     let mut server = server(raw)?;
     let store = store(raw)?;
     // The drain probe is bounded by the store's own timeout (so a dead store drains instead of hanging requests).
-    if let StoreConfig::Redis { timeout, .. } = &store {
-        server.drain.store_timeout = *timeout;
+    match &store {
+        StoreConfig::Redis { timeout, .. } | StoreConfig::Embedded { timeout, .. } => {
+            server.drain.store_timeout = *timeout;
+        }
     }
     server.drain_journal = drain_journal(raw.server.drain_journal.as_deref(), &store)?;
     let secrets = secrets(raw)?;
     let limits = limits(raw)?;
     server.trusted_proxies = trusted_proxies(raw)?;
     let data_dir = match &store {
-        StoreConfig::Embedded { path } => Some(path.as_path()),
+        StoreConfig::Embedded { path, .. } => Some(path.as_path()),
         StoreConfig::Redis { .. } => None,
     };
     server.tls = raw
@@ -508,7 +510,7 @@ fn drain_journal(raw: Option<&str>, store: &StoreConfig) -> Result<PathBuf> {
         )),
         Some(p) => Ok(PathBuf::from(p)),
         None => Ok(match store {
-            StoreConfig::Embedded { path } => path.join("drain-journal"),
+            StoreConfig::Embedded { path, .. } => path.join("drain-journal"),
             StoreConfig::Redis { .. } => PathBuf::from("./anteroom-drain"),
         }),
     }
@@ -519,6 +521,7 @@ fn store(raw: &RawConfig) -> Result<StoreConfig> {
     match s.kind.as_deref().unwrap_or("embedded") {
         "embedded" => Ok(StoreConfig::Embedded {
             path: PathBuf::from(s.path.as_deref().unwrap_or("./anteroom-data")),
+            timeout: positive("store.timeout", s.timeout.as_deref(), "1s")?,
         }),
         "redis" => {
             let urls = s.urls.clone().unwrap_or_default();

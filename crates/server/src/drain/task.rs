@@ -90,11 +90,11 @@ async fn watch(state: Arc<AppState>, id: EventId, mut seen: Option<Arc<crate::st
                     _ => "store silent for server.drain_after",
                 };
                 super::enter_drain(&state, &rt, why, kind);
-                admit_locally(&state, &rt);
+                admit_locally(&state, &rt).await;
             }
             // Still failing while already draining: keep admitting the front.
             Verdict::Hold if probe.0 != Probe::Answered && drain.is_draining() => {
-                admit_locally(&state, &rt);
+                admit_locally(&state, &rt).await;
             }
             _ => {}
         }
@@ -169,7 +169,7 @@ async fn record(state: &AppState, rt: &EventRuntime) -> Option<Vec<(String, i64)
         // admissions are over with it, and a restart must not replay them
         // into the next event of its id.
         if let Some(j) = super::journal(state, rt)
-            && let Err(e) = j.clear()
+            && let Err(e) = j.clear_within(state.server.drain.store_timeout).await
         {
             tracing::warn!(event = %rt.id(), error = %e, path = %j.path().display(), "drain journal of a deleted event not emptied");
         }
@@ -204,7 +204,7 @@ async fn record(state: &AppState, rt: &EventRuntime) -> Option<Vec<(String, i64)
     // counted until their planned end (fewer admitted, never more).
     if !pending.is_empty()
         && let Some(j) = super::journal(state, rt)
-        && let Err(e) = j.clear()
+        && let Err(e) = j.clear_within(state.server.drain.store_timeout).await
     {
         tracing::warn!(event = %rt.id(), error = %e, path = %j.path().display(), "drain journal not emptied");
     }
@@ -396,16 +396,66 @@ impl Lives {
 /// Admits remembered visitors, front first, within this node's share of the
 /// capacity left at drain entry; never while the event was last seen paused
 /// or closed (or before it opens).
-fn admit_locally(state: &AppState, rt: &EventRuntime) {
+async fn admit_locally(state: &AppState, rt: &EventRuntime) {
     if state.phase_of(rt) != Phase::Open {
         return;
     }
     let drain = of(rt);
+    let Some(admitted) = front_to_admit(state, rt) else {
+        return;
+    };
+    // The journal's write waits for the disk with the drain's lock
+    // released: only this task admits for the event, so nothing else takes
+    // the room meanwhile, and those taken from the front are in no list
+    // until then.
+    let journal = super::journal(state, rt);
+    // On disk before anybody is told: a crash must not forget them.
+    if let Some(j) = journal {
+        let records: Vec<journal::Record> = admitted
+            .iter()
+            .map(|(nonce, l)| journal::Record::Admitted {
+                member: l.member.clone(),
+                nonce: *nonce,
+                token_expires_at_ms: l.token_expires_at_ms,
+            })
+            .collect();
+        if let Err(e) = j
+            .append_within(records, state.server.drain.store_timeout)
+            .await
+        {
+            tracing::error!(event = %rt.id(), error = %e, path = %j.path().display(),
+                "drain journal write failed; admitting nobody");
+            crate::state::drain::journal_failed(rt.id());
+            // Back to the front, in the same order, for the next try.
+            for (i, (_, l)) in admitted.iter().enumerate() {
+                drain.ranks.note(&l.member, i as u64);
+            }
+            return;
+        }
+    }
+    let n = admitted.len() as u64;
+    let mut inner = lock(&drain.inner);
+    for (nonce, local) in admitted {
+        inner.by_member.insert(local.member.clone(), nonce);
+        inner.local.insert(nonce, local);
+    }
+    if n > 0 {
+        drain
+            .any_local
+            .store(true, std::sync::atomic::Ordering::Release);
+    }
+    metrics::counter!("anteroom_drain_admissions_total", "event" => rt.id().to_string())
+        .increment(n);
+}
+
+/// Takes the visitors this node may admit now off the front of its ranks,
+/// each with a fresh nonce: `None` when there is no room or nobody.
+fn front_to_admit(state: &AppState, rt: &EventRuntime) -> Option<Vec<(Nonce, LocalAdmission)>> {
+    let drain = of(rt);
     let nodes = state.server.drain.gateway_nodes.max(1);
     let now = state.now_ms();
     let token_ttl = i64::try_from(rt.config.token_ttl.as_millis()).unwrap_or(i64::MAX);
-    let journal = super::journal(state, rt);
-    let mut inner = lock(&drain.inner);
+    let inner = lock(&drain.inner);
     // Several nodes: what the store holds for this node (the others admit
     // around it). One node: the capacity left at entry, nobody else admits.
     // The share and when the figures it comes from were read.
@@ -420,7 +470,7 @@ fn admit_locally(state: &AppState, rt: &EventRuntime) {
     let taken = taken_from_share(&inner, as_of_ms);
     let room = usize::try_from(share.saturating_sub(taken)).unwrap_or(0);
     if room == 0 {
-        return;
+        return None;
     }
     // Not heard of for a queue idle timeout before the drain began (the
     // store could note nobody since): swept by the store, or moved on
@@ -434,9 +484,9 @@ fn admit_locally(state: &AppState, rt: &EventRuntime) {
         .filter(|m| !inner.by_member.contains_key(m))
         .collect();
     if front.is_empty() {
-        return;
+        return None;
     }
-    let admitted: Vec<(Nonce, LocalAdmission)> = front
+    let admitted = front
         .into_iter()
         .map(|member| {
             let mut nonce = [0u8; 16];
@@ -452,38 +502,7 @@ fn admit_locally(state: &AppState, rt: &EventRuntime) {
             (nonce, local)
         })
         .collect();
-    // On disk before anybody is told: a crash must not forget them.
-    if let Some(j) = journal {
-        let records: Vec<journal::Record> = admitted
-            .iter()
-            .map(|(nonce, l)| journal::Record::Admitted {
-                member: l.member.clone(),
-                nonce: *nonce,
-                token_expires_at_ms: l.token_expires_at_ms,
-            })
-            .collect();
-        if let Err(e) = j.append(&records) {
-            tracing::error!(event = %rt.id(), error = %e, path = %j.path().display(),
-                "drain journal write failed; admitting nobody");
-            // Back to the front, in the same order, for the next try.
-            for (i, (_, l)) in admitted.iter().enumerate() {
-                drain.ranks.note(&l.member, i as u64);
-            }
-            return;
-        }
-    }
-    let n = admitted.len() as u64;
-    for (nonce, local) in admitted {
-        inner.by_member.insert(local.member.clone(), nonce);
-        inner.local.insert(nonce, local);
-    }
-    if n > 0 {
-        drain
-            .any_local
-            .store(true, std::sync::atomic::Ordering::Release);
-    }
-    metrics::counter!("anteroom_drain_admissions_total", "event" => rt.id().to_string())
-        .increment(n);
+    Some(admitted)
 }
 
 #[cfg(test)]
@@ -505,7 +524,7 @@ mod tests {
                 queue_length: 1,
             },
         );
-        admit_locally(&state, &rt);
+        admit_locally(&state, &rt).await;
         (state, rt)
     }
 
@@ -521,7 +540,14 @@ mod tests {
         let nonce = *lock(&drain.inner).by_member.get("visitor").unwrap();
         let now = state.now_ms();
         drain
-            .redeem_local("visitor", &nonce, now + 60_000, now * 1000)
+            .redeem_local(
+                "visitor",
+                &nonce,
+                now + 60_000,
+                now * 1000,
+                state.server.drain.store_timeout,
+            )
+            .await
             .unwrap()
             .unwrap();
         let recorded = record(&state, &rt).await.unwrap();
@@ -575,14 +601,14 @@ mod tests {
         let figures_at = state.now_ms() - 1;
         drain.enter(state.now_ms(), 0, figures_at);
         note(["a", "b"]);
-        admit_locally(&state, &rt);
+        admit_locally(&state, &rt).await;
         assert_eq!(lock(&drain.inner).local.len(), 2, "the share: max_active 2");
         let recorded = record(&state, &rt).await.unwrap();
         close(&state, &rt, &recorded).await;
         // Out again, the last figures still those from before.
         drain.enter(state.now_ms(), 0, figures_at);
         note(["c", "d"]);
-        admit_locally(&state, &rt);
+        admit_locally(&state, &rt).await;
         let inner = lock(&drain.inner);
         assert!(
             !inner.by_member.contains_key("c") && !inner.by_member.contains_key("d"),
@@ -610,7 +636,7 @@ mod tests {
         drain.enter(start, 0, start);
         drain.ranks.note_at("gone", 0, start - idle - 1);
         drain.ranks.note_at("here", 1, start - idle);
-        admit_locally(&state, &rt);
+        admit_locally(&state, &rt).await;
         let inner = lock(&drain.inner);
         assert!(inner.by_member.contains_key("here"));
         assert!(

@@ -272,42 +272,66 @@ impl DrainState {
     /// Redeems a token this node signed while draining. `None` when the nonce
     /// is not a drain admission of this node (the store decides then). The
     /// redemption is journaled before it is answered, so a replay stays
-    /// refused after a crash; `Err` when the journal cannot be written (the
-    /// redeem is refused then).
-    pub fn redeem_local(
+    /// refused after a crash; `Err` when the journal cannot be written
+    /// within `limit` (the redeem is refused then, and the token may be
+    /// redeemed again). The token is taken before the write, so that a
+    /// second redeem of it meanwhile is refused as used.
+    pub async fn redeem_local(
         &self,
         member: &str,
         nonce: &Nonce,
         session_end_ms: i64,
         now_us: i64,
+        limit: std::time::Duration,
     ) -> Option<Result<RedeemOutcome, JournalFailed>> {
-        let mut inner = lock(&self.inner);
-        let local = inner.local.get_mut(nonce)?;
-        if local.member != member {
-            return Some(Ok(RedeemOutcome::NotAdmitted));
-        }
-        if local.redeemed_until_ms.is_some() {
-            return Some(Ok(RedeemOutcome::AlreadyUsed));
-        }
-        // Once the store recorded the admission the session is known there.
-        if !local.reconciled
-            && let Some(j) = self.journal.get()
-        {
+        let journal = {
+            let mut inner = lock(&self.inner);
+            let local = inner.local.get_mut(nonce)?;
+            if local.member != member {
+                return Some(Ok(RedeemOutcome::NotAdmitted));
+            }
+            if local.redeemed_until_ms.is_some() {
+                return Some(Ok(RedeemOutcome::AlreadyUsed));
+            }
+            local.redeemed_until_ms = Some(session_end_ms);
+            local.session_start_ms = Some(now_us.div_euclid(1000));
+            // Once the store recorded the admission the session is known there.
+            if local.reconciled {
+                None
+            } else {
+                self.journal.get()
+            }
+        };
+        if let Some(j) = journal {
             let record = Record::Redeemed {
                 nonce: *nonce,
                 until_ms: session_end_ms,
             };
-            if let Err(error) = j.append(&[record]) {
+            if let Err(error) = j.append_within(vec![record], limit).await {
+                let mut inner = lock(&self.inner);
+                if let Some(local) = inner.local.get_mut(nonce)
+                    && local.redeemed_until_ms == Some(session_end_ms)
+                {
+                    local.redeemed_until_ms = None;
+                    local.session_start_ms = None;
+                }
                 return Some(Err(JournalFailed {
                     error,
                     path: j.path().to_owned(),
                 }));
             }
         }
-        local.redeemed_until_ms = Some(session_end_ms);
-        local.session_start_ms = Some(now_us.div_euclid(1000));
         Some(Ok(RedeemOutcome::Redeemed { at_us: now_us }))
     }
+}
+
+/// Counts a write of the event's drain journal that failed or did not
+/// finish within the store's timeout (`anteroom_drain_journal_failures_total`):
+/// while it fails, the node admits nobody on its own and refuses the
+/// redeems of its own admissions.
+pub fn journal_failed(event: &anteroom_store::EventId) {
+    metrics::counter!("anteroom_drain_journal_failures_total", "event" => event.to_string())
+        .increment(1);
 }
 
 /// The drain journal refused a write: the answer that needed it is refused.
@@ -350,6 +374,8 @@ impl ShareState {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+    use futures::FutureExt as _;
+    use std::time::Duration;
 
     const IDLE: i64 = 300_000;
 
@@ -415,7 +441,12 @@ mod tests {
             inner.by_member.insert(member.to_owned(), [7; 16]);
         }
         drain.any_local.store(true, Ordering::Release);
-        let redeemed = drain.redeem_local(member, &[7; 16], until_ms, 0).unwrap();
+        // No journal: the redeem never waits.
+        let redeemed = drain
+            .redeem_local(member, &[7; 16], until_ms, 0, Duration::from_secs(1))
+            .now_or_never()
+            .unwrap()
+            .unwrap();
         assert!(matches!(redeemed, Ok(RedeemOutcome::Redeemed { .. })));
         drain
     }
@@ -445,7 +476,10 @@ mod tests {
         assert_eq!(inner.local[&[7; 16]].session_start_ms, None);
         drop(inner);
         assert!(matches!(
-            drain.redeem_local("m", &[7; 16], 10_000, 0),
+            drain
+                .redeem_local("m", &[7; 16], 10_000, 0, Duration::from_secs(1))
+                .now_or_never()
+                .unwrap(),
             Some(Ok(RedeemOutcome::AlreadyUsed))
         ));
         // Another member's release ends nothing of it.

@@ -36,14 +36,14 @@ async fn start(redis: &RedisServer, origin: &Origin) -> Node {
 
 /// What `/readyz` says of the node's one event.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Readyz {
+pub(crate) enum Readyz {
     Ready,
     /// `503`: the event drains.
     Draining,
 }
 
 /// What `/readyz` says now (`None`: no answer).
-async fn readyz(node: &Node) -> Option<Readyz> {
+pub(crate) async fn readyz(node: &Node) -> Option<Readyz> {
     let (status, _, _) = process::send(Method::GET, &node.admin_url("/readyz"), &[], None)
         .await
         .ok()?;
@@ -55,7 +55,7 @@ async fn readyz(node: &Node) -> Option<Readyz> {
 }
 
 /// Polls `/readyz` back to back until it says `want`; the time since `from`.
-async fn until_readyz(node: &Node, want: Readyz, from: Instant) -> Duration {
+pub(crate) async fn until_readyz(node: &Node, want: Readyz, from: Instant) -> Duration {
     let deadline = Instant::now() + Duration::from_secs(5);
     while readyz(node).await != Some(want) {
         assert!(Instant::now() < deadline, "/readyz never said {want:?}");

@@ -30,6 +30,7 @@ mod browser_tls;
 mod conn_flood;
 mod distant_store;
 mod door;
+mod drain_hung_disk;
 mod drain_share;
 mod drain_slow_store;
 mod durability_restart;

@@ -389,6 +389,7 @@ pub(crate) struct Actor {
     pub(crate) state: Arc<Mutex<EventState>>,
     pub(crate) clock: Clock,
     pub(crate) max_batch: usize,
+    pub(crate) stall: Arc<super::stall::Stall>,
 }
 
 /// One applied batch on its way to disk.
@@ -426,6 +427,7 @@ impl Actor {
             self.files,
             self.state.clone(),
             self.clock.clone(),
+            self.stall.clone(),
         );
         let thread = std::thread::Builder::new()
             .name("event-commit".into())

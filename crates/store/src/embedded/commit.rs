@@ -85,6 +85,9 @@ pub(crate) struct Committer {
     /// every tenth of a second under load (docs/benchmarks.md).
     spare: Writes,
     last_checkpoint: Instant,
+    /// Stamped while a write to the log or a reopen is under way, for the
+    /// callers to see a disk that hangs (see [`super::stall`]).
+    stall: Arc<super::stall::Stall>,
 }
 
 impl Committer {
@@ -95,6 +98,7 @@ impl Committer {
         files: FileOpts,
         state: Arc<Mutex<EventState>>,
         clock: super::actor::Clock,
+        stall: Arc<super::stall::Stall>,
     ) -> Self {
         Self {
             db: Some((Arc::new(db), wal)),
@@ -108,6 +112,7 @@ impl Committer {
             pending_counters: None,
             spare: Writes::default(),
             last_checkpoint: Instant::now(),
+            stall,
         }
     }
 
@@ -238,6 +243,7 @@ impl Committer {
             return Ok(());
         }
         if !b.writes.is_empty() {
+            self.stall.begin();
             let done = match &mut self.db {
                 Some((_, wal)) => wal
                     .append(&b.writes, b.counters)
@@ -247,6 +253,7 @@ impl Committer {
                     "event file not open",
                 )),
             };
+            self.stall.end();
             if let Err(e) = done {
                 let why = Unavailable::new(
                     UnavailableKind::Disk,
@@ -301,7 +308,10 @@ impl Committer {
                 }
             }
             self.backoff = (self.backoff * 2).min(RETRY_MAX);
-            match self.reopen(upto) {
+            self.stall.begin();
+            let reopened = self.reopen(upto);
+            self.stall.end();
+            match reopened {
                 Ok((db, fresh)) => {
                     let mut st = lock(&self.state);
                     let (admin, generation) = (st.admin, st.generation);

@@ -1,0 +1,225 @@
+//! The real `anteroom` binary on an embedded store whose disk hangs for
+//! real (a FUSE mount whose daemon is stopped: writes and syncs wait in the
+//! kernel, no error comes). The event drains as it would on a silent
+//! Redis: a join that met the hang is answered `503 draining` after the
+//! store's timeout, the event drains `server.drain_after` later, new
+//! arrivals are turned away at once, a pass holder keeps reaching the
+//! origin and a waiting visitor is answered. The drain journal sits on
+//! the same hung disk (the embedded store's default), so no visitor is
+//! admitted on the node's own, and its writes never hold an event loop.
+//! Once the disk answers the drain ends and every acknowledged join is
+//! still in the queue.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anteroom_store::testing::HungDisk;
+use http::StatusCode;
+
+use crate::drain_slow_store::{Readyz, until_readyz};
+use crate::support::config::{ConfigBuilder, HOURLY};
+use crate::support::process::{self, Node};
+use crate::support::visitor::Visitor;
+
+const EVENT: &str = "tickets";
+const STORE_TIMEOUT: Duration = Duration::from_millis(300);
+const DRAIN_AFTER: Duration = Duration::from_secs(1);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_disk_drains_the_event_and_the_node_keeps_serving() {
+    let disk = HungDisk::mount().expect("a FUSE mount (apt-get install bindfs fuse3; run as root)");
+    let origin = process::origin().await;
+    let config = ConfigBuilder::new()
+        .embedded(&disk.path().join("data"))
+        .process()
+        .no_limits()
+        .store_timeout("300ms")
+        .server_line("drain_after = \"1s\"")
+        .event(process::event(EVENT, &origin.url(), 4).admission(HOURLY))
+        .toml();
+    let mut node = Node::start(&config, Arc::new(tempfile::tempdir().unwrap())).await;
+
+    let mut holder = Visitor::default();
+    holder.enter(&node, EVENT).await;
+    holder
+        .until_active(&node, EVENT, Duration::from_secs(10), &mut Vec::new())
+        .await;
+    let mut acked = Vec::new();
+    for _ in 0..5 {
+        let mut v = Visitor::default();
+        assert_eq!(v.enter(&node, EVENT).await.0, StatusCode::OK);
+        acked.push(v);
+    }
+    // Polled once, so the node knows their ranks and its drain would
+    // admit them, were its journal's disk answering.
+    for v in &mut acked {
+        assert_eq!(v.position(&node, EVENT).await["status"], "WAITING");
+    }
+
+    let frozen = disk.freeze().unwrap();
+    let frozen_at = Instant::now();
+    // A join that meets the hang is answered after the store's timeout.
+    let (status, _, body) = Visitor::default().enter(&node, EVENT).await;
+    let first = frozen_at.elapsed();
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert_eq!(body["error"], "draining");
+    assert!(
+        first < STORE_TIMEOUT + Duration::from_millis(700),
+        "a join waited {first:?} on the hung disk"
+    );
+    let entry = until_readyz(&node, Readyz::Draining, frozen_at).await;
+    assert!(
+        entry < STORE_TIMEOUT + DRAIN_AFTER + Duration::from_secs(1),
+        "drain entry took {entry:?}"
+    );
+    // Past a timed-out write of the drain journal (on the same disk), the
+    // node still answers everyone at once: nothing holds an event loop.
+    let checks_from = Instant::now();
+    let mut slowest = Duration::ZERO;
+    let mut rounds = 0;
+    while checks_from.elapsed() < STORE_TIMEOUT * 3 || rounds < 3 {
+        rounds += 1;
+        let t = Instant::now();
+        let (status, headers, body) = Visitor::default().enter(&node, EVENT).await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+        assert_eq!(body["error"], "draining");
+        assert!(headers.contains_key("retry-after"));
+        assert_eq!(holder.fetch(&node, "/tickets/x").await, StatusCode::OK);
+        let p = acked[0].position(&node, EVENT).await;
+        assert_eq!(p["status"], "DRAINING", "{p}");
+        slowest = slowest.max(t.elapsed());
+    }
+    assert!(
+        slowest < Duration::from_millis(500),
+        "a round of answers took {slowest:?} while the disk hung"
+    );
+    assert_eq!(node.draining_gauge(EVENT).await, Some(1.0));
+    // The drain tried to admit the front, and its journal's write on the
+    // hung disk timed out: nobody was admitted.
+    assert!(
+        node.metric("anteroom_drain_journal_failures_total", EVENT)
+            .await
+            .is_some_and(|n| n >= 1.0),
+        "the drain never tried to admit"
+    );
+    assert_eq!(
+        node.metric("anteroom_drain_admissions_total", EVENT).await,
+        None,
+        "admitted with the journal's disk hung"
+    );
+
+    let thawed_at = Instant::now();
+    frozen.thaw();
+    let exit = until_readyz(&node, Readyz::Ready, thawed_at).await;
+    assert!(exit < Duration::from_secs(3), "drain exit took {exit:?}");
+    for v in &mut acked {
+        let p = v.position(&node, EVENT).await;
+        assert!(
+            p["status"] == "WAITING" || p["status"] == "ADMITTED",
+            "an acknowledged join is {p}"
+        );
+    }
+    assert_eq!(
+        Visitor::default().enter(&node, EVENT).await.0,
+        StatusCode::OK
+    );
+    println!(
+        "hung disk: first join answered after {first:?}, drain entry {entry:?}, \
+         {rounds} rounds of answers while drained (slowest {slowest:?}), exit {exit:?}"
+    );
+    node.kill9();
+}
+
+/// A node on Redis whose drain journal's disk hangs after it admitted a
+/// visitor on its own: the visitor's redeem needs a journal write, which is
+/// refused with `503 draining` after the store's timeout while the node
+/// answers everyone else at once (the write waits off the event loops,
+/// with no lock held); once the disk answers, the same token redeems.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_journal_refuses_a_drain_redeem_in_time_and_holds_up_nobody_else() {
+    let redis = anteroom_store::testing::RedisServer::start()
+        .expect("redis-server (apt-get install redis-server)");
+    let disk = HungDisk::mount().expect("a FUSE mount (apt-get install bindfs fuse3; run as root)");
+    let origin = process::origin().await;
+    let config = ConfigBuilder::new()
+        .redis(&[redis.url()])
+        .process()
+        .no_limits()
+        .store_timeout("300ms")
+        .gateway_nodes(1)
+        .server_line(&format!(
+            "drain_journal = \"{}\"",
+            disk.path().join("journal").display()
+        ))
+        .event(process::event(EVENT, &origin.url(), 4).admission(HOURLY))
+        .toml();
+    let node = Arc::new(Node::start(&config, Arc::new(tempfile::tempdir().unwrap())).await);
+    let mut holder = Visitor::default();
+    holder.enter(&node, EVENT).await;
+    holder
+        .until_active(&node, EVENT, Duration::from_secs(10), &mut Vec::new())
+        .await;
+    let mut waiter = Visitor::default();
+    assert_eq!(waiter.enter(&node, EVENT).await.0, StatusCode::OK);
+    assert_eq!(waiter.position(&node, EVENT).await["status"], "WAITING");
+
+    // Redis gone: the node drains and admits the waiter on its own (the
+    // journal's disk still answers).
+    let mut redis = redis;
+    redis.kill().unwrap();
+    until_readyz(&node, Readyz::Draining, Instant::now()).await;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let token = loop {
+        let p = waiter.position(&node, EVENT).await;
+        if p["status"] == "ADMITTED" {
+            break p["token"].as_str().unwrap().to_owned();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never admitted while draining: {p}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+
+    let frozen = disk.freeze().unwrap();
+    let redeem = {
+        let (node, token) = (node.clone(), token.clone());
+        let mut waiter = waiter.clone();
+        tokio::spawn(async move {
+            let t = Instant::now();
+            let status = waiter.redeem(&node, EVENT, &token).await;
+            (status, t.elapsed())
+        })
+    };
+    // While the redeem waits for the journal, everyone else is answered.
+    let t = Instant::now();
+    let mut rounds = 0;
+    while !redeem.is_finished() {
+        let (status, _, body) = Visitor::default().enter(&node, EVENT).await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+        assert_eq!(holder.fetch(&node, "/tickets/x").await, StatusCode::OK);
+        rounds += 1;
+        assert!(
+            t.elapsed() < Duration::from_secs(3),
+            "the redeem never came back"
+        );
+    }
+    let (status, took) = redeem.await.unwrap();
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(
+        took < STORE_TIMEOUT + Duration::from_millis(700),
+        "the redeem waited {took:?} on the hung journal"
+    );
+    assert!(
+        node.metric("anteroom_drain_journal_failures_total", EVENT)
+            .await
+            .is_some_and(|n| n >= 1.0)
+    );
+    frozen.thaw();
+    // The refused redeem did not spend the token.
+    assert_eq!(waiter.redeem(&node, EVENT, &token).await, StatusCode::OK);
+    println!(
+        "hung journal: the redeem answered 503 after {took:?}, {rounds} rounds of other \
+         answers meanwhile"
+    );
+}

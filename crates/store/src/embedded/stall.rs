@@ -1,0 +1,94 @@
+//! How long an event's disk has held its committer: a hung disk (a stuck
+//! network volume, a FUSE daemon that stopped answering, a device whose
+//! queue froze) never fails a write, it just never finishes one. Without a
+//! watch the event's memory goes on answering polls and pings while every
+//! join, redeem and admission waits for the disk forever, so the node
+//! neither serves nor drains. The committer stamps each write it starts
+//! and clears the stamp when it is done; a write held past the store's
+//! timeout makes the event unavailable, as a timed-out Redis call does:
+//! its ping says so (the node drains), new calls are refused at once, and
+//! a caller already waiting is answered after the timeout (see
+//! `EmbeddedStore::call`).
+
+use std::sync::LazyLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::{EventId, StoreError, UnavailableKind};
+
+/// The instant stamps count from: a stamp is its milliseconds + 1, so 0
+/// means no write under way.
+static BASE: LazyLock<Instant> = LazyLock::new(Instant::now);
+
+fn now_ms() -> u64 {
+    u64::try_from(BASE.elapsed().as_millis()).unwrap_or(u64::MAX - 1) + 1
+}
+
+/// The write under way on one event's disk, if any.
+#[derive(Debug, Default)]
+pub(crate) struct Stall {
+    since_ms: AtomicU64,
+}
+
+impl Stall {
+    /// A write to the disk starts.
+    pub(crate) fn begin(&self) {
+        self.since_ms.store(now_ms(), Ordering::Release);
+    }
+
+    /// The write has finished (written or failed).
+    pub(crate) fn end(&self) {
+        self.since_ms.store(0, Ordering::Release);
+    }
+
+    /// How long the write under way has taken; `None` when none is.
+    pub(crate) fn held_for(&self) -> Option<Duration> {
+        match self.since_ms.load(Ordering::Acquire) {
+            0 => None,
+            since => Some(Duration::from_millis(now_ms().saturating_sub(since))),
+        }
+    }
+
+    /// The refusal of a call to `event` while its disk has held a write
+    /// longer than `limit`.
+    pub(crate) fn refusal(&self, event: &EventId, limit: Duration) -> Option<StoreError> {
+        let held = self.held_for().filter(|held| *held > limit)?;
+        Some(hung(event, held))
+    }
+}
+
+/// The disk of `event` has held a write for `held`.
+pub(crate) fn hung(event: &EventId, held: Duration) -> StoreError {
+    StoreError::unavailable(
+        UnavailableKind::TimedOut,
+        format!(
+            "event {event}: its disk has not finished a write for {} ms",
+            held.as_millis()
+        ),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_write_held_past_the_limit_refuses_until_it_ends() {
+        let ev = EventId::new("e").unwrap();
+        let s = Stall::default();
+        assert!(s.held_for().is_none());
+        assert!(
+            s.refusal(&ev, Duration::ZERO).is_none(),
+            "no write, no refusal"
+        );
+        s.begin();
+        std::thread::sleep(Duration::from_millis(5));
+        assert!(s.refusal(&ev, Duration::from_secs(60)).is_none());
+        let e = s
+            .refusal(&ev, Duration::from_millis(1))
+            .expect("held past 1 ms");
+        assert_eq!(e.unavailable_kind(), Some(UnavailableKind::TimedOut));
+        s.end();
+        assert!(s.refusal(&ev, Duration::ZERO).is_none());
+    }
+}

@@ -1,0 +1,125 @@
+//! The embedded store on a disk that hangs for real: a FUSE mount whose
+//! daemon is stopped (see `anteroom_store::testing::HungDisk`), so writes
+//! and syncs wait in the kernel without an error. A call that meets the
+//! hang is answered unavailable (timed out) after the store's timeout, new
+//! calls are refused at once, the ping says so (the server drains on it),
+//! and polls are still answered from memory; once the disk answers again
+//! the event serves with every acknowledged join, also after a reopen.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::LazyLock;
+use std::time::{Duration, Instant};
+
+use anteroom_core::score::JoinScoring;
+use anteroom_store::embedded::{EmbeddedOptions, EmbeddedStore, system_clock_us};
+use anteroom_store::testing::HungDisk;
+use anteroom_store::{EventId, MemberState, QueueStore, StoreError, Touch, UnavailableKind};
+
+static OPENS_AT_US: LazyLock<i64> = LazyLock::new(|| system_clock_us() - 60_000_000);
+
+fn scoring() -> JoinScoring {
+    JoinScoring {
+        opens_at_us: *OPENS_AT_US,
+        prewindow_score: -1,
+        tiebreak: 0,
+        behind: false,
+    }
+}
+
+const TIMEOUT: Duration = Duration::from_millis(300);
+
+fn timed_out(r: Result<impl std::fmt::Debug, StoreError>, what: &str) {
+    match r {
+        Err(e) => assert_eq!(
+            e.unavailable_kind(),
+            Some(UnavailableKind::TimedOut),
+            "{what}: {e:?}"
+        ),
+        Ok(v) => panic!("{what} answered {v:?} while the disk hangs"),
+    }
+}
+
+async fn open(disk: &HungDisk) -> EmbeddedStore {
+    let opts = EmbeddedOptions {
+        timeout: TIMEOUT,
+        ..EmbeddedOptions::default()
+    };
+    EmbeddedStore::open(&disk.path().join("data"), opts)
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_disk_times_calls_out_and_the_event_serves_again_when_it_answers() {
+    let disk = HungDisk::mount().expect("a FUSE mount (apt-get install bindfs fuse3; run as root)");
+    let ev = EventId::new("hung").unwrap();
+    let acked: Vec<String> = (0..20).map(|i| format!("acked-{i}")).collect();
+    let s = open(&disk).await;
+    for m in &acked {
+        s.join(&ev, m, &scoring()).await.unwrap();
+    }
+    s.ping(&ev).await.unwrap();
+    let (waited, refused_in) = {
+        let frozen = disk.freeze().unwrap();
+        // A join whose commit meets the hang waits the timeout, no longer.
+        let t = Instant::now();
+        timed_out(s.join(&ev, "in-flight", &scoring()).await, "a join");
+        let waited = t.elapsed();
+        assert!(waited >= TIMEOUT, "answered before the timeout: {waited:?}");
+        assert!(
+            waited < TIMEOUT + Duration::from_millis(700),
+            "a join waited {waited:?} on a hung disk"
+        );
+        // The ping says so once the write has been held past the timeout
+        // (it may be a moment after the join's own timer).
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while s.ping(&ev).await.is_ok() {
+            assert!(Instant::now() < deadline, "the ping never saw the hang");
+        }
+        timed_out(s.ping(&ev).await, "the ping");
+        // Every durable call is refused at once now, not queued behind it.
+        let t = Instant::now();
+        timed_out(s.join(&ev, "late", &scoring()).await, "a later join");
+        timed_out(s.release(&ev, &acked[0]).await, "a release");
+        let refused_in = t.elapsed();
+        assert!(
+            refused_in < Duration::from_millis(100),
+            "refusals took {refused_in:?}"
+        );
+        // Memory still answers a poll.
+        let t = Instant::now();
+        let st = s.status(&ev, &acked[3], Touch::Peek).await.unwrap();
+        assert!(matches!(st, MemberState::Waiting { rank: 3, .. }), "{st:?}");
+        assert!(t.elapsed() < Duration::from_millis(100));
+        frozen.thaw();
+        (waited, refused_in)
+    };
+    // Once the disk has finished the write it held, the event serves.
+    let thawed = Instant::now();
+    while s.ping(&ev).await.is_err() {
+        assert!(
+            thawed.elapsed() < Duration::from_secs(5),
+            "the event never served again"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let back_in = thawed.elapsed();
+    s.join(&ev, "after", &scoring()).await.unwrap();
+    drop(s);
+    // Every acknowledged join is on disk.
+    let s = open(&disk).await;
+    for (i, m) in acked.iter().enumerate() {
+        match s.status(&ev, m, Touch::Peek).await.unwrap() {
+            MemberState::Waiting { rank, .. } => assert_eq!(rank, i as u64, "{m}"),
+            other => panic!("{m} was acknowledged but is {other:?}"),
+        }
+    }
+    assert!(matches!(
+        s.status(&ev, "after", Touch::Peek).await.unwrap(),
+        MemberState::Waiting { .. }
+    ));
+    println!(
+        "hung disk: a join answered after {waited:?}, later calls refused in {refused_in:?}, \
+         serving again {back_in:?} after the thaw"
+    );
+}
