@@ -17,10 +17,11 @@
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use anteroom_store::embedded::Stall;
 use anteroom_store::{EventId, Nonce};
 use rand::RngCore;
 use serde::{Deserialize, Serialize};
@@ -101,7 +102,9 @@ impl JournalDir {
                 dir: self.dir.clone(),
                 path: self.dir.join(format!("{}.journal", id.as_str())),
                 file: Mutex::new(None),
-                waiting: AtomicUsize::new(0),
+                writing: Stall::default(),
+                abandoned: AtomicBool::new(false),
+                epoch: AtomicU64::new(0),
             }),
         }
     }
@@ -121,11 +124,6 @@ fn write_durably(dir: &Path, path: &Path, bytes: &[u8]) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
-/// Journal writes the node lets wait on a disk that does not answer, per
-/// event, before it refuses more at once: each holds a thread of the
-/// blocking pool until the disk answers.
-const MAX_WAITING: usize = 64;
-
 /// One event's journal file.
 #[derive(Debug)]
 pub struct EventJournal {
@@ -137,18 +135,16 @@ struct Files {
     dir: PathBuf,
     path: PathBuf,
     file: Mutex<Option<File>>,
-    /// Writes handed to the blocking pool and not yet finished.
-    waiting: AtomicUsize,
-}
-
-/// Takes one of an event's journal writes off the count when it finishes,
-/// however it ends.
-struct Waiting(Arc<Files>);
-
-impl Drop for Waiting {
-    fn drop(&mut self) {
-        self.0.waiting.fetch_sub(1, Ordering::AcqRel);
-    }
+    /// The write under way on the file, stamped under its lock (see
+    /// [`EventJournal::append_within`]).
+    writing: Stall,
+    /// A write was given up on and may still land: the file holds records
+    /// nobody acted on until it is next emptied.
+    abandoned: AtomicBool,
+    /// Moved on by each emptying, under the file's lock: a write asked for
+    /// before it and still waiting for the lock (given up on, or asked for
+    /// by a redeem the store has since recorded) is not made after it.
+    epoch: AtomicU64,
 }
 
 impl EventJournal {
@@ -159,19 +155,21 @@ impl EventJournal {
     /// Appends `records` and waits until they are on disk (`fdatasync`).
     /// Only then may the admissions they describe be answered.
     pub fn append(&self, records: &[Record]) -> io::Result<()> {
-        self.inner.append(records)
+        self.inner.append_in(None, records)
     }
 
     /// As [`Self::append`], on the blocking pool, waited for at most
     /// `limit`: the request or drain task that asks must not stop its
     /// event loop on a disk that hangs (with the embedded store the journal
     /// is on the store's disk, and a store whose disk hangs is what made the
-    /// node drain). A write that takes longer is answered as failed, though
-    /// it may still be made: its admissions then count against the node's
-    /// share after a restart without anybody holding them, which admits
-    /// fewer, never more.
+    /// node drain). While a write has been held by the disk longer than
+    /// `limit`, the next are refused at once, so a hung disk holds one
+    /// write, not a thread of the pool per try. A write given up on may
+    /// still land; [`Self::abandoned`] says so until the journal is emptied.
     pub async fn append_within(&self, records: Vec<Record>, limit: Duration) -> io::Result<()> {
-        self.blocking(limit, move |f| f.append(&records)).await
+        let epoch = self.inner.epoch.load(Ordering::Acquire);
+        self.blocking(limit, move |f| f.append_in(Some(epoch), &records))
+            .await
     }
 
     /// As [`Self::clear`], bounded as [`Self::append_within`] is.
@@ -179,30 +177,41 @@ impl EventJournal {
         self.blocking(limit, Files::clear).await
     }
 
+    /// Whether a write was given up on since the journal was last emptied:
+    /// it may have landed, with admissions nobody was told of.
+    pub fn abandoned(&self) -> bool {
+        self.inner.abandoned.load(Ordering::Acquire)
+    }
+
     async fn blocking(
         &self,
         limit: Duration,
         work: impl FnOnce(&Files) -> io::Result<()> + Send + 'static,
     ) -> io::Result<()> {
-        if self.inner.waiting.fetch_add(1, Ordering::AcqRel) >= MAX_WAITING {
-            self.inner.waiting.fetch_sub(1, Ordering::AcqRel);
+        if let Some(held) = self.inner.writing.held_for().filter(|h| *h > limit) {
             return Err(io::Error::new(
                 io::ErrorKind::TimedOut,
-                "earlier journal writes still wait for the disk",
+                format!(
+                    "the disk has held a journal write for {} ms",
+                    held.as_millis()
+                ),
             ));
         }
-        let waiting = Waiting(self.inner.clone());
-        let task = tokio::task::spawn_blocking(move || work(&waiting.0));
+        let files = self.inner.clone();
+        let task = tokio::task::spawn_blocking(move || work(&files));
         match tokio::time::timeout(limit, task).await {
             Ok(Ok(done)) => done,
             Ok(Err(e)) => Err(io::Error::other(e)),
-            Err(_) => Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                format!(
-                    "the disk did not finish the write within {} ms",
-                    limit.as_millis()
-                ),
-            )),
+            Err(_) => {
+                self.inner.abandoned.store(true, Ordering::Release);
+                Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!(
+                        "the disk did not finish the write within {} ms",
+                        limit.as_millis()
+                    ),
+                ))
+            }
         }
     }
 
@@ -221,13 +230,20 @@ impl EventJournal {
 }
 
 impl Files {
-    fn append(&self, records: &[Record]) -> io::Result<()> {
+    /// Appends unless the journal was emptied since `epoch` was read.
+    fn append_in(&self, epoch: Option<u64>, records: &[Record]) -> io::Result<()> {
         let mut text = Vec::new();
         for r in records {
             serde_json::to_writer(&mut text, r).map_err(io::Error::other)?;
             text.push(b'\n');
         }
         let mut file = lock(&self.file);
+        if epoch.is_some_and(|e| e != self.epoch.load(Ordering::Acquire)) {
+            return Err(io::Error::other(
+                "the journal was emptied since this write was asked for",
+            ));
+        }
+        let _writing = self.writing.hold();
         if file.is_none() {
             let f = OpenOptions::new()
                 .create(true)
@@ -272,15 +288,22 @@ impl Files {
 
     fn clear(&self) -> io::Result<()> {
         let mut file = lock(&self.file);
+        let _writing = self.writing.hold();
         *file = None;
         match OpenOptions::new().write(true).open(&self.path) {
             Ok(f) => {
                 f.set_len(0)?;
-                f.sync_data()
+                f.sync_data()?;
             }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(e),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
         }
+        // Every write given up on before the lock was taken has landed or
+        // failed by now, and was emptied with the rest; one still waiting
+        // for the lock is not made (see `epoch`).
+        self.epoch.fetch_add(1, Ordering::AcqRel);
+        self.abandoned.store(false, Ordering::Release);
+        Ok(())
     }
 }
 

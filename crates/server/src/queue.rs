@@ -22,7 +22,7 @@ use crate::error::ApiError;
 use crate::metrics::timed_store;
 use crate::passes;
 use crate::position::{Answer, QueuePosition};
-use crate::state::drain::{DrainState, RETRY_AFTER_SECS};
+use crate::state::drain::{DrainState, LocalRedeemError, RETRY_AFTER_SECS};
 use crate::state::{AppState, EventRuntime};
 
 /// Whether a status read counts as the visitor being there: the visitor's
@@ -187,16 +187,17 @@ impl<'r> Queue<'r> {
                 nonce,
                 session_end_us.div_euclid(1000),
                 now_ms.saturating_mul(1000),
-                self.state.server.drain.store_timeout,
+                crate::state::drain::journal_timeout(self.state.server.drain.store_timeout),
             )
             .await;
         let outcome = match local {
             Some(Ok(outcome)) => outcome,
-            Some(Err(failed)) => {
+            Some(Err(LocalRedeemError::Journal(failed))) => {
                 tracing::error!(event = %self.rt.id(), error = %failed.error, path = %failed.path.display(), "drain journal write failed; redeem refused");
                 crate::state::drain::journal_failed(self.rt.id());
                 return Err(draining_error());
             }
+            Some(Err(LocalRedeemError::InFlight)) => return Err(draining_error()),
             None => {
                 let call = self
                     .state

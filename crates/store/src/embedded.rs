@@ -49,6 +49,7 @@ use tokio::sync::oneshot;
 
 use self::actor::{Actor, Op, ReplyTo, lock};
 use self::handoff::Pusher;
+pub use self::stall::{Holding, Stall};
 use self::state::EventState;
 use crate::{
     Admission, AdmitRequest, ConfigSet, EventId, EventStats, ExpireRequest, Expired, JoinOutcome,
@@ -442,11 +443,14 @@ impl EmbeddedStore {
     /// Sends the event's actor the operation `op` builds around its reply
     /// sender, and awaits the answer (after the commit).
     ///
-    /// Bounded by the store's timeout, as a Redis call is: while the
-    /// event's disk holds a write past it, the call is refused at once, and
-    /// a call that waits that long is answered unavailable. Its change may
-    /// still be made once the disk finishes (as a timed-out Redis call's
-    /// may), so every caller treats such an answer as "not known".
+    /// Bounded by the event's disk, as a Redis call is by its timeout:
+    /// while the disk holds a write past the store's timeout, the call is
+    /// refused at once, and a call still waiting when a write has been held
+    /// that long is answered unavailable. Its change may still be made once
+    /// the disk finishes (as a timed-out Redis call's may), so every caller
+    /// treats such an answer as "not known". Time the actor spends on work
+    /// of its own (a big admit, an idle sweep) with the disk answering is
+    /// waited for: only the disk's hang makes the event unavailable.
     async fn call<T>(&self, id: &EventId, op: impl FnOnce(ReplyTo<T>) -> Op) -> Result<T> {
         let (tx, rx) = oneshot::channel();
         let op = op(ReplyTo::here(tx));
@@ -464,9 +468,18 @@ impl EmbeddedStore {
                 _ => Err(actor_stopped(id)),
             }
         })?;
-        match tokio::time::timeout(limit, rx).await {
-            Ok(answer) => answer.map_err(|_| actor_stopped(id))?,
-            Err(_) => Err(stall::hung(id, stall.held_for().unwrap_or(limit))),
+        let mut rx = rx;
+        let mut wait = limit;
+        loop {
+            match tokio::time::timeout(wait, &mut rx).await {
+                Ok(answer) => return answer.map_err(|_| actor_stopped(id))?,
+                Err(_) => match stall.held_for() {
+                    Some(held) if held >= limit => return Err(stall::hung(id, held)),
+                    // A write under way, not yet held that long: until it is.
+                    Some(held) => wait = (limit - held).max(Duration::from_millis(1)),
+                    None => wait = limit,
+                },
+            }
         }
     }
 

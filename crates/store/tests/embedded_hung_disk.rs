@@ -123,3 +123,52 @@ async fn a_hung_disk_times_calls_out_and_the_event_serves_again_when_it_answers(
          serving again {back_in:?} after the thaw"
     );
 }
+
+/// A call that waits behind long work of the actor's own, with the disk
+/// answering, is waited for however long that takes: only a write the disk
+/// holds past the timeout makes the event unavailable. (A big admit runs
+/// on the actor; a second admit queued behind it waits several timeouts.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_behind_a_long_step_of_the_actor_waits_past_the_timeout() {
+    // tmpfs: the disk's part of each commit is a copy, so the time goes
+    // to the actor's own work.
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let timeout = Duration::from_millis(50);
+    let opts = EmbeddedOptions {
+        timeout,
+        ..EmbeddedOptions::default()
+    };
+    let s = EmbeddedStore::open(dir.path(), opts).await.unwrap();
+    let ev = EventId::new("busy").unwrap();
+    let members: Vec<String> = (0..100_000).map(|i| format!("m{i:06}")).collect();
+    let sc = scoring();
+    for chunk in members.chunks(1024) {
+        let joins = chunk.iter().map(|m| s.join(&ev, m, &sc));
+        for j in futures::future::join_all(joins).await {
+            j.unwrap();
+        }
+    }
+    let admit = |max: u64| anteroom_store::AdmitRequest {
+        max,
+        max_active: 1_000_000,
+        nonces: (0..max).map(|i| [(i % 251) as u8; 16]).collect(),
+        token_ttl_us: 60_000_000,
+    };
+    let (big, small) = (admit(99_000), admit(1));
+    let t = Instant::now();
+    let (first, second) = tokio::join!(s.admit(&ev, &big), async {
+        // Queued behind the big one.
+        tokio::task::yield_now().await;
+        let t = Instant::now();
+        (s.admit(&ev, &small).await, t.elapsed())
+    });
+    let took = t.elapsed();
+    assert_eq!(first.unwrap().len(), 99_000);
+    let (second, waited) = second;
+    assert_eq!(second.unwrap().len(), 1, "refused after {waited:?}");
+    assert!(
+        waited > timeout * 2,
+        "the second admit waited only {waited:?}: the actor was not busy long enough to tell"
+    );
+    println!("a big admit took {took:?}; the one behind it waited {waited:?}, timeout {timeout:?}");
+}

@@ -169,9 +169,10 @@ async fn record(state: &AppState, rt: &EventRuntime) -> Option<Vec<(String, i64)
         // admissions are over with it, and a restart must not replay them
         // into the next event of its id.
         if let Some(j) = super::journal(state, rt)
-            && let Err(e) = j.clear_within(state.server.drain.store_timeout).await
+            && let Err(e) = j.clear_within(journal_timeout(state)).await
         {
             tracing::warn!(event = %rt.id(), error = %e, path = %j.path().display(), "drain journal of a deleted event not emptied");
+            crate::state::drain::journal_failed(rt.id());
         }
         return None;
     }
@@ -199,14 +200,17 @@ async fn record(state: &AppState, rt: &EventRuntime) -> Option<Vec<(String, i64)
             }
         }
     }
-    // The store holds them now: the journal can forget them. Should this
-    // fail, a restart records them again: sessions that ended early are
+    // The store holds them now: the journal can forget them, and with them
+    // any write given up on during the drain that landed later (admissions
+    // nobody was told of, which a restart would otherwise take back). Should
+    // this fail, a restart records them again: sessions that ended early are
     // counted until their planned end (fewer admitted, never more).
-    if !pending.is_empty()
-        && let Some(j) = super::journal(state, rt)
-        && let Err(e) = j.clear_within(state.server.drain.store_timeout).await
+    if let Some(j) = super::journal(state, rt)
+        && (!pending.is_empty() || j.abandoned())
+        && let Err(e) = j.clear_within(journal_timeout(state)).await
     {
         tracing::warn!(event = %rt.id(), error = %e, path = %j.path().display(), "drain journal not emptied");
+        crate::state::drain::journal_failed(rt.id());
     }
     Some(pending)
 }
@@ -419,10 +423,7 @@ async fn admit_locally(state: &AppState, rt: &EventRuntime) {
                 token_expires_at_ms: l.token_expires_at_ms,
             })
             .collect();
-        if let Err(e) = j
-            .append_within(records, state.server.drain.store_timeout)
-            .await
-        {
+        if let Err(e) = j.append_within(records, journal_timeout(state)).await {
             tracing::error!(event = %rt.id(), error = %e, path = %j.path().display(),
                 "drain journal write failed; admitting nobody");
             crate::state::drain::journal_failed(rt.id());
@@ -446,6 +447,11 @@ async fn admit_locally(state: &AppState, rt: &EventRuntime) {
     }
     metrics::counter!("anteroom_drain_admissions_total", "event" => rt.id().to_string())
         .increment(n);
+}
+
+/// How long the drain's journal writes are waited for.
+fn journal_timeout(state: &AppState) -> Duration {
+    crate::state::drain::journal_timeout(state.server.drain.store_timeout)
 }
 
 /// Takes the visitors this node may admit now off the front of its ranks,

@@ -67,6 +67,9 @@ pub(crate) struct Inner {
     /// it (see [`DrainState::unextended`]): member → (session start µs,
     /// latest end µs).
     pub(crate) unextended: HashMap<String, (i64, i64)>,
+    /// Tokens whose redemption is being written to the journal: a second
+    /// redeem of one meanwhile is told to retry, as the first may yet fail.
+    pub(crate) redeeming: std::collections::HashSet<Nonce>,
 }
 
 impl Inner {
@@ -272,10 +275,9 @@ impl DrainState {
     /// Redeems a token this node signed while draining. `None` when the nonce
     /// is not a drain admission of this node (the store decides then). The
     /// redemption is journaled before it is answered, so a replay stays
-    /// refused after a crash; `Err` when the journal cannot be written
-    /// within `limit` (the redeem is refused then, and the token may be
-    /// redeemed again). The token is taken before the write, so that a
-    /// second redeem of it meanwhile is refused as used.
+    /// refused after a crash; an error when the journal cannot be written
+    /// within `limit` (the redeem is refused then and the token stays
+    /// unspent), or while another redeem of the token is being written.
     pub async fn redeem_local(
         &self,
         member: &str,
@@ -283,46 +285,65 @@ impl DrainState {
         session_end_ms: i64,
         now_us: i64,
         limit: std::time::Duration,
-    ) -> Option<Result<RedeemOutcome, JournalFailed>> {
+    ) -> Option<Result<RedeemOutcome, LocalRedeemError>> {
         let journal = {
             let mut inner = lock(&self.inner);
-            let local = inner.local.get_mut(nonce)?;
+            let local = inner.local.get(nonce)?;
             if local.member != member {
                 return Some(Ok(RedeemOutcome::NotAdmitted));
             }
             if local.redeemed_until_ms.is_some() {
                 return Some(Ok(RedeemOutcome::AlreadyUsed));
             }
-            local.redeemed_until_ms = Some(session_end_ms);
-            local.session_start_ms = Some(now_us.div_euclid(1000));
             // Once the store recorded the admission the session is known there.
-            if local.reconciled {
+            let journal = if local.reconciled {
                 None
             } else {
                 self.journal.get()
+            };
+            if journal.is_some() && !inner.redeeming.insert(*nonce) {
+                return Some(Err(LocalRedeemError::InFlight));
             }
+            journal
         };
         if let Some(j) = journal {
             let record = Record::Redeemed {
                 nonce: *nonce,
                 until_ms: session_end_ms,
             };
-            if let Err(error) = j.append_within(vec![record], limit).await {
-                let mut inner = lock(&self.inner);
-                if let Some(local) = inner.local.get_mut(nonce)
-                    && local.redeemed_until_ms == Some(session_end_ms)
-                {
-                    local.redeemed_until_ms = None;
-                    local.session_start_ms = None;
-                }
-                return Some(Err(JournalFailed {
+            let written = j.append_within(vec![record], limit).await;
+            lock(&self.inner).redeeming.remove(nonce);
+            if let Err(error) = written {
+                return Some(Err(LocalRedeemError::Journal(JournalFailed {
                     error,
                     path: j.path().to_owned(),
-                }));
+                })));
             }
         }
+        let mut inner = lock(&self.inner);
+        let local = inner.local.get_mut(nonce)?;
+        local.redeemed_until_ms = Some(session_end_ms);
+        local.session_start_ms = Some(now_us.div_euclid(1000));
         Some(Ok(RedeemOutcome::Redeemed { at_us: now_us }))
     }
+}
+
+/// Why a redeem of this node's own admission was refused (`503 draining`,
+/// to be retried).
+#[derive(Debug)]
+pub enum LocalRedeemError {
+    /// The journal could not take the redemption.
+    Journal(JournalFailed),
+    /// Another redeem of the token is being written.
+    InFlight,
+}
+
+/// The longest a drain journal write is waited for: the store's timeout,
+/// but never less than a second, as a Redis node's store timeout may be a
+/// few hundred milliseconds while a local `fdatasync` under load can take
+/// longer.
+pub fn journal_timeout(store_timeout: std::time::Duration) -> std::time::Duration {
+    store_timeout.max(std::time::Duration::from_secs(1))
 }
 
 /// Counts a write of the event's drain journal that failed or did not

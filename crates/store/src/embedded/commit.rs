@@ -243,17 +243,15 @@ impl Committer {
             return Ok(());
         }
         if !b.writes.is_empty() {
-            self.stall.begin();
             let done = match &mut self.db {
                 Some((_, wal)) => wal
-                    .append(&b.writes, b.counters)
+                    .append_watched(&b.writes, b.counters, Some(&self.stall))
                     .map_err(|e| StoreError::Storage(format!("{}: {e}", wal.path().display()))),
                 None => Err(StoreError::unavailable(
                     UnavailableKind::Disk,
                     "event file not open",
                 )),
             };
-            self.stall.end();
             if let Err(e) = done {
                 let why = Unavailable::new(
                     UnavailableKind::Disk,
@@ -308,9 +306,10 @@ impl Committer {
                 }
             }
             self.backoff = (self.backoff * 2).min(RETRY_MAX);
-            self.stall.begin();
-            let reopened = self.reopen(upto);
-            self.stall.end();
+            let reopened = {
+                let _held = self.stall.hold();
+                self.reopen(upto)
+            };
             match reopened {
                 Ok((db, fresh)) => {
                     let mut st = lock(&self.state);

@@ -8,7 +8,8 @@
 //! timeout makes the event unavailable, as a timed-out Redis call does:
 //! its ping says so (the node drains), new calls are refused at once, and
 //! a caller already waiting is answered after the timeout (see
-//! `EmbeddedStore::call`).
+//! `EmbeddedStore::call`). The server's drain journal, written on the same
+//! disk by default, watches its writes the same way.
 
 use std::sync::LazyLock;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -24,25 +25,31 @@ fn now_ms() -> u64 {
     u64::try_from(BASE.elapsed().as_millis()).unwrap_or(u64::MAX - 1) + 1
 }
 
-/// The write under way on one event's disk, if any.
+/// The write under way on one disk, if any (one writer at a time).
 #[derive(Debug, Default)]
-pub(crate) struct Stall {
+pub struct Stall {
     since_ms: AtomicU64,
 }
 
 impl Stall {
     /// A write to the disk starts.
-    pub(crate) fn begin(&self) {
+    pub fn begin(&self) {
         self.since_ms.store(now_ms(), Ordering::Release);
     }
 
     /// The write has finished (written or failed).
-    pub(crate) fn end(&self) {
+    pub fn end(&self) {
         self.since_ms.store(0, Ordering::Release);
     }
 
+    /// A write starts, and ends when the guard is dropped (however it ends).
+    pub fn hold(&self) -> Holding<'_> {
+        self.begin();
+        Holding(self)
+    }
+
     /// How long the write under way has taken; `None` when none is.
-    pub(crate) fn held_for(&self) -> Option<Duration> {
+    pub fn held_for(&self) -> Option<Duration> {
         match self.since_ms.load(Ordering::Acquire) {
             0 => None,
             since => Some(Duration::from_millis(now_ms().saturating_sub(since))),
@@ -54,6 +61,15 @@ impl Stall {
     pub(crate) fn refusal(&self, event: &EventId, limit: Duration) -> Option<StoreError> {
         let held = self.held_for().filter(|held| *held > limit)?;
         Some(hung(event, held))
+    }
+}
+
+/// A write under way (see [`Stall::hold`]).
+pub struct Holding<'a>(&'a Stall);
+
+impl Drop for Holding<'_> {
+    fn drop(&mut self) {
+        self.0.end();
     }
 }
 

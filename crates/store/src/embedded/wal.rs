@@ -204,7 +204,20 @@ impl Wal {
 
     /// Writes one batch as the next record and syncs it; its sequence once
     /// it is durable.
+    #[cfg(test)]
     pub(crate) fn append(&mut self, writes: &Writes, c: Counters) -> Result<u64, Error> {
+        self.append_watched(writes, c, None)
+    }
+
+    /// As [`Self::append`], with the write and its sync (not the record's
+    /// encoding, which is CPU) stamped on `stall`: a disk that hangs is
+    /// told from a big batch.
+    pub(crate) fn append_watched(
+        &mut self,
+        writes: &Writes,
+        c: Counters,
+        stall: Option<&super::stall::Stall>,
+    ) -> Result<u64, Error> {
         #[cfg(test)]
         if let Some(f) = &self.faults {
             f.check()?;
@@ -223,6 +236,7 @@ impl Wal {
         self.buf[4..12].copy_from_slice(&seq.to_le_bytes());
         self.buf[12..16].copy_from_slice(&crc.to_le_bytes());
         let file = &self.files[self.active];
+        let held = stall.map(super::stall::Stall::hold);
         let written = file.write_all_at(&self.buf, self.end).and_then(|()| {
             #[cfg(test)]
             if let Some(f) = &self.faults {
@@ -230,6 +244,7 @@ impl Wal {
             }
             file.sync_data()
         });
+        drop(held);
         if let Err(e) = written {
             // The record was refused to its callers, but it may be whole in
             // the page cache (a failed sync leaves the page readable) and
