@@ -306,14 +306,18 @@ impl DrainState {
             }
             journal
         };
+        // Taken off the list however this ends: a request dropped while it
+        // waits (its client gone) must not leave the token refused for good.
+        let _redeeming = journal.map(|_| Redeeming {
+            drain: self,
+            nonce: *nonce,
+        });
         if let Some(j) = journal {
             let record = Record::Redeemed {
                 nonce: *nonce,
                 until_ms: session_end_ms,
             };
-            let written = j.append_within(vec![record], limit).await;
-            lock(&self.inner).redeeming.remove(nonce);
-            if let Err(error) = written {
+            if let Err(error) = j.append_within(vec![record], limit).await {
                 return Some(Err(LocalRedeemError::Journal(JournalFailed {
                     error,
                     path: j.path().to_owned(),
@@ -325,6 +329,18 @@ impl DrainState {
         local.redeemed_until_ms = Some(session_end_ms);
         local.session_start_ms = Some(now_us.div_euclid(1000));
         Some(Ok(RedeemOutcome::Redeemed { at_us: now_us }))
+    }
+}
+
+/// A token whose redemption is being written (see `Inner::redeeming`).
+struct Redeeming<'a> {
+    drain: &'a DrainState,
+    nonce: Nonce,
+}
+
+impl Drop for Redeeming<'_> {
+    fn drop(&mut self) {
+        lock(&self.drain.inner).redeeming.remove(&self.nonce);
     }
 }
 
@@ -399,6 +415,50 @@ mod tests {
     use std::time::Duration;
 
     const IDLE: i64 = 300_000;
+
+    /// A redeem dropped while its journal write waits (its client went
+    /// away) leaves the token free for the next try, on a disk that hangs
+    /// for real.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_redeem_dropped_while_its_journal_waits_leaves_the_token_free() {
+        let disk = anteroom_store::testing::HungDisk::mount()
+            .expect("a FUSE mount (apt-get install bindfs fuse3; run as root)");
+        let dir = crate::journal::JournalDir::open(&disk.path().join("journal")).unwrap();
+        let drain = DrainState::default();
+        let event = anteroom_store::EventId::new("e").unwrap();
+        drain.journal.set(dir.event(&event)).unwrap();
+        lock(&drain.inner).local.insert(
+            [7; 16],
+            LocalAdmission {
+                member: "m".into(),
+                token_expires_at_ms: 60_000,
+                redeemed_until_ms: None,
+                session_start_ms: None,
+                reconciled: false,
+                reconciled_at_ms: 0,
+            },
+        );
+        let limit = Duration::from_secs(30);
+        {
+            let frozen = disk.freeze().unwrap();
+            let mut first = Box::pin(drain.redeem_local("m", &[7; 16], 10_000, 0, limit));
+            assert!((&mut first).now_or_never().is_none(), "the write waits");
+            assert!(matches!(
+                drain
+                    .redeem_local("m", &[7; 16], 10_000, 0, limit)
+                    .now_or_never(),
+                Some(Some(Err(LocalRedeemError::InFlight)))
+            ));
+            drop(first);
+            assert!(lock(&drain.inner).redeeming.is_empty());
+            frozen.thaw();
+        }
+        let again = drain.redeem_local("m", &[7; 16], 10_000, 0, limit).await;
+        assert!(
+            matches!(again, Some(Ok(RedeemOutcome::Redeemed { .. }))),
+            "{again:?}"
+        );
+    }
 
     #[test]
     fn a_drain_forgives_waiters_its_length_for_one_idle_timeout() {
