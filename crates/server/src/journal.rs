@@ -17,7 +17,7 @@
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -168,13 +168,15 @@ impl EventJournal {
     /// still land; [`Self::abandoned`] says so until the journal is emptied.
     pub async fn append_within(&self, records: Vec<Record>, limit: Duration) -> io::Result<()> {
         let epoch = self.inner.epoch.load(Ordering::Acquire);
-        self.blocking(limit, move |f| f.append_in(Some(epoch), &records))
-            .await
+        self.blocking(limit, move |f, job| {
+            f.append_in(Some((epoch, job)), &records)
+        })
+        .await
     }
 
     /// As [`Self::clear`], bounded as [`Self::append_within`] is.
     pub async fn clear_within(&self, limit: Duration) -> io::Result<()> {
-        self.blocking(limit, Files::clear).await
+        self.blocking(limit, |f, job| f.clear(Some(job))).await
     }
 
     /// Whether a write was given up on since the journal was last emptied:
@@ -186,7 +188,7 @@ impl EventJournal {
     async fn blocking(
         &self,
         limit: Duration,
-        work: impl FnOnce(&Files) -> io::Result<()> + Send + 'static,
+        work: impl FnOnce(&Files, &Job) -> io::Result<()> + Send + 'static,
     ) -> io::Result<()> {
         if let Some(held) = self.inner.writing.held_for().filter(|h| *h > limit) {
             return Err(io::Error::new(
@@ -197,21 +199,35 @@ impl EventJournal {
                 ),
             ));
         }
-        let files = self.inner.clone();
-        let task = tokio::task::spawn_blocking(move || work(&files));
-        match tokio::time::timeout(limit, task).await {
+        let job = Arc::new(Job::default());
+        let (files, ran) = (self.inner.clone(), job.clone());
+        let task = tokio::task::spawn_blocking(move || {
+            let done = work(&files, &ran);
+            ran.0.store(Job::DONE, Ordering::Release);
+            done
+        });
+        // Armed until the write's outcome is known here: a write given up
+        // on (timed out, or its caller dropped) is called off if it has not
+        // started, and marks the journal otherwise (see `abandoned`).
+        let mut waiting = GivenUp {
+            job: &job,
+            files: &self.inner,
+            armed: true,
+        };
+        let outcome = tokio::time::timeout(limit, task).await;
+        if outcome.is_ok() {
+            waiting.armed = false;
+        }
+        match outcome {
             Ok(Ok(done)) => done,
             Ok(Err(e)) => Err(io::Error::other(e)),
-            Err(_) => {
-                self.inner.abandoned.store(true, Ordering::Release);
-                Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!(
-                        "the disk did not finish the write within {} ms",
-                        limit.as_millis()
-                    ),
-                ))
-            }
+            Err(_) => Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!(
+                    "the disk did not finish the write within {} ms",
+                    limit.as_millis()
+                ),
+            )),
         }
     }
 
@@ -225,23 +241,93 @@ impl EventJournal {
 
     /// Empties the journal once the store has recorded every admission in it.
     pub fn clear(&self) -> io::Result<()> {
-        self.inner.clear()
+        self.inner.clear(None)
     }
 }
 
+/// One write handed to the blocking pool: it starts only under the file's
+/// lock, and only if its caller has not called it off by then, so a write
+/// given up on before it began is never made (a late emptying would erase
+/// appends acknowledged since, a late append would bring back admissions
+/// nobody was told of).
+#[derive(Debug, Default)]
+struct Job(AtomicU8);
+
+impl Job {
+    const PENDING: u8 = 0;
+    const STARTED: u8 = 1;
+    const DONE: u8 = 2;
+    const CALLED_OFF: u8 = 3;
+
+    /// Under the file's lock: `false` if the caller called it off.
+    fn start(&self) -> bool {
+        self.0
+            .compare_exchange(
+                Self::PENDING,
+                Self::STARTED,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
+            .is_ok()
+    }
+}
+
+/// Calls a write off, or marks the journal, when its caller stops waiting
+/// for it (see [`EventJournal::blocking`]).
+struct GivenUp<'a> {
+    job: &'a Job,
+    files: &'a Files,
+    armed: bool,
+}
+
+impl Drop for GivenUp<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let called_off = self
+            .job
+            .0
+            .compare_exchange(
+                Job::PENDING,
+                Job::CALLED_OFF,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
+            .is_ok();
+        if !called_off {
+            // Under way or made: it may have landed with nobody told.
+            self.files.abandoned.store(true, Ordering::Release);
+        }
+    }
+}
+
+fn called_off() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::TimedOut,
+        "the write was given up on before it began",
+    )
+}
+
 impl Files {
-    /// Appends unless the journal was emptied since `epoch` was read.
-    fn append_in(&self, epoch: Option<u64>, records: &[Record]) -> io::Result<()> {
+    /// Appends unless the journal was emptied since `epoch` was read, or
+    /// the job was called off.
+    fn append_in(&self, asked: Option<(u64, &Job)>, records: &[Record]) -> io::Result<()> {
         let mut text = Vec::new();
         for r in records {
             serde_json::to_writer(&mut text, r).map_err(io::Error::other)?;
             text.push(b'\n');
         }
         let mut file = lock(&self.file);
-        if epoch.is_some_and(|e| e != self.epoch.load(Ordering::Acquire)) {
-            return Err(io::Error::other(
-                "the journal was emptied since this write was asked for",
-            ));
+        if let Some((epoch, job)) = asked {
+            if !job.start() {
+                return Err(called_off());
+            }
+            if epoch != self.epoch.load(Ordering::Acquire) {
+                return Err(io::Error::other(
+                    "the journal was emptied since this write was asked for",
+                ));
+            }
         }
         let _writing = self.writing.hold();
         if file.is_none() {
@@ -286,8 +372,11 @@ impl Files {
             .collect()
     }
 
-    fn clear(&self) -> io::Result<()> {
+    fn clear(&self, job: Option<&Job>) -> io::Result<()> {
         let mut file = lock(&self.file);
+        if job.is_some_and(|j| !j.start()) {
+            return Err(called_off());
+        }
         let _writing = self.writing.hold();
         *file = None;
         match OpenOptions::new().write(true).open(&self.path) {
@@ -301,8 +390,8 @@ impl Files {
         // Every write given up on before the lock was taken has landed or
         // failed by now, and was emptied with the rest; one still waiting
         // for the lock is not made (see `epoch`).
-        self.epoch.fetch_add(1, Ordering::AcqRel);
         self.abandoned.store(false, Ordering::Release);
+        self.epoch.fetch_add(1, Ordering::AcqRel);
         Ok(())
     }
 }
@@ -313,6 +402,62 @@ mod tests {
 
     fn ev() -> EventId {
         EventId::new("tickets").unwrap()
+    }
+
+    fn admitted(member: &str) -> Record {
+        Record::Admitted {
+            member: member.into(),
+            nonce: [1; 16],
+            token_expires_at_ms: 10,
+        }
+    }
+
+    /// On a disk that hangs for real: a write given up on while it runs
+    /// marks the journal; an emptying given up on before it began (here its
+    /// caller dropped) is never made, so it cannot erase what was
+    /// acknowledged before or after it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_write_given_up_on_before_it_began_is_never_made() {
+        use futures::FutureExt as _;
+        let disk = anteroom_store::testing::HungDisk::mount()
+            .expect("a FUSE mount (apt-get install bindfs fuse3; run as root)");
+        let dir = JournalDir::open(&disk.path().join("journal")).unwrap();
+        let j = dir.event(&ev());
+        let long = Duration::from_secs(30);
+        j.append_within(vec![admitted("a")], long).await.unwrap();
+        assert!(!j.abandoned());
+        {
+            let frozen = disk.freeze().unwrap();
+            let b = j
+                .append_within(vec![admitted("b")], Duration::from_millis(200))
+                .await;
+            assert_eq!(b.unwrap_err().kind(), io::ErrorKind::TimedOut);
+            assert!(j.abandoned(), "a write under way was given up on");
+            // Waits for the file behind the write the disk holds; dropped.
+            let mut clear = Box::pin(j.clear_within(long));
+            assert!((&mut clear).now_or_never().is_none());
+            drop(clear);
+            frozen.thaw();
+        }
+        j.append_within(vec![admitted("c")], long).await.unwrap();
+        let members: Vec<String> = j
+            .replay()
+            .unwrap()
+            .into_iter()
+            .map(|r| match r {
+                Record::Admitted { member, .. } => member,
+                Record::Redeemed { .. } => "redeemed".into(),
+            })
+            .collect();
+        assert_eq!(
+            members,
+            ["a", "b", "c"],
+            "the emptying given up on was made"
+        );
+        assert!(j.abandoned());
+        j.clear_within(long).await.unwrap();
+        assert!(!j.abandoned());
+        assert_eq!(j.replay().unwrap(), vec![]);
     }
 
     #[test]

@@ -98,6 +98,18 @@ async fn watch(state: Arc<AppState>, id: EventId, mut seen: Option<Arc<crate::st
             }
             _ => {}
         }
+        // A journal write given up on that may have landed, which the
+        // drain's end could not empty (its disk still held): emptied once
+        // the disk takes it, so a restart never takes back admissions
+        // nobody was told of. Safe once the drain's admissions are all in
+        // the store (nothing holds the scheduler).
+        if !drain.holds_scheduler()
+            && let Some(j) = super::journal(&state, &rt)
+            && j.abandoned()
+            && j.clear_within(journal_timeout(&state)).await.is_err()
+        {
+            crate::state::drain::journal_failed(rt.id());
+        }
         gauge(&rt);
     }
 }

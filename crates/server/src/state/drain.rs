@@ -301,31 +301,40 @@ impl DrainState {
             } else {
                 self.journal.get()
             };
-            if journal.is_some() && !inner.redeeming.insert(*nonce) {
+            let Some(journal) = journal else {
+                // Nothing to write: taken under this one lock, so two
+                // redeems of the token at once never both succeed.
+                let local = inner.local.get_mut(nonce)?;
+                local.redeemed_until_ms = Some(session_end_ms);
+                local.session_start_ms = Some(now_us.div_euclid(1000));
+                return Some(Ok(RedeemOutcome::Redeemed { at_us: now_us }));
+            };
+            if !inner.redeeming.insert(*nonce) {
                 return Some(Err(LocalRedeemError::InFlight));
             }
             journal
         };
         // Taken off the list however this ends: a request dropped while it
         // waits (its client gone) must not leave the token refused for good.
-        let _redeeming = journal.map(|_| Redeeming {
+        let _redeeming = Redeeming {
             drain: self,
             nonce: *nonce,
-        });
-        if let Some(j) = journal {
-            let record = Record::Redeemed {
-                nonce: *nonce,
-                until_ms: session_end_ms,
-            };
-            if let Err(error) = j.append_within(vec![record], limit).await {
-                return Some(Err(LocalRedeemError::Journal(JournalFailed {
-                    error,
-                    path: j.path().to_owned(),
-                })));
-            }
+        };
+        let record = Record::Redeemed {
+            nonce: *nonce,
+            until_ms: session_end_ms,
+        };
+        if let Err(error) = journal.append_within(vec![record], limit).await {
+            return Some(Err(LocalRedeemError::Journal(JournalFailed {
+                error,
+                path: journal.path().to_owned(),
+            })));
         }
         let mut inner = lock(&self.inner);
         let local = inner.local.get_mut(nonce)?;
+        if local.redeemed_until_ms.is_some() {
+            return Some(Ok(RedeemOutcome::AlreadyUsed));
+        }
         local.redeemed_until_ms = Some(session_end_ms);
         local.session_start_ms = Some(now_us.div_euclid(1000));
         Some(Ok(RedeemOutcome::Redeemed { at_us: now_us }))

@@ -288,7 +288,14 @@ impl Committer {
         // log, which the reopen replays). The log's last record that was
         // synced is the last one the reopen may bring back: a record whose
         // sync failed was refused to its callers.
-        let _ = self.finish_checkpoint();
+        // The checkpoint may itself be held by a disk that hangs: the
+        // callers of batches already handed on wait for it, so it counts as
+        // a write under way.
+        {
+            let stall = self.stall.clone();
+            let _held = stall.hold();
+            let _ = self.finish_checkpoint();
+        }
         let upto = self.db.take().map(|(_, wal)| wal.seq());
         self.pending.clear();
         self.pending_counters = None;

@@ -87,6 +87,55 @@ pub(crate) fn hung(event: &EventId, held: Duration) -> StoreError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::AdmitRequest;
+    use crate::QueueStore as _;
+    use crate::embedded::actor::lock;
+    use crate::embedded::{EmbeddedOptions, EmbeddedStore};
+    use anteroom_core::score::JoinScoring;
+
+    /// A call waiting behind long work of the actor's own (here the actor
+    /// kept from the event's memory, as a big admit or sweep keeps it) with
+    /// the disk answering is waited for however long that takes: only a
+    /// write the disk holds makes the event unavailable.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_call_behind_long_work_of_the_actor_waits_past_the_timeout() {
+        let dir = tempfile::tempdir().unwrap();
+        let timeout = Duration::from_millis(100);
+        let opts = EmbeddedOptions {
+            timeout,
+            ..EmbeddedOptions::default()
+        };
+        let s = EmbeddedStore::open(dir.path(), opts).await.unwrap();
+        let ev = EventId::new("busy").unwrap();
+        let scoring = JoinScoring {
+            opens_at_us: 0,
+            prewindow_score: -1,
+            tiebreak: 0,
+            behind: false,
+        };
+        s.join(&ev, "a", &scoring).await.unwrap();
+        let h = s.event(&ev).unwrap();
+        let (held_tx, held_rx) = std::sync::mpsc::channel();
+        let busy = std::thread::spawn(move || {
+            let _memory = lock(&h.state);
+            held_tx.send(()).unwrap();
+            // The actor's long step.
+            std::thread::sleep(timeout * 5);
+        });
+        held_rx.recv().unwrap();
+        let t = std::time::Instant::now();
+        let admit = AdmitRequest {
+            max: 1,
+            max_active: 10,
+            nonces: vec![[1; 16]],
+            token_ttl_us: 60_000_000,
+        };
+        let admitted = s.admit(&ev, &admit).await;
+        let waited = t.elapsed();
+        busy.join().unwrap();
+        assert_eq!(admitted.unwrap().len(), 1, "refused after {waited:?}");
+        assert!(waited >= timeout * 4, "waited only {waited:?}");
+    }
 
     #[test]
     fn a_write_held_past_the_limit_refuses_until_it_ends() {
