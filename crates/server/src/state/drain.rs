@@ -301,6 +301,9 @@ impl DrainState {
             } else {
                 self.journal.get()
             };
+            if inner.redeeming.contains(nonce) {
+                return Some(Err(LocalRedeemError::InFlight));
+            }
             let Some(journal) = journal else {
                 // Nothing to write: taken under this one lock, so two
                 // redeems of the token at once never both succeed.

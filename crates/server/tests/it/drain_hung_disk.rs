@@ -204,21 +204,13 @@ async fn a_hung_journal_refuses_a_drain_redeem_in_time_and_holds_up_nobody_else(
         })
     };
     // While the redeem waits for the journal, everyone else is answered,
-    // and a second redeem of the token is told to retry, not that it was
-    // used (the first may yet fail).
-    // The first redeem's request is given a head start to reach the node
-    // and its journal write: nothing outside the node says it has.
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // and a second redeem of the token is told to retry, never that it was
+    // used (the first may yet fail; `state::drain`'s tests check that it is
+    // told so at once).
     let mut twice = waiter.clone();
-    let again = Instant::now();
     assert_eq!(
         twice.redeem(&node, EVENT, &token).await,
         StatusCode::SERVICE_UNAVAILABLE
-    );
-    assert!(
-        again.elapsed() < Duration::from_millis(500),
-        "a second redeem waited {:?} behind the first",
-        again.elapsed()
     );
     let t = Instant::now();
     let mut rounds = 0;

@@ -291,12 +291,16 @@ impl Committer {
         // The checkpoint may itself be held by a disk that hangs: the
         // callers of batches already handed on wait for it, so it counts as
         // a write under way.
-        {
+        // Closing the old file writes too (redb's close, the log's files).
+        let upto = {
             let stall = self.stall.clone();
             let _held = stall.hold();
             let _ = self.finish_checkpoint();
-        }
-        let upto = self.db.take().map(|(_, wal)| wal.seq());
+            let old = self.db.take();
+            let upto = old.as_ref().map(|(_, wal)| wal.seq());
+            drop(old);
+            upto
+        };
         self.pending.clear();
         self.pending_counters = None;
         loop {

@@ -244,7 +244,8 @@ impl Wal {
             }
             file.sync_data()
         });
-        drop(held);
+        // Held through the clean-up below too: a disk that fails a sync
+        // and then hangs holds the truncation.
         if let Err(e) = written {
             // The record was refused to its callers, but it may be whole in
             // the page cache (a failed sync leaves the page readable) and
@@ -253,8 +254,10 @@ impl Wal {
             // disk still lets us.
             let _ = file.set_len(self.end);
             let _ = file.sync_data();
+            drop(held);
             return Err(e);
         }
+        drop(held);
         self.end += self.buf.len() as u64;
         self.seq = seq;
         Ok(seq)
