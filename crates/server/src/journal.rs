@@ -439,6 +439,72 @@ mod tests {
         assert!(!other.abandoned());
     }
 
+    /// A small tmpfs mounted for one test (needs root, as CI has).
+    struct Tmpfs(tempfile::TempDir);
+
+    impl Tmpfs {
+        fn mount(size: &str) -> Self {
+            let dir = tempfile::tempdir().unwrap();
+            let ok = std::process::Command::new("mount")
+                .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+                .arg(dir.path())
+                .status()
+                .expect("mount(8) (util-linux)")
+                .success();
+            assert!(ok, "mounting a tmpfs needs root (CAP_SYS_ADMIN)");
+            Self(dir)
+        }
+    }
+
+    impl Drop for Tmpfs {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount")
+                .arg("-l")
+                .arg(self.0.path())
+                .status();
+        }
+    }
+
+    /// A write the disk refuses half-way (a full filesystem) leaves no half
+    /// line for the next record to be glued onto: a journal a start could
+    /// not read. The write is cut off and the journal marked.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_write_the_disk_refuses_half_way_is_cut_off_and_marked() {
+        let fs = Tmpfs::mount("256k");
+        let dir = JournalDir::open(&fs.0.path().join("journal")).unwrap();
+        let j = dir.event(&ev());
+        let long = Duration::from_secs(30);
+        j.append_within(vec![admitted("a")], long).await.unwrap();
+        // Fill the rest, then free one page: the next record, longer than
+        // that, is written in part.
+        let filler = fs.0.path().join("filler");
+        let mut f = File::create(&filler).unwrap();
+        while f.write_all(&[0u8; 4096]).is_ok() {}
+        let len = f.metadata().unwrap().len();
+        f.set_len(len - 4096).unwrap();
+        f.sync_all().unwrap();
+        let big = admitted(&"b".repeat(12_000));
+        let refused = j.append_within(vec![big], long).await;
+        assert!(refused.is_err(), "a full disk took the record");
+        assert!(j.abandoned());
+        std::fs::remove_file(&filler).unwrap();
+        j.append_within(vec![admitted("c")], long).await.unwrap();
+        let members = members(&j);
+        assert_eq!(members, ["a", "c"]);
+    }
+
+    /// The members of the journal's records, in order.
+    fn members(j: &EventJournal) -> Vec<String> {
+        j.replay()
+            .unwrap()
+            .into_iter()
+            .map(|r| match r {
+                Record::Admitted { member, .. } => member,
+                Record::Redeemed { .. } => "redeemed".into(),
+            })
+            .collect()
+    }
+
     fn admitted(member: &str) -> Record {
         Record::Admitted {
             member: member.into(),
@@ -483,15 +549,7 @@ mod tests {
             frozen.thaw();
         }
         j.append_within(vec![admitted("c")], long).await.unwrap();
-        let members: Vec<String> = j
-            .replay()
-            .unwrap()
-            .into_iter()
-            .map(|r| match r {
-                Record::Admitted { member, .. } => member,
-                Record::Redeemed { .. } => "redeemed".into(),
-            })
-            .collect();
+        let members = members(&j);
         assert_eq!(
             members,
             ["a", "b", "c"],
