@@ -288,10 +288,10 @@ impl Committer {
         // log, which the reopen replays). The log's last record that was
         // synced is the last one the reopen may bring back: a record whose
         // sync failed was refused to its callers.
-        // The checkpoint may itself be held by a disk that hangs: the
-        // callers of batches already handed on wait for it, so it counts as
-        // a write under way.
-        // Closing the old file writes too (redb's close, the log's files).
+        // The running checkpoint and the old file's close (redb's close
+        // writes, and so may the log's files' close) may be held by a disk
+        // that hangs: the callers of batches already handed on wait for
+        // them, so they count as a write under way.
         let upto = {
             let stall = self.stall.clone();
             let _held = stall.hold();
