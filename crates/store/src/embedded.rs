@@ -455,16 +455,16 @@ impl EmbeddedStore {
         let (tx, rx) = oneshot::channel();
         let op = op(ReplyTo::here(tx));
         let limit = self.inner.opts.timeout;
-        let stall = self.with_event(id, |h| {
+        self.with_event(id, |h| {
             if let Some(refused) = h.stall.refusal(id, limit) {
                 return Err(refused);
             }
             let Err(op) = actor::apply_inline(&h.state, &self.inner.opts.clock, &h.to_disk, op)
             else {
-                return Ok(h.stall.clone());
+                return Ok(());
             };
             match locked(&h.tx).as_ref().map(|s| s.send(op).is_ok()) {
-                Some(true) => Ok(h.stall.clone()),
+                Some(true) => Ok(()),
                 _ => Err(actor_stopped(id)),
             }
         })?;
@@ -473,7 +473,17 @@ impl EmbeddedStore {
         loop {
             match tokio::time::timeout(wait, &mut rx).await {
                 Ok(answer) => return answer.map_err(|_| actor_stopped(id))?,
-                Err(_) => match stall.held_for() {
+                // The event's stamp is looked up again only here, on the rare
+                // late answer: a handle kept across the wait would take and
+                // drop a reference count shared by the event loops per call.
+                // (An event gone meanwhile drops the reply: answered above.)
+                Err(_) => match self
+                    .inner
+                    .published
+                    .load()
+                    .get(id)
+                    .and_then(|h| h.stall.held_for())
+                {
                     Some(held) if held >= limit => return Err(stall::hung(id, held)),
                     // A write under way, not yet held that long: until it is.
                     Some(held) => wait = (limit - held).max(Duration::from_millis(1)),
