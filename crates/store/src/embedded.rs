@@ -153,6 +153,11 @@ struct Inner {
     /// call reopens it (redb refuses every call after an I/O error).
     meta: Mutex<Option<Database>>,
     meta_path: PathBuf,
+    /// The meta file's write under way (see [`stall`]): an operator's
+    /// pause, a stored config or the audit trail on a hung disk is
+    /// answered unavailable after the store's timeout, as an event's call
+    /// is, never left waiting with the request and a blocking thread.
+    meta_stall: stall::Stall,
     /// The events' handles, changed under this lock (an event started or
     /// deleted) and published to `published` as each change is made.
     events: Mutex<HashMap<EventId, Arc<EventHandle>>>,
@@ -293,6 +298,7 @@ impl EmbeddedStore {
                 dir: dir.to_owned(),
                 opts,
                 meta: Mutex::new(Some(meta)),
+                meta_stall: stall::Stall::default(),
                 meta_path,
                 events: Mutex::new(HashMap::new()),
                 published: ArcSwap::default(),
@@ -519,13 +525,26 @@ impl EmbeddedStore {
     /// Runs `f` on the meta file on a blocking thread. A failed write drops
     /// the file (redb would refuse every later call) and answers
     /// unavailable; the next call reopens it.
+    ///
+    /// Bounded as an event's call is (see [`Self::call`]): while the meta
+    /// file's disk holds a write past the store's timeout, a call is refused
+    /// at once (no blocking thread parked behind it), and a call still
+    /// waiting once a write has been held that long is answered
+    /// unavailable; its change may still be made when the disk answers.
     async fn meta_call<T: Send + 'static>(
         &self,
         f: impl FnOnce(&Database, &Path) -> Result<T> + Send + 'static,
     ) -> Result<T> {
+        let limit = self.inner.opts.timeout;
+        if let Some(held) = self.inner.meta_stall.held_for().filter(|h| *h > limit) {
+            return Err(stall::meta_hung(held));
+        }
         let inner = self.inner.clone();
-        tokio::task::spawn_blocking(move || {
+        let mut task = tokio::task::spawn_blocking(move || {
             let mut meta = locked(&inner.meta);
+            // From the lock on, until the file is done with: a call waiting
+            // for the lock is not holding the disk, the one ahead of it is.
+            let _disk = inner.meta_stall.hold();
             if meta.is_none() {
                 let db =
                     disk::open_file(&inner.meta_path, disk::META_MAGIC, &meta_files(&inner.opts))
@@ -551,9 +570,21 @@ impl EmbeddedStore {
                 }
                 other => other,
             }
-        })
-        .await
-        .map_err(|e| stopped("meta task failed", e))?
+        });
+        let mut wait = limit;
+        loop {
+            match tokio::time::timeout(wait, &mut task).await {
+                Ok(done) => return done.map_err(|e| stopped("meta task failed", e))?,
+                Err(_) => match self.inner.meta_stall.held_for() {
+                    Some(held) if held >= limit => return Err(stall::meta_hung(held)),
+                    // A write under way, not yet held that long: until it is.
+                    Some(held) => wait = (limit - held).max(Duration::from_millis(1)),
+                    // Waiting for a blocking thread, or for the lock the
+                    // disk's writer just let go of.
+                    None => wait = limit,
+                },
+            }
+        }
     }
 }
 
@@ -836,13 +867,21 @@ impl QueueStore for EmbeddedStore {
 
     async fn set_admin_state(&self, event: &EventId, state: AdminState) -> Result<()> {
         let key = event.as_str().to_owned();
-        self.meta_call(move |db, path| disk::put_admin(db, path, &key, admin_code(state)))
-            .await?;
-        locked(&self.inner.admin).insert(event.clone(), state);
-        // Under the event's lock, so no admit applied after this returns sees the old state.
-        let h = self.event(event)?;
-        lock(&h.state).admin = state;
-        Ok(())
+        let (store, event) = (self.clone(), event.clone());
+        // Memory follows the file in the same step, on the blocking thread:
+        // a write the disk finishes after the caller was answered unavailable
+        // (a hung disk) still takes effect on this node, as it will at the
+        // next start, rather than leave the two disagreeing.
+        self.meta_call(move |db, path| {
+            disk::put_admin(db, path, &key, admin_code(state))?;
+            locked(&store.inner.admin).insert(event.clone(), state);
+            // Under the event's lock, so no admit applied after this
+            // returns sees the old state.
+            let h = store.event(&event)?;
+            lock(&h.state).admin = state;
+            Ok(())
+        })
+        .await
     }
 
     async fn admin_state(&self, event: &EventId) -> Result<AdminState> {

@@ -123,3 +123,66 @@ async fn a_hung_disk_times_calls_out_and_the_event_serves_again_when_it_answers(
          serving again {back_in:?} after the thaw"
     );
 }
+
+/// The meta file (admin states, stored configs, the audit trail) sits on
+/// the same disk: an operator's pause that meets the hang is answered
+/// unavailable after the store's timeout, later meta calls at once, and
+/// once the disk answers the pause it held is in force on the node and in
+/// the file alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_disk_times_the_meta_files_calls_out_and_a_late_pause_still_holds() {
+    use anteroom_core::phase::AdminState;
+    let disk = HungDisk::mount().expect("a FUSE mount (apt-get install bindfs fuse3; run as root)");
+    let ev = EventId::new("meta").unwrap();
+    let s = open(&disk).await;
+    s.join(&ev, "first", &scoring()).await.unwrap();
+    s.append_audit(&ev, "{\"action\":\"before\"}")
+        .await
+        .unwrap();
+    let (waited, refused_in) = {
+        let frozen = disk.freeze().unwrap();
+        let t = Instant::now();
+        timed_out(s.set_admin_state(&ev, AdminState::Paused).await, "a pause");
+        let waited = t.elapsed();
+        assert!(waited >= TIMEOUT, "answered before the timeout: {waited:?}");
+        assert!(
+            waited < TIMEOUT + Duration::from_millis(700),
+            "a pause waited {waited:?} on a hung disk"
+        );
+        // Refused at once while the disk holds the write, reads included
+        // (they wait on the same file), not parked behind it.
+        let t = Instant::now();
+        timed_out(
+            s.append_audit(&ev, "{\"action\":\"during\"}").await,
+            "an audit append",
+        );
+        timed_out(s.audit(&ev, 10).await, "an audit read");
+        timed_out(s.put_event_config(&ev, "{}").await, "a config write");
+        let refused_in = t.elapsed();
+        assert!(
+            refused_in < Duration::from_millis(100),
+            "refusals took {refused_in:?}"
+        );
+        frozen.thaw();
+        (waited, refused_in)
+    };
+    // The pause the disk held lands, and the node's memory follows it.
+    let thawed = Instant::now();
+    while s.admin_state(&ev).await.unwrap() != AdminState::Paused {
+        assert!(
+            thawed.elapsed() < Duration::from_secs(5),
+            "the held pause never took effect"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    s.append_audit(&ev, "{\"action\":\"after\"}").await.unwrap();
+    assert_eq!(s.audit(&ev, 10).await.unwrap().len(), 2);
+    drop(s);
+    let s = open(&disk).await;
+    assert_eq!(s.admin_state(&ev).await.unwrap(), AdminState::Paused);
+    println!(
+        "hung disk, meta file: a pause answered after {waited:?}, later calls refused in \
+         {refused_in:?}, the held pause in force {:?} after the thaw",
+        thawed.elapsed()
+    );
+}

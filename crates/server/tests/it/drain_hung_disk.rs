@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anteroom_store::testing::HungDisk;
-use http::StatusCode;
+use http::{Method, StatusCode};
 
 use crate::drain_slow_store::{Readyz, until_readyz};
 use crate::support::config::{ConfigBuilder, HOURLY};
@@ -110,11 +110,57 @@ async fn a_hung_disk_drains_the_event_and_the_node_keeps_serving() {
         None,
         "admitted with the journal's disk hung"
     );
+    // An operator's pause writes the meta file on the same disk: it is
+    // answered `503` after the store's timeout, not left waiting (holding
+    // every later admin change of the node behind it), and a second is
+    // refused at once.
+    let t = Instant::now();
+    let (status, body) = node
+        .admin(Method::POST, &format!("/admin/events/{EVENT}/pause"))
+        .await;
+    let pause_in = t.elapsed();
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body:?}");
+    assert!(
+        pause_in < STORE_TIMEOUT + Duration::from_millis(700),
+        "a pause waited {pause_in:?} on the hung disk"
+    );
+    let t = Instant::now();
+    let (status, body) = node
+        .admin(Method::POST, &format!("/admin/events/{EVENT}/pause"))
+        .await;
+    let again_in = t.elapsed();
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body:?}");
+    assert!(
+        again_in < Duration::from_millis(200),
+        "a second pause took {again_in:?}"
+    );
 
     let thawed_at = Instant::now();
     frozen.thaw();
     let exit = until_readyz(&node, Readyz::Ready, thawed_at).await;
     assert!(exit < Duration::from_secs(3), "drain exit took {exit:?}");
+    // The pause the disk held landed with the thaw: the node and the file
+    // agree on it (a pause answered `503` may still have been made, as a
+    // timed-out Redis call's may).
+    loop {
+        let (status, body) = node
+            .admin(Method::GET, &format!("/admin/events/{EVENT}"))
+            .await;
+        assert_eq!(status, StatusCode::OK, "{body:?}");
+        let event: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        if event["state"] == "paused" {
+            break;
+        }
+        assert!(
+            thawed_at.elapsed() < Duration::from_secs(5),
+            "the pause the disk held is not in force: {event}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (status, body) = node
+        .admin(Method::POST, &format!("/admin/events/{EVENT}/resume"))
+        .await;
+    assert_eq!(status, StatusCode::NO_CONTENT, "{body:?}");
     for v in &mut acked {
         let p = v.position(&node, EVENT).await;
         assert!(
@@ -137,7 +183,8 @@ async fn a_hung_disk_drains_the_event_and_the_node_keeps_serving() {
     assert_eq!(left, 0, "{} still holds {left} bytes", journal.display());
     println!(
         "hung disk: first join answered after {first:?}, drain entry {entry:?}, \
-         {rounds} rounds of answers while drained (slowest {slowest:?}), exit {exit:?}"
+         {rounds} rounds of answers while drained (slowest {slowest:?}), a pause answered \
+         after {pause_in:?} and again in {again_in:?}, exit {exit:?}"
     );
     node.kill9();
 }

@@ -84,6 +84,18 @@ pub(crate) fn hung(event: &EventId, held: Duration) -> StoreError {
     )
 }
 
+/// The meta file's disk (admin states, stored configs, the audit trail)
+/// has held a write for `held`.
+pub(crate) fn meta_hung(held: Duration) -> StoreError {
+    StoreError::unavailable(
+        UnavailableKind::TimedOut,
+        format!(
+            "the meta file's disk has not finished a write for {} ms",
+            held.as_millis()
+        ),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
