@@ -525,18 +525,31 @@ impl EmbeddedStore {
     /// Runs `f` on the meta file on a blocking thread. A failed write drops
     /// the file (redb would refuse every later call) and answers
     /// unavailable; the next call reopens it.
-    ///
-    /// Bounded as an event's call is (see [`Self::call`]): while the meta
-    /// file's disk holds a write past the store's timeout, a call is refused
-    /// at once (no blocking thread parked behind it), and a call still
-    /// waiting once a write has been held that long is answered
-    /// unavailable; its change may still be made when the disk answers.
     async fn meta_call<T: Send + 'static>(
         &self,
         f: impl FnOnce(&Database, &Path) -> Result<T> + Send + 'static,
     ) -> Result<T> {
+        self.meta_call_then(f, Ok).await
+    }
+
+    /// [`Self::meta_call`], then `then` on what `f` gave, still under the
+    /// file's lock (so in the order of the writes) but no longer counted as
+    /// the disk's time, and run whether or not the caller still waits: what
+    /// memory must follow of a write, so that a write the disk finishes
+    /// after its caller was answered still takes effect on this node.
+    ///
+    /// Bounded as an event's call is (see [`Self::call`]): once the meta
+    /// file's disk has held a write for the store's timeout, a call is
+    /// refused at once (no blocking thread parked behind it), and a call
+    /// still waiting is answered unavailable; its change may still be made
+    /// when the disk answers.
+    async fn meta_call_then<T: Send + 'static, U: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Database, &Path) -> Result<T> + Send + 'static,
+        then: impl FnOnce(T) -> Result<U> + Send + 'static,
+    ) -> Result<U> {
         let limit = self.inner.opts.timeout;
-        if let Some(held) = self.inner.meta_stall.held_for().filter(|h| *h > limit) {
+        if let Some(held) = self.inner.meta_stall.held_for().filter(|h| *h >= limit) {
             return Err(stall::meta_hung(held));
         }
         let inner = self.inner.clone();
@@ -544,32 +557,39 @@ impl EmbeddedStore {
             let mut meta = locked(&inner.meta);
             // From the lock on, until the file is done with: a call waiting
             // for the lock is not holding the disk, the one ahead of it is.
-            let _disk = inner.meta_stall.hold();
-            if meta.is_none() {
-                let db =
-                    disk::open_file(&inner.meta_path, disk::META_MAGIC, &meta_files(&inner.opts))
-                        .map_err(|e| {
+            let disk = inner.meta_stall.hold();
+            let done = (|| {
+                if meta.is_none() {
+                    let db = disk::open_file(
+                        &inner.meta_path,
+                        disk::META_MAGIC,
+                        &meta_files(&inner.opts),
+                    )
+                    .map_err(|e| {
                         StoreError::from(
                             Unavailable::new(UnavailableKind::Disk, e.to_string()).with_source(e),
                         )
                     })?;
-                *meta = Some(db);
-            }
-            let Some(db) = meta.as_ref() else {
-                return Err(StoreError::unavailable(
-                    UnavailableKind::Disk,
-                    "meta file not open",
-                ));
-            };
-            match f(db, &inner.meta_path) {
-                Err(StoreError::Storage(why)) => {
-                    tracing::error!(path = %inner.meta_path.display(), error = %why,
-                        "meta write failed; reopening the file on the next call");
-                    *meta = None;
-                    Err(StoreError::unavailable(UnavailableKind::Disk, why))
+                    *meta = Some(db);
                 }
-                other => other,
-            }
+                let Some(db) = meta.as_ref() else {
+                    return Err(StoreError::unavailable(
+                        UnavailableKind::Disk,
+                        "meta file not open",
+                    ));
+                };
+                match f(db, &inner.meta_path) {
+                    Err(StoreError::Storage(why)) => {
+                        tracing::error!(path = %inner.meta_path.display(), error = %why,
+                            "meta write failed; reopening the file on the next call");
+                        *meta = None;
+                        Err(StoreError::unavailable(UnavailableKind::Disk, why))
+                    }
+                    other => other,
+                }
+            })();
+            drop(disk);
+            done.and_then(then)
         });
         let mut wait = limit;
         loop {
@@ -868,19 +888,21 @@ impl QueueStore for EmbeddedStore {
     async fn set_admin_state(&self, event: &EventId, state: AdminState) -> Result<()> {
         let key = event.as_str().to_owned();
         let (store, event) = (self.clone(), event.clone());
-        // Memory follows the file in the same step, on the blocking thread:
-        // a write the disk finishes after the caller was answered unavailable
-        // (a hung disk) still takes effect on this node, as it will at the
-        // next start, rather than leave the two disagreeing.
-        self.meta_call(move |db, path| {
-            disk::put_admin(db, path, &key, admin_code(state))?;
-            locked(&store.inner.admin).insert(event.clone(), state);
-            // Under the event's lock, so no admit applied after this
-            // returns sees the old state.
-            let h = store.event(&event)?;
-            lock(&h.state).admin = state;
-            Ok(())
-        })
+        // Memory follows the file on the blocking thread: a write the disk
+        // finishes after the caller was answered unavailable (a hung disk)
+        // still takes effect on this node, as it will at the next start,
+        // rather than leave the two disagreeing.
+        self.meta_call_then(
+            move |db, path| disk::put_admin(db, path, &key, admin_code(state)),
+            move |()| {
+                locked(&store.inner.admin).insert(event.clone(), state);
+                // Under the event's lock, so no admit applied after this
+                // returns sees the old state.
+                let h = store.event(&event)?;
+                lock(&h.state).admin = state;
+                Ok(())
+            },
+        )
         .await
     }
 
@@ -979,11 +1001,18 @@ impl QueueStore for EmbeddedStore {
         .await
         .map_err(|e| stopped("delete task failed", e))??;
         let key = event.as_str().to_owned();
-        self.meta_call(move |db, path| disk::forget_event(db, path, &key))
-            .await?;
-        locked(&self.inner.admin).remove(event);
-        locked(&self.inner.batch_owed).remove(event);
-        Ok(())
+        let (inner, event) = (self.inner.clone(), event.clone());
+        // As an admin state's write: memory follows the file even when the
+        // disk finishes after the caller was answered.
+        self.meta_call_then(
+            move |db, path| disk::forget_event(db, path, &key),
+            move |()| {
+                locked(&inner.admin).remove(&event);
+                locked(&inner.batch_owed).remove(&event);
+                Ok(())
+            },
+        )
+        .await
     }
 
     async fn append_audit(&self, event: &EventId, json: &str) -> Result<()> {
