@@ -227,15 +227,15 @@ fn stopped(what: &str, e: tokio::task::JoinError) -> StoreError {
 }
 
 /// Ends an event's deletion, however it ends: its id may be started again.
-struct Deleted<'a> {
-    inner: &'a Inner,
-    event: &'a EventId,
+struct Deleted {
+    inner: Arc<Inner>,
+    event: EventId,
 }
 
-impl Drop for Deleted<'_> {
+impl Drop for Deleted {
     fn drop(&mut self) {
         let _events = locked(&self.inner.events);
-        locked(&self.inner.deleting).remove(self.event);
+        locked(&self.inner.deleting).remove(&self.event);
     }
 }
 
@@ -887,19 +887,30 @@ impl QueueStore for EmbeddedStore {
 
     async fn set_admin_state(&self, event: &EventId, state: AdminState) -> Result<()> {
         let key = event.as_str().to_owned();
-        let (store, event) = (self.clone(), event.clone());
+        let (inner, event) = (self.inner.clone(), event.clone());
         // Memory follows the file on the blocking thread: a write the disk
         // finishes after the caller was answered unavailable (a hung disk)
         // still takes effect on this node, as it will at the next start,
         // rather than leave the two disagreeing.
         self.meta_call_then(
-            move |db, path| disk::put_admin(db, path, &key, admin_code(state)),
-            move |()| {
-                locked(&store.inner.admin).insert(event.clone(), state);
+            move |db, path| {
+                disk::put_admin(db, path, &key, admin_code(state))?;
+                // An event starting now reads the map under the events'
+                // lock: taken here, so the start sees the new state or is
+                // found below. Still counted as the disk's time (a start
+                // holds that lock while it opens the event's file), so a
+                // hung start is refused to later meta calls too.
+                let _events = locked(&inner.events);
+                locked(&inner.admin).insert(event.clone(), state);
+                Ok(_events.get(&event).cloned())
+            },
+            move |running: Option<Arc<EventHandle>>| {
                 // Under the event's lock, so no admit applied after this
-                // returns sees the old state.
-                let h = store.event(&event)?;
-                lock(&h.state).admin = state;
+                // returns sees the old state. An event not running yet
+                // reads the map when it starts.
+                if let Some(h) = running {
+                    lock(&h.state).admin = state;
+                }
                 Ok(())
             },
         )
@@ -971,9 +982,10 @@ impl QueueStore for EmbeddedStore {
             locked(&self.inner.deleting).insert(event.clone());
             handle
         };
-        let _done = Deleted {
-            inner: &self.inner,
-            event,
+        // Until memory follows the file (below), or the change is given up.
+        let done = Deleted {
+            inner: self.inner.clone(),
+            event: event.clone(),
         };
         let file = self.event_path(event);
         tokio::task::spawn_blocking(move || {
@@ -1001,17 +1013,19 @@ impl QueueStore for EmbeddedStore {
         .await
         .map_err(|e| stopped("delete task failed", e))??;
         let key = event.as_str().to_owned();
-        let (inner, event) = (self.inner.clone(), event.clone());
         // As an admin state's write: memory follows the file even when the
-        // disk finishes after the caller was answered.
-        self.meta_call_then(
-            move |db, path| disk::forget_event(db, path, &key),
-            move |()| {
-                locked(&inner.admin).remove(&event);
-                locked(&inner.batch_owed).remove(&event);
-                Ok(())
-            },
-        )
+        // disk finishes after the caller was answered. The event stays
+        // deleting until then, so nothing starts it again meanwhile from
+        // the state about to go. All of it counted as the disk's time:
+        // clearing the mark takes the events' lock, which a start holds
+        // while it opens an event's file.
+        self.meta_call(move |db, path| {
+            disk::forget_event(db, path, &key)?;
+            locked(&done.inner.admin).remove(&done.event);
+            locked(&done.inner.batch_owed).remove(&done.event);
+            drop(done);
+            Ok(())
+        })
         .await
     }
 

@@ -13,7 +13,9 @@ use std::time::{Duration, Instant};
 use anteroom_core::score::JoinScoring;
 use anteroom_store::embedded::{EmbeddedOptions, EmbeddedStore, system_clock_us};
 use anteroom_store::testing::HungDisk;
-use anteroom_store::{EventId, MemberState, QueueStore, StoreError, Touch, UnavailableKind};
+use anteroom_store::{
+    AdmitRequest, EventId, MemberState, QueueStore, StoreError, Touch, UnavailableKind,
+};
 
 static OPENS_AT_US: LazyLock<i64> = LazyLock::new(|| system_clock_us() - 60_000_000);
 
@@ -175,6 +177,18 @@ async fn a_hung_disk_times_the_meta_files_calls_out_and_a_late_pause_still_holds
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+    let in_force = thawed.elapsed();
+    // In the running event too: the front waiter is not admitted.
+    let admit = AdmitRequest {
+        max: 1,
+        max_active: 10,
+        nonces: vec![[1; 16]],
+        token_ttl_us: 60_000_000,
+    };
+    assert!(
+        s.admit(&ev, &admit).await.unwrap().is_empty(),
+        "admitted while paused"
+    );
     s.append_audit(&ev, "{\"action\":\"after\"}").await.unwrap();
     assert_eq!(s.audit(&ev, 10).await.unwrap().len(), 2);
     drop(s);
@@ -182,7 +196,6 @@ async fn a_hung_disk_times_the_meta_files_calls_out_and_a_late_pause_still_holds
     assert_eq!(s.admin_state(&ev).await.unwrap(), AdminState::Paused);
     println!(
         "hung disk, meta file: a pause answered after {waited:?}, later calls refused in \
-         {refused_in:?}, the held pause in force {:?} after the thaw",
-        thawed.elapsed()
+         {refused_in:?}, the held pause in force {in_force:?} after the thaw"
     );
 }
