@@ -172,6 +172,9 @@ struct Inner {
     /// sessions back into the next event of its id, and let that event
     /// write into unlinked files.
     deleting: Mutex<std::collections::HashSet<EventId>>,
+    /// First starts of events under way, each on a thread of its own (see
+    /// [`EmbeddedStore::event`]), changed under `events`' lock.
+    starts: Mutex<HashMap<EventId, Arc<Starting>>>,
     admin: Mutex<HashMap<EventId, AdminState>>,
     /// Tick and batch guards (`claim_tick`): when each was claimed and
     /// until when it holds, µs.
@@ -184,6 +187,49 @@ struct Inner {
     /// `(start_ms, owed, kept until µs)`. In memory, advice for the wait
     /// estimate that a restart may forget.
     batch_owed: Mutex<HashMap<EventId, (i64, u64, i64)>>,
+}
+
+/// An event's first start under way: its callers wait for it, at most the
+/// store's timeout from when it began.
+struct Starting {
+    began: std::time::Instant,
+    /// The handle, or why the start failed (each waiter gets a copy).
+    done: Mutex<Option<Result<Arc<EventHandle>>>>,
+    finished: std::sync::Condvar,
+}
+
+impl Starting {
+    fn wait(&self, id: &EventId, limit: Duration) -> Result<Arc<EventHandle>> {
+        let deadline = self.began + limit;
+        let mut done = locked(&self.done);
+        loop {
+            match done.as_ref() {
+                Some(Ok(h)) => return Ok(h.clone()),
+                Some(Err(e)) => return Err(copy_error(e)),
+                None => {}
+            }
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return Err(stall::hung(id, self.began.elapsed()));
+            }
+            done = self
+                .finished
+                .wait_timeout(done, left)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+}
+
+/// A copy of `e` (a store error is not `Clone`: the error beneath an
+/// unavailable one is shared, the texts copied).
+fn copy_error(e: &StoreError) -> StoreError {
+    match e {
+        StoreError::Unavailable(u) => StoreError::Unavailable(u.clone()),
+        StoreError::InvalidInput(what) => StoreError::InvalidInput(what),
+        StoreError::Corrupt(why) => StoreError::Corrupt(why.clone()),
+        StoreError::Storage(why) => StoreError::Storage(why.clone()),
+    }
 }
 
 /// One event's holds, by node id.
@@ -303,6 +349,7 @@ impl EmbeddedStore {
                 events: Mutex::new(HashMap::new()),
                 published: ArcSwap::default(),
                 deleting: Mutex::new(std::collections::HashSet::new()),
+                starts: Mutex::new(HashMap::new()),
                 admin: Mutex::new(admin),
                 ticks: Mutex::new(HashMap::new()),
                 shares: Mutex::new(HashMap::new()),
@@ -404,26 +451,77 @@ impl EmbeddedStore {
         }))
     }
 
-    /// The event's handle, starting it on first use; under the lock (the
-    /// request path looks in `published` first: see [`Self::with_event`]).
+    /// The event's handle, starting it on first use (the request path
+    /// looks in `published` first: see [`Self::with_event`]).
+    ///
+    /// A first start opens or creates the event's file, rare and quick on
+    /// a disk that answers; on one that hangs it never ends. So it runs on
+    /// a thread of its own, with no lock held, and its callers wait for it
+    /// at most the store's timeout from when it began: a request's thread
+    /// (an event loop) is held that long at most, and every other event,
+    /// and whatever takes the events' lock, goes on. A disk that cannot
+    /// take the new file now may later: the event drains meanwhile, and the
+    /// start, once done, serves the next call.
     fn event(&self, id: &EventId) -> Result<Arc<EventHandle>> {
-        let mut events = locked(&self.inner.events);
-        if let Some(h) = events.get(id) {
-            return Ok(h.clone());
-        }
-        if locked(&self.inner.deleting).contains(id) {
-            return Err(StoreError::unavailable(
-                UnavailableKind::Stopped,
-                format!("event {id}: being deleted"),
-            ));
-        }
-        // First use of an event: creating its file is rare and quick, so it
-        // is done right here rather than on a blocking pool. A disk that
-        // cannot take the new file now may later: the event drains meanwhile.
-        let h = self.start_event(id).map_err(disk_down)?;
-        events.insert(id.clone(), h.clone());
-        self.publish(&events);
-        Ok(h)
+        let starting = {
+            let events = locked(&self.inner.events);
+            if let Some(h) = events.get(id) {
+                return Ok(h.clone());
+            }
+            if locked(&self.inner.deleting).contains(id) {
+                return Err(StoreError::unavailable(
+                    UnavailableKind::Stopped,
+                    format!("event {id}: being deleted"),
+                ));
+            }
+            let mut starts = locked(&self.inner.starts);
+            match starts.get(id) {
+                Some(s) => s.clone(),
+                None => {
+                    let s = Arc::new(Starting {
+                        began: std::time::Instant::now(),
+                        done: Mutex::new(None),
+                        finished: std::sync::Condvar::new(),
+                    });
+                    let (store, event, start) = (self.clone(), id.clone(), s.clone());
+                    std::thread::Builder::new()
+                        .name(format!("start-{id}"))
+                        .spawn(move || store.finish_start(&event, &start))
+                        .map_err(|e| {
+                            StoreError::Storage(format!("cannot start event {id}: {e}"))
+                        })?;
+                    starts.insert(id.clone(), s.clone());
+                    s
+                }
+            }
+        };
+        starting.wait(id, self.inner.opts.timeout)
+    }
+
+    /// Runs an event's first start (see [`Self::event`]) and makes its
+    /// handle what later calls find, unless the event's deletion began
+    /// meanwhile: then the handle is dropped (its actor stops), as the
+    /// deletion would have stopped it.
+    fn finish_start(&self, id: &EventId, start: &Starting) {
+        let started = self.start_event(id).map_err(disk_down);
+        let outcome = {
+            let mut events = locked(&self.inner.events);
+            locked(&self.inner.starts).remove(id);
+            match started {
+                Ok(h) if !locked(&self.inner.deleting).contains(id) => {
+                    events.insert(id.clone(), h.clone());
+                    self.publish(&events);
+                    Ok(h)
+                }
+                Ok(_) => Err(StoreError::unavailable(
+                    UnavailableKind::Stopped,
+                    format!("event {id}: being deleted"),
+                )),
+                Err(e) => Err(e),
+            }
+        };
+        *locked(&start.done) = Some(outcome);
+        start.finished.notify_all();
     }
 
     /// Runs `f` on the event's handle, found without a lock or a reference

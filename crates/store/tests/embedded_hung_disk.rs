@@ -199,3 +199,63 @@ async fn a_hung_disk_times_the_meta_files_calls_out_and_a_late_pause_still_holds
          {refused_in:?}, the held pause in force {in_force:?} after the thaw"
     );
 }
+
+/// An event's first call opens (here creates) its file: on a hung disk
+/// that never ends. The call is answered unavailable after the store's
+/// timeout and a second at once, while a running event keeps serving
+/// durable calls (no lock of the store is held by the start); once the
+/// disk answers, the new event serves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_events_first_call_on_a_hung_disk_is_answered_in_time() {
+    let disk = HungDisk::mount().expect("a FUSE mount (apt-get install bindfs fuse3; run as root)");
+    let running = EventId::new("running").unwrap();
+    let new = EventId::new("new").unwrap();
+    let s = open(&disk).await;
+    s.join(&running, "first", &scoring()).await.unwrap();
+    let (waited, again_in) = {
+        let frozen = disk.freeze().unwrap();
+        let t = Instant::now();
+        timed_out(
+            s.join(&new, "a", &scoring()).await,
+            "a new event's first join",
+        );
+        let waited = t.elapsed();
+        assert!(waited >= TIMEOUT, "answered before the timeout: {waited:?}");
+        assert!(
+            waited < TIMEOUT + Duration::from_millis(700),
+            "a new event's first join waited {waited:?} on a hung disk"
+        );
+        let t = Instant::now();
+        timed_out(s.status(&new, "a", Touch::Peek).await, "a second call");
+        let again_in = t.elapsed();
+        assert!(
+            again_in < Duration::from_millis(100),
+            "a second call took {again_in:?}"
+        );
+        // The running event still answers from memory.
+        let st = s.status(&running, "first", Touch::Peek).await.unwrap();
+        assert!(matches!(st, MemberState::Waiting { rank: 0, .. }), "{st:?}");
+        frozen.thaw();
+        (waited, again_in)
+    };
+    let thawed = Instant::now();
+    loop {
+        match s.join(&new, "a", &scoring()).await {
+            Ok(_) => break,
+            Err(e) => assert!(
+                thawed.elapsed() < Duration::from_secs(5),
+                "the new event never served: {e:?}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let serving_in = thawed.elapsed();
+    assert!(matches!(
+        s.status(&new, "a", Touch::Peek).await.unwrap(),
+        MemberState::Waiting { rank: 0, .. }
+    ));
+    println!(
+        "hung disk, new event: its first call answered after {waited:?}, a second in \
+         {again_in:?}, serving {serving_in:?} after the thaw"
+    );
+}
