@@ -199,6 +199,15 @@ struct Starting {
 }
 
 impl Starting {
+    /// Until the start has ended, however long the disk takes (a deletion
+    /// waits so, as it waits for an actor to stop).
+    fn wait_ended(&self) {
+        let mut done = locked(&self.done);
+        while done.is_none() {
+            done = self.finished.wait(done).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
     fn wait(&self, id: &EventId, limit: Duration) -> Result<Arc<EventHandle>> {
         let deadline = self.began + limit;
         let mut done = locked(&self.done);
@@ -499,27 +508,54 @@ impl EmbeddedStore {
     }
 
     /// Runs an event's first start (see [`Self::event`]) and makes its
-    /// handle what later calls find, unless the event's deletion began
-    /// meanwhile: then the handle is dropped (its actor stops), as the
-    /// deletion would have stopped it.
-    fn finish_start(&self, id: &EventId, start: &Starting) {
+    /// handle what later calls find, unless a deletion of the event took
+    /// the start over meanwhile (it is then no longer the registered one):
+    /// the new actor is stopped and joined before the start reports, so the
+    /// deletion, which waits for that report, removes the files only once
+    /// nothing has them open.
+    fn finish_start(self, id: &EventId, start: &Arc<Starting>) {
         let started = self.start_event(id).map_err(disk_down);
-        let outcome = {
+        let (outcome, stop) = {
             let mut events = locked(&self.inner.events);
-            locked(&self.inner.starts).remove(id);
+            let mut starts = locked(&self.inner.starts);
+            let ours = starts.get(id).is_some_and(|s| Arc::ptr_eq(s, start));
+            if ours {
+                starts.remove(id);
+            }
+            drop(starts);
             match started {
-                Ok(h) if !locked(&self.inner.deleting).contains(id) => {
+                Ok(h) if ours => {
+                    // The admin state as it is now, not as the start read
+                    // it: a pause stored meanwhile found no running event
+                    // to tell (see `set_admin_state`, which looks under
+                    // this lock).
+                    lock(&h.state).admin = locked(&self.inner.admin)
+                        .get(id)
+                        .copied()
+                        .unwrap_or_default();
                     events.insert(id.clone(), h.clone());
                     self.publish(&events);
-                    Ok(h)
+                    (Ok(h), None)
                 }
-                Ok(_) => Err(StoreError::unavailable(
-                    UnavailableKind::Stopped,
-                    format!("event {id}: being deleted"),
-                )),
-                Err(e) => Err(e),
+                Ok(h) => (
+                    Err(StoreError::unavailable(
+                        UnavailableKind::Stopped,
+                        format!("event {id}: being deleted"),
+                    )),
+                    Some(h),
+                ),
+                Err(e) => (Err(e), None),
             }
         };
+        if let Some(h) = stop {
+            locked(&h.tx).take();
+            if let Some(t) = locked(&h.thread).take() {
+                let _ = t.join();
+            }
+        }
+        // The store's clone goes before anyone is told: a caller that then
+        // drops the store and opens the directory again finds it closed.
+        drop(self);
         *locked(&start.done) = Some(outcome);
         start.finished.notify_all();
     }
@@ -993,11 +1029,10 @@ impl QueueStore for EmbeddedStore {
         self.meta_call_then(
             move |db, path| {
                 disk::put_admin(db, path, &key, admin_code(state))?;
-                // An event starting now reads the map under the events'
-                // lock: taken here, so the start sees the new state or is
-                // found below. Still counted as the disk's time (a start
-                // holds that lock while it opens the event's file), so a
-                // hung start is refused to later meta calls too.
+                // A start publishes its event under the events' lock,
+                // taking the admin state from the map as it does: under
+                // the same lock here, the start either sees the new state
+                // or its event is found below.
                 let _events = locked(&inner.events);
                 locked(&inner.admin).insert(event.clone(), state);
                 Ok(_events.get(&event).cloned())
@@ -1073,12 +1108,15 @@ impl QueueStore for EmbeddedStore {
     async fn delete_event(&self, event: &EventId) -> Result<()> {
         // The actor commits what it holds and stops before its file goes;
         // meanwhile nothing starts the event again (see `Inner::deleting`).
-        let handle = {
+        let (handle, starting) = {
             let mut events = locked(&self.inner.events);
             let handle = events.remove(event);
             self.publish(&events);
             locked(&self.inner.deleting).insert(event.clone());
-            handle
+            // A first start under way is taken over: it stops the actor it
+            // made rather than publish it (see `finish_start`).
+            let starting = locked(&self.inner.starts).remove(event);
+            (handle, starting)
         };
         // Until memory follows the file (below), or the change is given up.
         let done = Deleted {
@@ -1087,6 +1125,9 @@ impl QueueStore for EmbeddedStore {
         };
         let file = self.event_path(event);
         tokio::task::spawn_blocking(move || {
+            if let Some(start) = starting {
+                start.wait_ended();
+            }
             if let Some(h) = handle {
                 locked(&h.tx).take();
                 if let Some(t) = locked(&h.thread).take() {
@@ -1114,9 +1155,7 @@ impl QueueStore for EmbeddedStore {
         // As an admin state's write: memory follows the file even when the
         // disk finishes after the caller was answered. The event stays
         // deleting until then, so nothing starts it again meanwhile from
-        // the state about to go. All of it counted as the disk's time:
-        // clearing the mark takes the events' lock, which a start holds
-        // while it opens an event's file.
+        // the state about to go.
         self.meta_call(move |db, path| {
             disk::forget_event(db, path, &key)?;
             locked(&done.inner.admin).remove(&done.event);

@@ -259,3 +259,51 @@ async fn a_new_events_first_call_on_a_hung_disk_is_answered_in_time() {
          {again_in:?}, serving {serving_in:?} after the thaw"
     );
 }
+
+/// A deletion of an event whose first start the disk holds waits for that
+/// start, which then stops the actor it made rather than publish it: once
+/// the deletion is done the id starts afresh on its own files, and what
+/// it acknowledges survives a reopen (a start published after the
+/// deletion removed the files served from unlinked ones, and lost them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deletion_during_a_hung_first_start_leaves_no_stale_event() {
+    let disk = HungDisk::mount().expect("a FUSE mount (apt-get install bindfs fuse3; run as root)");
+    let ev = EventId::new("gone").unwrap();
+    let s = open(&disk).await;
+    let frozen = disk.freeze().unwrap();
+    timed_out(s.join(&ev, "before", &scoring()).await, "a first join");
+    let deleting = {
+        let s = s.clone();
+        let ev = ev.clone();
+        tokio::spawn(async move { s.delete_event(&ev).await })
+    };
+    // The deletion has marked the event: calls are refused, not started.
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        match s.join(&ev, "during", &scoring()).await {
+            Err(e) if e.unavailable_kind() == Some(UnavailableKind::Stopped) => break,
+            other => assert!(
+                Instant::now() < deadline,
+                "not refused as deleting: {other:?}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    frozen.thaw();
+    tokio::time::timeout(Duration::from_secs(10), deleting)
+        .await
+        .expect("the deletion never ended")
+        .unwrap()
+        .unwrap();
+    s.join(&ev, "after", &scoring()).await.unwrap();
+    assert!(matches!(
+        s.status(&ev, "before", Touch::Peek).await.unwrap(),
+        MemberState::None
+    ));
+    drop(s);
+    let s = open(&disk).await;
+    match s.status(&ev, "after", Touch::Peek).await.unwrap() {
+        MemberState::Waiting { rank: 0, .. } => {}
+        other => panic!("an acknowledged join after the deletion is {other:?}"),
+    }
+}
