@@ -514,7 +514,16 @@ impl EmbeddedStore {
     /// deletion, which waits for that report, removes the files only once
     /// nothing has them open.
     fn finish_start(self, id: &EventId, start: &Arc<Starting>) {
-        let started = self.start_event(id).map_err(disk_down);
+        // A start that panicked must still end: its callers and a deletion
+        // wait for it.
+        let started =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.start_event(id)))
+                .unwrap_or_else(|_| {
+                    Err(StoreError::Corrupt(format!(
+                        "event {id}: its start panicked"
+                    )))
+                })
+                .map_err(disk_down);
         let (outcome, stop) = {
             let mut events = locked(&self.inner.events);
             let mut starts = locked(&self.inner.starts);
@@ -1118,13 +1127,16 @@ impl QueueStore for EmbeddedStore {
             let starting = locked(&self.inner.starts).remove(event);
             (handle, starting)
         };
-        // Until memory follows the file (below), or the change is given up.
+        // Until memory follows the file (below), or the change is given up;
+        // held by the steps themselves, not by this future, so a caller
+        // that goes away (a client that hung up) does not let the event
+        // start again while its files are being removed.
         let done = Deleted {
             inner: self.inner.clone(),
             event: event.clone(),
         };
         let file = self.event_path(event);
-        tokio::task::spawn_blocking(move || {
+        let done = tokio::task::spawn_blocking(move || {
             if let Some(start) = starting {
                 start.wait_ended();
             }
@@ -1147,7 +1159,7 @@ impl QueueStore for EmbeddedStore {
                     Err(e) => return Err(io_error(&f, e)),
                 }
             }
-            Ok(())
+            Ok(done)
         })
         .await
         .map_err(|e| stopped("delete task failed", e))??;
