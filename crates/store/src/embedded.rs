@@ -618,27 +618,20 @@ impl EmbeddedStore {
             }
         })?;
         let mut rx = rx;
-        let mut wait = limit;
-        loop {
-            match tokio::time::timeout(wait, &mut rx).await {
-                Ok(answer) => return answer.map_err(|_| actor_stopped(id))?,
-                // The event's stamp is looked up again only here, on the rare
-                // late answer: a handle kept across the wait would take and
-                // drop a reference count shared by the event loops per call.
-                // (An event gone meanwhile drops the reply: answered above.)
-                Err(_) => match self
-                    .inner
-                    .published
-                    .load()
-                    .get(id)
-                    .and_then(|h| h.stall.held_for())
-                {
-                    Some(held) if held >= limit => return Err(stall::hung(id, held)),
-                    // A write under way, not yet held that long: until it is.
-                    Some(held) => wait = (limit - held).max(Duration::from_millis(1)),
-                    None => wait = limit,
-                },
-            }
+        // The event's stamp is looked up again only on a late answer: a
+        // handle kept across the wait would take and drop a reference count
+        // shared by the event loops per call. (An event gone meanwhile drops
+        // the reply: answered as stopped.)
+        let held = || {
+            self.inner
+                .published
+                .load()
+                .get(id)
+                .and_then(|h| h.stall.held_for())
+        };
+        match stall::within(&mut rx, limit, held).await {
+            Ok(answer) => answer.map_err(|_| actor_stopped(id))?,
+            Err(held) => Err(stall::hung(id, held)),
         }
     }
 
@@ -734,19 +727,11 @@ impl EmbeddedStore {
             drop(disk);
             done.and_then(then)
         });
-        let mut wait = limit;
-        loop {
-            match tokio::time::timeout(wait, &mut task).await {
-                Ok(done) => return done.map_err(|e| stopped("meta task failed", e))?,
-                Err(_) => match self.inner.meta_stall.held_for() {
-                    Some(held) if held >= limit => return Err(stall::meta_hung(held)),
-                    // A write under way, not yet held that long: until it is.
-                    Some(held) => wait = (limit - held).max(Duration::from_millis(1)),
-                    // Waiting for a blocking thread, or for the lock the
-                    // disk's writer just let go of.
-                    None => wait = limit,
-                },
-            }
+        // Waiting for a blocking thread, or for the lock the disk's writer
+        // just let go of, is waited for.
+        match stall::within(&mut task, limit, || self.inner.meta_stall.held_for()).await {
+            Ok(done) => done.map_err(|e| stopped("meta task failed", e))?,
+            Err(held) => Err(stall::meta_hung(held)),
         }
     }
 }

@@ -64,6 +64,30 @@ impl Stall {
     }
 }
 
+/// Awaits `answer` while the disk it depends on answers: gives up (with how
+/// long the write was held) only once `held` reports a write held for
+/// `limit`; time without a write under way (work of the caller's own, a
+/// queue ahead of it) is waited for. `held` is asked only when `answer`
+/// is late.
+pub(crate) async fn within<F: std::future::Future + Unpin>(
+    answer: &mut F,
+    limit: Duration,
+    held: impl Fn() -> Option<Duration>,
+) -> Result<F::Output, Duration> {
+    let mut wait = limit;
+    loop {
+        match tokio::time::timeout(wait, &mut *answer).await {
+            Ok(out) => return Ok(out),
+            Err(_) => match held() {
+                Some(held) if held >= limit => return Err(held),
+                // A write under way, not yet held that long: until it is.
+                Some(held) => wait = (limit - held).max(Duration::from_millis(1)),
+                None => wait = limit,
+            },
+        }
+    }
+}
+
 /// A write under way (see [`Stall::hold`]).
 pub struct Holding<'a>(&'a Stall);
 
