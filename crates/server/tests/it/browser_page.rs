@@ -236,8 +236,20 @@ async fn solve_in_worker(
     Ok(results)
 }
 
+/// The page's worker solves with WebCrypto, and with its JavaScript fallback
+/// when told to, answers the core accepts. The suite solves small
+/// challenges; `scripts/bench-pow` sets `ANTEROOM_POW_TIMING` and measures
+/// the solve times the default difficulty was chosen from. Those are a
+/// benchmark, not a test: a 20-bit challenge's count of hashes is a
+/// geometric draw, and one unlucky draw on a slow, loaded box took minutes.
 #[tokio::test(flavor = "multi_thread")]
-async fn pow_solve_time_in_headless_chromium() {
+async fn the_pow_worker_solves_with_webcrypto_and_its_fallback() {
+    let timing = std::env::var_os("ANTEROOM_POW_TIMING").is_some();
+    let sizes: &[(u8, u32)] = if timing {
+        &[(16, 4), (18, 2), (20, 1)]
+    } else {
+        &[(12, 2)]
+    };
     let (_fake, addr) = fake::start(fake::Script::default()).await;
     with_browser(|client| async move {
         client
@@ -246,7 +258,7 @@ async fn pow_solve_time_in_headless_chromium() {
         client.goto(&format!("http://{addr}/queue/demo")).await?;
         let mut report = Vec::new();
         for (engine, force_fallback) in [("webcrypto", false), ("js", true)] {
-            for (difficulty, runs) in [(16u8, 4u32), (18, 2), (20, 1)] {
+            for &(difficulty, runs) in sizes {
                 let results = solve_in_worker(&client, difficulty, runs, force_fallback).await?;
                 ensure!(results.iter().all(|r| r["engine"] == engine), "{results:?}");
                 let mut ms: Vec<f64> = results.iter().filter_map(|r| r["ms"].as_f64()).collect();
@@ -264,9 +276,11 @@ async fn pow_solve_time_in_headless_chromium() {
                 report.push(line);
             }
         }
-        let path = artifacts_dir()?.join("pow-timing.json");
-        std::fs::write(&path, serde_json::to_string_pretty(&report)?)?;
-        println!("saved {}", path.display());
+        if timing {
+            let path = artifacts_dir()?.join("pow-timing.json");
+            std::fs::write(&path, serde_json::to_string_pretty(&report)?)?;
+            println!("saved {}", path.display());
+        }
         Ok(())
     })
     .await;
