@@ -327,3 +327,71 @@ async fn a_deletion_during_a_hung_first_start_leaves_no_stale_event() {
         other => panic!("an acknowledged join after the deletion is {other:?}"),
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deletion_on_a_hung_disk_is_answered_in_time_and_ends_when_the_disk_answers() {
+    let disk = HungDisk::mount().expect("a FUSE mount (apt-get install bindfs fuse3; run as root)");
+    let ev = EventId::new("doomed").unwrap();
+    let s = open(&disk).await;
+    s.join(&ev, "before", &scoring()).await.unwrap();
+    let frozen = disk.freeze().unwrap();
+    // The actor is held in a write: its stop waits for the disk.
+    timed_out(s.join(&ev, "held", &scoring()).await, "a join");
+    let t = Instant::now();
+    timed_out(s.delete_event(&ev).await, "a deletion");
+    let answered = t.elapsed();
+    // A second deletion while the first goes on is refused at once.
+    let t = Instant::now();
+    timed_out(s.delete_event(&ev).await, "a second deletion");
+    let again = t.elapsed();
+    eprintln!("deletion answered after {answered:?}, a second one after {again:?}");
+    assert!(
+        answered >= TIMEOUT && answered < TIMEOUT + Duration::from_millis(700),
+        "a deletion on a hung disk was answered after {answered:?}"
+    );
+    assert!(
+        again < Duration::from_millis(100),
+        "a deletion under way kept a second one {again:?}"
+    );
+    // The event is marked deleting meanwhile: its calls are refused, it is
+    // not started again from its files about to go.
+    match s.join(&ev, "during", &scoring()).await {
+        Err(e) if e.unavailable_kind() == Some(UnavailableKind::Stopped) => {}
+        other => panic!("a call during the deletion: {other:?}"),
+    }
+    frozen.thaw();
+    let thawed = Instant::now();
+    // The deletion ends by itself once the disk answers: the event starts
+    // afresh, without the visitors it had.
+    while let Err(e) = s.join(&ev, "after", &scoring()).await {
+        assert!(
+            thawed.elapsed() < Duration::from_secs(5),
+            "the event never started again: {e:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    eprintln!(
+        "the event started afresh {:?} after the thaw",
+        thawed.elapsed()
+    );
+    for gone in ["before", "held"] {
+        let state = s.status(&ev, gone, Touch::Peek).await.unwrap();
+        assert!(
+            matches!(state, MemberState::None),
+            "{gone} outlived the deletion: {state:?}"
+        );
+    }
+    drop(s);
+    let s = open(&disk).await;
+    for gone in ["before", "held"] {
+        let state = s.status(&ev, gone, Touch::Peek).await.unwrap();
+        assert!(
+            matches!(state, MemberState::None),
+            "{gone} came back after a reopen: {state:?}"
+        );
+    }
+    match s.status(&ev, "after", Touch::Peek).await.unwrap() {
+        MemberState::Waiting { rank: 0, .. } => {}
+        other => panic!("an acknowledged join after the deletion is {other:?}"),
+    }
+}
