@@ -50,10 +50,10 @@
     return s;
   }
 
-  /** SHA-256 of a string: WebCrypto when present (unless forced off), else sha256.js. */
+  /** SHA-256 of a string: WebCrypto when present (unless `opts.engine` is 'js'), else sha256.js. */
   function digest(str, opts) {
     var bytes = utf8(str);
-    if (hasSubtle() && !(opts && opts.forceFallback)) {
+    if (hasSubtle() && !(opts && opts.engine === 'js')) {
       return root.crypto.subtle.digest('SHA-256', bytes).then(function (buf) { return new Uint8Array(buf); });
     }
     return Promise.resolve(fallback().sha256(bytes));
@@ -85,7 +85,28 @@
     return (root.performance && root.performance.now) ? root.performance.now() : Date.now();
   }
 
-  /** Solves a challenge: resolves {nonce, hashes, ms, engine}. */
+  /**
+   * The engine a solve uses unless told: sha256.js. WebCrypto's digest is a
+   * promise a hash, sent to another thread and back, and for an input this
+   * short that costs more than the hash: in Chromium the JIT-compiled hash
+   * solves three to four times as fast (docs/benchmarks.md, "Proof-of-work
+   * solve time in the browser"). WebCrypto stays for a worker that could
+   * not load sha256.js (a refused request in a crowd).
+   */
+  function preferred() {
+    try {
+      fallback();
+      return 'js';
+    } catch (err) {
+      if (hasSubtle()) return 'webcrypto';
+      throw err;
+    }
+  }
+
+  /**
+   * Solves a challenge: resolves {nonce, hashes, ms, engine}. `opts.engine`
+   * ('js' or 'webcrypto') picks one; by default, see `preferred`.
+   */
   async function solve(challenge, difficulty, opts) {
     // 2^40 hashes would take hours: a larger difficulty is a server bug, not work to do.
     if (!(difficulty >= 0 && difficulty <= 40)) throw new Error('unsupported difficulty ' + difficulty);
@@ -95,7 +116,9 @@
       return { nonce: nonce, hashes: nonce + 1, ms: Math.round(now() - started), engine: engine };
     };
     var nonce;
-    if (hasSubtle() && !(opts && opts.forceFallback)) {
+    var engine = (opts && opts.engine) || preferred();
+    if (engine === 'webcrypto') {
+      if (!hasSubtle()) throw new Error('WebCrypto is not available here');
       var subtle = root.crypto.subtle;
       for (var base = 0; ; base += SUBTLE_BATCH) {
         var pending = [];
@@ -121,7 +144,8 @@
   if (inWorker) {
     root.onmessage = function (event) {
       var msg = event.data || {};
-      solve(String(msg.challenge), Number(msg.difficulty) | 0, { forceFallback: !!msg.forceFallback })
+      var engine = msg.engine === 'js' || msg.engine === 'webcrypto' ? msg.engine : undefined;
+      solve(String(msg.challenge), Number(msg.difficulty) | 0, { engine: engine })
         .then(function (result) { root.postMessage(result); })
         .catch(function (err) { root.postMessage({ error: String(err && err.message || err) }); });
     };

@@ -1,8 +1,10 @@
 /* Anteroom: a small pure-JavaScript SHA-256 (FIPS 180-4).
  *
- * Used by the proof-of-work worker where WebCrypto is unavailable (a plain-http
- * origin that is not localhost has no crypto.subtle). Works in a page, a Web
- * Worker and Node alike: it only attaches `AnteroomSha256` to globalThis.
+ * The proof-of-work worker's engine: for inputs as short as a challenge and
+ * its nonce it outruns WebCrypto, whose digest is a promise a hash (and a
+ * plain-http origin that is not localhost has no crypto.subtle at all).
+ * Works in a page, a Web Worker and Node alike: it only attaches
+ * `AnteroomSha256` to globalThis.
  */
 (function (root) {
   'use strict';

@@ -97,6 +97,8 @@ async fn journey_against_the_real_server() {
             pow["nonce"].is_u64() && pow["hashes"].as_u64() >= Some(1),
             "the page solved no proof-of-work challenge: {pow}"
         );
+        // With the faster engine: the worker loaded sha256.js from the node.
+        ensure!(pow["engine"] == "js", "solved with {}", pow["engine"]);
         let eta = client.find(Locator::Id("ar-eta")).await?.text().await?;
         ensure!(!eta.is_empty(), "no ETA line");
 
