@@ -1104,17 +1104,9 @@ impl QueueStore for EmbeddedStore {
         // meanwhile nothing starts the event again (see `Inner::deleting`).
         let (handle, starting) = {
             let mut events = locked(&self.inner.events);
-            // A deletion answered unavailable goes on while the disk holds
-            // it (below): a second one meanwhile would clear the mark the
-            // first still needs when it ends.
-            if !locked(&self.inner.deleting).insert(event.clone()) {
-                return Err(StoreError::unavailable(
-                    UnavailableKind::TimedOut,
-                    format!("event {event}: a deletion is under way"),
-                ));
-            }
             let handle = events.remove(event);
             self.publish(&events);
+            locked(&self.inner.deleting).insert(event.clone());
             // A first start under way is taken over: it stops the actor it
             // made rather than publish it (see `finish_start`).
             let starting = locked(&self.inner.starts).remove(event);
@@ -1129,70 +1121,46 @@ impl QueueStore for EmbeddedStore {
             event: event.clone(),
         };
         let file = self.event_path(event);
-        let store = self.clone();
+        let done = tokio::task::spawn_blocking(move || {
+            if let Some(start) = starting {
+                start.wait_ended();
+            }
+            if let Some(h) = handle {
+                locked(&h.tx).take();
+                if let Some(t) = locked(&h.thread).take() {
+                    let _ = t.join();
+                }
+            }
+            // The file first: a log whose file went is never read (opening
+            // the event removes it first), while a file whose log went
+            // would come back behind by every change since its last
+            // checkpoint, should the delete stop half way (a removal that
+            // fails, a crash) after a last checkpoint that failed.
+            let [log0, log1] = wal::paths_for(&file);
+            for f in [file, log0, log1] {
+                match std::fs::remove_file(&f) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(io_error(&f, e)),
+                }
+            }
+            Ok(done)
+        })
+        .await
+        .map_err(|e| stopped("delete task failed", e))??;
         let key = event.as_str().to_owned();
-        // Its own task, so that it ends when the disk answers even if its
-        // caller was answered first (below).
-        let mut deletion = tokio::spawn(async move {
-            let done = tokio::task::spawn_blocking(move || {
-                if let Some(start) = starting {
-                    start.wait_ended();
-                }
-                if let Some(h) = handle {
-                    locked(&h.tx).take();
-                    if let Some(t) = locked(&h.thread).take() {
-                        let _ = t.join();
-                    }
-                }
-                // The file first: a log whose file went is never read
-                // (opening the event removes it first), while a file whose
-                // log went would come back behind by every change since its
-                // last checkpoint, should the delete stop half way (a
-                // removal that fails, a crash) after a last checkpoint that
-                // failed.
-                let [log0, log1] = wal::paths_for(&file);
-                for f in [file, log0, log1] {
-                    match std::fs::remove_file(&f) {
-                        Ok(()) => {}
-                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                        Err(e) => return Err(io_error(&f, e)),
-                    }
-                }
-                Ok(done)
-            })
-            .await
-            .map_err(|e| stopped("delete task failed", e))??;
-            // As an admin state's write: memory follows the file even when
-            // the disk finishes after the caller was answered. The event
-            // stays deleting until then, so nothing starts it again
-            // meanwhile from the state about to go.
-            store
-                .meta_call(move |db, path| {
-                    disk::forget_event(db, path, &key)?;
-                    locked(&done.inner.admin).remove(&done.event);
-                    locked(&done.inner.batch_owed).remove(&done.event);
-                    drop(done);
-                    Ok(())
-                })
-                .await
-        });
-        // Bounded as every other call: with the disk answering, stopping an
-        // actor and removing three files takes milliseconds; a disk that
-        // holds them would hold the operator's `DELETE`, and with it every
-        // later admin change of the node, without a bound. Answered
-        // unavailable, the deletion goes on and ends when the disk answers;
-        // repeating it then finds it done.
-        let limit = self.inner.opts.timeout;
-        match tokio::time::timeout(limit, &mut deletion).await {
-            Ok(ended) => ended.map_err(|e| stopped("delete task failed", e))?,
-            Err(_) => Err(StoreError::unavailable(
-                UnavailableKind::TimedOut,
-                format!(
-                    "event {event}: its deletion has not ended in {} ms; it goes on while the disk holds it",
-                    limit.as_millis()
-                ),
-            )),
-        }
+        // As an admin state's write: memory follows the file even when the
+        // disk finishes after the caller was answered. The event stays
+        // deleting until then, so nothing starts it again meanwhile from
+        // the state about to go.
+        self.meta_call(move |db, path| {
+            disk::forget_event(db, path, &key)?;
+            locked(&done.inner.admin).remove(&done.event);
+            locked(&done.inner.batch_owed).remove(&done.event);
+            drop(done);
+            Ok(())
+        })
+        .await
     }
 
     async fn append_audit(&self, event: &EventId, json: &str) -> Result<()> {
