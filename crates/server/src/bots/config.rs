@@ -110,8 +110,8 @@ pub struct EventBots {
 }
 
 /// The proof-of-work difficulty of an event that does not set one, in bits.
-/// At 16 bits the page's WebCrypto solver takes about as long as the page
-/// takes to load (solve times per difficulty in docs/benchmarks.md), a cost
+/// At 16 bits the page's solver takes less than the page takes to load
+/// (solve times per difficulty in docs/benchmarks.md), a cost
 /// a person does not notice, yet each of a script's joins costs 65 536
 /// hashes on average (while the server checks one).
 pub const DEFAULT_DIFFICULTY: u8 = 16;

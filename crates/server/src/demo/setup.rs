@@ -82,7 +82,7 @@ queue_idle_timeout = "2m"
 admission = {{ mode = "continuous", max_per_minute = 40 }}
 # Scripts (curl's user agent, no Accept-Language) score high risk and must
 # solve a proof-of-work challenge; a browser scores low and joins at once.
-# 16 bits is about a second of WebCrypto in a browser.
+# 16 bits is a fraction of a second of the page's solver in a browser.
 bots = {{ challenge = "high", difficulty = 16 }}
 "#,
             listen = self.listen,
