@@ -117,6 +117,8 @@
     };
     var nonce;
     var engine = (opts && opts.engine) || preferred();
+    // A misspelt engine would otherwise solve with sha256.js unnoticed.
+    if (engine !== 'js' && engine !== 'webcrypto') throw new Error('unknown engine ' + engine);
     if (engine === 'webcrypto') {
       if (!hasSubtle()) throw new Error('WebCrypto is not available here');
       var subtle = root.crypto.subtle;

@@ -46,6 +46,11 @@ function expect(name, got, want) {
       }
     }
   }
+  const bogus = await globalThis.AnteroomPow.solve('c', 1, { engine: 'bogus' }).then(
+    () => 'solved',
+    (err) => String(err && err.message),
+  );
+  expect('solve(bogus) refused', bogus, 'unknown engine bogus');
   console.log(JSON.stringify({ checked, failures }));
   process.exit(failures.length ? 1 : 0);
 })().catch((err) => {
