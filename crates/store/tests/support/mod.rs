@@ -46,8 +46,11 @@ pub fn open() -> JoinScoring {
 /// tick made them, on a store whose Redis is `away`: the three of a round
 /// must be answered together, within half a round trip of each other.
 /// Nagle's hold answers the second and third a whole round trip after the
-/// first; a stall of the box (a loaded CI runner) delays all three alike,
-/// and says nothing about the socket.
+/// first whenever the first is still unacknowledged: with it turned on,
+/// four to ten rounds of sixteen were apart. A stall of the box (a loaded
+/// CI runner) delays all three alike, and says nothing about the socket,
+/// or now and then one task of a round (a full suite once put 15 ms
+/// between the three of one round): two rounds of sixteen may be apart.
 pub async fn answered_together_within_one_round_trip(s: &RedisStore, away: Duration) {
     async fn timed<T>(call: impl Future<Output = anteroom_store::Result<T>>) -> Duration {
         let started = std::time::Instant::now();
@@ -68,15 +71,20 @@ pub async fn answered_together_within_one_round_trip(s: &RedisStore, away: Durat
         );
         rounds.push([now, stats, admin]);
     }
+    let mut apart = 0;
     for round in &rounds {
         let (first, last) = (round.iter().min().unwrap(), round.iter().max().unwrap());
         assert!(
             *first >= away,
             "a call answered in {first:?}, sooner than the proxy's {away:?}"
         );
-        assert!(
-            *last - *first < away / 2,
-            "reads made together with Redis {away:?} away were answered apart: {rounds:?}"
-        );
+        if *last - *first >= away / 2 {
+            apart += 1;
+        }
     }
+    assert!(
+        apart <= 2,
+        "reads made together with Redis {away:?} away were answered apart in {apart} rounds of {}: {rounds:?}",
+        rounds.len()
+    );
 }
