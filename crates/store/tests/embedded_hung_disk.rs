@@ -41,6 +41,16 @@ fn timed_out(r: Result<impl std::fmt::Debug, StoreError>, what: &str) {
     }
 }
 
+/// A call that met the hang was answered after the store's timeout, and
+/// not much later.
+fn waited_the_timeout(waited: Duration, what: &str) {
+    assert!(waited >= TIMEOUT, "answered before the timeout: {waited:?}");
+    assert!(
+        waited < TIMEOUT + Duration::from_millis(700),
+        "{what} waited {waited:?} on a hung disk"
+    );
+}
+
 async fn open(disk: &HungDisk) -> EmbeddedStore {
     let opts = EmbeddedOptions {
         timeout: TIMEOUT,
@@ -67,11 +77,7 @@ async fn a_hung_disk_times_calls_out_and_the_event_serves_again_when_it_answers(
         let t = Instant::now();
         timed_out(s.join(&ev, "in-flight", &scoring()).await, "a join");
         let waited = t.elapsed();
-        assert!(waited >= TIMEOUT, "answered before the timeout: {waited:?}");
-        assert!(
-            waited < TIMEOUT + Duration::from_millis(700),
-            "a join waited {waited:?} on a hung disk"
-        );
+        waited_the_timeout(waited, "a join");
         // The ping says so once the write has been held past the timeout
         // (it may be a moment after the join's own timer).
         let deadline = Instant::now() + Duration::from_secs(2);
@@ -146,11 +152,7 @@ async fn a_hung_disk_times_the_meta_files_calls_out_and_a_late_pause_still_holds
         let t = Instant::now();
         timed_out(s.set_admin_state(&ev, AdminState::Paused).await, "a pause");
         let waited = t.elapsed();
-        assert!(waited >= TIMEOUT, "answered before the timeout: {waited:?}");
-        assert!(
-            waited < TIMEOUT + Duration::from_millis(700),
-            "a pause waited {waited:?} on a hung disk"
-        );
+        waited_the_timeout(waited, "a pause");
         // Refused at once while the disk holds the write, reads included
         // (they wait on the same file), not parked behind it.
         let t = Instant::now();
@@ -220,11 +222,7 @@ async fn a_new_events_first_call_on_a_hung_disk_is_answered_in_time() {
             "a new event's first join",
         );
         let waited = t.elapsed();
-        assert!(waited >= TIMEOUT, "answered before the timeout: {waited:?}");
-        assert!(
-            waited < TIMEOUT + Duration::from_millis(700),
-            "a new event's first join waited {waited:?} on a hung disk"
-        );
+        waited_the_timeout(waited, "a new event's first join");
         let t = Instant::now();
         timed_out(s.status(&new, "a", Touch::Peek).await, "a second call");
         let again_in = t.elapsed();
