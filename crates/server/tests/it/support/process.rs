@@ -55,13 +55,35 @@ impl Node {
         dir: Arc<tempfile::TempDir>,
         env: &[(&str, &str)],
     ) -> Self {
-        let mut node = Self::start_unspawned(config, dir);
-        node.env = env
+        let env: Vec<(String, String)> = env
             .iter()
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
             .collect();
-        node.spawn().await;
-        node
+        Self::start_on_fresh_ports(config, dir, |node| node.env = env.clone()).await
+    }
+
+    /// Starts a node on ports `free_port` found free; a node that exits at
+    /// start is tried again on new ones. Another test's process may take a
+    /// port between its check and the node's bind ("Address already in
+    /// use", printed above): that is the harness's race, not the node's.
+    async fn start_on_fresh_ports(
+        config: &str,
+        dir: Arc<tempfile::TempDir>,
+        set: impl Fn(&mut Self),
+    ) -> Self {
+        const TRIES: u32 = 3;
+        for tried in 1.. {
+            let mut node = Self::start_unspawned(config, dir.clone());
+            set(&mut node);
+            match node.try_spawn().await {
+                Ok(()) => return node,
+                Err(status) if tried < TRIES => {
+                    eprintln!("anteroom exited at start ({status}); again on other ports");
+                }
+                Err(status) => panic!("anteroom exited at start {TRIES} times, last {status}"),
+            }
+        }
+        unreachable!()
     }
 
     /// Writes the config; the process is not started yet.
@@ -92,10 +114,7 @@ impl Node {
     /// and hard limit, set through util-linux `prlimit`), so that its
     /// connection caps come from a small descriptor budget.
     pub async fn start_with_nofile(config: &str, dir: Arc<tempfile::TempDir>, nofile: u64) -> Self {
-        let mut node = Self::start_unspawned(config, dir);
-        node.nofile = Some(nofile);
-        node.spawn().await;
-        node
+        Self::start_on_fresh_ports(config, dir, |node| node.nofile = Some(nofile)).await
     }
 
     /// The process id of a process node.
@@ -104,6 +123,14 @@ impl Node {
     }
 
     async fn spawn(&mut self) {
+        if let Err(status) = self.try_spawn().await {
+            panic!("anteroom exited at start: {status}");
+        }
+    }
+
+    /// Starts the process and waits until it is ready; how it ended if it
+    /// exited first.
+    async fn try_spawn(&mut self) -> Result<(), std::process::ExitStatus> {
         let bin = env!("CARGO_BIN_EXE_anteroom");
         let mut command = match self.nofile {
             Some(n) => {
@@ -123,19 +150,25 @@ impl Node {
             .stderr(Stdio::inherit())
             .spawn()
             .expect("the anteroom binary (or prlimit: apt-get install util-linux)");
-        self.child = Some(child);
+        let child = self.child.insert(child);
         let url = format!("http://{}/healthz", self.admin);
         let started = Instant::now();
-        wait_for("anteroom /healthz", Duration::from_secs(20), || {
-            let url = url.clone();
-            async move { get_status(&url).await == Some(StatusCode::OK) }
-        })
-        .await;
+        while get_status(&url).await != Some(StatusCode::OK) {
+            if let Ok(Some(status)) = child.try_wait() {
+                return Err(status);
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "timed out waiting for: anteroom /healthz"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         eprintln!(
             "anteroom on {} ready in {:?}",
             self.public,
             started.elapsed()
         );
+        Ok(())
     }
 
     /// Starts a node inside this process through `anteroom::run` (on
