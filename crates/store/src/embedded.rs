@@ -36,7 +36,8 @@ use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::Sender;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -166,12 +167,11 @@ struct Inner {
     /// (with a reference count taken and dropped per call) moved its cache
     /// line from core to core on nearly every request.
     published: ArcSwap<HashMap<EventId, Arc<EventHandle>>>,
-    /// Events whose deletion is under way (changed under `events`' lock):
-    /// a call for one is refused rather than start the event again from
-    /// the files about to go, which brought the deleted event's waiters and
-    /// sessions back into the next event of its id, and let that event
-    /// write into unlinked files.
-    deleting: Mutex<std::collections::HashSet<EventId>>,
+    /// Events whose deletion is under way (see [`Inner::deleting`]),
+    /// each with the deletion's token: the deletion holds the token until
+    /// its last step is done, however its caller fared. Added under
+    /// `events`' lock.
+    deletions: Mutex<HashMap<EventId, Weak<()>>>,
     /// First starts of events under way, each on a thread of its own (see
     /// [`EmbeddedStore::event`]), changed under `events`' lock.
     starts: Mutex<HashMap<EventId, Arc<Starting>>>,
@@ -281,17 +281,49 @@ fn stopped(what: &str, e: tokio::task::JoinError) -> StoreError {
         .into()
 }
 
-/// Ends an event's deletion, however it ends: its id may be started again.
-struct Deleted {
-    inner: Arc<Inner>,
-    event: EventId,
+impl Inner {
+    /// Whether a deletion of `id` is under way. A call for such an event is
+    /// refused rather than start the event again from the files about to
+    /// go (which brought the deleted event's waiters and sessions back into
+    /// the next event of its id, and let that event write into unlinked
+    /// files); so is a write of its admin state, stored config or anchor,
+    /// which the deletion's last step would wipe after it was acknowledged.
+    fn deleting(&self, id: &EventId) -> bool {
+        locked(&self.deletions)
+            .get(id)
+            .is_some_and(|token| token.strong_count() > 0)
+    }
+
+    /// `Err` while a deletion of `id` is under way (see [`Self::deleting`]).
+    fn not_deleting(&self, id: &EventId) -> Result<()> {
+        if self.deleting(id) {
+            return Err(being_deleted(id));
+        }
+        Ok(())
+    }
 }
 
-impl Drop for Deleted {
-    fn drop(&mut self) {
-        let _events = locked(&self.inner.events);
-        locked(&self.inner.deleting).remove(&self.event);
-    }
+fn being_deleted(id: &EventId) -> StoreError {
+    StoreError::unavailable(
+        UnavailableKind::Stopped,
+        format!("event {id}: being deleted"),
+    )
+}
+
+/// What an event's deletion is waiting for, for its caller to tell a disk
+/// that holds a write from work merely under way (see
+/// [`EmbeddedStore::delete_event`]).
+#[derive(Default)]
+struct DeletionWatch {
+    /// The deletion's own waits on the disk: a first start of the event
+    /// under way (since it began), the files' removal.
+    own: stall::Stall,
+    /// The stopping actor's writes: its last batches, last checkpoint and
+    /// the file's close.
+    actor: Option<Arc<stall::Stall>>,
+    /// Set once the deletion has come to the meta file, whose writer is
+    /// then what it waits for.
+    at_meta: AtomicBool,
 }
 
 fn actor_stopped(id: &EventId) -> StoreError {
@@ -357,7 +389,7 @@ impl EmbeddedStore {
                 meta_path,
                 events: Mutex::new(HashMap::new()),
                 published: ArcSwap::default(),
-                deleting: Mutex::new(std::collections::HashSet::new()),
+                deletions: Mutex::new(HashMap::new()),
                 starts: Mutex::new(HashMap::new()),
                 admin: Mutex::new(admin),
                 ticks: Mutex::new(HashMap::new()),
@@ -477,12 +509,7 @@ impl EmbeddedStore {
             if let Some(h) = events.get(id) {
                 return Ok(h.clone());
             }
-            if locked(&self.inner.deleting).contains(id) {
-                return Err(StoreError::unavailable(
-                    UnavailableKind::Stopped,
-                    format!("event {id}: being deleted"),
-                ));
-            }
+            self.inner.not_deleting(id)?;
             let mut starts = locked(&self.inner.starts);
             match starts.get(id) {
                 Some(s) => s.clone(),
@@ -546,13 +573,7 @@ impl EmbeddedStore {
                     self.publish(&events);
                     (Ok(h), None)
                 }
-                Ok(h) => (
-                    Err(StoreError::unavailable(
-                        UnavailableKind::Stopped,
-                        format!("event {id}: being deleted"),
-                    )),
-                    Some(h),
-                ),
+                Ok(h) => (Err(being_deleted(id)), Some(h)),
                 Err(e) => (Err(e), None),
             }
         };
@@ -689,44 +710,7 @@ impl EmbeddedStore {
             return Err(stall::meta_hung(held));
         }
         let inner = self.inner.clone();
-        let mut task = tokio::task::spawn_blocking(move || {
-            let mut meta = locked(&inner.meta);
-            // From the lock on, until the file is done with: a call waiting
-            // for the lock is not holding the disk, the one ahead of it is.
-            let disk = inner.meta_stall.hold();
-            let done = (|| {
-                if meta.is_none() {
-                    let db = disk::open_file(
-                        &inner.meta_path,
-                        disk::META_MAGIC,
-                        &meta_files(&inner.opts),
-                    )
-                    .map_err(|e| {
-                        StoreError::from(
-                            Unavailable::new(UnavailableKind::Disk, e.to_string()).with_source(e),
-                        )
-                    })?;
-                    *meta = Some(db);
-                }
-                let Some(db) = meta.as_ref() else {
-                    return Err(StoreError::unavailable(
-                        UnavailableKind::Disk,
-                        "meta file not open",
-                    ));
-                };
-                match f(db, &inner.meta_path) {
-                    Err(StoreError::Storage(why)) => {
-                        tracing::error!(path = %inner.meta_path.display(), error = %why,
-                            "meta write failed; reopening the file on the next call");
-                        *meta = None;
-                        Err(StoreError::unavailable(UnavailableKind::Disk, why))
-                    }
-                    other => other,
-                }
-            })();
-            drop(disk);
-            done.and_then(then)
-        });
+        let mut task = tokio::task::spawn_blocking(move || on_meta(&inner, f, then));
         // Waiting for a blocking thread, or for the lock the disk's writer
         // just let go of, is waited for.
         match stall::within(&mut task, limit, || self.inner.meta_stall.held_for()).await {
@@ -734,6 +718,105 @@ impl EmbeddedStore {
             Err(held) => Err(stall::meta_hung(held)),
         }
     }
+}
+
+/// An event's deletion (see [`EmbeddedStore::delete_event`]), on a
+/// blocking thread: waits for a first start under way to end and for the
+/// actor to stop, removes the files, then forgets the event's admin state,
+/// stored config and anchor. Each write it waits for is stamped on `watch`.
+fn delete_steps(
+    inner: &Inner,
+    watch: &DeletionWatch,
+    event: &EventId,
+    handle: Option<Arc<EventHandle>>,
+    starting: Option<Arc<Starting>>,
+    file: PathBuf,
+) -> Result<()> {
+    if let Some(start) = starting {
+        // The start's time is the disk's, as its callers count it.
+        watch.own.begin_at(start.began);
+        start.wait_ended();
+        watch.own.end();
+    }
+    if let Some(h) = handle {
+        locked(&h.tx).take();
+        if let Some(t) = locked(&h.thread).take() {
+            let _ = t.join();
+        }
+    }
+    {
+        let _held = watch.own.hold();
+        // The file first: a log whose file went is never read (opening the
+        // event removes it first), while a file whose log went would come
+        // back behind by every change since its last checkpoint, should the
+        // delete stop half way (a removal that fails, a crash) after a last
+        // checkpoint that failed.
+        let [log0, log1] = wal::paths_for(&file);
+        for f in [file, log0, log1] {
+            match std::fs::remove_file(&f) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(io_error(&f, e)),
+            }
+        }
+    }
+    watch.at_meta.store(true, Ordering::Release);
+    // Memory follows the file under its lock, in the order of its writes.
+    // The event stays deleting until then, so nothing starts it again from
+    // the state about to go, nor writes state this would wipe.
+    on_meta(
+        inner,
+        |db, path| disk::forget_event(db, path, event.as_str()),
+        |()| {
+            locked(&inner.admin).remove(event);
+            locked(&inner.batch_owed).remove(event);
+            Ok(())
+        },
+    )
+}
+
+/// Runs `f` on the meta file, then `then` still under its lock (see
+/// [`EmbeddedStore::meta_call_then`]), on the calling thread, waiting for
+/// the disk however long it takes. A failed write drops the file (redb
+/// would refuse every later call) and answers unavailable; the next call
+/// reopens it.
+fn on_meta<T, U>(
+    inner: &Inner,
+    f: impl FnOnce(&Database, &Path) -> Result<T>,
+    then: impl FnOnce(T) -> Result<U>,
+) -> Result<U> {
+    let mut meta = locked(&inner.meta);
+    // From the lock on, until the file is done with: a call waiting for the
+    // lock is not holding the disk, the one ahead of it is.
+    let disk = inner.meta_stall.hold();
+    let done = (|| {
+        if meta.is_none() {
+            let db = disk::open_file(&inner.meta_path, disk::META_MAGIC, &meta_files(&inner.opts))
+                .map_err(|e| {
+                    StoreError::from(
+                        Unavailable::new(UnavailableKind::Disk, e.to_string()).with_source(e),
+                    )
+                })?;
+            *meta = Some(db);
+        }
+        let Some(db) = meta.as_ref() else {
+            return Err(StoreError::unavailable(
+                UnavailableKind::Disk,
+                "meta file not open",
+            ));
+        };
+        match f(db, &inner.meta_path) {
+            Err(StoreError::Storage(why)) => {
+                tracing::error!(path = %inner.meta_path.display(), error = %why,
+                    "meta write failed; reopening the file on the next call");
+                *meta = None;
+                Err(StoreError::unavailable(UnavailableKind::Disk, why))
+            }
+            other => other,
+        }
+    })();
+    drop(disk);
+    done.and_then(then)
 }
 
 impl Drop for Inner {
@@ -794,9 +877,12 @@ impl QueueStore for EmbeddedStore {
 
     async fn anchor_us(&self, event: &EventId) -> Result<i64> {
         let now = self.now_us(event).await?;
-        let key = event.as_str().to_owned();
-        self.meta_call(move |db, path| disk::anchor(db, path, &key, now))
-            .await
+        let (inner, event) = (self.inner.clone(), event.clone());
+        self.meta_call(move |db, path| {
+            inner.not_deleting(&event)?;
+            disk::anchor(db, path, event.as_str(), now)
+        })
+        .await
     }
 
     async fn join(
@@ -1022,6 +1108,9 @@ impl QueueStore for EmbeddedStore {
         // rather than leave the two disagreeing.
         self.meta_call_then(
             move |db, path| {
+                // Checked here, in the order of the meta file's writes: a
+                // deletion's last step, made after, would wipe it.
+                inner.not_deleting(&event)?;
                 disk::put_admin(db, path, &key, admin_code(state))?;
                 // A start publishes its event under the events' lock,
                 // taking the admin state from the map as it does: under
@@ -1052,9 +1141,12 @@ impl QueueStore for EmbeddedStore {
     }
 
     async fn put_event_config(&self, event: &EventId, json: &str) -> Result<()> {
-        let (key, json) = (event.as_str().to_owned(), json.to_owned());
-        self.meta_call(move |db, path| disk::put_config(db, path, &key, &json))
-            .await
+        let (inner, event, json) = (self.inner.clone(), event.clone(), json.to_owned());
+        self.meta_call(move |db, path| {
+            inner.not_deleting(&event)?;
+            disk::put_config(db, path, event.as_str(), &json)
+        })
+        .await
     }
 
     async fn replace_event_config(
@@ -1063,9 +1155,12 @@ impl QueueStore for EmbeddedStore {
         generation: u64,
         json: &str,
     ) -> Result<bool> {
-        let (key, json) = (event.as_str().to_owned(), json.to_owned());
-        self.meta_call(move |db, path| disk::replace_config(db, path, &key, generation, &json))
-            .await
+        let (inner, event, json) = (self.inner.clone(), event.clone(), json.to_owned());
+        self.meta_call(move |db, path| {
+            inner.not_deleting(&event)?;
+            disk::replace_config(db, path, event.as_str(), generation, &json)
+        })
+        .await
     }
 
     async fn config_generation(&self) -> Result<u64> {
@@ -1101,66 +1196,91 @@ impl QueueStore for EmbeddedStore {
 
     async fn delete_event(&self, event: &EventId) -> Result<()> {
         // The actor commits what it holds and stops before its file goes;
-        // meanwhile nothing starts the event again (see `Inner::deleting`).
+        // meanwhile nothing starts the event again, nor writes what its
+        // last step removes (see `Inner::deleting`).
+        let token = Arc::new(());
         let (handle, starting) = {
             let mut events = locked(&self.inner.events);
+            {
+                let mut deletions = locked(&self.inner.deletions);
+                deletions.retain(|_, token| token.strong_count() > 0);
+                // A deletion answered unavailable goes on while the disk
+                // holds it (below): a second one would find nothing to stop
+                // and could end first, its caller told the files were gone.
+                if deletions.contains_key(event) {
+                    return Err(StoreError::unavailable(
+                        UnavailableKind::TimedOut,
+                        format!("event {event}: its deletion is still under way"),
+                    ));
+                }
+                deletions.insert(event.clone(), Arc::downgrade(&token));
+            }
             let handle = events.remove(event);
             self.publish(&events);
-            locked(&self.inner.deleting).insert(event.clone());
             // A first start under way is taken over: it stops the actor it
             // made rather than publish it (see `finish_start`).
             let starting = locked(&self.inner.starts).remove(event);
             (handle, starting)
         };
-        // Until memory follows the file (below), or the change is given up;
-        // held by the steps themselves, not by this future, so a caller
-        // that goes away (a client that hung up) does not let the event
-        // start again while its files are being removed.
-        let done = Deleted {
-            inner: self.inner.clone(),
-            event: event.clone(),
-        };
+        let watch = Arc::new(DeletionWatch {
+            actor: handle.as_ref().map(|h| h.stall.clone()),
+            ..DeletionWatch::default()
+        });
+        let (tx, mut rx) = oneshot::channel();
+        let (inner, steps, id) = (self.inner.clone(), watch.clone(), event.clone());
         let file = self.event_path(event);
-        let done = tokio::task::spawn_blocking(move || {
-            if let Some(start) = starting {
-                start.wait_ended();
-            }
-            if let Some(h) = handle {
-                locked(&h.tx).take();
-                if let Some(t) = locked(&h.thread).take() {
-                    let _ = t.join();
+        // The steps run to their end whatever becomes of the caller, who is
+        // answered unavailable once the disk holds one of them past the
+        // store's timeout (below), or who hangs up: stopped half way, they
+        // would leave memory and the files disagreeing.
+        tokio::task::spawn_blocking(move || {
+            let ended = delete_steps(&inner, &steps, &id, handle, starting, file);
+            // The store's reference goes before the token, and the token
+            // before anyone is told: a caller that then drops the store and
+            // opens the directory again finds the files closed, and one
+            // that calls the event again finds it deletable, startable and
+            // writable.
+            drop(inner);
+            drop(token);
+            if let Err(ended) = tx.send(ended) {
+                match ended {
+                    Ok(()) => tracing::info!(event = %id,
+                        "a deletion answered unavailable has ended: the event's queue and state are gone"),
+                    Err(e) => tracing::warn!(event = %id, error = %e,
+                        "a deletion answered unavailable has failed; deleting the event again finishes it"),
                 }
             }
-            // The file first: a log whose file went is never read (opening
-            // the event removes it first), while a file whose log went
-            // would come back behind by every change since its last
-            // checkpoint, should the delete stop half way (a removal that
-            // fails, a crash) after a last checkpoint that failed.
-            let [log0, log1] = wal::paths_for(&file);
-            for f in [file, log0, log1] {
-                match std::fs::remove_file(&f) {
-                    Ok(()) => {}
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                    Err(e) => return Err(io_error(&f, e)),
-                }
-            }
-            Ok(done)
-        })
-        .await
-        .map_err(|e| stopped("delete task failed", e))??;
-        let key = event.as_str().to_owned();
-        // As an admin state's write: memory follows the file even when the
-        // disk finishes after the caller was answered. The event stays
-        // deleting until then, so nothing starts it again meanwhile from
-        // the state about to go.
-        self.meta_call(move |db, path| {
-            disk::forget_event(db, path, &key)?;
-            locked(&done.inner.admin).remove(&done.event);
-            locked(&done.inner.batch_owed).remove(&done.event);
-            drop(done);
-            Ok(())
-        })
-        .await
+        });
+        // Bounded as every other call: with the disk answering, stopping an
+        // actor, removing three files and writing the meta file takes
+        // milliseconds, and is waited for however long; a disk that holds
+        // one of these writes would hold the operator's `DELETE`, and with
+        // it every later admin change of the node, without a bound.
+        let limit = self.inner.opts.timeout;
+        let held = || {
+            let meta = if watch.at_meta.load(Ordering::Acquire) {
+                self.inner.meta_stall.held_for()
+            } else {
+                None
+            };
+            let actor = watch.actor.as_ref().and_then(|s| s.held_for());
+            [watch.own.held_for(), actor, meta].into_iter().flatten().max()
+        };
+        match stall::within(&mut rx, limit, held).await {
+            Ok(Ok(ended)) => ended,
+            Ok(Err(_)) => Err(StoreError::unavailable(
+                UnavailableKind::Stopped,
+                format!("event {event}: its deletion stopped half way"),
+            )),
+            Err(held) => Err(StoreError::unavailable(
+                UnavailableKind::TimedOut,
+                format!(
+                    "event {event}: its disk has not finished a write for {} ms; \
+                     the deletion goes on, and ends when the disk answers",
+                    held.as_millis()
+                ),
+            )),
+        }
     }
 
     async fn append_audit(&self, event: &EventId, json: &str) -> Result<()> {

@@ -664,3 +664,45 @@ async fn calls_during_a_deletion_bring_nothing_of_the_deleted_event_back() {
         );
     }
 }
+
+/// A deletion whose caller goes away at once (an operator's client that
+/// hung up) still runs to its end: the event's queue, admin state and
+/// stored config all go, not the queue alone with a closed event's state
+/// left to outlive it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deletion_whose_caller_goes_away_still_ends() {
+    use anteroom_core::phase::AdminState;
+    use futures::FutureExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let s = open(dir.path()).await;
+    let ev = EventId::new("e").unwrap();
+    let sc = JoinScoring {
+        opens_at_us: 0,
+        prewindow_score: -1,
+        tiebreak: 0,
+        behind: false,
+    };
+    s.join(&ev, "a", &sc).await.unwrap();
+    s.set_admin_state(&ev, AdminState::Closed).await.unwrap();
+    s.put_event_config(&ev, "{}").await.unwrap();
+    // Polled once, then dropped.
+    let answered = s.delete_event(&ev).now_or_never();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while let Err(e) = s.join(&ev, "b", &sc).await {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the deletion never ended ({answered:?}): {e:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    assert!(matches!(
+        s.status(&ev, "a", Touch::Peek).await.unwrap(),
+        MemberState::None
+    ));
+    assert_eq!(s.admin_state(&ev).await.unwrap(), AdminState::Running);
+    let configs = s.event_config_set().await.unwrap().configs;
+    assert!(
+        configs.iter().all(|(id, _)| *id != ev),
+        "the stored config outlived the deletion: {configs:?}"
+    );
+}

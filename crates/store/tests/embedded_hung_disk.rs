@@ -325,3 +325,198 @@ async fn a_deletion_during_a_hung_first_start_leaves_no_stale_event() {
         other => panic!("an acknowledged join after the deletion is {other:?}"),
     }
 }
+
+/// An event's deletion whose actor the disk holds in a write is answered
+/// unavailable after the store's timeout, not when the disk answers (an
+/// operator's `DELETE` held so would hold every later admin change of the
+/// node); it goes on, a second deletion meanwhile is refused at once, and
+/// once the disk answers it ends by itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deletion_on_a_hung_disk_is_answered_in_time_and_ends_when_the_disk_answers() {
+    let disk = HungDisk::mount().expect("a FUSE mount (apt-get install bindfs fuse3; run as root)");
+    let ev = EventId::new("doomed").unwrap();
+    let s = open(&disk).await;
+    s.join(&ev, "before", &scoring()).await.unwrap();
+    let frozen = disk.freeze().unwrap();
+    // The actor is held in a write: its stop waits for the disk.
+    timed_out(s.join(&ev, "held", &scoring()).await, "a join");
+    let t = Instant::now();
+    timed_out(s.delete_event(&ev).await, "a deletion");
+    let answered = t.elapsed();
+    waited_the_timeout(answered, "a deletion");
+    let t = Instant::now();
+    timed_out(s.delete_event(&ev).await, "a second deletion");
+    let again = t.elapsed();
+    assert!(
+        again < Duration::from_millis(100),
+        "a deletion under way kept a second one {again:?}"
+    );
+    // The event is marked deleting meanwhile: its calls are refused, it is
+    // not started again from its files about to go.
+    match s.join(&ev, "during", &scoring()).await {
+        Err(e) if e.unavailable_kind() == Some(UnavailableKind::Stopped) => {}
+        other => panic!("a call during the deletion: {other:?}"),
+    }
+    frozen.thaw();
+    let thawed = Instant::now();
+    // The deletion ends by itself once the disk answers: the event starts
+    // afresh, without the visitors it had.
+    while let Err(e) = s.join(&ev, "after", &scoring()).await {
+        assert!(
+            thawed.elapsed() < Duration::from_secs(5),
+            "the event never started again: {e:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let ended_in = thawed.elapsed();
+    for gone in ["before", "held"] {
+        let state = s.status(&ev, gone, Touch::Peek).await.unwrap();
+        assert!(
+            matches!(state, MemberState::None),
+            "{gone} outlived the deletion: {state:?}"
+        );
+    }
+    // The deletion let go of the store before it let the event start: the
+    // directory opens again at once.
+    drop(s);
+    let s = open(&disk).await;
+    for gone in ["before", "held"] {
+        let state = s.status(&ev, gone, Touch::Peek).await.unwrap();
+        assert!(
+            matches!(state, MemberState::None),
+            "{gone} came back after a reopen: {state:?}"
+        );
+    }
+    match s.status(&ev, "after", Touch::Peek).await.unwrap() {
+        MemberState::Waiting { rank: 0, .. } => {}
+        other => panic!("an acknowledged join after the deletion is {other:?}"),
+    }
+    println!(
+        "hung disk: a deletion answered after {answered:?}, a second one refused in {again:?}, \
+         the deletion ended {ended_in:?} after the thaw"
+    );
+}
+
+/// A store whose events' files sit on the hung disk and whose meta file
+/// does not (an `events` directory on a volume of its own): the meta file
+/// answers while an event's deletion waits for its disk.
+async fn open_events_on(disk: &HungDisk, meta_dir: &std::path::Path) -> EmbeddedStore {
+    let opts = EmbeddedOptions {
+        timeout: TIMEOUT,
+        ..EmbeddedOptions::default()
+    };
+    let data = meta_dir.join("data");
+    if !data.exists() {
+        drop(EmbeddedStore::open(&data, opts.clone()).await.unwrap());
+        std::fs::remove_dir(data.join("events")).unwrap();
+        let events = disk.path().join("events");
+        std::fs::create_dir(&events).unwrap();
+        std::os::unix::fs::symlink(&events, data.join("events")).unwrap();
+    }
+    EmbeddedStore::open(&data, opts).await.unwrap()
+}
+
+/// While a deletion answered unavailable goes on, the event's admin state,
+/// stored config and anchor are not written: the deletion's last step would
+/// wipe them after they were acknowledged (a close answered, then undone,
+/// and the event admitting again). Once it has ended they are written and
+/// stay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_being_deleted_takes_no_admin_change_its_deletion_would_wipe() {
+    use anteroom_core::phase::AdminState;
+    let disk = HungDisk::mount().expect("a FUSE mount (apt-get install bindfs fuse3; run as root)");
+    let meta_dir = tempfile::tempdir().unwrap();
+    let ev = EventId::new("doomed").unwrap();
+    let s = open_events_on(&disk, meta_dir.path()).await;
+    s.join(&ev, "before", &scoring()).await.unwrap();
+    s.put_event_config(&ev, "{\"v\":1}").await.unwrap();
+    let frozen = disk.freeze().unwrap();
+    timed_out(s.join(&ev, "held", &scoring()).await, "a join");
+    timed_out(s.delete_event(&ev).await, "a deletion");
+    // The meta file answers; the writes the deletion would wipe are refused.
+    let refused = |r: Result<_, StoreError>, what: &str| match r {
+        Err(e) if e.unavailable_kind() == Some(UnavailableKind::Stopped) => {}
+        other => panic!("{what} during the deletion: {other:?}"),
+    };
+    refused(
+        s.set_admin_state(&ev, AdminState::Closed).await,
+        "a close",
+    );
+    refused(s.put_event_config(&ev, "{\"v\":2}").await, "a config write");
+    refused(
+        s.replace_event_config(&ev, u64::MAX, "{\"v\":3}")
+            .await
+            .map(|_| ()),
+        "a config replacement",
+    );
+    // Other events' admin changes and the audit trail are not held up.
+    let other = EventId::new("other").unwrap();
+    s.set_admin_state(&other, AdminState::Paused).await.unwrap();
+    s.append_audit(&ev, "{\"action\":\"delete\"}").await.unwrap();
+    frozen.thaw();
+    let thawed = Instant::now();
+    loop {
+        match s.set_admin_state(&ev, AdminState::Closed).await {
+            Ok(()) => break,
+            Err(e) => assert!(
+                thawed.elapsed() < Duration::from_secs(5),
+                "the deletion never ended: {e:?}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    s.put_event_config(&ev, "{\"v\":4}").await.unwrap();
+    let stored = |s: &EmbeddedStore| {
+        let s = s.clone();
+        let ev = ev.clone();
+        async move {
+            let set = s.event_config_set().await.unwrap();
+            (
+                s.admin_state(&ev).await.unwrap(),
+                set.configs
+                    .iter()
+                    .find(|(id, _)| *id == ev)
+                    .map(|(_, json)| json.clone()),
+            )
+        }
+    };
+    let want = (AdminState::Closed, Some("{\"v\":4}".to_owned()));
+    assert_eq!(stored(&s).await, want, "undone by the deletion's end");
+    assert_eq!(s.audit(&ev, 10).await.unwrap().len(), 1);
+    drop(s);
+    let s = open_events_on(&disk, meta_dir.path()).await;
+    assert_eq!(stored(&s).await, want, "after a reopen");
+    assert_eq!(s.admin_state(&other).await.unwrap(), AdminState::Paused);
+}
+
+/// The stopping actor's last checkpoint (what the log holds, written into
+/// the event's file) and the file's close are writes a deletion waits for:
+/// a disk that holds them answers the deletion unavailable in time, as one
+/// that holds a commit does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deletion_whose_last_checkpoint_the_disk_holds_is_answered_in_time() {
+    let disk = HungDisk::mount().expect("a FUSE mount (apt-get install bindfs fuse3; run as root)");
+    let ev = EventId::new("doomed").unwrap();
+    let s = open(&disk).await;
+    // The first join may start a checkpoint; the second, right after, is
+    // left in the log for the last one.
+    s.join(&ev, "a", &scoring()).await.unwrap();
+    s.join(&ev, "b", &scoring()).await.unwrap();
+    let frozen = disk.freeze().unwrap();
+    let t = Instant::now();
+    timed_out(s.delete_event(&ev).await, "a deletion");
+    waited_the_timeout(t.elapsed(), "a deletion");
+    frozen.thaw();
+    let thawed = Instant::now();
+    while let Err(e) = s.join(&ev, "after", &scoring()).await {
+        assert!(
+            thawed.elapsed() < Duration::from_secs(5),
+            "the event never started again: {e:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(matches!(
+        s.status(&ev, "a", Touch::Peek).await.unwrap(),
+        MemberState::None
+    ));
+}

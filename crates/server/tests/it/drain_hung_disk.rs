@@ -300,3 +300,79 @@ async fn a_hung_journal_refuses_a_drain_redeem_in_time_and_holds_up_nobody_else(
          answers meanwhile"
     );
 }
+
+/// An operator's `DELETE` on an embedded store whose disk hangs is answered
+/// `503` after the store's timeout instead of waiting for the disk, so the
+/// node's admin changes do not queue behind it; the deletion goes on, and
+/// once the disk answers a repeated `DELETE` finishes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delete_on_a_hung_disk_is_answered_in_time_and_finishes_when_repeated() {
+    let disk = HungDisk::mount().expect("a FUSE mount (apt-get install bindfs fuse3; run as root)");
+    let origin = process::origin().await;
+    let config = ConfigBuilder::new()
+        .embedded(&disk.path().join("data"))
+        .process()
+        .no_limits()
+        .store_timeout("300ms")
+        .event(process::event(EVENT, &origin.url(), 4).admission(HOURLY))
+        .event(process::event("other", &origin.url(), 4).admission(HOURLY))
+        .toml();
+    let mut node = Node::start(&config, Arc::new(tempfile::tempdir().unwrap())).await;
+    for event in [EVENT, "other"] {
+        assert_eq!(
+            Visitor::default().enter(&node, event).await.0,
+            StatusCode::OK
+        );
+    }
+    let delete = format!("/admin/events/{EVENT}?force=true");
+
+    let frozen = disk.freeze().unwrap();
+    let t = Instant::now();
+    let (status, body) = node.admin(Method::DELETE, &delete).await;
+    let delete_in = t.elapsed();
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body:?}");
+    assert!(
+        delete_in < STORE_TIMEOUT + Duration::from_millis(700),
+        "a DELETE waited {delete_in:?} on the hung disk"
+    );
+    // The node's admin turn is free: another event's change is answered
+    // (the meta file is on the same disk, so with 503), not queued.
+    let t = Instant::now();
+    let (status, body) = node.admin(Method::POST, "/admin/events/other/pause").await;
+    let pause_in = t.elapsed();
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body:?}");
+    assert!(
+        pause_in < STORE_TIMEOUT + Duration::from_millis(700),
+        "a pause behind the DELETE took {pause_in:?}"
+    );
+
+    let thawed_at = Instant::now();
+    frozen.thaw();
+    // Repeated once the disk answers, the DELETE finishes.
+    loop {
+        let (status, body) = node.admin(Method::DELETE, &delete).await;
+        if status == StatusCode::NO_CONTENT {
+            break;
+        }
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body:?}");
+        assert!(
+            thawed_at.elapsed() < Duration::from_secs(5),
+            "the DELETE never finished: {body:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let finished = thawed_at.elapsed();
+    let (status, body) = node
+        .admin(Method::GET, &format!("/admin/events/{EVENT}"))
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body:?}");
+    assert_eq!(
+        Visitor::default().enter(&node, "other").await.0,
+        StatusCode::OK
+    );
+    println!(
+        "hung disk: a DELETE answered after {delete_in:?}, a pause behind it after \
+         {pause_in:?}, the repeated DELETE done {finished:?} after the thaw"
+    );
+    node.kill9();
+}

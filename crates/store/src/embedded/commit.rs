@@ -128,7 +128,13 @@ impl Committer {
             }
         }
         // Stopping: the log would be replayed at the next start anyway,
-        // but a file that holds everything starts faster.
+        // but a file that holds everything starts faster. The last
+        // checkpoint and the file's close are writes an event's deletion
+        // waits for (see `EmbeddedStore::delete_event`): stamped as the
+        // log's writes are, so that the deletion gives up on a disk that
+        // holds one past the store's timeout, and otherwise waits.
+        let stall = self.stall.clone();
+        let _held = stall.hold();
         if let Err(why) = self
             .finish_checkpoint()
             .and_then(|()| self.checkpoint_now())
@@ -136,6 +142,7 @@ impl Committer {
             tracing::warn!(path = %self.path.display(), error = %why,
                 "last checkpoint failed; the write-ahead log is replayed at the next start");
         }
+        drop(self.db.take());
     }
 
     /// Waits for the checkpoint running, if any; its failure if it failed.

@@ -37,6 +37,14 @@ impl Stall {
         self.since_ms.store(now_ms(), Ordering::Release);
     }
 
+    /// A write that started at `at`, before this watch of it began (a
+    /// first start of an event that a deletion comes to wait for).
+    pub fn begin_at(&self, at: Instant) {
+        let ms = u64::try_from(at.saturating_duration_since(*BASE).as_millis())
+            .unwrap_or(u64::MAX - 1);
+        self.since_ms.store(ms + 1, Ordering::Release);
+    }
+
     /// The write has finished (written or failed).
     pub fn end(&self) {
         self.since_ms.store(0, Ordering::Release);
@@ -171,6 +179,47 @@ mod tests {
         busy.join().unwrap();
         assert_eq!(admitted.unwrap().len(), 1, "refused after {waited:?}");
         assert!(waited >= timeout * 2, "waited only {waited:?}");
+    }
+
+    /// An event's deletion whose actor is slow to stop with the disk
+    /// answering (here kept from the event's memory, as a big last batch
+    /// keeps it) is waited for past the timeout, not answered unavailable
+    /// while it goes on: only a write the disk holds bounds it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_deletion_slow_on_a_disk_that_answers_waits_past_the_timeout() {
+        let dir = tempfile::tempdir().unwrap();
+        let timeout = Duration::from_millis(100);
+        let opts = EmbeddedOptions {
+            timeout,
+            ..EmbeddedOptions::default()
+        };
+        let s = EmbeddedStore::open(dir.path(), opts).await.unwrap();
+        let ev = EventId::new("slow").unwrap();
+        let scoring = JoinScoring {
+            opens_at_us: 0,
+            prewindow_score: -1,
+            tiebreak: 0,
+            behind: false,
+        };
+        s.join(&ev, "a", &scoring).await.unwrap();
+        let h = s.event(&ev).unwrap();
+        let (held_tx, held_rx) = std::sync::mpsc::channel();
+        let busy = std::thread::spawn(move || {
+            let _memory = lock(&h.state);
+            held_tx.send(()).unwrap();
+            std::thread::sleep(timeout * 5);
+        });
+        held_rx.recv().unwrap();
+        let t = std::time::Instant::now();
+        let deleted = s.delete_event(&ev).await;
+        let waited = t.elapsed();
+        busy.join().unwrap();
+        assert!(deleted.is_ok(), "{deleted:?} after {waited:?}");
+        assert!(waited >= timeout * 2, "waited only {waited:?}");
+        assert!(matches!(
+            s.status(&ev, "a", crate::Touch::Peek).await.unwrap(),
+            crate::MemberState::None
+        ));
     }
 
     #[test]
