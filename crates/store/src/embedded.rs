@@ -641,17 +641,24 @@ impl EmbeddedStore {
         let mut rx = rx;
         // The event's stamp is looked up again only on a late answer: a
         // handle kept across the wait would take and drop a reference count
-        // shared by the event loops per call. (An event gone meanwhile drops
-        // the reply: answered as stopped.)
-        let held = || {
-            self.inner
-                .published
-                .load()
-                .get(id)
-                .and_then(|h| h.stall.held_for())
+        // shared by the event loops per call. An event gone meanwhile (a
+        // deletion stopping its actor) no longer shows its stamp, and its
+        // disk may hold the write this call waits for: the call is given up
+        // at its first late look, not left waiting for the disk.
+        let gone = AtomicBool::new(false);
+        let held = || match self.inner.published.load().get(id) {
+            Some(h) => h.stall.held_for(),
+            None => {
+                gone.store(true, Ordering::Relaxed);
+                Some(limit)
+            }
         };
         match stall::within(&mut rx, limit, held).await {
             Ok(answer) => answer.map_err(|_| actor_stopped(id))?,
+            Err(_) if gone.load(Ordering::Relaxed) => Err(StoreError::unavailable(
+                UnavailableKind::Stopped,
+                format!("event {id}: stopped while the call waited"),
+            )),
             Err(held) => Err(stall::hung(id, held)),
         }
     }
@@ -733,7 +740,9 @@ fn delete_steps(
     file: PathBuf,
 ) -> Result<()> {
     if let Some(start) = starting {
-        // The start's time is the disk's, as its callers count it.
+        // The start's time counts from its beginning, as its callers count
+        // it (see `Starting::wait`): most of it is the disk's (a new file
+        // made), the rest the load of a file left behind.
         watch.own.begin_at(start.began);
         start.wait_ended();
         watch.own.end();
@@ -1134,6 +1143,11 @@ impl QueueStore for EmbeddedStore {
     }
 
     async fn admin_state(&self, event: &EventId) -> Result<AdminState> {
+        // Not the state about to be wiped: a caller that took it for the
+        // event's (a close of an event it read as closed, answered as done
+        // without a write) would answer for a state the deletion's end
+        // undoes.
+        self.inner.not_deleting(event)?;
         Ok(locked(&self.inner.admin)
             .get(event)
             .copied()
@@ -1234,20 +1248,29 @@ impl QueueStore for EmbeddedStore {
         // store's timeout (below), or who hangs up: stopped half way, they
         // would leave memory and the files disagreeing.
         tokio::task::spawn_blocking(move || {
-            let ended = delete_steps(&inner, &steps, &id, handle, starting, file);
+            let ended = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                delete_steps(&inner, &steps, &id, handle, starting, file)
+            }))
+            .unwrap_or_else(|_| {
+                Err(StoreError::unavailable(
+                    UnavailableKind::Stopped,
+                    format!("event {id}: its deletion panicked"),
+                ))
+            });
             // The store's reference goes before the token, and the token
             // before anyone is told: a caller that then drops the store and
-            // opens the directory again finds the files closed, and one
-            // that calls the event again finds it deletable, startable and
-            // writable.
+            // opens the directory again finds the files closed (unless
+            // another call given up on the disk still holds the store), and
+            // one that calls the event again finds it deletable, startable
+            // and writable.
             drop(inner);
             drop(token);
             if let Err(ended) = tx.send(ended) {
                 match ended {
                     Ok(()) => tracing::info!(event = %id,
-                        "a deletion answered unavailable has ended: the event's queue and state are gone"),
+                        "a deletion whose caller is gone has ended: the event's queue and state are gone"),
                     Err(e) => tracing::warn!(event = %id, error = %e,
-                        "a deletion answered unavailable has failed; deleting the event again finishes it"),
+                        "a deletion whose caller is gone has failed; deleting the event again finishes it"),
                 }
             }
         });

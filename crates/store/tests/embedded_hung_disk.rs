@@ -430,23 +430,32 @@ async fn an_event_being_deleted_takes_no_admin_change_its_deletion_would_wipe() 
     let s = open_events_on(&disk, meta_dir.path()).await;
     s.join(&ev, "before", &scoring()).await.unwrap();
     s.put_event_config(&ev, "{\"v\":1}").await.unwrap();
+    s.set_admin_state(&ev, AdminState::Closed).await.unwrap();
     let frozen = disk.freeze().unwrap();
     timed_out(s.join(&ev, "held", &scoring()).await, "a join");
     timed_out(s.delete_event(&ev).await, "a deletion");
     // The meta file answers; the writes the deletion would wipe are refused.
-    let refused = |r: Result<_, StoreError>, what: &str| match r {
-        Err(e) if e.unavailable_kind() == Some(UnavailableKind::Stopped) => {}
-        other => panic!("{what} during the deletion: {other:?}"),
-    };
+    fn refused<T: std::fmt::Debug>(r: Result<T, StoreError>, what: &str) {
+        match r {
+            Err(e) if e.unavailable_kind() == Some(UnavailableKind::Stopped) => {}
+            other => panic!("{what} during the deletion: {other:?}"),
+        }
+    }
+    // So is the state about to go: a close of an event read as closed
+    // would be answered done without a write, then undone.
+    refused(s.admin_state(&ev).await, "an admin state read");
+    refused(
+        s.set_admin_state_if(&ev, AdminState::Closed, AdminState::Closed)
+            .await,
+        "a close of a closed event",
+    );
     refused(
         s.set_admin_state(&ev, AdminState::Closed).await,
         "a close",
     );
     refused(s.put_event_config(&ev, "{\"v\":2}").await, "a config write");
     refused(
-        s.replace_event_config(&ev, u64::MAX, "{\"v\":3}")
-            .await
-            .map(|_| ()),
+        s.replace_event_config(&ev, u64::MAX, "{\"v\":3}").await,
         "a config replacement",
     );
     // Other events' admin changes and the audit trail are not held up.
@@ -455,16 +464,18 @@ async fn an_event_being_deleted_takes_no_admin_change_its_deletion_would_wipe() 
     s.append_audit(&ev, "{\"action\":\"delete\"}").await.unwrap();
     frozen.thaw();
     let thawed = Instant::now();
-    loop {
-        match s.set_admin_state(&ev, AdminState::Closed).await {
-            Ok(()) => break,
+    let after = loop {
+        match s.admin_state(&ev).await {
+            Ok(state) => break state,
             Err(e) => assert!(
                 thawed.elapsed() < Duration::from_secs(5),
                 "the deletion never ended: {e:?}"
             ),
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    };
+    assert_eq!(after, AdminState::Running, "the deletion kept the close");
+    s.set_admin_state(&ev, AdminState::Closed).await.unwrap();
     s.put_event_config(&ev, "{\"v\":4}").await.unwrap();
     let stored = |s: &EmbeddedStore| {
         let s = s.clone();
@@ -519,4 +530,36 @@ async fn a_deletion_whose_last_checkpoint_the_disk_holds_is_answered_in_time() {
         s.status(&ev, "a", Touch::Peek).await.unwrap(),
         MemberState::None
     ));
+}
+
+/// A call whose commit the disk holds when a deletion takes its event away
+/// is answered in time: its event's stamp went with it, and the call is
+/// given up at its first late look rather than left waiting for the disk.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_in_flight_when_its_event_is_deleted_is_answered_in_time() {
+    let disk = HungDisk::mount().expect("a FUSE mount (apt-get install bindfs fuse3; run as root)");
+    let ev = EventId::new("doomed").unwrap();
+    let s = open(&disk).await;
+    s.join(&ev, "before", &scoring()).await.unwrap();
+    let frozen = disk.freeze().unwrap();
+    let t = Instant::now();
+    let held = {
+        let (s, ev) = (s.clone(), ev.clone());
+        tokio::spawn(async move { s.join(&ev, "held", &scoring()).await })
+    };
+    // Let the join reach the committer first (were the deletion first, the
+    // join would be refused at once as deleting, and pass all the same).
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    timed_out(s.delete_event(&ev).await, "a deletion");
+    let answer = tokio::time::timeout(Duration::from_secs(3), held)
+        .await
+        .expect("the join in flight waited for the disk")
+        .unwrap();
+    let waited = t.elapsed();
+    assert!(answer.is_err(), "a join answered {answer:?} on a hung disk");
+    assert!(
+        waited < TIMEOUT + Duration::from_millis(700),
+        "the join in flight waited {waited:?}"
+    );
+    frozen.thaw();
 }

@@ -144,7 +144,9 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_call_behind_long_work_of_the_actor_waits_past_the_timeout() {
         let dir = tempfile::tempdir().unwrap();
-        let timeout = Duration::from_millis(100);
+        // Past a commit's `fdatasync` on a loaded box: only the actor's
+        // long step may outlast it.
+        let timeout = Duration::from_millis(300);
         let opts = EmbeddedOptions {
             timeout,
             ..EmbeddedOptions::default()
@@ -188,7 +190,9 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_deletion_slow_on_a_disk_that_answers_waits_past_the_timeout() {
         let dir = tempfile::tempdir().unwrap();
-        let timeout = Duration::from_millis(100);
+        // Past a commit's `fdatasync` on a loaded box: only the actor's
+        // long step may outlast it.
+        let timeout = Duration::from_millis(300);
         let opts = EmbeddedOptions {
             timeout,
             ..EmbeddedOptions::default()
