@@ -195,7 +195,16 @@ struct Starting {
     began: std::time::Instant,
     /// The handle, or why the start failed (each waiter gets a copy).
     done: Mutex<Option<Result<Arc<EventHandle>>>>,
+    /// Wakes the threads waiting (see [`Starting::wait`]).
     finished: std::sync::Condvar,
+    /// Wakes the tasks awaiting (see [`Starting::wait_async`]).
+    awaited: tokio::sync::Notify,
+}
+
+/// An event found running, or its first start under way.
+enum Found {
+    Running(Arc<EventHandle>),
+    Starting(Arc<Starting>),
 }
 
 impl Starting {
@@ -205,6 +214,33 @@ impl Starting {
         let mut done = locked(&self.done);
         while done.is_none() {
             done = self.finished.wait(done).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    /// How the start ended, if it has.
+    fn outcome(&self) -> Option<Result<Arc<EventHandle>>> {
+        match locked(&self.done).as_ref()? {
+            Ok(h) => Some(Ok(h.clone())),
+            Err(e) => Some(Err(copy_error(e))),
+        }
+    }
+
+    /// [`Self::wait`] for a task: the thread goes on with other tasks.
+    async fn wait_async(&self, id: &EventId, limit: Duration) -> Result<Arc<EventHandle>> {
+        let deadline = tokio::time::Instant::from_std(self.began + limit);
+        loop {
+            let ended = self.awaited.notified();
+            tokio::pin!(ended);
+            // Listening before looking: an end between the two still wakes.
+            ended.as_mut().enable();
+            if let Some(outcome) = self.outcome() {
+                return outcome;
+            }
+            if tokio::time::timeout_at(deadline, ended).await.is_err() {
+                return self
+                    .outcome()
+                    .unwrap_or_else(|| Err(stall::hung(id, self.began.elapsed())));
+            }
         }
     }
 
@@ -492,22 +528,40 @@ impl EmbeddedStore {
         }))
     }
 
-    /// The event's handle, starting it on first use (the request path
-    /// looks in `published` first: see [`Self::with_event`]).
+    /// The event's handle, starting it on first use, the start waited for
+    /// on this thread (the request path looks in `published` first and
+    /// awaits a start instead: see [`Self::with_event`]).
+    fn event(&self, id: &EventId) -> Result<Arc<EventHandle>> {
+        match self.find(id)? {
+            Found::Running(h) => Ok(h),
+            Found::Starting(start) => start.wait(id, self.inner.opts.timeout),
+        }
+    }
+
+    /// [`Self::event`], the start awaited without holding the thread.
     ///
     /// A first start opens or creates the event's file, rare and quick on
     /// a disk that answers; on one that hangs it never ends. So it runs on
-    /// a thread of its own, with no lock held, and its callers wait for it
-    /// at most the store's timeout from when it began: a request's thread
-    /// (an event loop) is held that long at most, and every other event,
-    /// and whatever takes the events' lock, goes on. A disk that cannot
-    /// take the new file now may later: the event drains meanwhile, and the
-    /// start, once done, serves the next call.
-    fn event(&self, id: &EventId) -> Result<Arc<EventHandle>> {
+    /// a thread of its own, with no lock held, and its callers await it at
+    /// most the store's timeout from when it began, each holding nothing
+    /// meanwhile: not the events' lock, not its event loop, so every other
+    /// connection of that loop, and every other event, goes on. A disk that
+    /// cannot take the new file now may later: the event drains meanwhile,
+    /// and the start, once done, serves the next call.
+    async fn started(&self, id: &EventId) -> Result<Arc<EventHandle>> {
+        match self.find(id)? {
+            Found::Running(h) => Ok(h),
+            Found::Starting(start) => start.wait_async(id, self.inner.opts.timeout).await,
+        }
+    }
+
+    /// The event's handle if it runs, else its first start, begun now if
+    /// none is under way.
+    fn find(&self, id: &EventId) -> Result<Found> {
         let starting = {
             let events = locked(&self.inner.events);
             if let Some(h) = events.get(id) {
-                return Ok(h.clone());
+                return Ok(Found::Running(h.clone()));
             }
             self.inner.not_deleting(id)?;
             let mut starts = locked(&self.inner.starts);
@@ -518,6 +572,7 @@ impl EmbeddedStore {
                         began: std::time::Instant::now(),
                         done: Mutex::new(None),
                         finished: std::sync::Condvar::new(),
+                        awaited: tokio::sync::Notify::new(),
                     });
                     let (store, event, start) = (self.clone(), id.clone(), s.clone());
                     std::thread::Builder::new()
@@ -531,7 +586,7 @@ impl EmbeddedStore {
                 }
             }
         };
-        starting.wait(id, self.inner.opts.timeout)
+        Ok(Found::Starting(starting))
     }
 
     /// Runs an event's first start (see [`Self::event`]) and makes its
@@ -588,20 +643,25 @@ impl EmbeddedStore {
         drop(self);
         *locked(&start.done) = Some(outcome);
         start.finished.notify_all();
+        start.awaited.notify_waiters();
     }
 
     /// Runs `f` on the event's handle, found without a lock or a reference
-    /// count taken in the common case (see `Inner::published`).
-    fn with_event<T>(&self, id: &EventId, f: impl FnOnce(&EventHandle) -> Result<T>) -> Result<T> {
-        let published = self.inner.published.load();
-        match published.get(id) {
-            Some(h) => f(h),
-            None => {
-                drop(published);
-                let h = self.event(id)?;
-                f(&h)
+    /// count taken in the common case (see `Inner::published`); a first
+    /// start is awaited (see [`Self::started`]).
+    async fn with_event<T>(
+        &self,
+        id: &EventId,
+        f: impl FnOnce(&EventHandle) -> Result<T>,
+    ) -> Result<T> {
+        {
+            let published = self.inner.published.load();
+            if let Some(h) = published.get(id) {
+                return f(h);
             }
         }
+        let h = self.started(id).await?;
+        f(&h)
     }
 
     /// Makes `events` what readers find; called under its lock, after each
@@ -637,7 +697,8 @@ impl EmbeddedStore {
                 Some(true) => Ok(()),
                 _ => Err(actor_stopped(id)),
             }
-        })?;
+        })
+        .await?;
         let mut rx = rx;
         // The event's stamp is looked up again only on a late answer: a
         // handle kept across the wait would take and drop a reference count
@@ -669,21 +730,25 @@ impl EmbeddedStore {
     }
 
     /// Runs a read on the event's memory at the canonical time.
-    fn read<T>(&self, id: &EventId, f: impl FnOnce(&mut EventState, i64) -> T) -> Result<T> {
-        self.with_event(id, |h| {
-            let mut st = lock(&h.state);
-            if let Some(why) = &st.down {
-                return Err(StoreError::Unavailable(why.clone()));
-            }
-            let now_us = self.clock_us();
-            Ok(f(&mut st, now_us))
-        })
+    async fn read<T>(&self, id: &EventId, f: impl FnOnce(&mut EventState, i64) -> T) -> Result<T> {
+        self.with_event(id, |h| self.read_on(h, f)).await
+    }
+
+    fn read_on<T>(&self, h: &EventHandle, f: impl FnOnce(&mut EventState, i64) -> T) -> Result<T> {
+        let mut st = lock(&h.state);
+        if let Some(why) = &st.down {
+            return Err(StoreError::Unavailable(why.clone()));
+        }
+        let now_us = self.clock_us();
+        Ok(f(&mut st, now_us))
     }
 
     /// Runs `f` on a read-only view of the event's queue. The event's actor
-    /// waits while `f` runs, so keep it short (a few thousand ranks).
+    /// waits while `f` runs, so keep it short (a few thousand ranks). A
+    /// first start is waited for on this thread.
     pub fn with_queue<T>(&self, event: &EventId, f: impl FnOnce(&QueueView<'_>) -> T) -> Result<T> {
-        self.read(event, |st, _| f(&QueueView { st }))
+        let h = self.event(event)?;
+        self.read_on(&h, |st, _| f(&QueueView { st }))
     }
 
     /// Runs `f` on the meta file on a blocking thread. A failed write drops
@@ -882,6 +947,7 @@ impl QueueStore for EmbeddedStore {
 
     async fn now_us(&self, event: &EventId) -> Result<i64> {
         self.read(event, |_, now_us| now_us)
+            .await
     }
 
     async fn anchor_us(&self, event: &EventId) -> Result<i64> {
@@ -911,11 +977,12 @@ impl QueueStore for EmbeddedStore {
 
     async fn status(&self, event: &EventId, member: &str, touch: Touch) -> Result<MemberState> {
         check_member(member)?;
-        self.read(event, |st, now_us| st.status(member, touch, now_us))?
+        self.read(event, |st, now_us| st.status(member, touch, now_us)).await?
     }
 
     async fn queue_length(&self, event: &EventId) -> Result<u64> {
         self.read(event, |st, _| st.order.len() as u64)
+            .await
     }
 
     async fn admit(&self, event: &EventId, req: &AdmitRequest) -> Result<Vec<Admission>> {
@@ -1001,7 +1068,7 @@ impl QueueStore for EmbeddedStore {
 
     async fn hold_share(&self, event: &EventId, req: &ShareRequest) -> Result<ShareGrant> {
         check_node(&req.node)?;
-        let (stats, now_us) = self.read(event, |st, now_us| (st.stats(now_us), now_us))?;
+        let (stats, now_us) = self.read(event, |st, now_us| (st.stats(now_us), now_us)).await?;
         let used = stats.active.saturating_add(stats.outstanding);
         let mut shares = locked(&self.inner.shares);
         let holds = shares.entry(event.clone()).or_default();
@@ -1039,10 +1106,12 @@ impl QueueStore for EmbeddedStore {
 
     async fn stats(&self, event: &EventId) -> Result<EventStats> {
         self.read(event, |st, now_us| st.stats(now_us))
+            .await
     }
 
     async fn revocations_since(&self, event: &EventId, since_us: i64) -> Result<Vec<Revocation>> {
         self.read(event, |st, _| st.revocations_since(since_us))
+            .await
     }
 
     async fn consume_once(
@@ -1197,7 +1266,7 @@ impl QueueStore for EmbeddedStore {
     }
 
     async fn ping(&self, event: &EventId) -> Result<()> {
-        self.read(event, |_, _| ())?;
+        self.read(event, |_, _| ()).await?;
         // Memory answers even while the disk hangs: the ping also asks
         // whether the disk has finished its writes in time.
         self.with_event(event, |h| {
@@ -1206,6 +1275,7 @@ impl QueueStore for EmbeddedStore {
                 None => Ok(()),
             }
         })
+        .await
     }
 
     async fn delete_event(&self, event: &EventId) -> Result<()> {

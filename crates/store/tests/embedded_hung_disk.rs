@@ -258,6 +258,36 @@ async fn a_new_events_first_call_on_a_hung_disk_is_answered_in_time() {
     );
 }
 
+/// While a new event's first start waits on a hung disk, its first call
+/// holds no thread: on a runtime of one thread (one event loop) another
+/// event's poll is answered at once, not after the first call's timeout.
+#[tokio::test(flavor = "current_thread")]
+async fn a_new_events_first_call_on_a_hung_disk_holds_no_event_loop() {
+    let disk = HungDisk::mount().expect("a FUSE mount (apt-get install bindfs fuse3; run as root)");
+    let running = EventId::new("running").unwrap();
+    let new = EventId::new("new").unwrap();
+    let s = open(&disk).await;
+    s.join(&running, "first", &scoring()).await.unwrap();
+    let frozen = disk.freeze().unwrap();
+    let t = Instant::now();
+    let first = {
+        let (s, new) = (s.clone(), new.clone());
+        tokio::spawn(async move { s.join(&new, "a", &scoring()).await })
+    };
+    // The spawned call runs first, up to its wait for the start.
+    tokio::task::yield_now().await;
+    let st = s.status(&running, "first", Touch::Peek).await.unwrap();
+    let polled_in = t.elapsed();
+    assert!(matches!(st, MemberState::Waiting { rank: 0, .. }), "{st:?}");
+    assert!(
+        polled_in < Duration::from_millis(100),
+        "a poll on the loop of a starting event's call waited {polled_in:?}"
+    );
+    timed_out(first.await.unwrap(), "a new event's first join");
+    waited_the_timeout(t.elapsed(), "a new event's first join");
+    frozen.thaw();
+}
+
 /// A deletion of an event whose first start the disk holds is marked at
 /// once and ends once the disk answers; the id then starts afresh, and what
 /// it acknowledges survives a reopen. (Whether a start published after the
