@@ -87,7 +87,10 @@ fn poller(
 ) -> std::thread::JoinHandle<anyhow::Result<Vec<u64>>> {
     let (store, event, stop) = (store.clone(), event.clone(), stop.clone());
     std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread().build()?;
+        // With a timer: a call that meets an event's first start awaits it.
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()?;
         let mut ns = Vec::with_capacity(1 << 20);
         while !stop.load(Ordering::Relaxed) {
             let m = member(rand::random::<u64>() % n.max(1));

@@ -35,8 +35,8 @@ mod writes;
 use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::Sender;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -235,6 +235,11 @@ impl Starting {
             ended.as_mut().enable();
             if let Some(outcome) = self.outcome() {
                 return outcome;
+            }
+            // A start already past its time is refused without a timer:
+            // every call to an event whose disk holds its start comes here.
+            if self.began.elapsed() >= limit {
+                return Err(stall::hung(id, self.began.elapsed()));
             }
             if tokio::time::timeout_at(deadline, ended).await.is_err() {
                 return self
@@ -660,7 +665,9 @@ impl EmbeddedStore {
                 return f(h);
             }
         }
-        let h = self.started(id).await?;
+        // Boxed: the await's state (a timer, a wake-up) is carried by every
+        // call's future otherwise, the hot ones included.
+        let h = Box::pin(self.started(id)).await?;
         f(&h)
     }
 
@@ -946,8 +953,7 @@ impl QueueStore for EmbeddedStore {
     }
 
     async fn now_us(&self, event: &EventId) -> Result<i64> {
-        self.read(event, |_, now_us| now_us)
-            .await
+        self.read(event, |_, now_us| now_us).await
     }
 
     async fn anchor_us(&self, event: &EventId) -> Result<i64> {
@@ -977,12 +983,12 @@ impl QueueStore for EmbeddedStore {
 
     async fn status(&self, event: &EventId, member: &str, touch: Touch) -> Result<MemberState> {
         check_member(member)?;
-        self.read(event, |st, now_us| st.status(member, touch, now_us)).await?
+        self.read(event, |st, now_us| st.status(member, touch, now_us))
+            .await?
     }
 
     async fn queue_length(&self, event: &EventId) -> Result<u64> {
-        self.read(event, |st, _| st.order.len() as u64)
-            .await
+        self.read(event, |st, _| st.order.len() as u64).await
     }
 
     async fn admit(&self, event: &EventId, req: &AdmitRequest) -> Result<Vec<Admission>> {
@@ -1068,7 +1074,9 @@ impl QueueStore for EmbeddedStore {
 
     async fn hold_share(&self, event: &EventId, req: &ShareRequest) -> Result<ShareGrant> {
         check_node(&req.node)?;
-        let (stats, now_us) = self.read(event, |st, now_us| (st.stats(now_us), now_us)).await?;
+        let (stats, now_us) = self
+            .read(event, |st, now_us| (st.stats(now_us), now_us))
+            .await?;
         let used = stats.active.saturating_add(stats.outstanding);
         let mut shares = locked(&self.inner.shares);
         let holds = shares.entry(event.clone()).or_default();
@@ -1105,8 +1113,7 @@ impl QueueStore for EmbeddedStore {
     }
 
     async fn stats(&self, event: &EventId) -> Result<EventStats> {
-        self.read(event, |st, now_us| st.stats(now_us))
-            .await
+        self.read(event, |st, now_us| st.stats(now_us)).await
     }
 
     async fn revocations_since(&self, event: &EventId, since_us: i64) -> Result<Vec<Revocation>> {
@@ -1357,7 +1364,10 @@ impl QueueStore for EmbeddedStore {
                 None
             };
             let actor = watch.actor.as_ref().and_then(|s| s.held_for());
-            [watch.own.held_for(), actor, meta].into_iter().flatten().max()
+            [watch.own.held_for(), actor, meta]
+                .into_iter()
+                .flatten()
+                .max()
         };
         match stall::within(&mut rx, limit, held).await {
             Ok(Ok(ended)) => ended,

@@ -274,18 +274,29 @@ async fn a_new_events_first_call_on_a_hung_disk_holds_no_event_loop() {
         let (s, new) = (s.clone(), new.clone());
         tokio::spawn(async move { s.join(&new, "a", &scoring()).await })
     };
-    // The spawned call runs first, up to its wait for the start.
+    // The spawned call runs first, up to its wait for the start (a join
+    // reaches it in its first poll: nothing before it awaits).
     tokio::task::yield_now().await;
     let st = s.status(&running, "first", Touch::Peek).await.unwrap();
     let polled_in = t.elapsed();
     assert!(matches!(st, MemberState::Waiting { rank: 0, .. }), "{st:?}");
+    // Held, the loop would answer it after the first call's 300 ms.
     assert!(
-        polled_in < Duration::from_millis(100),
+        polled_in < Duration::from_millis(200),
         "a poll on the loop of a starting event's call waited {polled_in:?}"
     );
     timed_out(first.await.unwrap(), "a new event's first join");
     waited_the_timeout(t.elapsed(), "a new event's first join");
     frozen.thaw();
+    // The start ends before the mount goes.
+    let thawed = Instant::now();
+    while let Err(e) = s.join(&new, "a", &scoring()).await {
+        assert!(
+            thawed.elapsed() < Duration::from_secs(5),
+            "the new event never served: {e:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
 
 /// A deletion of an event whose first start the disk holds is marked at
@@ -479,10 +490,7 @@ async fn an_event_being_deleted_takes_no_admin_change_its_deletion_would_wipe() 
             .await,
         "a close of a closed event",
     );
-    refused(
-        s.set_admin_state(&ev, AdminState::Closed).await,
-        "a close",
-    );
+    refused(s.set_admin_state(&ev, AdminState::Closed).await, "a close");
     refused(s.put_event_config(&ev, "{\"v\":2}").await, "a config write");
     refused(
         s.replace_event_config(&ev, u64::MAX, "{\"v\":3}").await,
@@ -491,7 +499,9 @@ async fn an_event_being_deleted_takes_no_admin_change_its_deletion_would_wipe() 
     // Other events' admin changes and the audit trail are not held up.
     let other = EventId::new("other").unwrap();
     s.set_admin_state(&other, AdminState::Paused).await.unwrap();
-    s.append_audit(&ev, "{\"action\":\"delete\"}").await.unwrap();
+    s.append_audit(&ev, "{\"action\":\"delete\"}")
+        .await
+        .unwrap();
     frozen.thaw();
     let thawed = Instant::now();
     let after = loop {

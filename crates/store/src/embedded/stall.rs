@@ -40,8 +40,8 @@ impl Stall {
     /// A write that started at `at`, before this watch of it began (a
     /// first start of an event that a deletion comes to wait for).
     pub fn begin_at(&self, at: Instant) {
-        let ms = u64::try_from(at.saturating_duration_since(*BASE).as_millis())
-            .unwrap_or(u64::MAX - 1);
+        let ms =
+            u64::try_from(at.saturating_duration_since(*BASE).as_millis()).unwrap_or(u64::MAX - 1);
         self.since_ms.store(ms + 1, Ordering::Release);
     }
 
