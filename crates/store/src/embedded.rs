@@ -659,16 +659,30 @@ impl EmbeddedStore {
         id: &EventId,
         f: impl FnOnce(&EventHandle) -> Result<T>,
     ) -> Result<T> {
-        {
-            let published = self.inner.published.load();
-            if let Some(h) = published.get(id) {
-                return f(h);
-            }
-        }
+        let f = match self.with_running(id, f) {
+            Ok(done) => return done,
+            Err(f) => f,
+        };
         // Boxed: the await's state (a timer, a wake-up) is carried by every
         // call's future otherwise, the hot ones included.
         let h = Box::pin(self.started(id)).await?;
         f(&h)
+    }
+
+    /// `f` on the event's handle if it runs (see [`Self::with_event`]), as
+    /// a plain call: the hot calls (a poll, a join) try this first, so
+    /// that their common case runs no future of its own. `Err(f)` when the
+    /// event has to be started.
+    fn with_running<T, F: FnOnce(&EventHandle) -> Result<T>>(
+        &self,
+        id: &EventId,
+        f: F,
+    ) -> std::result::Result<Result<T>, F> {
+        let published = self.inner.published.load();
+        match published.get(id) {
+            Some(h) => Ok(f(h)),
+            None => Err(f),
+        }
     }
 
     /// Makes `events` what readers find; called under its lock, after each
@@ -692,7 +706,7 @@ impl EmbeddedStore {
         let (tx, rx) = oneshot::channel();
         let op = op(ReplyTo::here(tx));
         let limit = self.inner.opts.timeout;
-        self.with_event(id, |h| {
+        let send = |h: &EventHandle| {
             if let Some(refused) = h.stall.refusal(id, limit) {
                 return Err(refused);
             }
@@ -704,8 +718,11 @@ impl EmbeddedStore {
                 Some(true) => Ok(()),
                 _ => Err(actor_stopped(id)),
             }
-        })
-        .await?;
+        };
+        match self.with_running(id, send) {
+            Ok(sent) => sent?,
+            Err(send) => Box::pin(self.with_event(id, send)).await?,
+        }
         let mut rx = rx;
         // The event's stamp is looked up again only on a late answer: a
         // handle kept across the wait would take and drop a reference count
@@ -983,8 +1000,12 @@ impl QueueStore for EmbeddedStore {
 
     async fn status(&self, event: &EventId, member: &str, touch: Touch) -> Result<MemberState> {
         check_member(member)?;
-        self.read(event, |st, now_us| st.status(member, touch, now_us))
-            .await?
+        // A poll: see `with_running`.
+        let read = |h: &EventHandle| self.read_on(h, |st, now_us| st.status(member, touch, now_us));
+        match self.with_running(event, read) {
+            Ok(done) => done?,
+            Err(read) => Box::pin(self.with_event(event, read)).await?,
+        }
     }
 
     async fn queue_length(&self, event: &EventId) -> Result<u64> {
