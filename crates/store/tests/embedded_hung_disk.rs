@@ -51,6 +51,18 @@ fn waited_the_timeout(waited: Duration, what: &str) {
     );
 }
 
+/// Joins `member` to `ev` until the store takes it, within 5 s of `since`
+/// (the disk thawed): an event that serves again, or starts afresh.
+async fn joins_again(s: &EmbeddedStore, ev: &EventId, member: &str, since: Instant) {
+    while let Err(e) = s.join(ev, member, &scoring()).await {
+        assert!(
+            since.elapsed() < Duration::from_secs(5),
+            "{ev} never took a join again: {e:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 async fn open(disk: &HungDisk) -> EmbeddedStore {
     let opts = EmbeddedOptions {
         timeout: TIMEOUT,
@@ -237,16 +249,7 @@ async fn a_new_events_first_call_on_a_hung_disk_is_answered_in_time() {
         (waited, again_in)
     };
     let thawed = Instant::now();
-    loop {
-        match s.join(&new, "a", &scoring()).await {
-            Ok(_) => break,
-            Err(e) => assert!(
-                thawed.elapsed() < Duration::from_secs(5),
-                "the new event never served: {e:?}"
-            ),
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    joins_again(&s, &new, "a", thawed).await;
     let serving_in = thawed.elapsed();
     assert!(matches!(
         s.status(&new, "a", Touch::Peek).await.unwrap(),
@@ -290,13 +293,7 @@ async fn a_new_events_first_call_on_a_hung_disk_holds_no_event_loop() {
     frozen.thaw();
     // The start ends before the mount goes.
     let thawed = Instant::now();
-    while let Err(e) = s.join(&new, "a", &scoring()).await {
-        assert!(
-            thawed.elapsed() < Duration::from_secs(5),
-            "the new event never served: {e:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    joins_again(&s, &new, "a", thawed).await;
 }
 
 /// A deletion of an event whose first start the disk holds is marked at
@@ -348,13 +345,7 @@ async fn a_deletion_during_a_hung_first_start_leaves_no_stale_event() {
     }
     // The id starts afresh, within the store's timeout once the disk is
     // quick again.
-    while let Err(e) = s.join(&ev, "after", &scoring()).await {
-        assert!(
-            thawed.elapsed() < Duration::from_secs(5),
-            "the event never started again: {e:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    joins_again(&s, &ev, "after", thawed).await;
     assert!(matches!(
         s.status(&ev, "before", Touch::Peek).await.unwrap(),
         MemberState::None
@@ -402,13 +393,7 @@ async fn a_deletion_on_a_hung_disk_is_answered_in_time_and_ends_when_the_disk_an
     let thawed = Instant::now();
     // The deletion ends by itself once the disk answers: the event starts
     // afresh, without the visitors it had.
-    while let Err(e) = s.join(&ev, "after", &scoring()).await {
-        assert!(
-            thawed.elapsed() < Duration::from_secs(5),
-            "the event never started again: {e:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    joins_again(&s, &ev, "after", thawed).await;
     let ended_in = thawed.elapsed();
     for gone in ["before", "held"] {
         let state = s.status(&ev, gone, Touch::Peek).await.unwrap();
@@ -559,13 +544,7 @@ async fn a_deletion_whose_last_checkpoint_the_disk_holds_is_answered_in_time() {
     waited_the_timeout(t.elapsed(), "a deletion");
     frozen.thaw();
     let thawed = Instant::now();
-    while let Err(e) = s.join(&ev, "after", &scoring()).await {
-        assert!(
-            thawed.elapsed() < Duration::from_secs(5),
-            "the event never started again: {e:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    joins_again(&s, &ev, "after", thawed).await;
     assert!(matches!(
         s.status(&ev, "a", Touch::Peek).await.unwrap(),
         MemberState::None

@@ -137,38 +137,48 @@ mod tests {
     use crate::embedded::{EmbeddedOptions, EmbeddedStore};
     use anteroom_core::score::JoinScoring;
 
-    /// A call waiting behind long work of the actor's own (here the actor
-    /// kept from the event's memory, as a big admit or sweep keeps it) with
-    /// the disk answering is waited for however long that takes: only a
-    /// write the disk holds makes the event unavailable.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_call_behind_long_work_of_the_actor_waits_past_the_timeout() {
-        let dir = tempfile::tempdir().unwrap();
-        // Past a commit's `fdatasync` on a loaded box: only the actor's
-        // long step may outlast it.
-        let timeout = Duration::from_millis(300);
+    /// Past a commit's `fdatasync` on a loaded box: only the actor's long
+    /// step may outlast it.
+    const TIMEOUT: Duration = Duration::from_millis(300);
+
+    /// A store with one member waiting in `ev`, and a thread that keeps the
+    /// event's actor from its memory for five timeouts (as a big admit, a
+    /// sweep or a big last batch keeps it), holding it once this returns.
+    async fn store_with_a_busy_actor(
+        dir: &std::path::Path,
+        ev: &EventId,
+    ) -> (EmbeddedStore, std::thread::JoinHandle<()>) {
         let opts = EmbeddedOptions {
-            timeout,
+            timeout: TIMEOUT,
             ..EmbeddedOptions::default()
         };
-        let s = EmbeddedStore::open(dir.path(), opts).await.unwrap();
-        let ev = EventId::new("busy").unwrap();
+        let s = EmbeddedStore::open(dir, opts).await.unwrap();
         let scoring = JoinScoring {
             opens_at_us: 0,
             prewindow_score: -1,
             tiebreak: 0,
             behind: false,
         };
-        s.join(&ev, "a", &scoring).await.unwrap();
-        let h = s.event(&ev).unwrap();
+        s.join(ev, "a", &scoring).await.unwrap();
+        let h = s.event(ev).unwrap();
         let (held_tx, held_rx) = std::sync::mpsc::channel();
         let busy = std::thread::spawn(move || {
             let _memory = lock(&h.state);
             held_tx.send(()).unwrap();
-            // The actor's long step.
-            std::thread::sleep(timeout * 5);
+            std::thread::sleep(TIMEOUT * 5);
         });
         held_rx.recv().unwrap();
+        (s, busy)
+    }
+
+    /// A call waiting behind long work of the actor's own with the disk
+    /// answering is waited for however long that takes: only a write the
+    /// disk holds makes the event unavailable.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_call_behind_long_work_of_the_actor_waits_past_the_timeout() {
+        let dir = tempfile::tempdir().unwrap();
+        let ev = EventId::new("busy").unwrap();
+        let (s, busy) = store_with_a_busy_actor(dir.path(), &ev).await;
         let t = std::time::Instant::now();
         let admit = AdmitRequest {
             max: 1,
@@ -180,46 +190,23 @@ mod tests {
         let waited = t.elapsed();
         busy.join().unwrap();
         assert_eq!(admitted.unwrap().len(), 1, "refused after {waited:?}");
-        assert!(waited >= timeout * 2, "waited only {waited:?}");
+        assert!(waited >= TIMEOUT * 2, "waited only {waited:?}");
     }
 
     /// An event's deletion whose actor is slow to stop with the disk
-    /// answering (here kept from the event's memory, as a big last batch
-    /// keeps it) is waited for past the timeout, not answered unavailable
+    /// answering is waited for past the timeout, not answered unavailable
     /// while it goes on: only a write the disk holds bounds it.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_deletion_slow_on_a_disk_that_answers_waits_past_the_timeout() {
         let dir = tempfile::tempdir().unwrap();
-        // Past a commit's `fdatasync` on a loaded box: only the actor's
-        // long step may outlast it.
-        let timeout = Duration::from_millis(300);
-        let opts = EmbeddedOptions {
-            timeout,
-            ..EmbeddedOptions::default()
-        };
-        let s = EmbeddedStore::open(dir.path(), opts).await.unwrap();
         let ev = EventId::new("slow").unwrap();
-        let scoring = JoinScoring {
-            opens_at_us: 0,
-            prewindow_score: -1,
-            tiebreak: 0,
-            behind: false,
-        };
-        s.join(&ev, "a", &scoring).await.unwrap();
-        let h = s.event(&ev).unwrap();
-        let (held_tx, held_rx) = std::sync::mpsc::channel();
-        let busy = std::thread::spawn(move || {
-            let _memory = lock(&h.state);
-            held_tx.send(()).unwrap();
-            std::thread::sleep(timeout * 5);
-        });
-        held_rx.recv().unwrap();
+        let (s, busy) = store_with_a_busy_actor(dir.path(), &ev).await;
         let t = std::time::Instant::now();
         let deleted = s.delete_event(&ev).await;
         let waited = t.elapsed();
         busy.join().unwrap();
         assert!(deleted.is_ok(), "{deleted:?} after {waited:?}");
-        assert!(waited >= timeout * 2, "waited only {waited:?}");
+        assert!(waited >= TIMEOUT * 2, "waited only {waited:?}");
         assert!(matches!(
             s.status(&ev, "a", crate::Touch::Peek).await.unwrap(),
             crate::MemberState::None
