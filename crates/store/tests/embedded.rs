@@ -14,6 +14,17 @@ use anteroom_store::{
     AdmitRequest, EventId, MemberState, QueueStore, StoreError, Touch, conformance,
 };
 
+/// A plain join's scoring: after the pre-window, for an event that opens
+/// at `opens_at_us`.
+fn opening_at(opens_at_us: i64) -> JoinScoring {
+    JoinScoring {
+        opens_at_us,
+        prewindow_score: -1,
+        tiebreak: 0,
+        behind: false,
+    }
+}
+
 async fn open(dir: &Path) -> EmbeddedStore {
     EmbeddedStore::open(dir, EmbeddedOptions::default())
         .await
@@ -123,12 +134,7 @@ async fn restart_restores_every_position() {
 /// A store in `dir` whose event `e` holds one waiter, closed again.
 async fn with_one_waiter(dir: &Path) {
     let s = open(dir).await;
-    let sc = JoinScoring {
-        opens_at_us: 0,
-        prewindow_score: -1,
-        tiebreak: 0,
-        behind: false,
-    };
+    let sc = opening_at(0);
     s.join(&EventId::new("e").unwrap(), "m", &sc).await.unwrap();
 }
 
@@ -386,12 +392,7 @@ async fn after_a_restart_every_waiter_counts_as_seen_then() {
     let t0 = clock.load(Ordering::SeqCst);
     {
         let s = EmbeddedStore::open(dir.path(), opts()).await.unwrap();
-        let sc = JoinScoring {
-            opens_at_us: t0 - 1,
-            prewindow_score: -1,
-            tiebreak: 0,
-            behind: false,
-        };
+        let sc = opening_at(t0 - 1);
         s.join(&ev, "early", &sc).await.unwrap();
         s.join(&ev, "polled", &sc).await.unwrap();
         clock.store(t0 + 60_000_000, Ordering::SeqCst);
@@ -451,12 +452,7 @@ async fn a_clock_set_right_after_running_ahead_keeps_order_but_ends_nothing_earl
             ..EmbeddedOptions::default()
         }
     };
-    let sc = JoinScoring {
-        opens_at_us: t0 - HOUR_US,
-        prewindow_score: -1,
-        tiebreak: 0,
-        behind: false,
-    };
+    let sc = opening_at(t0 - HOUR_US);
     let admit_one = |n: u8| AdmitRequest {
         max: 1,
         max_active: 100,
@@ -630,12 +626,7 @@ async fn calls_during_a_deletion_bring_nothing_of_the_deleted_event_back() {
     let dir = tempfile::tempdir().unwrap();
     let s = Arc::new(open(dir.path()).await);
     let ev = EventId::new("e").unwrap();
-    let sc = JoinScoring {
-        opens_at_us: 0,
-        prewindow_score: -1,
-        tiebreak: 0,
-        behind: false,
-    };
+    let sc = opening_at(0);
     for round in 0..5 {
         for i in 0..200 {
             s.join(&ev, &format!("m{i}"), &sc).await.unwrap();
@@ -676,12 +667,7 @@ async fn a_deletion_whose_caller_goes_away_still_ends() {
     let dir = tempfile::tempdir().unwrap();
     let s = open(dir.path()).await;
     let ev = EventId::new("e").unwrap();
-    let sc = JoinScoring {
-        opens_at_us: 0,
-        prewindow_score: -1,
-        tiebreak: 0,
-        behind: false,
-    };
+    let sc = opening_at(0);
     s.join(&ev, "a", &sc).await.unwrap();
     s.set_admin_state(&ev, AdminState::Closed).await.unwrap();
     s.put_event_config(&ev, "{}").await.unwrap();

@@ -28,15 +28,21 @@ const DRAIN_AFTER: Duration = Duration::from_secs(1);
 /// less than a second.
 const JOURNAL_TIMEOUT: Duration = Duration::from_secs(1);
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_hung_disk_drains_the_event_and_the_node_keeps_serving() {
-    let disk = HungDisk::mount().expect("a FUSE mount (apt-get install bindfs fuse3; run as root)");
-    let origin = process::origin().await;
-    let config = ConfigBuilder::new()
+/// A node's config with its embedded store on `disk`, calls given up
+/// after `STORE_TIMEOUT`.
+fn embedded_on(disk: &HungDisk) -> ConfigBuilder {
+    ConfigBuilder::new()
         .embedded(&disk.path().join("data"))
         .process()
         .no_limits()
         .store_timeout("300ms")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_disk_drains_the_event_and_the_node_keeps_serving() {
+    let disk = HungDisk::mount().expect("a FUSE mount (apt-get install bindfs fuse3; run as root)");
+    let origin = process::origin().await;
+    let config = embedded_on(&disk)
         .server_line("drain_after = \"1s\"")
         .event(process::event(EVENT, &origin.url(), 4).admission(HOURLY))
         .toml();
@@ -309,11 +315,7 @@ async fn a_hung_journal_refuses_a_drain_redeem_in_time_and_holds_up_nobody_else(
 async fn a_delete_on_a_hung_disk_is_answered_in_time_and_finishes_when_repeated() {
     let disk = HungDisk::mount().expect("a FUSE mount (apt-get install bindfs fuse3; run as root)");
     let origin = process::origin().await;
-    let config = ConfigBuilder::new()
-        .embedded(&disk.path().join("data"))
-        .process()
-        .no_limits()
-        .store_timeout("300ms")
+    let config = embedded_on(&disk)
         .event(process::event(EVENT, &origin.url(), 4).admission(HOURLY))
         .event(process::event("other", &origin.url(), 4).admission(HOURLY))
         .toml();
