@@ -63,7 +63,9 @@ pub struct CrowdArgs {
     /// Share of admitted visitors that leave without releasing their slot.
     #[arg(long, default_value_t = 0.0)]
     pub abandon: f64,
-    /// How long an admitted visitor browses the origin, in milliseconds.
+    /// How long an admitted visitor browses the origin, in milliseconds:
+    /// from its redeem answered to its release, four pages read at even
+    /// steps, however long the origin takes to answer them.
     #[arg(long, default_value_t = 1000)]
     pub browse: u64,
     /// Path requested through the gate while browsing.

@@ -129,6 +129,10 @@ pub struct Fleet {
     /// The few long values only some visitors hold at a time.
     tokens: HashMap<u32, Box<str>>,
     passes: HashMap<u32, Box<str>>,
+    /// When each browsing visitor's session began (its redeem answered, µs):
+    /// its pages and its release are due at fixed offsets from it, so a
+    /// session lasts `--browse` however long the origin takes to answer.
+    browsing_since: HashMap<u32, u64>,
     answers: HashMap<u32, Bytes>,
     /// Session ids that are not 32 hex digits (kept whole).
     odd_sids: HashMap<u32, Box<str>>,
@@ -203,6 +207,7 @@ impl Fleet {
             urgent: BinaryHeap::new(),
             tokens: HashMap::new(),
             passes: HashMap::new(),
+            browsing_since: HashMap::new(),
             answers: HashMap::new(),
             odd_sids: HashMap::new(),
             tally: Tally {
@@ -316,6 +321,7 @@ impl Fleet {
         }
         self.tokens.remove(&id);
         self.passes.remove(&id);
+        self.browsing_since.remove(&id);
         self.answers.remove(&id);
         self.odd_sids.remove(&id);
     }
@@ -830,6 +836,7 @@ impl Fleet {
         let v = &mut self.visitors[id as usize];
         v.step = Step::Browse;
         v.pages_left = PAGES;
+        self.browsing_since.insert(id, now);
         let active = self.live.active.fetch_add(1, Ordering::Relaxed) + 1;
         self.live.max_active.fetch_max(active, Ordering::Relaxed);
         self.schedule(id, now);
@@ -844,13 +851,21 @@ impl Fleet {
             }
             Err(e) => self.error(&format!("browse_{e}")),
         }
-        let pause = self.cfg.browse_pause_us;
         let v = &mut self.visitors[id as usize];
         v.pages_left = v.pages_left.saturating_sub(1);
+        // The next page (or the release) is due a whole number of pauses
+        // after the session began, not a pause after this answer: the
+        // visitor browses `--browse` in all, and a page the origin is slow
+        // to answer is read in the time that is left, as the target's
+        // capacity (`max_active` / session length) assumes.
+        let read = u64::from(PAGES - v.pages_left);
+        let since = self.browsing_since.get(&id).copied().unwrap_or(received);
+        let due = (since + read * self.cfg.browse_pause_us).max(received);
         if v.pages_left > 0 {
-            return self.schedule(id, received + pause);
+            return self.schedule(id, due);
         }
         self.live.active.fetch_sub(1, Ordering::Relaxed);
+        self.browsing_since.remove(&id);
         if v.has(ABANDON) {
             v.ended_at = tick_up(received);
             v.step = Step::Done;
@@ -859,7 +874,7 @@ impl Fleet {
             self.odd_sids.remove(&id);
         } else {
             v.step = Step::Release;
-            self.schedule(id, received + pause);
+            self.schedule(id, due);
         }
     }
 

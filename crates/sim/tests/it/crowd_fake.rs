@@ -123,7 +123,8 @@ async fn release(State(q): State<Shared>, h: HeaderMap) -> StatusCode {
     StatusCode::NO_CONTENT
 }
 
-async fn gate(h: HeaderMap) -> StatusCode {
+async fn gate(State(page): State<Duration>, h: HeaderMap) -> StatusCode {
+    tokio::time::sleep(page).await;
     let cookies = h
         .get(header::COOKIE)
         .and_then(|c| c.to_str().ok())
@@ -154,14 +155,20 @@ async fn start_fake() -> String {
 /// The fake, its wall clock ahead of the true one by `ahead_ms(since its
 /// start)` on the tokens it issues.
 async fn start_fake_with_clock(ahead_ms: fn(Duration) -> i64) -> String {
+    start_fake_at(ahead_ms, Duration::ZERO).await
+}
+
+/// The fake, its clock as [`start_fake_with_clock`] says, its origin taking
+/// `page` to answer each page through the gate.
+async fn start_fake_at(ahead_ms: fn(Duration) -> i64, page: Duration) -> String {
     let q: Shared = Arc::default();
     let app = Router::new()
         .route("/api/queue/enter", post(enter))
         .route("/api/queue/position", get(poll))
         .route("/api/queue/redeem", post(redeem))
         .route("/api/queue/release", post(release))
-        .fallback(gate)
-        .with_state(q.clone());
+        .with_state(q.clone())
+        .fallback_service(Router::new().fallback(gate).with_state(page));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
@@ -272,6 +279,30 @@ async fn a_server_clock_running_ahead_is_measured_not_judged_unfair() {
     assert_eq!(r.inversions, 0, "{r:#?}");
     let lag = r.admission_to_visitor_p50_ms.unwrap();
     assert!(lag > 0.0, "token times left on the visitors' own: {r:#?}");
+}
+
+/// A session lasts `--browse`, however slow the origin: each page is due at
+/// a fixed offset from the redeem, so an origin taking 100 ms a page leaves
+/// the session at 800 ms (it would be 1,200 ms were each page followed by
+/// a whole pause), and `max_active` / `--browse` stays what it allows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_origin_does_not_lengthen_a_session() {
+    let fake = start_fake_at(|_| 0, Duration::from_millis(100)).await;
+    let args = CrowdArgs {
+        visitors: 40,
+        bots: 0.0,
+        browse: 800,
+        ..args(fake)
+    };
+    let outcome = simulate(&args, OriginSource::None).await.unwrap();
+    let r = &outcome.report;
+    assert_eq!(r.completed, 40, "{r:#?}");
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    let session = r.slot_hold.expect("slots given back").session_mean_ms;
+    assert!(
+        (800.0..1_000.0).contains(&session),
+        "a session of 800 ms, plus its release: {session} ms"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
