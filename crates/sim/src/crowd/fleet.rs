@@ -2,9 +2,9 @@
 //! of who acts next and when, and a fixed pool of HTTP/1.1 keep-alive
 //! connections. A visitor whose turn is due takes the next free connection,
 //! sends the one request its [`Step`] calls for, and its answer moves it on
-//! and sets its next turn (`pollAfterMs` with jitter, the next page at its step of the session, a
-//! back-off). There is no task per visitor, so a million visitors cost
-//! their array (about 52 bytes each) plus a timer entry, not a million stacks.
+//! and sets its next turn (`pollAfterMs` with jitter, the next page at its
+//! step of the session, a back-off). There is no task per visitor, so a
+//! million visitors cost their array (about 52 bytes each) plus a timer entry, not a million stacks.
 //!
 //! How late each request left against its scheduled turn is recorded: with
 //! the simulator's own CPU share, that tells a slow server (every connection
